@@ -1,0 +1,178 @@
+"""Coherence rules for a stack (a version set in stacks/*.yml).
+
+A stack is refused when its parts cannot work together, with one message per conflict that names both
+sides and the remedy. Pure functions: used by library/epforge_stack_check.py and unit-tested directly.
+"""
+
+from __future__ import annotations
+
+import re
+
+REQUIRED_KEYS = {
+    "name": str,
+    "cuda": dict,
+    "driver": dict,
+    "python": dict,
+    "torch": dict,
+    "sglang": dict,
+    "flashinfer": dict,
+    "deepep": dict,
+    "nvshmem": dict,
+    "arch_list": list,
+}
+
+# CUDA build of the *default* PyPI wheel per torch minor (stack-facts.md: read from PyPI metadata).
+# Used only when a stack installs torch from the default index (torch.index_url empty).
+TORCH_PYPI_DEFAULT_CUDA = {
+    "2.8": "12.8",
+    "2.9": "12.8",
+    "2.10": "12.8",
+    "2.11": "13.0",
+    "2.12": "13.0",
+    "2.13": "13.0",
+    "2.14": "13.0",
+    "2.15": "13.2",
+}
+
+# First CUDA release whose nvcc knows each SASS target (NVIDIA CUDA release notes).
+ARCH_MIN_CUDA = {
+    "7.5": (10, 0),
+    "8.0": (11, 0),
+    "8.6": (11, 1),
+    "8.9": (11, 8),
+    "9.0": (11, 8),
+    "10.0": (12, 8),
+    "10.3": (12, 9),
+    "12.0": (12, 8),
+    "12.1": (12, 9),
+}
+# Family-specific targets ("12.0f") arrived with CUDA 12.9.
+FAMILY_SUFFIX_MIN_CUDA = (12, 9)
+VALID_METHODS = ("nvidia_repo", "pypi", "existing")
+ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'12.8' -> (12, 8); '570.124.06' -> (570, 124, 6). Non-numeric parts end the tuple."""
+    parts = []
+    for piece in str(text).split("."):
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group(0)))
+    return tuple(parts)
+
+
+def split_arch(arch: str) -> tuple[str, str] | None:
+    """'12.0a' -> ('12.0', 'a'); returns None for text that is no arch."""
+    match = ARCH_RE.match(str(arch).strip())
+    if not match:
+        return None
+    return f"{match.group(1)}.{match.group(2)}", match.group(3)
+
+
+def arch_to_sm(arch: str) -> str:
+    """'12.0' -> 'sm_120', '12.0a' -> 'sm_120a' (the name cuobjdump prints)."""
+    base, suffix = split_arch(arch) or (arch, "")
+    major, minor = base.split(".")
+    return f"sm_{major}{minor}{suffix}"
+
+
+def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
+    """Return every conflict found in the stack; an empty list means coherent."""
+    if not isinstance(spec, dict):
+        return ["the stack file does not define epforge_stack_spec as a mapping"]
+    problems = []
+    for key, kind in REQUIRED_KEYS.items():
+        if not isinstance(spec.get(key), kind):
+            problems.append(f"stack key '{key}' is missing or not a {kind.__name__}")
+    if problems:
+        return problems
+
+    name = spec["name"]
+    if expected_name is not None and name != expected_name:
+        problems.append(
+            f"stack file for '{expected_name}' declares name '{name}': rename one so they agree"
+        )
+
+    cuda = str(spec["cuda"].get("version", ""))
+    cuda_t = version_tuple(cuda)
+    if len(cuda_t) < 2:
+        problems.append(f"cuda.version '{cuda}' is not MAJOR.MINOR")
+        return problems
+
+    torch = spec["torch"]
+    torch_cuda_t = version_tuple(torch.get("cuda", ""))
+    if not torch_cuda_t:
+        problems.append("torch.cuda (the CUDA version torch is built for) is missing")
+    elif torch_cuda_t[0] != cuda_t[0]:
+        problems.append(
+            f"torch {torch.get('version')} is built for CUDA {torch.get('cuda')} but the toolkit is CUDA "
+            f"{cuda}: torch refuses to build extensions with an nvcc of another major version; pick a torch "
+            f"build for CUDA {cuda_t[0]}.x or a CUDA {torch_cuda_t[0]}.x toolkit"
+        )
+    if not torch.get("index_url"):
+        minor = ".".join(str(p) for p in version_tuple(torch.get("version", ""))[:2])
+        default_cuda = TORCH_PYPI_DEFAULT_CUDA.get(minor)
+        if default_cuda and version_tuple(default_cuda)[:2] != torch_cuda_t[:2]:
+            problems.append(
+                f"torch {torch.get('version')} from the default PyPI index is built for CUDA {default_cuda}, "
+                f"not torch.cuda {torch.get('cuda')}: set torch.index_url to a CUDA {torch.get('cuda')} index "
+                f"or correct torch.cuda"
+            )
+
+    sglang = spec["sglang"]
+    if sglang.get("requires_torch") and str(sglang["requires_torch"]) != str(torch.get("version")):
+        problems.append(
+            f"sglang {sglang.get('version')} pins torch=={sglang['requires_torch']} but the stack installs "
+            f"torch {torch.get('version')}: pip would replace torch; choose a matching pair"
+        )
+
+    method = spec["cuda"].get("default_method", "")
+    if method not in VALID_METHODS:
+        problems.append(f"cuda.default_method '{method}' is not one of {', '.join(VALID_METHODS)}")
+    if method == "pypi" and cuda_t[0] < 13:
+        problems.append(
+            f"cuda.default_method pypi cannot install CUDA {cuda}: NVIDIA's CUDA 12 wheels carry no nvcc; "
+            "use nvidia_repo (or existing)"
+        )
+
+    nvshmem_pkg = str(spec["nvshmem"].get("package", ""))
+    nv_match = re.search(r"-cu(\d+)$", nvshmem_pkg)
+    if nv_match and int(nv_match.group(1)) != cuda_t[0]:
+        problems.append(
+            f"nvshmem package {nvshmem_pkg} is for CUDA {nv_match.group(1)} but the toolkit is CUDA {cuda}: "
+            f"use nvidia-nvshmem-cu{cuda_t[0]}"
+        )
+
+    if not version_tuple(spec["driver"].get("min_version", "")):
+        problems.append("driver.min_version is missing")
+
+    if not spec["arch_list"]:
+        problems.append("arch_list is empty: name the GPU archs the binaries must carry (e.g. '12.0')")
+    for arch in spec["arch_list"]:
+        parts = split_arch(arch)
+        if parts is None:
+            problems.append(f"arch_list entry '{arch}' is not an arch such as 9.0, 12.0 or 12.0a")
+            continue
+        base, suffix = parts
+        need = ARCH_MIN_CUDA.get(base)
+        if need and cuda_t[:2] < need:
+            problems.append(
+                f"arch {arch} needs CUDA >= {need[0]}.{need[1]} but the stack's CUDA is {cuda}"
+            )
+        if suffix == "f" and cuda_t[:2] < FAMILY_SUFFIX_MIN_CUDA:
+            problems.append(f"arch {arch} (family target) needs CUDA >= 12.9; use {base}a with CUDA {cuda}")
+    return problems
+
+
+def summarize(spec: dict) -> dict:
+    """The few fields worth printing and recording about a stack."""
+    return {
+        "name": spec.get("name"),
+        "cuda": spec.get("cuda", {}).get("version"),
+        "torch": spec.get("torch", {}).get("version"),
+        "sglang": spec.get("sglang", {}).get("version"),
+        "flashinfer": spec.get("flashinfer", {}).get("version"),
+        "arch_list": list(spec.get("arch_list", [])),
+    }

@@ -1,0 +1,86 @@
+"""Coherence rules of stacks (module_utils/epforge_stack.py) on the real stack files and on broken copies."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from ansible.module_utils.epforge_stack import arch_to_sm, check_stack, split_arch, version_tuple
+from conftest import ROOT
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((ROOT / "stacks" / f"{name}.yml").read_text())["epforge_stack_spec"]
+
+
+@pytest.mark.parametrize("name", ["cu128", "cu130"])
+def test_shipped_stacks_are_coherent(name):
+    assert check_stack(load(name), name) == []
+
+
+def test_torch_cuda_major_must_match_toolkit():
+    spec = load("cu128")
+    spec["torch"]["version"], spec["torch"]["cuda"] = "2.14.1", "13.0"
+    spec["sglang"]["requires_torch"] = "2.14.1"
+    problems = check_stack(spec, "cu128")
+    assert any("built for CUDA 13.0 but the toolkit is CUDA 12.8" in p for p in problems)
+
+
+def test_sglang_pinning_another_torch_is_refused():
+    spec = load("cu130")
+    spec["sglang"]["requires_torch"] = "2.13.0"
+    (problem,) = check_stack(spec, "cu130")
+    assert "pins torch==2.13.0" in problem and "torch 2.14.1" in problem
+
+
+def test_default_index_torch_build_must_match_declared_cuda():
+    spec = load("cu130")
+    spec["torch"]["version"] = "2.9.1"  # default PyPI build is cu128
+    spec["sglang"]["requires_torch"] = "2.9.1"
+    problems = check_stack(spec, "cu130")
+    assert any("default PyPI index is built for CUDA 12.8" in p for p in problems)
+    spec["torch"]["index_url"] = "https://example.invalid/whl/cu130"
+    assert check_stack(spec, "cu130") == []
+
+
+def test_pypi_method_refused_for_cuda12():
+    spec = load("cu128")
+    spec["cuda"]["default_method"] = "pypi"
+    (problem,) = check_stack(spec, "cu128")
+    assert "CUDA 12 wheels carry no nvcc" in problem
+
+
+def test_nvshmem_package_must_match_cuda_major():
+    spec = load("cu130")
+    spec["nvshmem"]["package"] = "nvidia-nvshmem-cu12"
+    (problem,) = check_stack(spec, "cu130")
+    assert "use nvidia-nvshmem-cu13" in problem
+
+
+def test_arch_rules():
+    spec = load("cu128")
+    spec["arch_list"] = ["12.0f", "banana", "10.3"]
+    problems = check_stack(spec, "cu128")
+    assert any("12.0f (family target) needs CUDA >= 12.9" in p for p in problems)
+    assert any("'banana' is not an arch" in p for p in problems)
+    assert any("arch 10.3 needs CUDA >= 12.9" in p for p in problems)
+    spec["arch_list"] = []
+    assert any("arch_list is empty" in p for p in check_stack(spec, "cu128"))
+
+
+def test_missing_keys_and_name_mismatch():
+    spec = copy.deepcopy(load("cu130"))
+    del spec["torch"]
+    assert check_stack(spec, "cu130") == ["stack key 'torch' is missing or not a dict"]
+    assert check_stack(load("cu130"), "cu999")[0].startswith("stack file for 'cu999' declares name 'cu130'")
+    assert check_stack("not a mapping") != []
+
+
+def test_version_and_arch_helpers():
+    assert version_tuple("570.124.06") == (570, 124, 6)
+    assert version_tuple("12.8") == (12, 8)
+    assert version_tuple("0.5.10.post1") == (0, 5, 10)
+    assert split_arch("12.0a") == ("12.0", "a")
+    assert split_arch("sm_120") is None
+    assert arch_to_sm("12.0") == "sm_120" and arch_to_sm("12.0a") == "sm_120a"
