@@ -117,8 +117,8 @@ def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
         if default_cuda and version_tuple(default_cuda)[:2] != torch_cuda_t[:2]:
             problems.append(
                 f"torch {torch.get('version')} from the default PyPI index is built for CUDA {default_cuda}, "
-                f"not torch.cuda {torch.get('cuda')}: set torch.index_url to a CUDA {torch.get('cuda')} index "
-                f"or correct torch.cuda"
+                f"not torch.cuda {torch.get('cuda')}: set torch.index_url to a CUDA "
+                f"{torch.get('cuda')} index or correct torch.cuda"
             )
 
     sglang = spec["sglang"]
