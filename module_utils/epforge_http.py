@@ -1,0 +1,148 @@
+"""Small HTTP helpers for talking to an SGLang server from a module: bounded requests, a bounded-rate
+readiness wait, and redaction of secrets in what the server echoes back.
+
+Standard library only (urllib), so modules run on any managed host without extra packages.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+# The wait never polls faster than this (seconds between probes), whatever the caller asks.
+MIN_POLL_INTERVAL = 0.05
+# Keys whose values are secrets wherever they appear in a server's answer.
+SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password", "hf_token"})
+SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password"})
+REDACTED = "<redacted>"
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The Authorization header SGLang expects (Bearer token), or none."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def request(method: str, url: str, *, body: dict | None = None, headers: dict | None = None,
+            timeout: float = 5.0) -> tuple[int, bytes, str]:
+    """One HTTP request. Returns (status, body, error): status 0 with an error text when no answer came
+    (refused, reset, timed out); HTTP errors return their status and body."""
+    data = None
+    hdrs = dict(headers or {})
+    if body is not None:
+        data = json.dumps(body).encode()
+        hdrs.setdefault("Content-Type", "application/json")
+    req = urllib.request.Request(url, data=data, headers=hdrs, method=method)  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+            return resp.status, resp.read(), ""
+    except urllib.error.HTTPError as exc:
+        try:
+            payload = exc.read()
+        except OSError:
+            payload = b""
+        return exc.code, payload, str(exc)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return 0, b"", f"{type(exc).__name__}: {reason}"
+
+
+def get_json(url: str, *, headers: dict | None = None, timeout: float = 5.0) -> tuple[int, object, str]:
+    """GET and decode JSON. Returns (status, decoded-or-None, error)."""
+    status, payload, error = request("GET", url, headers=headers, timeout=timeout)
+    return status, _decode(payload), error
+
+
+def post_json(url: str, body: dict, *, headers: dict | None = None,
+              timeout: float = 60.0) -> tuple[int, object, str, float]:
+    """POST JSON and decode the answer. Returns (status, decoded-or-None, error, seconds)."""
+    started = time.monotonic()
+    status, payload, error = request("POST", url, body=body, headers=headers, timeout=timeout)
+    return status, _decode(payload), error, time.monotonic() - started
+
+
+def _decode(payload: bytes) -> object:
+    if not payload:
+        return None
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return None
+
+
+def wait_until(probe: Callable[[], bool], *, timeout: float, interval: float,
+               alive: Callable[[], str | None] | None = None,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> dict:
+    """Call probe() on a fixed cadence until it returns True, alive() reports a death, or timeout passes.
+
+    - interval is clamped to at least MIN_POLL_INTERVAL: the wait never hammers the server.
+    - Probes run at start + k * interval (no drift from slow probes; a slow probe skips missed slots).
+    - alive() returns None while the server lives, else a reason text; it is checked before each probe,
+      so a crashed server ends the wait within one interval.
+
+    Returns {ready, reason ('ready'|'died'|'timeout'), polls, waited_s, interval, detail}.
+    """
+    interval = max(float(interval), MIN_POLL_INTERVAL)
+    start = clock()
+    deadline = start + max(0.0, float(timeout))
+    polls = 0
+    k = 0
+    while True:
+        if alive is not None:
+            death = alive()
+            if death:
+                return {"ready": False, "reason": "died", "polls": polls, "waited_s": clock() - start,
+                        "interval": interval, "detail": death}
+        polls += 1
+        if probe():
+            return {"ready": True, "reason": "ready", "polls": polls, "waited_s": clock() - start,
+                    "interval": interval, "detail": ""}
+        now = clock()
+        if now >= deadline:
+            return {"ready": False, "reason": "timeout", "polls": polls, "waited_s": now - start,
+                    "interval": interval, "detail": f"not ready after {timeout:g} s"}
+        k = max(k + 1, int((now - start) / interval) + 1)
+        sleep(max(0.0, min(start + k * interval, deadline) - now))
+
+
+def redact(value: object, secrets: list[str] | tuple[str, ...] = ()) -> object:
+    """A copy of value with secrets hidden: values of SECRET_KEYS, the argument after a SECRET_FLAGS
+    flag in argv lists, and any occurrence of the given secret strings."""
+    live = [s for s in secrets if s]
+
+    def scrub_text(text: str) -> str:
+        for secret in live:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def walk(item: object) -> object:
+        if isinstance(item, dict):
+            return {k: (REDACTED if k in SECRET_KEYS and v not in (None, "") else walk(v))
+                    for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            out = []
+            hide_next = False
+            for element in item:
+                if hide_next:
+                    out.append(REDACTED)
+                    hide_next = False
+                    continue
+                if isinstance(element, str):
+                    flag, sep, _ = element.partition("=")
+                    if flag in SECRET_FLAGS:
+                        if sep:
+                            out.append(f"{flag}={REDACTED}")
+                        else:
+                            out.append(element)
+                            hide_next = True
+                        continue
+                out.append(walk(element))
+            return out
+        if isinstance(item, str):
+            return scrub_text(item)
+        return item
+
+    return walk(value)

@@ -1,0 +1,379 @@
+"""TEST DOUBLE of `python -m sglang.launch_server` (NOT SGLang): epforge's stand-in server.
+
+Accepts the launch_server flags epforge renders (same names and choices as SGLang 0.5.23; an unknown
+flag or a bad choice exits 2 like SGLang's argparse), then serves SGLang's HTTP API on --host/--port
+with made-up text, standard library only:
+
+  GET  /health /health_generate        503 while "loading", then 200 (no auth, like SGLang)
+  GET  /get_server_info /server_info   every parsed arg + launch_command + internal_states
+                                       (avg_spec_accept_length when speculative) + version
+  GET  /get_model_info /model_info     model_path, served_model_name, tokenizer_path, is_generation
+  GET  /v1/models                      OpenAI model list
+  POST /generate                       SGLang native (text + meta_info); "stream": true gives SSE
+                                       `data: {...}` chunks with cumulative text, then `data: [DONE]`
+                                       (what bench_serving's async_request_sglang_generate reads)
+  POST /v1/chat/completions /v1/completions   OpenAI-compatible, streaming or not
+  GET|POST /flush_cache
+
+Behaviour knobs (environment variables, all optional):
+  SGLANG_STANDIN_LOAD_SECONDS  seconds /health answers 503 before 200 (default 1.0)
+  SGLANG_STANDIN_READY_AT      absolute epoch seconds at which it becomes ready (overrides LOAD_SECONDS)
+  SGLANG_STANDIN_HANG          "1": never become ready (stays alive, /health 503 forever)
+  SGLANG_STANDIN_CRASH_AFTER   seconds after start to crash: print SGLANG_STANDIN_CRASH_LINE (default a
+                               RuntimeError) to stderr and exit SGLANG_STANDIN_CRASH_RC (default 1)
+  SGLANG_STANDIN_TOKEN_DELAY_MS  milliseconds per generated token (default 2)
+  SGLANG_STANDIN_ACCEPT_LENGTH   avg_spec_accept_length reported when speculative (default 2.5)
+  SGLANG_STANDIN_READY_FILE    path: written with the epoch time the server became ready
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+VERSION = "0.0.0+standin"
+MOE_A2A_CHOICES = ["none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe",
+                   "deepep_v2", "pplx", "ascend_tp", "flashinfer_megamoe"]
+WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda",
+         "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The subset of SGLang's launch_server flags the stand-in understands (names as in SGLang 0.5.23)."""
+    p = argparse.ArgumentParser(prog="sglang serve (stand-in)")
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--tokenizer-path", default=None)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--ep-size", "--expert-parallel-size", dest="ep_size", type=int, default=1)
+    p.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", default=None)
+    p.add_argument("--moe-a2a-backend", choices=MOE_A2A_CHOICES, default="none")
+    p.add_argument("--deepep-mode", choices=["auto", "normal", "low_latency"], default="auto")
+    p.add_argument("--enable-dp-attention", action="store_true")
+    p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model",
+                   dest="speculative_draft_model_path", default=None)
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--cuda-graph-max-bs-decode", dest="cuda_graph_max_bs_decode", type=int, default=None)
+    p.add_argument("--cuda-graph-max-bs-prefill", dest="cuda_graph_max_bs_prefill", type=int, default=None)
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--disable-custom-all-reduce", action="store_true")
+    p.add_argument("--enable-torch-symm-mem", action="store_true")
+    p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--admin-api-key", default=None)
+    return p
+
+
+def log(message: str) -> None:
+    """A log line shaped like SGLang's ('[time] message'), on stderr."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    sys.stderr.write(f"[{stamp}] {message}\n")
+    sys.stderr.flush()
+
+
+class State:
+    def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
+        self.args = args
+        self.argv = argv
+        self.started = time.time()
+        ready_at = os.environ.get("SGLANG_STANDIN_READY_AT")
+        if ready_at:
+            self.ready_at = float(ready_at)
+        else:
+            self.ready_at = self.started + float(os.environ.get("SGLANG_STANDIN_LOAD_SECONDS", "1.0"))
+        self.hang = os.environ.get("SGLANG_STANDIN_HANG", "") == "1"
+        self.token_delay = float(os.environ.get("SGLANG_STANDIN_TOKEN_DELAY_MS", "2")) / 1000.0
+        self.accept_length = float(os.environ.get("SGLANG_STANDIN_ACCEPT_LENGTH", "2.5"))
+        self.served_name = args.served_model_name or args.model_path
+        self.announced = False
+        self.lock = threading.Lock()
+
+    def ready(self) -> bool:
+        if self.hang or time.time() < self.ready_at:
+            return False
+        with self.lock:
+            if not self.announced:
+                self.announced = True
+                log("The server is fired up and ready to roll!")
+                ready_file = os.environ.get("SGLANG_STANDIN_READY_FILE")
+                if ready_file:
+                    with open(ready_file, "w", encoding="utf-8") as handle:
+                        handle.write(f"{time.time():.6f}\n")
+        return True
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.args.speculative_algorithm)
+
+    def server_info(self) -> dict:
+        info = dict(vars(self.args))
+        info["launch_command"] = " ".join(["python", "-m", "sglang.launch_server", *self.argv])
+        info["served_model_name"] = self.served_name
+        info["tokenizer_path"] = self.args.tokenizer_path or self.args.model_path
+        state = {"last_gen_throughput": 0.0, "memory_usage": {"weight": 0.0, "kvcache": 0.0}}
+        if self.speculative:
+            state["avg_spec_accept_length"] = self.accept_length
+        info["internal_states"] = [state]
+        info["startup_time"] = self.started
+        info["version"] = VERSION
+        info["frontend"] = "python"
+        info["standin"] = True
+        return info
+
+
+def make_tokens(prompt: str, count: int) -> list[str]:
+    """Deterministic made-up tokens: the same prompt gives the same text."""
+    seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
+    return [WORDS[(seed + i * 7) % len(WORDS)] for i in range(count)]
+
+
+def prompt_of(body: dict) -> tuple[str, int]:
+    """(prompt text, prompt token count) for native and OpenAI bodies."""
+    if "input_ids" in body and body["input_ids"] is not None:
+        ids = body["input_ids"]
+        if ids and isinstance(ids[0], list):
+            ids = ids[0]
+        return " ".join(str(i) for i in ids), len(ids)
+    if "messages" in body:
+        text = " ".join(str(m.get("content", "")) for m in body.get("messages") or [] if isinstance(m, dict))
+    else:
+        text = body.get("text", body.get("prompt", ""))
+        if isinstance(text, list):
+            text = text[0] if text else ""
+    text = str(text)
+    return text, max(1, len(text.split()))
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "sglang-standin/" + VERSION
+    state: State  # set on the class by serve()
+
+    def log_message(self, format, *args):
+        if os.environ.get("SGLANG_STANDIN_ACCESS_LOG") == "1":
+            log(f"{self.address_string()} {format % args}")
+
+    # -- helpers
+    def send_json(self, status: int, obj: object) -> None:
+        payload = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def send_empty(self, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def authorized(self) -> bool:
+        key = self.state.args.api_key
+        if not key or self.path.startswith(("/health", "/ready", "/metrics")):
+            return True
+        header = self.headers.get("Authorization") or ""
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() == "bearer" and token == key:
+            return True
+        self.send_json(401, {"error": "Unauthorized"})
+        return False
+
+    def read_body(self) -> dict | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self.send_json(400, {"error": {"message": "body is not JSON"}})
+            return None
+        if not isinstance(body, dict):
+            self.send_json(400, {"error": {"message": "body must be a JSON object"}})
+            return None
+        return body
+
+    def start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def sse(self, obj: object) -> None:
+        data = obj if isinstance(obj, str) else json.dumps(obj)
+        self.wfile.write(f"data: {data}\n\n".encode())
+        self.wfile.flush()
+
+    # -- routes
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        st = self.state
+        if path in ("/health", "/health_generate", "/ready"):
+            self.send_empty(200 if st.ready() else 503)
+            return
+        if not self.authorized():
+            return
+        if not st.ready() and path not in ("/get_server_info", "/server_info"):
+            self.send_json(503, {"error": "server is starting"})
+            return
+        if path in ("/get_server_info", "/server_info"):
+            self.send_json(200, st.server_info())
+        elif path in ("/get_model_info", "/model_info"):
+            self.send_json(200, {"model_path": st.args.model_path, "served_model_name": st.served_name,
+                                 "tokenizer_path": st.args.tokenizer_path or st.args.model_path,
+                                 "is_generation": True, "weight_version": "default"})
+        elif path == "/v1/models":
+            self.send_json(200, {"object": "list", "data": [
+                {"id": st.served_name, "object": "model", "created": int(st.started), "owned_by": "sglang",
+                 "root": st.served_name, "max_model_len": st.args.context_length or 4096}]})
+        elif path == "/flush_cache":
+            self.send_json(200, {"success": True})
+        else:
+            self.send_json(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        if not self.authorized():
+            return
+        if path == "/flush_cache":
+            self.send_json(200, {"success": True})
+            return
+        if not self.state.ready():
+            self.send_json(503, {"error": "server is starting"})
+            return
+        body = self.read_body()
+        if body is None:
+            return
+        if path == "/generate":
+            self.generate(body)
+        elif path == "/v1/chat/completions":
+            self.openai(body, chat=True)
+        elif path == "/v1/completions":
+            self.openai(body, chat=False)
+        else:
+            self.send_json(404, {"detail": "Not Found"})
+
+    def meta(self, rid: str, prompt_tokens: int, done: int, started: float, finished: bool) -> dict:
+        meta = {"id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": done, "cached_tokens": 0,
+                "e2e_latency": time.time() - started,
+                "finish_reason": {"type": "length", "length": done} if finished else None}
+        if self.state.speculative:
+            meta["spec_accept_length"] = self.state.accept_length
+            meta["spec_verify_ct"] = max(1, int(done / self.state.accept_length))
+        return meta
+
+    def generate(self, body: dict) -> None:
+        started = time.time()
+        prompt, prompt_tokens = prompt_of(body)
+        params = body.get("sampling_params") or {}
+        count = max(1, int(params.get("max_new_tokens", 16)))
+        tokens = make_tokens(prompt, count)
+        rid = body.get("rid") or uuid.uuid4().hex
+        if body.get("stream"):
+            self.start_stream()
+            for i in range(1, count + 1):
+                time.sleep(self.state.token_delay)
+                self.sse({"text": " ".join(tokens[:i]),
+                          "meta_info": self.meta(rid, prompt_tokens, i, started, i == count)})
+            self.sse("[DONE]")
+            return
+        time.sleep(self.state.token_delay * count)
+        self.send_json(200, {"text": " ".join(tokens),
+                             "meta_info": self.meta(rid, prompt_tokens, count, started, True)})
+
+    def openai(self, body: dict, *, chat: bool) -> None:
+        prompt, prompt_tokens = prompt_of(body)
+        count = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
+        tokens = make_tokens(prompt, count)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        model = body.get("model") or self.state.served_name
+        created = int(time.time())
+        kind = "chat.completion" if chat else "text_completion"
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count,
+                 "total_tokens": prompt_tokens + count}
+        if body.get("stream"):
+            self.start_stream()
+            for i, token in enumerate(tokens):
+                time.sleep(self.state.token_delay)
+                piece = token if i == 0 else " " + token
+                last = i == count - 1
+                choice = ({"index": 0, "delta": {"role": "assistant", "content": piece} if i == 0
+                           else {"content": piece}} if chat else {"index": 0, "text": piece})
+                choice["finish_reason"] = "length" if last else None
+                self.sse({"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
+                          "model": model, "choices": [choice]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                self.sse({"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
+                          "model": model, "choices": [], "usage": usage})
+            self.sse("[DONE]")
+            return
+        time.sleep(self.state.token_delay * count)
+        text = " ".join(tokens)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                  if chat else {"index": 0, "text": text, "finish_reason": "length"})
+        self.send_json(200, {"id": rid, "object": kind, "created": created, "model": model,
+                             "choices": [choice], "usage": usage})
+
+
+def crash_later(seconds: float) -> None:
+    def crash() -> None:
+        time.sleep(seconds)
+        line = os.environ.get("SGLANG_STANDIN_CRASH_LINE", "RuntimeError: stand-in crash requested")
+        sys.stderr.write("Traceback (most recent call last):\n  File \"standin\", line 1, in <module>\n")
+        sys.stderr.write(line.replace("\\n", "\n") + "\n")
+        sys.stderr.flush()
+        os._exit(int(os.environ.get("SGLANG_STANDIN_CRASH_RC", "1")))
+
+    threading.Thread(target=crash, daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)  # exits 2 on an unknown flag or a bad choice, like SGLang
+    state = State(args, argv)
+    # Like SGLang 0.5.23, log every resolved argument (the api key included): epforge's launcher must
+    # keep it out of the log file.
+    log(f"server_args={vars(args)}")
+    log("TEST DOUBLE: this is epforge's SGLang stand-in, not SGLang")
+    crash_after = os.environ.get("SGLANG_STANDIN_CRASH_AFTER")
+    if crash_after:
+        crash_later(float(crash_after))
+    Handler.state = state
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    log(f"Load weight begin. tp_size={args.tp_size} ep_size={args.ep_size} "
+        f"moe_a2a_backend={args.moe_a2a_backend}")
+
+    def stop(signum, _frame):
+        log(f"Received signal {signum}; shutting down")
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    server.serve_forever(poll_interval=0.05)
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
