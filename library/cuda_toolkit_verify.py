@@ -1,0 +1,236 @@
+#!/usr/bin/python
+"""Ansible module: prove that a CUDA_HOME is the stack's CUDA and record it as a local fact."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cuda_toolkit_verify
+short_description: Prove that a CUDA_HOME has the stack's nvcc and archs; record it as a local fact
+description:
+  - Runs C(HOME/bin/nvcc --version), C(--list-gpu-code) and C(--list-gpu-arch) and checks that nvcc is CUDA
+    O(cuda_version) (MAJOR.MINOR) and that it can compile for every arch in O(archs) (base arch: V(12.0a)
+    needs C(sm_120) and C(compute_120) in those lists).
+  - Finds C(cuobjdump) (O(cuobjdump), else C(HOME/bin/cuobjdump), else empty).
+  - With O(enforce=true) (default), fails on any problem, naming it and the remedy, and writes the local
+    fact O(fact_path) (JSON; changed only when its content changes; diff mode shows it).
+  - With O(enforce=false) (a probe), changes nothing and never fails on a problem; RV(ok) says whether the
+    home verifies AND the fact file already holds exactly this evidence and O(inputs) (then the caller's
+    install steps can be skipped: a no-op rerun costs this one call).
+  - Check mode: reads everything, writes nothing, reports whether the fact would change.
+options:
+  home:
+    description: The CUDA_HOME to verify.
+    type: path
+    required: true
+  cuda_version:
+    description: CUDA MAJOR.MINOR nvcc must report (patch level ignored).
+    type: str
+    required: true
+  archs:
+    description: Archs nvcc must compile for (V(12.0), V(12.0a), V(sm_120)).
+    type: list
+    elements: str
+    default: []
+  cuobjdump:
+    description: cuobjdump to record (default C(HOME/bin/cuobjdump) when present).
+    type: path
+  method:
+    description: How the toolkit was installed (recorded).
+    type: str
+    default: existing
+  source:
+    description: Where it came from, in words (recorded), for example C(apt repo URL).
+    type: str
+    default: ""
+  inputs:
+    description: The caller's install inputs; their sha256 is recorded, so a changed input fails the probe.
+    type: dict
+    default: {}
+  fact_path:
+    description: Local fact file to write (for example C(/etc/ansible/facts.d/epforge_cuda_toolkit.fact)).
+    type: path
+    required: true
+  enforce:
+    description: Fail on problems and write the fact (true), or only report (false).
+    type: bool
+    default: true
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Verify an existing CUDA 13.0 and record it
+  cuda_toolkit_verify:
+    home: /usr/local/cuda-13.0
+    cuda_version: "13.0"
+    archs: ["12.0"]
+    method: existing
+    source: existing CUDA_HOME /usr/local/cuda-13.0
+    fact_path: /etc/ansible/facts.d/epforge_cuda_toolkit.fact
+"""
+
+RETURN = r"""
+ok:
+  description: The home verifies and the fact file already holds this evidence (nothing to do).
+  returned: always
+  type: bool
+problems:
+  description: What does not verify, one sentence each with the remedy (empty when it verifies).
+  returned: always
+  type: list
+  elements: str
+nvcc:
+  description: Path of nvcc.
+  returned: always
+  type: str
+nvcc_release:
+  description: Full nvcc version (for example C(13.0.88)), empty when nvcc does not run.
+  returned: always
+  type: str
+gpu_code:
+  description: nvcc's C(--list-gpu-code) (real archs).
+  returned: always
+  type: list
+  elements: str
+cuobjdump:
+  description: Path of cuobjdump, or empty.
+  returned: always
+  type: str
+fact:
+  description: The local fact's content.
+  returned: always
+  type: dict
+  sample:
+    {version: "13.0", nvcc_release: 13.0.88, method: pypi, home: /opt/epforge/cuda-13.0, archs: ["12.0"],
+     source: pypi wheels from the configured index, nvcc: /opt/epforge/cuda-13.0/bin/nvcc,
+     cuobjdump: /opt/epforge/cuda-13.0/bin/cuobjdump, include_dirs: [...], inputs_digest: 3f0c...}
+"""
+
+import json
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_cuda import nvcc_missing_archs, parse_gpu_list, parse_nvcc_release, stamp_of
+from ansible.module_utils.epforge_stack import version_tuple
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, str(exc)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "home": {"type": "path", "required": True},
+            "cuda_version": {"type": "str", "required": True},
+            "archs": {"type": "list", "elements": "str", "default": []},
+            "cuobjdump": {"type": "path"},
+            "method": {"type": "str", "default": "existing"},
+            "source": {"type": "str", "default": ""},
+            "inputs": {"type": "dict", "default": {}},
+            "fact_path": {"type": "path", "required": True},
+            "enforce": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    home = os.path.abspath(p["home"]).rstrip("/") or "/"
+    want = ".".join(str(x) for x in version_tuple(p["cuda_version"])[:2])
+    nvcc = os.path.join(home, "bin", "nvcc")
+    problems: list[str] = []
+    release = ""
+    gpu_code: list[str] = []
+    gpu_arch: list[str] = []
+    log_tail = ""
+
+    if not os.path.isdir(home):
+        problems.append(f"CUDA_HOME {home} does not exist: install the toolkit (cuda_toolkit_method pypi or "
+                        "nvidia_repo) or point cuda_toolkit_home at an existing one")
+    elif not os.access(nvcc, os.X_OK):
+        problems.append(f"{home} has no executable bin/nvcc: it is not a CUDA toolkit (runtime only?)")
+    else:
+        rc, out = run([nvcc, "--version"])
+        found = parse_nvcc_release(out) if rc == 0 else None
+        if not found:
+            log_tail = out[-2000:]
+            problems.append(f"{nvcc} --version failed (rc {rc}) or printed no release line")
+        else:
+            release = found[1]
+            if found[0] != want:
+                problems.append(
+                    f"{nvcc} is CUDA {found[0]} ({found[1]}) but the stack needs CUDA {want}: point the role "
+                    f"at a CUDA {want} toolkit (cuda_toolkit_home / cuda_toolkit_prefix) or choose the stack "
+                    f"for CUDA {found[0]}; nothing was built with it")
+            rc_code, out_code = run([nvcc, "--list-gpu-code"])
+            rc_arch, out_arch = run([nvcc, "--list-gpu-arch"])
+            gpu_code = parse_gpu_list(out_code) if rc_code == 0 else []
+            gpu_arch = parse_gpu_list(out_arch) if rc_arch == 0 else []
+            missing = nvcc_missing_archs(gpu_code, gpu_arch, p["archs"])
+            if missing:
+                problems.append(
+                    f"{nvcc} cannot compile for {', '.join(missing)} (--list-gpu-code: "
+                    f"{' '.join(gpu_code) or 'nothing'}): the stack's archs need a newer CUDA")
+
+    cuobjdump = p["cuobjdump"] or os.path.join(home, "bin", "cuobjdump")
+    if not os.access(cuobjdump, os.X_OK):
+        if p["cuobjdump"]:
+            problems.append(f"cuobjdump {p['cuobjdump']} is not executable")
+        cuobjdump = ""
+
+    include_dirs = [os.path.join(home, "include")]
+    if os.path.isdir(os.path.join(home, "include", "cccl")):
+        # CUDA 13: thrust/cub/cuda-std live here; nvcc adds it itself, host compilers need it on CPATH.
+        include_dirs.append(os.path.join(home, "include", "cccl"))
+    fact = {
+        "version": want,
+        "nvcc_release": release,
+        "method": p["method"],
+        "source": p["source"],
+        "home": home,
+        "nvcc": nvcc,
+        "cuobjdump": cuobjdump,
+        "archs": list(p["archs"]),
+        "include_dirs": include_dirs,
+        "link_stub": os.path.join(home, "lib64", "stubs", "libcuda.so")
+        if os.path.exists(os.path.join(home, "lib64", "stubs", "libcuda.so")) else "",
+        "inputs_digest": stamp_of(p["inputs"])["digest"],
+    }
+    current = read_json(p["fact_path"])
+    result = {"problems": problems, "nvcc": nvcc, "nvcc_release": release, "gpu_code": gpu_code,
+              "cuobjdump": cuobjdump, "fact": fact, "changed": False}
+
+    if not p["enforce"]:
+        module.exit_json(ok=not problems and current == fact, **result)
+    if problems:
+        module.fail_json(msg="CUDA toolkit check failed: " + "; ".join(problems), ok=False, log_tail=log_tail,
+                         **result)
+    if current != fact:
+        after = json.dumps(fact, indent=2, sort_keys=True) + "\n"
+        result["diff"] = {"before": json.dumps(current, indent=2, sort_keys=True) + "\n" if current else "",
+                          "after": after, "before_header": p["fact_path"], "after_header": p["fact_path"]}
+        result["changed"] = True
+        if not module.check_mode:
+            os.makedirs(os.path.dirname(p["fact_path"]) or ".", exist_ok=True)
+            tmp = p["fact_path"] + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(after)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, p["fact_path"])
+    module.exit_json(ok=True, **result)
+
+
+if __name__ == "__main__":
+    main()
