@@ -13,7 +13,7 @@ description:
     the wheels lack, so nvcc and torch's C(cpp_extension) accept the prefix as C(CUDA_HOME)
     (C(lib64 -> lib), C(targets/x86_64-linux/{include,lib}), unversioned C(libcudart.so)-style links,
     the wheels' C(*.dist-info) under C(dist-info/) for provenance).
-  - CCCL (thrust, cub, cuda/std) stays in C(include/cccl) as in CUDA 13 toolkits: nvcc adds it through
+  - CCCL (thrust, cub, cuda/std) stays in C(include/cccl) as in CUDA 13 toolkits; nvcc adds it through
     C(bin/nvcc.profile); host compilers need C(-I PREFIX/include/cccl).
   - With O(link_stub), builds C(lib/stubs/libcuda.so) (SONAME C(libcuda.so.1)), a link-only stub of the
     driver library that a full toolkit ships and no wheel has, from the prefix's own C(cuda.h) with the C
@@ -23,7 +23,7 @@ description:
     replaced, so a wrong wheel set changes nothing. A prefix holding another CUDA version, or not made by
     this module, is never overwritten.
   - Idempotent by evidence, a stamp C(PREFIX/.epforge-cuda-toolkit.json) of the inputs (version, wheel
-    list, prefix, stub): when it matches and C(bin/nvcc) is there, nothing runs.
+    list, prefix, stub); when it matches and C(bin/nvcc) is there, nothing runs.
   - Refuses CUDA 12.x (NVIDIA's CUDA 12 wheels carry no nvcc) and unpinned wheels, before anything changes.
   - Check mode reports what would change; diff mode shows the stamp before and after.
 options:

@@ -9,14 +9,14 @@ module: cuda_toolkit_verify
 short_description: Prove that a CUDA_HOME has the stack's nvcc and archs; record it as a local fact
 description:
   - Runs C(HOME/bin/nvcc --version), C(--list-gpu-code) and C(--list-gpu-arch) and checks that nvcc is CUDA
-    O(cuda_version) (MAJOR.MINOR) and that it can compile for every arch in O(archs) (base arch: V(12.0a)
+    O(cuda_version) (MAJOR.MINOR) and that it can compile for every arch in O(archs) (by base arch, V(12.0a)
     needs C(sm_120) and C(compute_120) in those lists).
   - Finds C(cuobjdump) (O(cuobjdump), else C(HOME/bin/cuobjdump), else empty).
   - With O(enforce=true) (default), fails on any problem, naming it and the remedy, and writes the local
     fact O(fact_path) (JSON; changed only when its content changes; diff mode shows it).
   - With O(enforce=false) (a probe), changes nothing and never fails on a problem; RV(ok) says whether the
     home verifies AND the fact file already holds exactly this evidence and O(inputs) (then the caller's
-    install steps can be skipped: a no-op rerun costs this one call).
+    install steps can be skipped, so a no-op rerun costs this one call).
   - Check mode: reads everything, writes nothing, reports whether the fact would change.
 options:
   home:
