@@ -1,0 +1,89 @@
+#!/usr/bin/python
+"""Ansible module: publish a fetched wheel build into the controller-side cache, atomically."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cuda_extension_cache
+short_description: Publish a wheel and its manifest into the controller's wheel cache atomically
+description:
+  - Checks that O(src) holds a C(manifest.json) and the wheel it names with the recorded sha256 and key,
+    then renames O(src) to C(DEST) (O(cache_dir)C(/KEY)), so readers see either no entry or a complete one.
+  - Does nothing when C(DEST) already holds a complete entry (O(src) is then removed).
+options:
+  src:
+    description: Directory holding the fetched wheel and C(manifest.json) (on the same file system as the
+      cache).
+    type: path
+    required: true
+  cache_dir:
+    description: The extension's cache directory (C(<cache>/wheels/<name>)).
+    type: path
+    required: true
+  key:
+    description: The build key; the entry is C(cache_dir/key).
+    type: str
+    required: true
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Publish the fetched canary wheel
+  cuda_extension_cache:
+    src: /root/.cache/epforge/wheels/canary/.incoming-3f0c9a1b2d4e5f607182
+    cache_dir: /root/.cache/epforge/wheels/canary
+    key: 3f0c9a1b2d4e5f607182
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+wheel:
+  description: The wheel's path in the cache.
+  returned: success
+  type: str
+manifest:
+  description: The entry's manifest.
+  returned: success
+  type: dict
+"""
+
+import os
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_build import cache_entry, publish_dir
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "src": {"type": "path", "required": True},
+            "cache_dir": {"type": "path", "required": True},
+            "key": {"type": "str", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    dest = os.path.join(p["cache_dir"], p["key"])
+    manifest = cache_entry(dest)
+    if manifest:
+        if not module.check_mode:
+            shutil.rmtree(p["src"], ignore_errors=True)
+        module.exit_json(changed=False, wheel=os.path.join(dest, manifest["wheel"]), manifest=manifest)
+    incoming = cache_entry(p["src"])
+    if not incoming:
+        module.fail_json(msg=f"{p['src']} holds no complete build (manifest.json and a wheel with its "
+                             "sha256)")
+    if incoming.get("key") != p["key"]:
+        module.fail_json(msg=f"{p['src']} holds key {incoming.get('key')}, not {p['key']}")
+    if module.check_mode:
+        module.exit_json(changed=True, wheel=os.path.join(dest, incoming["wheel"]), manifest=incoming)
+    publish_dir(p["src"], dest)
+    manifest = cache_entry(dest)
+    module.exit_json(changed=True, wheel=os.path.join(dest, manifest["wheel"]), manifest=manifest,
+                     diff={"before": {"entry": None}, "after": {"entry": dest}})
+
+
+if __name__ == "__main__":
+    main()

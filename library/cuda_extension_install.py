@@ -1,0 +1,124 @@
+#!/usr/bin/python
+"""Ansible module: install a built CUDA extension wheel into a venv and prove it imports."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cuda_extension_install
+short_description: Install a CUDA extension wheel into a venv (no dependencies) and import it
+description:
+  - Runs C(pip install --no-deps --force-reinstall WHEEL) with the venv's interpreter (the stamp of role
+    C(cuda_extension) decides whether this runs at all, so it always installs when called).
+  - Returns the installed C(.so) files (the wheel's shared objects under the venv's site-packages) so their
+    SASS can be checked, and imports each module of O(imports) in a fresh interpreter (no GPU needed).
+  - In check mode nothing is installed and the C(.so) paths are predicted from the wheel.
+options:
+  wheel:
+    description: The wheel file on the host.
+    type: path
+    required: true
+  python:
+    description: Interpreter of the venv.
+    type: path
+    required: true
+  imports:
+    description: Python modules that must import after the install (empty = no import check).
+    type: list
+    elements: str
+    default: []
+  env:
+    description: Extra environment for the import check (e.g. C(LD_LIBRARY_PATH)).
+    type: dict
+    default: {}
+  log_path:
+    description: Log of the pip run.
+    type: path
+    required: true
+  timeout:
+    description: Seconds the pip run may take.
+    type: int
+    default: 600
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Install the canary
+  cuda_extension_install:
+    wheel: /var/lib/epforge/cuda_extension/wheels/canary/3f0c/epforge_canary-0.1.0-cp311-linux_x86_64.whl
+    python: /opt/epforge/ml-env/bin/python
+    imports: [epforge_canary]
+    log_path: /var/log/epforge/cuda_extension-canary.log
+"""
+
+RETURN = r"""
+so_files:
+  description: Absolute paths of the installed shared objects.
+  returned: success
+  type: list
+  elements: str
+imported:
+  description: Modules that imported.
+  returned: success
+  type: list
+  elements: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_build import wheel_so_members
+from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+
+SITE_PROBE = "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['platlib']))"
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "wheel": {"type": "path", "required": True},
+            "python": {"type": "path", "required": True},
+            "imports": {"type": "list", "elements": "str", "default": []},
+            "env": {"type": "dict", "default": {}},
+            "log_path": {"type": "path", "required": True},
+            "timeout": {"type": "int", "default": 600},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not os.path.isfile(p["wheel"]):
+        module.fail_json(msg=f"wheel {p['wheel']} does not exist on the host")
+    rc, out, err = module.run_command([p["python"], "-c", SITE_PROBE])
+    if rc != 0:
+        module.fail_json(msg=f"{p['python']} does not run", rc=rc, log_tail=tail(err or out))
+    site = json.loads(out.strip().splitlines()[-1])
+    so_files = [os.path.join(site, member) for member in wheel_so_members(p["wheel"])]
+    if module.check_mode:
+        module.exit_json(changed=True, so_files=so_files, imported=[])
+
+    argv = [p["python"], "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-input",
+            "--disable-pip-version-check", p["wheel"]]
+    rc, secs = run_logged(argv, p["log_path"], timeout=p["timeout"], header="cuda_extension: install")
+    if rc != 0:
+        fail_cmd(module, f"installing {os.path.basename(p['wheel'])} failed after {secs:.0f} s", argv, rc,
+                 log_path=p["log_path"])
+    absent = [f for f in so_files if not os.path.exists(f)]
+    if absent:
+        module.fail_json(msg=f"pip reported success but these files are missing: {absent}", so_files=so_files)
+
+    imported = []
+    env = dict(os.environ, **{str(k): str(v) for k, v in p["env"].items()})
+    for name in p["imports"]:
+        argv = [p["python"], "-c", f"import {name}"]
+        rc, out, err = module.run_command(argv, environ_update=env)
+        if rc != 0:
+            module.fail_json(msg=f"the installed extension does not import: 'import {name}' failed in "
+                                 f"{p['python']}", cmd=argv, rc=rc, log_tail=tail(err or out),
+                         so_files=so_files)
+        imported.append(name)
+    module.exit_json(changed=True, so_files=so_files, imported=imported)
+
+
+if __name__ == "__main__":
+    main()

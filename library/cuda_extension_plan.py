@@ -1,0 +1,224 @@
+#!/usr/bin/python
+"""Ansible module: the input key of a CUDA extension build on this host, and whether it is installed."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cuda_extension_plan
+short_description: Compute a CUDA extension's build key on a host and whether the host already has it
+description:
+  - Reads, cheaply and without importing torch, what the wheel depends on on this host - the CUDA release
+    (C(nvcc --version) under O(cuda_home)), the torch version (its dist-info in the venv of O(python)), the
+    Python tag and machine - and hashes them with the source revision, archs, build env, include dirs and
+    O(key_extra) into the build key.
+  - The host already has the extension when the stamp O(state_dir)C(/<name>.stamp.json) holds this key and
+    every C(.so) file it lists still exists.
+  - Changes nothing (check mode behaves the same).
+options:
+  name:
+    description: Extension name.
+    type: str
+    required: true
+  source:
+    description: The source as given (a git URL is part of the key; directories and archives count by
+      content).
+    type: str
+    required: true
+  source_kind:
+    description: C(git), C(dir) or C(archive) (from M(cuda_extension_source)).
+    type: str
+    required: true
+    choices: [git, dir, archive]
+  revision:
+    description: Source revision (git commit or content sha256).
+    type: str
+    required: true
+  subdir:
+    description: Directory of C(setup.py) inside the source.
+    type: str
+    default: ""
+  archs:
+    description: Target archs (e.g. C(12.0), C(9.0)); order and duplicates do not matter.
+    type: list
+    elements: str
+    required: true
+  python:
+    description: Interpreter of the venv that builds and runs the extension.
+    type: path
+    required: true
+  cuda_home:
+    description: CUDA_HOME of the toolchain.
+    type: path
+    required: true
+  build_env:
+    description: Extra build environment (part of the key).
+    type: dict
+    default: {}
+  include_dirs:
+    description: Extra include directories (part of the key).
+    type: list
+    elements: str
+    default: []
+  key_extra:
+    description: Any other key material (JSON-serialisable).
+    type: raw
+    default: {}
+  state_dir:
+    description: Directory of the host's stamps.
+    type: path
+    required: true
+  facts_dir:
+    description: Directory of local facts; the current C(epforge_cuda_extensions.fact) is returned as C(fact).
+    type: path
+    default: /etc/ansible/facts.d
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Compute the key of the canary build
+  cuda_extension_plan:
+    name: canary
+    source: /src/canary
+    source_kind: dir
+    revision: sha256:0123
+    archs: ["12.0"]
+    python: /opt/epforge/ml-env/bin/python
+    cuda_home: /opt/epforge/cuda-13.0
+    state_dir: /var/lib/epforge/cuda_extension
+"""
+
+RETURN = r"""
+key:
+  description: Hash of every input of the build.
+  returned: success
+  type: str
+  sample: 3f0c9a1b2d4e5f607182
+inputs:
+  description: The inputs the key was computed from.
+  returned: success
+  type: dict
+installed:
+  description: Whether the host's stamp proves this key is installed (and its .so files exist).
+  returned: success
+  type: bool
+reason:
+  description: Why the host does (not) need an install.
+  returned: success
+  type: str
+stamp:
+  description: The host's current stamp (empty when none).
+  returned: success
+  type: dict
+fact:
+  description: Current content of the local fact epforge_cuda_extensions (empty when none).
+  returned: success
+  type: dict
+site_dir:
+  description: The venv's site-packages.
+  returned: success
+  type: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_build import (
+    NAME_RE,
+    dist_info_version,
+    input_key,
+    normalize_archs,
+    parse_nvcc_version,
+    python_tag,
+    read_json,
+    stamp_matches,
+)
+from ansible.module_utils.epforge_common import tail
+
+PROBE = (
+    "import json, platform, sys, sysconfig; print(json.dumps({'major': sys.version_info[0], "
+    "'minor': sys.version_info[1], 'impl': sys.implementation.name, 'machine': platform.machine(), "
+    "'platlib': sysconfig.get_paths()['platlib'], 'purelib': sysconfig.get_paths()['purelib']}))"
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "source": {"type": "str", "required": True},
+            "source_kind": {"type": "str", "required": True, "choices": ["git", "dir", "archive"]},
+            "revision": {"type": "str", "required": True},
+            "subdir": {"type": "str", "default": ""},
+            "archs": {"type": "list", "elements": "str", "required": True},
+            "python": {"type": "path", "required": True},
+            "cuda_home": {"type": "path", "required": True},
+            "build_env": {"type": "dict", "default": {}},
+            "include_dirs": {"type": "list", "elements": "str", "default": []},
+            "key_extra": {"type": "raw", "default": {}},
+            "state_dir": {"type": "path", "required": True},
+            "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not NAME_RE.match(p["name"]):
+        module.fail_json(msg=f"extension name '{p['name']}' may hold only letters, digits, '_', '.', '-'")
+    try:
+        archs = normalize_archs(p["archs"])
+    except ValueError as err:
+        module.fail_json(msg=f"archs: {err}")
+
+    if not os.path.exists(p["python"]):
+        module.fail_json(msg=f"{p['python']} does not exist: run role ml_env first (or set "
+                             "cuda_extension_python to a venv interpreter with torch)")
+    argv = [p["python"], "-c", PROBE]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg=f"{p['python']} does not run", cmd=argv, rc=rc, log_tail=tail(err or out))
+    probe = json.loads(out.strip().splitlines()[-1])
+    torch_version = (dist_info_version(probe["purelib"], "torch")
+                     or dist_info_version(probe["platlib"], "torch"))
+    if not torch_version:
+        module.fail_json(msg=f"torch is not installed in the venv of {p['python']}: run role ml_env first")
+
+    nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
+    argv = [nvcc, "--version"]
+    if not os.path.exists(nvcc):
+        module.fail_json(msg=f"{nvcc} does not exist: cuda_home must be a CUDA toolkit with nvcc "
+                             "(role cuda_toolkit sets cuda_toolkit_home)", cmd=argv, rc=127)
+    rc, out, err = module.run_command(argv)
+    nvcc_version = parse_nvcc_version(out)
+    if rc != 0 or not nvcc_version:
+        module.fail_json(msg=f"cannot read the CUDA release from {nvcc} --version", cmd=argv, rc=rc,
+                         log_tail=tail(err or out))
+
+    source = {"kind": p["source_kind"], "revision": p["revision"], "subdir": p["subdir"]}
+    if p["source_kind"] == "git":
+        source["url"] = p["source"]
+    inputs = {
+        "name": p["name"],
+        "source": source,
+        "archs": archs,
+        "cuda": nvcc_version["version"],
+        "torch": torch_version,
+        "python": python_tag(probe["major"], probe["minor"], probe["impl"]),
+        "machine": probe["machine"],
+        "build_env": {str(k): str(v) for k, v in sorted(p["build_env"].items())},
+        "include_dirs": [str(d) for d in p["include_dirs"]],
+        "key_extra": p["key_extra"],
+    }
+    key = input_key(inputs)
+    stamp = read_json(os.path.join(p["state_dir"], f"{p['name']}.stamp.json")) or {}
+    installed, reason = stamp_matches(stamp, key, stamp.get("so_files", []) if stamp else [])
+    if installed and not stamp.get("so_files"):
+        installed, reason = False, "stamp lists no .so files"
+    fact = read_json(os.path.join(p["facts_dir"], "epforge_cuda_extensions.fact")) or {}
+    module.exit_json(changed=False, key=key, inputs=inputs, installed=installed, reason=reason, stamp=stamp,
+                     fact=fact, site_dir=probe["platlib"], torch_version=torch_version,
+                     cuda_version=nvcc_version["version"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+#!/usr/bin/python
+"""Ansible module: a venv with the stack's torch and build tools, verified once and stamped."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: ml_env_torch
+short_description: Ensure a venv holds the stack's torch and build tools, verified against the CUDA toolkit
+description:
+  - Creates the venv at O(path) when missing and installs C(torch==torch_version) (from O(index_url) when
+    set) plus the build tools in O(packages), only when they are not already there (read from dist-info, no
+    import).
+  - Verifies, by importing torch once in the venv (no GPU needed), that C(torch.version.cuda) has the major
+    version of the toolkit (O(toolkit_cuda)) and that C(torch.cuda.get_arch_list()) covers every arch in
+    O(archs).
+  - Records the inputs and this evidence in a stamp (JSON). When the stamp matches the inputs and the venv
+    and its packages are still there, nothing runs and torch is not imported again (a rerun is cheap and
+    changed=false).
+  - Refuses, before anything changes, a torch build whose declared CUDA major (O(torch_cuda)) differs from
+    the toolkit's, since torch refuses to build extensions with an nvcc of another major version.
+  - pip output goes to O(log_path) (users can C(tail -f) it); each pip run is bounded by O(timeout).
+options:
+  path:
+    description: Directory of the venv.
+    type: path
+    required: true
+  base_python:
+    description: Interpreter that creates the venv.
+    type: str
+    default: python3
+  torch_version:
+    description: torch version to install (as on PyPI, e.g. C(2.14.1); a local part such as C(+cu130) is
+      ignored
+      when comparing).
+    type: str
+    required: true
+  torch_cuda:
+    description: CUDA version the requested torch build is made for (e.g. C(13.0)).
+    type: str
+    required: true
+  index_url:
+    description: Package index for torch (e.g. C(https://download.pytorch.org/whl/cu130)); empty = pip's
+      default.
+    type: str
+    default: ""
+  packages:
+    description: Build tools (pip requirement strings) installed next to torch.
+    type: list
+    elements: str
+    default: [setuptools, wheel, ninja, packaging]
+  toolkit_cuda:
+    description: CUDA version of the toolkit extensions will be built with; torch's CUDA major must equal it.
+    type: str
+    required: true
+  archs:
+    description: Target archs (C(12.0), C(9.0), C(12.0a)); C(torch.cuda.get_arch_list()) must cover each.
+    type: list
+    elements: str
+    required: true
+  stamp_path:
+    description: Stamp file; default C(PATH/.epforge-ml-env.json).
+    type: path
+  log_path:
+    description: Log of venv creation and pip runs.
+    type: path
+    required: true
+  timeout:
+    description: Seconds each pip run may take before it is killed.
+    type: int
+    default: 1800
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Ensure the ML venv (tail -f /var/log/epforge/ml_env.log)
+  ml_env_torch:
+    path: /opt/epforge/ml-env
+    torch_version: "{{ epforge_stack_spec.torch.version }}"
+    torch_cuda: "{{ epforge_stack_spec.torch.cuda }}"
+    index_url: "{{ epforge_stack_spec.torch.index_url }}"
+    toolkit_cuda: "{{ epforge_stack_spec.cuda.version }}"
+    archs: "{{ epforge_stack_spec.arch_list }}"
+    log_path: /var/log/epforge/ml_env.log
+"""
+
+RETURN = r"""
+python:
+  description: The venv's interpreter.
+  returned: always
+  type: str
+  sample: /opt/epforge/ml-env/bin/python
+torch_version:
+  description: torch.__version__ as verified (from the stamp on a no-op run).
+  returned: success
+  type: str
+  sample: 2.14.1+cu130
+torch_cuda:
+  description: torch.version.cuda as verified.
+  returned: success
+  type: str
+  sample: "13.0"
+torch_arch_list:
+  description: torch.cuda.get_arch_list() as verified.
+  returned: success
+  type: list
+  elements: str
+  sample: [sm_75, sm_80, sm_86, sm_90, sm_100, sm_120, compute_120]
+key:
+  description: Hash of the inputs recorded in the stamp.
+  returned: always
+  type: str
+actions:
+  description: What this run did (empty when nothing was needed).
+  returned: always
+  type: list
+  elements: str
+  sample: [create venv, pip install torch==2.14.1, verify torch]
+verified:
+  description: Whether torch was imported in this run (false when the stamp proved the state).
+  returned: always
+  type: bool
+reason:
+  description: Why work was needed (or C(stamp matches)).
+  returned: always
+  type: str
+"""
+
+import glob
+import json
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_build import (
+    cuda_major,
+    dist_info_version,
+    input_key,
+    normalize_archs,
+    read_json,
+    torch_arch_missing,
+    write_json_atomic,
+)
+from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+
+VERIFY_SCRIPT = (
+    "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+    "'archs': torch.cuda.get_arch_list()}))"
+)
+
+
+def requirement_name(req: str) -> str:
+    return re.split(r"[<>=!~\[; ]", req.strip(), maxsplit=1)[0]
+
+
+def site_packages(venv: str) -> str | None:
+    found = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
+    return found[-1] if found else None
+
+
+def base_version(version: str | None) -> str:
+    return str(version or "").split("+", 1)[0]
+
+
+def missing_packages(venv: str, torch_version: str, packages: list[str]) -> list[str]:
+    """Requirements the venv lacks, read from dist-info names only (torch is never imported here)."""
+    site = site_packages(venv)
+    if not os.path.exists(os.path.join(venv, "bin", "python")) or site is None:
+        return [f"torch=={torch_version}", *packages]
+    missing = []
+    if base_version(dist_info_version(site, "torch")) != base_version(torch_version):
+        missing.append(f"torch=={torch_version}")
+    for req in packages:
+        name = requirement_name(req)
+        pinned = re.match(r"^[A-Za-z0-9_.-]+==([^;\s]+)$", req.strip())
+        have = dist_info_version(site, name)
+        if have is None or (pinned and have != pinned.group(1)):
+            missing.append(req)
+    return missing
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "base_python": {"type": "str", "default": "python3"},
+            "torch_version": {"type": "str", "required": True},
+            "torch_cuda": {"type": "str", "required": True},
+            "index_url": {"type": "str", "default": ""},
+            "packages": {"type": "list", "elements": "str",
+                         "default": ["setuptools", "wheel", "ninja", "packaging"]},
+            "toolkit_cuda": {"type": "str", "required": True},
+            "archs": {"type": "list", "elements": "str", "required": True},
+            "stamp_path": {"type": "path"},
+            "log_path": {"type": "path", "required": True},
+            "timeout": {"type": "int", "default": 1800},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    venv = p["path"]
+    python = os.path.join(venv, "bin", "python")
+    stamp_path = p["stamp_path"] or os.path.join(venv, ".epforge-ml-env.json")
+    result = {"changed": False, "python": python, "actions": [], "verified": False}
+
+    # Bad input first, before anything changes.
+    toolkit_major = cuda_major(p["toolkit_cuda"])
+    torch_major = cuda_major(p["torch_cuda"])
+    if toolkit_major is None or torch_major is None:
+        module.fail_json(msg=f"cannot read a CUDA major version from torch_cuda '{p['torch_cuda']}' "
+                             f"or toolkit_cuda '{p['toolkit_cuda']}'", **result)
+    if toolkit_major != torch_major:
+        module.fail_json(
+            msg=(f"torch {p['torch_version']} is built for CUDA {p['torch_cuda']} but the toolkit is CUDA "
+                 f"{p['toolkit_cuda']}: torch refuses to build extensions with an nvcc of another major "
+                 f"version. Choose a torch build for CUDA {toolkit_major}.x (index_url) or a CUDA "
+                 f"{torch_major}.x toolkit. Nothing was changed."), **result)
+    try:
+        archs = normalize_archs(p["archs"])
+    except ValueError as err:
+        module.fail_json(msg=f"archs: {err}", **result)
+
+    packages = sorted(p["packages"])
+    inputs = {
+        "base_python": p["base_python"],
+        "torch_version": p["torch_version"],
+        "torch_cuda": p["torch_cuda"],
+        "index_url": p["index_url"],
+        "packages": packages,
+        "toolkit_cuda": p["toolkit_cuda"],
+        "archs": archs,
+    }
+    key = input_key(inputs)
+    result["key"] = key
+
+    stamp = read_json(stamp_path)
+    missing = missing_packages(venv, p["torch_version"], packages)
+    if stamp and stamp.get("key") == key and not missing:
+        evidence = stamp.get("evidence", {})
+        result.update(reason="stamp matches", torch_version=evidence.get("torch"),
+                      torch_cuda=evidence.get("cuda"), torch_arch_list=evidence.get("archs", []))
+        module.exit_json(**result)
+
+    if not stamp:
+        reason = "no stamp"
+    elif stamp.get("key") != key:
+        reason = "inputs changed"
+    else:
+        reason = "packages missing: " + ", ".join(missing)
+    result["reason"] = reason
+
+    created = not os.path.exists(python)
+    if created:
+        result["actions"].append("create venv")
+    torch_missing = [m for m in missing if m.startswith("torch==")]
+    other_missing = [m for m in missing if not m.startswith("torch==")]
+    if torch_missing:
+        result["actions"].append(f"pip install {torch_missing[0]}")
+    if other_missing:
+        result["actions"].append("pip install " + " ".join(other_missing))
+    result["actions"].append("verify torch")
+
+    if module.check_mode:
+        result["changed"] = True
+        result["diff"] = {"before": {"stamp_key": (stamp or {}).get("key")}, "after": {"stamp_key": key}}
+        module.exit_json(**result)
+
+    log = p["log_path"]
+    if created:
+        argv = [p["base_python"], "-m", "venv", venv]
+        rc, _ = run_logged(argv, log, timeout=300, header="ml_env: create venv")
+        if rc != 0:
+            fail_cmd(module, f"creating the venv at {venv} failed", argv, rc, log_path=log)
+        result["changed"] = True
+
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    if torch_missing:
+        argv = [*pip, torch_missing[0]]
+        if p["index_url"]:
+            argv += ["--index-url", p["index_url"]]
+        rc, secs = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install torch")
+        if rc != 0:
+            fail_cmd(module, f"installing {torch_missing[0]} failed (rc {rc}"
+                             f"{', timed out' if rc == 124 else ''}) after {secs:.0f} s; see {log}",
+                     argv, rc, log_path=log)
+        result["changed"] = True
+    if other_missing:
+        argv = [*pip, *other_missing]
+        rc, _ = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install build tools")
+        if rc != 0:
+            fail_cmd(module, "installing the build tools failed", argv, rc, log_path=log)
+        result["changed"] = True
+
+    argv = [python, "-c", VERIFY_SCRIPT]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg=f"importing torch in {venv} failed", cmd=argv, rc=rc, log_tail=tail(err or out),
+                         **result)
+    try:
+        evidence = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        module.fail_json(msg="could not read torch's versions", cmd=argv, rc=rc, log_tail=tail(out), **result)
+    result["verified"] = True
+    result.update(torch_version=evidence["torch"], torch_cuda=evidence["cuda"],
+                  torch_arch_list=evidence["archs"])
+    problems = []
+    if base_version(evidence["torch"]) != base_version(p["torch_version"]):
+        problems.append(f"torch is {evidence['torch']}, not {p['torch_version']}")
+    if cuda_major(evidence["cuda"]) != toolkit_major:
+        problems.append(
+            f"the installed torch {evidence['torch']} is built for CUDA {evidence['cuda']} but the "
+            f"toolkit is "
+            f"CUDA {p['toolkit_cuda']}: extensions cannot be built with it; install a torch build for CUDA "
+            f"{toolkit_major}.x (set the stack's torch.index_url)")
+    not_covered = torch_arch_missing(evidence["archs"], archs)
+    if not_covered:
+        problems.append(
+            f"torch.cuda.get_arch_list() {evidence['archs']} does not cover {', '.join(not_covered)}: "
+            "this torch "
+            "build carries no kernels for those GPUs; choose a torch build that does or change the arch list")
+    if problems:
+        module.fail_json(msg="; ".join(problems), **result)
+
+    new_stamp = {"key": key, "inputs": inputs, "evidence": evidence}
+    if write_json_atomic(stamp_path, new_stamp):
+        result["changed"] = True
+        result["diff"] = {"before_header": stamp_path, "after_header": stamp_path,
+                          "before": json.dumps(stamp or {}, indent=2, sort_keys=True) + "\n",
+                          "after": json.dumps(new_stamp, indent=2, sort_keys=True) + "\n"}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
