@@ -17,7 +17,7 @@ description:
   - With O(enforce=false) (a probe), changes nothing and never fails on a problem; RV(ok) says whether the
     home verifies AND the fact file already holds exactly this evidence and O(inputs) (then the caller's
     install steps can be skipped, so a no-op rerun costs this one call).
-  - Check mode: reads everything, writes nothing, reports whether the fact would change.
+  - In check mode it reads everything, writes nothing and reports whether the fact would change.
 options:
   home:
     description: The CUDA_HOME to verify.
