@@ -1,0 +1,247 @@
+#!/usr/bin/python
+"""Ansible module: gather facts about a host's NVIDIA GPUs, driver and GPU interconnect."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_gpu_facts
+short_description: Gather NVIDIA GPU, driver and interconnect facts with nvidia-smi
+description:
+  - Runs C(nvidia-smi --query-gpu=index,name,compute_cap,memory.total,pci.bus_id,uuid,driver_version
+    --format=csv,noheader,nounits), plain C(nvidia-smi) (its header names the newest CUDA the driver
+    supports) and C(nvidia-smi topo -m) (the GPU connection matrix), each as an argv list.
+  - Sets the fact C(epforge_gpu_facts). The module only gathers; it never fails because a host has no
+    GPU. A host without nvidia-smi, or where nvidia-smi cannot reach the driver, gets C(available=false)
+    with the reason, so a later preflight step decides what that means.
+  - Fails only when nvidia-smi answers the GPU query with output it cannot parse (the message names
+    the line at fault and carries cmd, rc and the output tail). An unparsable topology matrix does not
+    fail the module; it gives C(interconnect=unknown) and the parser's message in C(topology_error).
+  - Reads only, so check mode behaves the same.
+options:
+  nvidia_smi_path:
+    description:
+      - Path of the nvidia-smi executable.
+      - When omitted, nvidia-smi is looked up on the PATH (and the usual sbin directories).
+    type: path
+  timeout:
+    description:
+      - Seconds each nvidia-smi call may run before it is stopped (through coreutils C(timeout) when
+        the host has it). A hung driver then reports C(available=false) instead of hanging the play.
+    type: int
+    default: 60
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts
+  nvidia_gpu_facts:
+
+- name: Use an nvidia-smi outside the PATH
+  nvidia_gpu_facts:
+    nvidia_smi_path: /usr/lib/wsl/lib/nvidia-smi
+    timeout: 30
+
+- name: Show what was found
+  ansible.builtin.debug:
+    msg: >-
+      {{ ansible_facts['epforge_gpu_facts']['gpu_count'] }} GPU(s), archs
+      {{ ansible_facts['epforge_gpu_facts']['archs'] }}, interconnect
+      {{ ansible_facts['epforge_gpu_facts']['interconnect'] }}
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts set on the host.
+  returned: always
+  type: dict
+  contains:
+    epforge_gpu_facts:
+      description: What nvidia-smi reported.
+      returned: always
+      type: dict
+      contains:
+        available:
+          description: True when nvidia-smi listed at least one GPU.
+          type: bool
+        reason:
+          description: >-
+            Empty when available; otherwise why not, for example C(nvidia-smi not found on PATH),
+            C(nvidia-smi failed: <its message>, rc 9) or C(no GPU listed).
+          type: str
+        gpu_count:
+          description: Number of GPUs listed.
+          type: int
+        gpus:
+          description: One entry per GPU, in nvidia-smi's index order.
+          type: list
+          elements: dict
+          sample:
+            - {index: 0, name: NVIDIA RTX PRO 6000 Blackwell Server Edition, compute_capability: "12.0",
+               arch: "12.0", memory_total_mib: 97887, pci_bus_id: "00000000:01:00.0",
+               uuid: GPU-0e4a5f5c-0000-0000-0000-000000000000}
+        driver_version:
+          description: The NVIDIA driver version ("" when unavailable).
+          type: str
+          sample: "580.159.04"
+        cuda_driver_version:
+          description: The newest CUDA version the driver supports ("" when unknown).
+          type: str
+          sample: "13.0"
+        interconnect:
+          description: >-
+            nvlink (every GPU pair over NVLink), pcie (no pair over NVLink), mixed (some pairs),
+            single (one GPU), none (no GPU), unknown (the topology could not be read; see topology_error).
+          type: str
+          choices: [nvlink, pcie, mixed, single, none, unknown]
+        topology:
+          description: >-
+            The GPU part of C(nvidia-smi topo -m). C(links) counts each GPU pair once by link class
+            (NV is any NV#; the older SOC counts as SYS).
+          type: dict
+          sample:
+            gpus: [GPU0, GPU1]
+            matrix: {GPU0: {GPU1: NV18}, GPU1: {GPU0: NV18}}
+            links: {NV: 1, PIX: 0, PXB: 0, PHB: 0, NODE: 0, SYS: 0}
+        topology_error:
+          description: Why the topology could not be read ("" when it was, or when there is no GPU).
+          type: str
+        archs:
+          description: Unique compute capabilities of the GPUs, in numeric order (8.9 before 12.0).
+          type: list
+          elements: str
+          sample: ["12.0"]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_common import fail_cmd, tail
+from ansible.module_utils.epforge_nvidia import (
+    LINK_CLASSES,
+    QUERY_FIELDS,
+    classify_interconnect,
+    parse_cuda_version,
+    parse_query_csv,
+    parse_topology,
+)
+
+QUERY_ARGS = [f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
+TIMED_OUT = 124  # the exit status of coreutils' timeout
+
+
+def empty_facts(reason: str) -> dict:
+    return {
+        "available": False,
+        "reason": reason,
+        "gpu_count": 0,
+        "gpus": [],
+        "driver_version": "",
+        "cuda_driver_version": "",
+        "interconnect": "none",
+        "topology": {"gpus": [], "matrix": {}, "links": dict.fromkeys(LINK_CLASSES, 0)},
+        "topology_error": "",
+        "archs": [],
+    }
+
+
+def one_line(text: str) -> str:
+    return " ".join(tail(text, 5).split())
+
+
+class NvidiaSmi:
+    """Runs nvidia-smi with a bounded time, as argv lists."""
+
+    def __init__(self, module: AnsibleModule, path: str):
+        self.module = module
+        self.path = path
+        timeout_bin = module.get_bin_path("timeout")
+        seconds = str(module.params["timeout"])
+        self.prefix = [timeout_bin, "--kill-after=5", seconds] if timeout_bin else []
+
+    def argv(self, args: list[str]) -> list[str]:
+        return [*self.prefix, self.path, *args]
+
+    def run(self, args: list[str]) -> tuple[list[str], int, str, str]:
+        argv = self.argv(args)
+        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
+        return argv, rc, out or "", err or ""
+
+
+def failure_reason(rc: int, out: str, err: str, timeout: int) -> str:
+    if rc == TIMED_OUT:
+        return f"nvidia-smi timed out after {timeout} s"
+    message = one_line(err) or one_line(out) or "no output"
+    return f"nvidia-smi failed: {message}, rc {rc}"
+
+
+def gather(module: AnsibleModule) -> dict:
+    path = module.params["nvidia_smi_path"]
+    if path:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            return empty_facts(f"nvidia-smi not found at {path}")
+    else:
+        path = module.get_bin_path("nvidia-smi")
+        if not path:
+            return empty_facts("nvidia-smi not found on PATH")
+    smi = NvidiaSmi(module, path)
+    timeout = module.params["timeout"]
+
+    argv, rc, out, err = smi.run(QUERY_ARGS)
+    if rc != 0:
+        if "No devices were found" in out + err:
+            return empty_facts("no GPU listed (nvidia-smi: No devices were found)")
+        return empty_facts(failure_reason(rc, out, err, timeout))
+    try:
+        gpus = parse_query_csv(out)
+    except ValueError as exc:
+        fail_cmd(module, f"cannot parse the nvidia-smi GPU query: {exc}", argv, rc, output=out + err)
+    if not gpus:
+        return empty_facts("no GPU listed")
+
+    facts = empty_facts("")
+    facts.update(
+        available=True,
+        gpu_count=len(gpus),
+        gpus=[{key: value for key, value in gpu.items() if key != "driver_version"} for gpu in gpus],
+        driver_version=gpus[0]["driver_version"],
+        archs=sorted({gpu["arch"] for gpu in gpus}, key=lambda arch: tuple(int(p) for p in arch.split("."))),
+    )
+
+    _argv, rc, out, err = smi.run([])
+    facts["cuda_driver_version"] = parse_cuda_version(out) if rc == 0 else ""
+
+    _argv, rc, out, err = smi.run(["topo", "-m"])
+    if rc != 0:
+        facts.update(interconnect="unknown", topology_error=failure_reason(rc, out, err, timeout))
+        return facts
+    try:
+        topology = parse_topology(out)
+    except ValueError as exc:
+        facts.update(interconnect="unknown", topology_error=str(exc))
+        return facts
+    if len(topology["gpus"]) != len(gpus):
+        facts.update(
+            interconnect="unknown",
+            topology_error=f"topo -m lists {len(topology['gpus'])} GPUs but the query listed {len(gpus)}",
+        )
+        return facts
+    facts.update(topology=topology, interconnect=classify_interconnect(topology))
+    return facts
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "nvidia_smi_path": {"type": "path"},
+            "timeout": {"type": "int", "default": 60},
+        },
+        supports_check_mode=True,
+    )
+    if module.params["timeout"] < 1:
+        module.fail_json(msg=f"timeout must be at least 1 second, got {module.params['timeout']}")
+    module.exit_json(changed=False, ansible_facts={"epforge_gpu_facts": gather(module)})
+
+
+if __name__ == "__main__":
+    main()

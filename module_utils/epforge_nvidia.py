@@ -1,0 +1,177 @@
+"""Parsers for nvidia-smi output: the GPU query CSV, the CUDA version the driver supports, and the
+`nvidia-smi topo -m` connection matrix; plus the rule that names a host's GPU interconnect.
+
+Pure functions (text in, data out). Malformed input raises ValueError with a message that names the
+line at fault, so the module can report it instead of guessing.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+
+# The fields the module asks for, in this order (nvidia-smi --query-gpu=...).
+QUERY_FIELDS = ("index", "name", "compute_cap", "memory.total", "pci.bus_id", "uuid", "driver_version")
+
+# Link classes of `nvidia-smi topo -m` (its legend), counted per GPU pair in topology["links"].
+LINK_CLASSES = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
+# Older drivers wrote SOC for what newer ones call SYS (a path across the SMP interconnect).
+_LINK_ALIASES = {"SOC": "SYS"}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NVLINK = re.compile(r"^NV(\d+)$")
+_GPU = re.compile(r"^GPU(\d+)$")
+_CAPABILITY = re.compile(r"^\d+\.\d+$")
+_CUDA_VERSION = re.compile(r"CUDA Version\s*:\s*(\S+)")
+# Words of the header's trailing columns: "CPU Affinity", "NUMA Affinity", "GPU NUMA ID".
+_HEADER_TAIL_WORDS = {"CPU", "NUMA", "GPU", "Affinity", "ID"}
+
+
+def parse_query_csv(text: str) -> list[dict]:
+    """GPUs from `nvidia-smi --query-gpu=<QUERY_FIELDS> --format=csv,noheader,nounits`.
+
+    Returns one dict per GPU: index (int), name, compute_capability ("12.0"), arch (same string),
+    memory_total_mib (int), pci_bus_id, uuid, driver_version. Empty output gives [].
+    """
+    gpus = []
+    lines = [line for line in text.splitlines() if line.strip()]
+    for number, row in enumerate(csv.reader(lines, skipinitialspace=True), start=1):
+        fields = [field.strip() for field in row]
+        if len(fields) != len(QUERY_FIELDS):
+            raise ValueError(
+                f"query line {number} has {len(fields)} fields, expected {len(QUERY_FIELDS)} "
+                f"({', '.join(QUERY_FIELDS)}): {lines[number - 1]!r}"
+            )
+        index, name, capability, memory, bus_id, uuid, driver = fields
+        if not index.isdigit():
+            raise ValueError(f"query line {number}: index {index!r} is not a number")
+        if not _CAPABILITY.match(capability):
+            raise ValueError(f"query line {number}: compute_cap {capability!r} is not MAJOR.MINOR")
+        if not memory.isdigit():
+            raise ValueError(f"query line {number}: memory.total {memory!r} is not a number of MiB")
+        gpus.append({
+            "index": int(index),
+            "name": name,
+            "compute_capability": capability,
+            "arch": capability,
+            "memory_total_mib": int(memory),
+            "pci_bus_id": bus_id,
+            "uuid": uuid,
+            "driver_version": driver,
+        })
+    indexes = [gpu["index"] for gpu in gpus]
+    if len(set(indexes)) != len(indexes):
+        raise ValueError(f"query lists a GPU index twice: {indexes}")
+    return gpus
+
+
+def parse_cuda_version(text: str) -> str:
+    """The newest CUDA the driver supports ("13.0"), from plain `nvidia-smi` ("CUDA Version: 13.0" in
+    its header) or `nvidia-smi --version` ("CUDA Version : 13.0"). "" when absent or not a version
+    (some drivers print "N/A" or "Not Found")."""
+    match = _CUDA_VERSION.search(text or "")
+    if match and _CAPABILITY.match(match.group(1)):
+        return match.group(1)
+    return ""
+
+
+def _link_class(token: str) -> str | None:
+    """The LINK_CLASSES name of a matrix cell, or None for a token the legend does not define."""
+    token = _LINK_ALIASES.get(token, token)
+    if _NVLINK.match(token):
+        return "NV"
+    return token if token in LINK_CLASSES else None
+
+
+def parse_topology(text: str) -> dict:
+    """GPU-to-GPU links from `nvidia-smi topo -m`.
+
+    Handles the header of device names (GPUs, then NICs or mlx5_N devices), the trailing columns
+    (CPU Affinity, NUMA Affinity, GPU NUMA ID), the bold/underline escape codes nvidia-smi puts around
+    the header on a terminal, tab- or space-aligned columns, "X" on the diagonal, NIC rows (ignored)
+    and the legend after the matrix. Returns
+    {"gpus": ["GPU0", ...], "matrix": {"GPU0": {"GPU1": "NV18", ...}, ...},
+     "links": {"NV": n, "PIX": n, ...}} where links counts each unordered GPU pair once.
+    Raises ValueError for a missing header, a missing or short GPU row, a diagonal other than X,
+    or a link token the legend does not define.
+    """
+    lines = [_ANSI.sub("", line).rstrip() for line in (text or "").splitlines()]
+    header_at = None
+    devices: list[str] = []
+    for number, line in enumerate(lines):
+        tokens = line.split()
+        # The header starts with GPU0; GPU0's own row has X right after its name.
+        if tokens and tokens[0] == "GPU0" and (len(tokens) == 1 or tokens[1] != "X"):
+            header_at = number
+            for token in tokens:
+                if token in _HEADER_TAIL_WORDS:
+                    break
+                devices.append(token)
+            break
+        if tokens and tokens[0].rstrip(":") == "Legend":
+            break
+    if header_at is None:
+        raise ValueError("no header row of GPU names (a line starting with GPU0) before the legend")
+    gpus = [device for device in devices if _GPU.match(device)]
+    if [int(_GPU.match(gpu).group(1)) for gpu in gpus] != list(range(len(gpus))):
+        raise ValueError(f"header GPU names are not GPU0..GPU{len(gpus) - 1}: {devices}")
+    if devices[: len(gpus)] != gpus:
+        raise ValueError(f"header lists a non-GPU device before a GPU: {devices}")
+
+    rows: dict[str, list[str]] = {}
+    for line in lines[header_at + 1:]:
+        tokens = line.split()
+        if not tokens:
+            if rows:
+                break  # the blank line that ends the matrix
+            continue
+        if tokens[0].rstrip(":") == "Legend":
+            break
+        name = tokens[0]
+        if name not in devices:
+            raise ValueError(f"matrix row {name!r} is not a device of the header {devices}")
+        if name in gpus:
+            cells = tokens[1:1 + len(devices)]
+            if len(cells) < len(devices):
+                raise ValueError(f"row {name} has {len(cells)} cells for {len(devices)} devices: {line!r}")
+            rows[name] = cells
+        else:
+            rows[name] = []  # NIC rows say nothing about GPU pairs
+
+    matrix: dict[str, dict[str, str]] = {}
+    links = dict.fromkeys(LINK_CLASSES, 0)
+    for row_number, gpu in enumerate(gpus):
+        if gpu not in rows:
+            raise ValueError(f"no matrix row for {gpu} (header lists {len(gpus)} GPUs)")
+        cells = rows[gpu]
+        matrix[gpu] = {}
+        for column, peer in enumerate(gpus):
+            cell = cells[column]
+            if column == row_number:
+                if cell != "X":
+                    raise ValueError(f"{gpu} to itself reads {cell!r}, expected X")
+                continue
+            link = _link_class(cell)
+            if link is None:
+                raise ValueError(f"unknown link {cell!r} between {gpu} and {peer}")
+            matrix[gpu][peer] = cell
+            if column > row_number:
+                links[link] += 1
+    return {"gpus": gpus, "matrix": matrix, "links": links}
+
+
+def classify_interconnect(topology: dict) -> str:
+    """nvlink when every GPU pair is NV#, pcie when none is, mixed otherwise; single for one GPU,
+    none for no GPU."""
+    gpus = topology.get("gpus", [])
+    if not gpus:
+        return "none"
+    if len(gpus) == 1:
+        return "single"
+    links = topology["links"]
+    pairs = sum(links.values())
+    if links["NV"] == pairs:
+        return "nvlink"
+    if links["NV"] == 0:
+        return "pcie"
+    return "mixed"
