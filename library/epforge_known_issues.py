@@ -1,0 +1,172 @@
+#!/usr/bin/python
+"""Ansible module: evaluate the known-issues table against a host's GPUs, its stack and server settings."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: epforge_known_issues
+short_description: Refuse, warn about or adjust known dead ends of SGLang expert-parallel serving
+description:
+  - Evaluates the known-issues table (C(data/known_issues.yml)) against the GPUs found on the host, the
+    stack (version set) and the requested SGLang server settings (C(epforge_server)).
+  - Each matching row is an error (the module fails, naming the problem, the remedy and the source), a
+    warning (reported, the play goes on) or an adjustment (the settings change that the row names, with
+    the reason).
+  - Adjustments apply until nothing changes; errors and warnings are then read from the adjusted settings.
+  - The table's condition grammar is documented in C(module_utils/epforge_known_issues.py); conditions are
+    data, never templates or code.
+  - Pure evaluation; it reads nothing on the host and changes nothing, so it behaves the same in check mode.
+    Role C(preflight) runs it before anything changes; the server role runs it again before a launch.
+  - "Secrets never come back in results or messages: C(api_key) and env entries whose names contain
+    TOKEN, SECRET, PASSWORD, API_KEY, ACCESS_KEY or CREDENTIAL are left out. Apply the adjustments with
+    C(epforge_server | combine(result.settings_changes, recursive=true))."
+options:
+  table:
+    description:
+      - The known-issues table, a mapping with C(server_defaults) and C(issues), usually
+        C(lookup('ansible.builtin.file', 'data/known_issues.yml') | from_yaml).
+    type: dict
+    required: true
+  gpu_facts:
+    description:
+      - GPU facts of the host in the schema of module C(nvidia_gpu_facts) (C(epforge_gpu_facts)), with keys
+        C(available), C(gpu_count), C(gpus[].arch), C(archs), C(interconnect), C(driver_version),
+        C(cuda_driver_version). An empty mapping means no GPU.
+    type: dict
+    default: {}
+  stack:
+    description:
+      - The stack, either the full C(epforge_stack_spec) or its summary (C(name), C(cuda), C(arch_list)).
+    type: dict
+    required: true
+  server:
+    description:
+      - The requested SGLang server settings (C(epforge_server)); keys the rules read include C(tp_size),
+        C(ep_size), C(nnodes), C(moe_a2a_backend), C(deepep_mode), C(disable_cuda_graph),
+        C(disable_custom_all_reduce), C(enable_torch_symm_mem), C(enable_flashinfer_allreduce_fusion) and
+        C(env).
+    type: dict
+    default: {}
+  fail_on_error:
+    description: Fail when an error row matches (false returns the errors and lets the caller decide).
+    type: bool
+    default: true
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Check the requested server settings against the known dead ends
+  epforge_known_issues:
+    table: "{{ lookup('ansible.builtin.file', playbook_dir ~ '/../data/known_issues.yml') | from_yaml }}"
+    gpu_facts: "{{ epforge_gpu_facts }}"
+    stack: "{{ epforge_stack_spec }}"
+    server: "{{ epforge_server }}"
+  register: known_issues
+
+- name: Launch with the adjusted settings
+  ansible.builtin.set_fact:
+    sglang_server_settings: "{{ epforge_server | combine(known_issues.settings_changes, recursive=true) }}"
+"""
+
+RETURN = r"""
+findings:
+  description: The matching rows by severity.
+  returned: always
+  type: dict
+  contains:
+    errors:
+      description: >-
+        Error rows that match (the module fails when any exist unless fail_on_error is false); each with
+        id, title, severity, consequence, remedy, source.
+      type: list
+      elements: dict
+      sample:
+        - id: torch_symm_mem_sm120_pcie
+          title: torch symmetric-memory allreduce needs SM90/SM10x and NVLink multicast
+          severity: error
+          consequence: 'SGLang''s torch symmetric-memory allreduce ... fails with "KeyError: 12" ...'
+          remedy: remove enable_torch_symm_mem from epforge_server ...
+          source: sglang python/sglang/srt/distributed/device_communicators/torch_symm_mem.py ...
+    warnings:
+      description: Warning rows that match (same keys as errors); also emitted as Ansible warnings.
+      type: list
+      elements: dict
+    adjustments:
+      description: >-
+        Adjust rows applied, each with the keys of errors plus C(changes)
+        ({KEY: {from, to, requested}}; for a mapping such as env, from/to hold the changed entries).
+      type: list
+      elements: dict
+      sample:
+        - id: deepep_normal_mode_needs_nvlink
+          changes: {deepep_mode: {from: auto, to: low_latency, requested: false}}
+matched:
+  description: Ids of every matching row (errors, warnings, adjustments).
+  returned: always
+  type: list
+  elements: str
+adjusted_settings:
+  description: The server settings with every adjustment applied, secrets left out.
+  returned: always
+  type: dict
+settings_changes:
+  description: Only the changed settings (env entries merged); combine recursively onto epforge_server.
+  returned: always
+  type: dict
+  sample: {deepep_mode: low_latency, env: {FLASHINFER_CUDA_ARCH_LIST: "12.0a"}}
+messages:
+  description: One plain line per finding (errors, then adjustments, then warnings).
+  returned: always
+  type: list
+  elements: str
+context:
+  description: The facts the rules read (gpu, target, stack), for the record.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_known_issues import (
+    TableError,
+    evaluate,
+    format_adjustment,
+    format_finding,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "table": {"type": "dict", "required": True},
+            "gpu_facts": {"type": "dict", "default": {}},
+            "stack": {"type": "dict", "required": True},
+            "server": {"type": "dict", "default": {}},
+            "fail_on_error": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        result = evaluate(params["table"], params["gpu_facts"] or {}, params["stack"], params["server"] or {})
+    except TableError as exc:
+        module.fail_json(msg=f"the known-issues table is malformed: {exc}; fix data/known_issues.yml")
+    findings = result["findings"]
+    result["messages"] = (
+        [f"ERROR {format_finding(f)}" for f in findings["errors"]]
+        + [f"ADJUSTED {format_adjustment(a)}" for a in findings["adjustments"]]
+        + [f"WARNING {format_finding(f)}" for f in findings["warnings"]]
+    )
+    if findings["errors"] and params["fail_on_error"]:
+        module.fail_json(
+            msg=f"{len(findings['errors'])} known dead end(s) in the requested server settings: "
+            + " | ".join(format_finding(f) for f in findings["errors"]),
+            **result,
+        )
+    for warning in findings["warnings"]:
+        module.warn(format_finding(warning))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

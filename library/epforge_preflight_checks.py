@@ -1,0 +1,326 @@
+#!/usr/bin/python
+"""Ansible module: check a host against an epforge stack before anything changes."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: epforge_preflight_checks
+short_description: Check a host's GPUs, driver, Python and disk against an epforge stack
+description:
+  - Compares the host with the chosen stack (C(epforge_stack_spec)) before anything is installed. The NVIDIA
+    driver must be at least the stack's C(driver.min_version) and must support the stack's CUDA
+    (C(cuda_driver_version) >= C(cuda.version)); every GPU's arch must be in the stack's C(arch_list) (12.0
+    and 12.0a count as the same base arch); the host's Python must be at least C(python.min_version);
+    the filesystem of C(disk_path) must have C(min_free_gib) free.
+  - On a host without a usable GPU the GPU checks are skipped with the reason and C(gpu_runtime) lists the
+    steps that need a GPU as skipped, unless C(require_gpu) is true, which fails.
+  - Fails with one line per failed check, each naming the problem and the remedy.
+  - Reads only (runs the host's Python for its version, reads the filesystem's free space), so it behaves
+    the same in check mode. Results hold no volatile values (no free-byte counts), so they are stable
+    across reruns.
+options:
+  stack:
+    description: The stack (C(epforge_stack_spec)); reads C(name), C(cuda.version), C(driver.min_version),
+      C(python.min_version), C(arch_list).
+    type: dict
+    required: true
+  gpu_facts:
+    description:
+      - GPU facts in the schema of module C(nvidia_gpu_facts) (C(epforge_gpu_facts)); empty means no GPU.
+    type: dict
+    default: {}
+  require_gpu:
+    description: Fail when the host has no usable GPU (instead of marking GPU steps skipped).
+    type: bool
+    default: false
+  python:
+    description:
+      - The Python interpreter that will build the host's environments (name on PATH or absolute path).
+      - Empty checks the interpreter running this module.
+    type: str
+    default: python3
+  disk_path:
+    description:
+      - A path whose filesystem must have C(min_free_gib) free; its nearest existing parent is measured.
+    type: path
+    default: /var/lib/epforge
+  min_free_gib:
+    description: Free space needed on C(disk_path) in GiB (0 skips the check).
+    type: float
+    default: 20
+  gpu_steps:
+    description:
+      - Steps that need a GPU at runtime; listed in C(gpu_runtime.skipped_steps) on a host without one.
+    type: list
+    elements: str
+    default: [sglang_server, sglang_benchmark, collective_probe, deepep_gpu_verify]
+  fail_on_error:
+    description: Fail when a check fails (false returns the checks and lets the caller decide).
+    type: bool
+    default: true
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Check the host against the stack
+  epforge_preflight_checks:
+    stack: "{{ epforge_stack_spec }}"
+    gpu_facts: "{{ epforge_gpu_facts }}"
+    require_gpu: "{{ epforge_require_gpu }}"
+    disk_path: /var/lib/epforge
+    min_free_gib: 20
+  register: preflight_checks
+"""
+
+RETURN = r"""
+checks:
+  description: One entry per check, in a fixed order; status is passed, failed or skipped.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {name: python, ok: true, status: passed, detail: "python3 3.11.7 >= 3.10 (stack cu130)"}
+    - {name: gpu_arch, ok: true, status: skipped, detail: "skipped: no usable GPU (nvidia-smi not found)"}
+failed:
+  description: Names of the failed checks.
+  returned: always
+  type: list
+  elements: str
+python_version:
+  description: Version of the checked Python (empty when it could not run).
+  returned: always
+  type: str
+  sample: 3.11.7
+gpu_runtime:
+  description: Whether GPU-runtime steps can run here; without a GPU, which steps are skipped and why.
+  returned: always
+  type: dict
+  sample: {available: false, reason: "nvidia-smi not found on PATH", skipped_steps: [sglang_server]}
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_known_issues import base_arch, stack_summary, version_tuple
+
+GIB = 1024**3
+DEFAULT_GPU_STEPS = ("sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify")
+PY_VERSION_ARGV = ["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"]
+
+
+def _check(name: str, status: str, detail: str) -> dict:
+    return {"name": name, "ok": status != "failed", "status": status, "detail": detail}
+
+
+def _ver(parts: tuple[int, ...]) -> str:
+    return ".".join(str(p) for p in parts)
+
+
+def gpu_checks(stack: dict, gpu_facts: dict, require_gpu: bool) -> list[dict]:
+    """The checks that read only the GPU facts and the stack: gpu, driver, driver_cuda, gpu_arch."""
+    summary = stack_summary(stack)
+    name = summary["name"]
+    gpu_facts = gpu_facts or {}
+    available = bool(gpu_facts.get("available")) and int(gpu_facts.get("gpu_count") or 0) > 0
+    if not available:
+        reason = gpu_facts.get("reason") or "no GPU facts (nvidia_gpu_facts did not report a GPU)"
+        if require_gpu:
+            gpu = _check("gpu", "failed",
+                         f"no usable GPU: {reason}. epforge_require_gpu is true: run on a host whose NVIDIA "
+                         "driver and nvidia-smi work, or set epforge_require_gpu: false for build-only work")
+        else:
+            gpu = _check("gpu", "skipped",
+                         f"skipped: no usable GPU ({reason}); build-only work goes on, GPU-runtime steps "
+                         "are skipped")
+        skip = f"skipped: no usable GPU ({reason})"
+        return [gpu, _check("driver", "skipped", skip), _check("driver_cuda", "skipped", skip),
+                _check("gpu_arch", "skipped", skip)]
+
+    checks = []
+    gpus = gpu_facts.get("gpus") or []
+    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
+    checks.append(_check("gpu", "passed",
+                         f"{gpu_facts.get('gpu_count')} GPU(s): {', '.join(names) or 'unnamed'}; "
+                         f"interconnect {gpu_facts.get('interconnect', 'unknown')}"))
+
+    driver = str(gpu_facts.get("driver_version") or "")
+    need = str(summary["driver_min"] or "")
+    if not version_tuple(need):
+        checks.append(_check("driver", "skipped", f"skipped: stack {name} names no driver.min_version"))
+    elif not version_tuple(driver):
+        checks.append(_check("driver", "failed",
+                             f"the NVIDIA driver version could not be read (got '{driver}'): check that "
+                             "`nvidia-smi --query-gpu=driver_version --format=csv` works"))
+    elif version_tuple(driver) < version_tuple(need):
+        checks.append(_check("driver", "failed",
+                             f"NVIDIA driver {driver} is older than {need}, the minimum for stack {name} "
+                             f"(CUDA {summary['cuda']}): upgrade the driver to >= {need}, or choose a stack "
+                             "for an older CUDA (epforge_stack)"))
+    else:
+        checks.append(_check("driver", "passed", f"NVIDIA driver {driver} >= {need} (stack {name})"))
+
+    cuda = str(summary["cuda"] or "")
+    driver_cuda = str(gpu_facts.get("cuda_driver_version") or "")
+    if not version_tuple(driver_cuda):
+        checks.append(_check("driver_cuda", "skipped",
+                             "skipped: the driver reported no CUDA version (driver.min_version applies)"))
+    elif version_tuple(driver_cuda)[:2] < version_tuple(cuda)[:2]:
+        checks.append(_check("driver_cuda", "failed",
+                             f"the NVIDIA driver supports CUDA up to {driver_cuda} but stack {name} needs "
+                             f"CUDA {cuda}: upgrade the driver (>= {need or 'the CUDA ' + cuda + ' minimum'})"
+                             " or choose a stack for an older CUDA (epforge_stack)"))
+    else:
+        checks.append(_check("driver_cuda", "passed",
+                             f"driver supports CUDA {driver_cuda} >= {cuda} (stack {name})"))
+
+    allowed = set(summary["archs"])
+    wrong = []
+    for gpu in gpus:
+        if not isinstance(gpu, dict):
+            continue
+        arch = base_arch(gpu.get("arch") or gpu.get("compute_capability") or "")
+        if arch not in allowed:
+            wrong.append(f"GPU {gpu.get('index')} ({gpu.get('name')}) is arch {arch or 'unknown'}")
+    if not gpus:
+        wrong.append("the GPU facts list no GPUs")
+    if wrong:
+        checks.append(_check("gpu_arch", "failed",
+                             f"{'; '.join(wrong)} but stack {name} builds for "
+                             f"{', '.join(summary['arch_list'])} only: choose a stack whose arch_list covers "
+                             f"these GPUs, or add their arch to arch_list in stacks/{name}.yml"))
+    else:
+        archs = sorted({base_arch(g.get("arch") or g.get("compute_capability") or "") for g in gpus
+                        if isinstance(g, dict)})
+        checks.append(_check("gpu_arch", "passed",
+                             f"every GPU's arch ({', '.join(archs)}) is in the stack's arch_list "
+                             f"({', '.join(summary['arch_list'])})"))
+    return checks
+
+
+def python_check(stack: dict, python: str, version: str, error: str = "") -> dict:
+    """Check python: the host's interpreter is at least the stack's python.min_version."""
+    summary = stack_summary(stack)
+    need = str(summary["python_min"] or "")
+    label = python or "this module's Python"
+    if not version_tuple(version):
+        return _check("python", "failed",
+                      f"cannot run {label} ({error or 'no version printed'}): install Python >= "
+                      f"{need or '3'} (Debian/Ubuntu: apt-get install python3 python3-venv) or set "
+                      "preflight_python to an interpreter's path")
+    if need and version_tuple(version) < version_tuple(need):
+        return _check("python", "failed",
+                      f"{label} is Python {version}, older than {need} that stack {summary['name']} needs: "
+                      f"install Python >= {need} and set preflight_python to it")
+    return _check("python", "passed", f"{label} {version} >= {need or 'any'} (stack {summary['name']})")
+
+
+def existing_parent(path: str) -> str:
+    """The path itself or its nearest existing parent."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def disk_check(path: str, min_free_gib: float, free_bytes: int | None, measured_on: str) -> dict:
+    """Check disk: free space on the filesystem of path (measured on its nearest existing parent).
+
+    A passing detail holds no free-byte count, so the result is stable across reruns.
+    """
+    if not min_free_gib or min_free_gib <= 0:
+        return _check("disk", "skipped", "skipped: preflight_min_free_gib is 0")
+    # The passing detail names only the requested path: the measured parent changes once later roles
+    # create the directory, and the fact must not change with it.
+    where = path if measured_on == path else f"{path} (measured on {measured_on})"
+    if free_bytes is None:
+        return _check("disk", "failed",
+                      f"cannot read free space of {where}: check that the path is reachable")
+    if free_bytes < min_free_gib * GIB:
+        return _check("disk", "failed",
+                      f"{free_bytes / GIB:.1f} GiB free on {where}, {min_free_gib:g} GiB needed (toolkit, "
+                      "torch and SGLang environments, extension builds): free space there, point "
+                      "preflight_disk_path at a larger filesystem, or lower preflight_min_free_gib")
+    return _check("disk", "passed", f"at least {min_free_gib:g} GiB free on {path}")
+
+
+def gpu_runtime(gpu_facts: dict, steps: list[str]) -> dict:
+    """Whether GPU-runtime steps can run here, and which are skipped otherwise."""
+    gpu_facts = gpu_facts or {}
+    count = int(gpu_facts.get("gpu_count") or 0)
+    if gpu_facts.get("available") and count > 0:
+        return {"available": True, "reason": f"{count} usable GPU(s)", "skipped_steps": []}
+    reason = gpu_facts.get("reason") or "no GPU facts (nvidia_gpu_facts did not report a GPU)"
+    return {"available": False, "reason": f"no usable GPU: {reason}", "skipped_steps": list(steps)}
+
+
+def run_python(python: str) -> tuple[str, str]:
+    """(version, error) of an interpreter; '' python means the one running this module."""
+    if not python:
+        return ".".join(str(part) for part in sys.version_info[:3]), ""
+    path = python if os.path.isabs(python) else shutil.which(python)
+    if not path or not os.access(path, os.X_OK):
+        return "", f"'{python}' not found on PATH"
+    try:
+        proc = subprocess.run([path, *PY_VERSION_ARGV], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "", str(exc)
+    if proc.returncode != 0:
+        return "", f"rc {proc.returncode}: {proc.stderr.strip()[-300:]}"
+    return proc.stdout.strip(), ""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "stack": {"type": "dict", "required": True},
+            "gpu_facts": {"type": "dict", "default": {}},
+            "require_gpu": {"type": "bool", "default": False},
+            "python": {"type": "str", "default": "python3"},
+            "disk_path": {"type": "path", "default": "/var/lib/epforge"},
+            "min_free_gib": {"type": "float", "default": 20},
+            "gpu_steps": {"type": "list", "elements": "str", "default": list(DEFAULT_GPU_STEPS)},
+            "fail_on_error": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    stack = params["stack"]
+    gpu_facts = params["gpu_facts"] or {}
+
+    checks = gpu_checks(stack, gpu_facts, params["require_gpu"])
+    version, error = run_python(params["python"] or "")
+    checks.append(python_check(stack, params["python"] or "", version, error))
+    measured_on = existing_parent(params["disk_path"])
+    try:
+        stat = os.statvfs(measured_on)
+        free = stat.f_bavail * stat.f_frsize
+    except OSError:
+        free = None
+    checks.append(disk_check(params["disk_path"], params["min_free_gib"], free, measured_on))
+
+    failed = [c["name"] for c in checks if c["status"] == "failed"]
+    result = {
+        "checks": checks,
+        "failed": failed,
+        "python_version": version,
+        "gpu_runtime": gpu_runtime(gpu_facts, params["gpu_steps"]),
+    }
+    if failed and params["fail_on_error"]:
+        module.fail_json(
+            msg=f"preflight: host does not fit stack '{stack_summary(stack)['name']}': "
+            + " | ".join(c["detail"] for c in checks if c["status"] == "failed"),
+            **result,
+        )
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
