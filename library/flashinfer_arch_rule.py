@@ -1,0 +1,90 @@
+#!/usr/bin/python
+"""Ansible module: decide FlashInfer's JIT arch list for this nvcc, refusing what would fail misleadingly."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: flashinfer_arch_rule
+short_description: FlashInfer JIT arch list for the host's nvcc, with the sm_12x rule applied
+description:
+  - Reads the release of C(CUDA_HOME/bin/nvcc --version) and applies the sm_12x rule of
+    C(module_utils/epforge_flashinfer.py) - nvcc >= 12.9 as is, or the arch-specific C(12.0a) with nvcc 12.8,
+    else a clear error - instead of FlashInfer's misleading "FlashInfer requires GPUs with sm75 or higher".
+  - Returns the value for C(FLASHINFER_CUDA_ARCH_LIST) and the SASS names a JIT-built kernel must carry.
+  - Reads only; runs the same in check mode.
+options:
+  cuda_home:
+    description: CUDA_HOME whose nvcc FlashInfer's JIT will use.
+    type: path
+    required: true
+  arch_list:
+    description: Target archs (C(12.0), C(12.0a), C(9.0), ...).
+    type: list
+    elements: str
+    required: true
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Decide FlashInfer's arch list
+  flashinfer_arch_rule:
+    cuda_home: /opt/cuda-13.0
+    arch_list: ["12.0"]
+  register: fi_arch
+"""
+
+RETURN = r"""
+arch_list:
+  description: Value for FLASHINFER_CUDA_ARCH_LIST (space-separated).
+  returned: success
+  type: str
+  sample: "12.0"
+sass_archs:
+  description: SASS names the built kernels must carry.
+  returned: success
+  type: list
+  elements: str
+  sample: [sm_120]
+nvcc_version:
+  description: nvcc release (major.minor).
+  returned: always
+  type: str
+  sample: "13.0"
+"""
+
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_flashinfer import FlashInferArchError, flashinfer_arch_list, parse_nvcc_version
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "cuda_home": {"type": "path", "required": True},
+            "arch_list": {"type": "list", "elements": "str", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    nvcc = os.path.join(module.params["cuda_home"], "bin", "nvcc")
+    argv = [nvcc, "--version"]
+    if not os.access(nvcc, os.X_OK):
+        module.fail_json(msg=f"no nvcc at {nvcc}: FlashInfer's JIT needs a CUDA toolkit (run cuda_toolkit or set "
+                             "flashinfer_cuda_home)", cmd=argv, nvcc_version="")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    version = parse_nvcc_version(proc.stdout)
+    if proc.returncode != 0 or version is None:
+        module.fail_json(msg=f"could not read the nvcc release from {nvcc} --version", cmd=argv, rc=proc.returncode,
+                         log_tail=(proc.stdout + proc.stderr)[-2000:], nvcc_version="")
+    shown = f"{version[0]}.{version[1]}"
+    try:
+        arch_value, sass = flashinfer_arch_list(module.params["arch_list"], version)
+    except FlashInferArchError as exc:
+        module.fail_json(msg=str(exc), nvcc_version=shown, cmd=argv)
+    module.exit_json(changed=False, arch_list=arch_value, sass_archs=sass, nvcc_version=shown)
+
+
+if __name__ == "__main__":
+    main()

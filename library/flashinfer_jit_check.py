@@ -1,0 +1,211 @@
+#!/usr/bin/python
+"""Ansible module: JIT-compile one real FlashInfer kernel for the target archs on this host (no GPU needed)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: flashinfer_jit_check
+short_description: JIT-compile a real FlashInfer kernel for the target archs, without a GPU
+description:
+  - Runs FlashInfer's own JIT (C(flashinfer.jit.activation.gen_act_and_mul_module(ACT).build())) inside the env
+    with C(FLASHINFER_CUDA_ARCH_LIST) set, so no GPU is needed, and returns the built shared object for a
+    SASS check (module C(cuda_binary_archs)).
+  - The link step needs C(-lcuda); a host without a driver has no C(libcuda.so). The module looks for one in
+    O(library_dirs), C(CUDA_HOME/lib64/stubs) and C(CUDA_HOME/lib/stubs); when none exists and
+    O(make_libcuda_stub) is true it compiles an empty link stub (soname C(libcuda.so.1), as NVIDIA's stub) into
+    O(stub_dir) with the host's C compiler. At run time the real driver's C(libcuda.so.1) is used.
+  - FlashInfer caches the kernel in O(workspace); an up-to-date kernel is not rebuilt (changed=false).
+  - In check mode nothing is compiled.
+options:
+  python:
+    description: Python of the env with flashinfer-python.
+    type: path
+    required: true
+  cuda_home:
+    description: CUDA_HOME for the JIT (its nvcc).
+    type: path
+    required: true
+  arch_list:
+    description: Value of C(FLASHINFER_CUDA_ARCH_LIST) (from C(flashinfer_arch_rule)).
+    type: str
+    required: true
+  activation:
+    description: The activation kernel to build (C(silu) builds C(silu_and_mul)).
+    type: str
+    choices: [silu, gelu, gelu_tanh]
+    default: silu
+  workspace:
+    description: FLASHINFER_WORKSPACE_BASE (JIT cache lives under it).
+    type: path
+    required: true
+  library_dirs:
+    description: Extra folders for the linker (LIBRARY_PATH), searched first for libcuda.so.
+    type: list
+    elements: path
+    default: []
+  make_libcuda_stub:
+    description: Compile a libcuda.so link stub into O(stub_dir) when none is found.
+    type: bool
+    default: true
+  stub_dir:
+    description: Where the link stub goes.
+    type: path
+    required: true
+  max_jobs:
+    description: MAX_JOBS for FlashInfer's ninja.
+    type: int
+    default: 2
+  log_path:
+    description: Log of the JIT build.
+    type: path
+    required: true
+  timeout:
+    description: Seconds before the build is killed.
+    type: int
+    default: 1200
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: JIT-compile silu_and_mul for sm_120
+  flashinfer_jit_check:
+    python: /root/ml-env/bin/python
+    cuda_home: /opt/cuda-13.0
+    arch_list: "12.0"
+    workspace: /var/lib/epforge/flashinfer
+    stub_dir: /var/lib/epforge/flashinfer/stubs
+    log_path: /var/log/epforge/flashinfer-jit.log
+"""
+
+RETURN = r"""
+library:
+  description: The JIT-built shared object.
+  returned: success
+  type: str
+built:
+  description: Whether this run compiled it (false when FlashInfer's cache was up to date).
+  returned: success
+  type: bool
+seconds:
+  description: Wall time of the JIT step.
+  returned: success
+  type: float
+libcuda:
+  description: The libcuda.so the link used (a stub on driverless hosts).
+  returned: success
+  type: str
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail_file
+from ansible.module_utils.epforge_flashinfer import classify_jit_error
+
+MARK = "EPFORGE_FI_JIT "
+SCRIPT = r"""
+import json, sys
+from flashinfer.jit.activation import gen_act_and_mul_module
+spec = gen_act_and_mul_module(sys.argv[1])
+path = spec.jit_library_path
+before = path.stat().st_mtime_ns if path.exists() else None
+spec.build()
+after = path.stat().st_mtime_ns if path.exists() else None
+print("EPFORGE_FI_JIT " + json.dumps({"library": str(path), "built": after is not None and after != before,
+                                      "exists": after is not None}))
+"""
+
+
+def find_libcuda(dirs: list[str]) -> str:
+    for folder in dirs:
+        candidate = os.path.join(folder, "libcuda.so")
+        if os.path.exists(candidate):
+            return candidate
+    return ""
+
+
+def make_stub(module, stub_dir: str) -> str:
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not compiler:
+        module.fail_json(msg="no libcuda.so to link against and no C compiler to make a link stub: install a full "
+                             "CUDA toolkit (lib64/stubs) or gcc")
+    os.makedirs(stub_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "libcuda_stub.c")
+        with open(src, "w", encoding="utf-8") as handle:
+            handle.write("/* link stub: the real libcuda.so.1 comes from the driver at run time */\n"
+                         "int epforge_libcuda_stub;\n")
+        out = os.path.join(tmp, "libcuda.so")
+        argv = [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", out, src]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            fail_cmd(module, "could not compile the libcuda.so link stub", argv, proc.returncode,
+                     output=proc.stdout + proc.stderr)
+        shutil.move(out, os.path.join(stub_dir, "libcuda.so"))
+    return os.path.join(stub_dir, "libcuda.so")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "cuda_home": {"type": "path", "required": True},
+            "arch_list": {"type": "str", "required": True},
+            "activation": {"type": "str", "choices": ["silu", "gelu", "gelu_tanh"], "default": "silu"},
+            "workspace": {"type": "path", "required": True},
+            "library_dirs": {"type": "list", "elements": "path", "default": []},
+            "make_libcuda_stub": {"type": "bool", "default": True},
+            "stub_dir": {"type": "path", "required": True},
+            "max_jobs": {"type": "int", "default": 2},
+            "log_path": {"type": "path", "required": True},
+            "timeout": {"type": "int", "default": 1200},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    argv = [p["python"], "-c", SCRIPT, p["activation"]]
+    shown = [p["python"], "-c", "<flashinfer jit probe>", p["activation"]]
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: nothing compiled", cmd=shown)
+    cuda = p["cuda_home"]
+    search = list(p["library_dirs"]) + [os.path.join(cuda, "lib64", "stubs"), os.path.join(cuda, "lib", "stubs"),
+                                        p["stub_dir"]]
+    libcuda = find_libcuda(search)
+    if not libcuda:
+        if not p["make_libcuda_stub"]:
+            module.fail_json(msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with -lcuda. "
+                                 "Set flashinfer_make_libcuda_stub: true or install a toolkit with lib64/stubs")
+        libcuda = make_stub(module, p["stub_dir"])
+    env = dict(os.environ)
+    env.update({
+        "CUDA_HOME": cuda, "CUDA_PATH": cuda,
+        "PATH": os.path.join(cuda, "bin") + os.pathsep + env.get("PATH", ""),
+        "FLASHINFER_CUDA_ARCH_LIST": p["arch_list"],
+        "FLASHINFER_WORKSPACE_BASE": p["workspace"],
+        "LIBRARY_PATH": os.pathsep.join([os.path.dirname(libcuda)] + [x for x in [env.get("LIBRARY_PATH")] if x]),
+        "MAX_JOBS": str(p["max_jobs"]),
+    })
+    os.makedirs(p["workspace"], exist_ok=True)
+    rc, seconds = run_logged(argv, p["log_path"], env=env, timeout=p["timeout"],
+                             header=f"flashinfer jit {p['activation']}_and_mul for {p['arch_list']}")
+    text = tail_file(p["log_path"], lines=400)
+    result = None
+    for line in reversed(text.splitlines()):
+        if line.startswith(MARK):
+            result = json.loads(line[len(MARK):])
+            break
+    if rc != 0 or result is None or not result.get("exists"):
+        why = classify_jit_error(text)
+        msg = "FlashInfer JIT build failed" + (f": {why}" if why else "") + (" (timed out)" if rc == 124 else "")
+        fail_cmd(module, msg, shown, rc, log_path=p["log_path"], diagnosis=why or "")
+    module.exit_json(changed=bool(result["built"]), library=result["library"], built=bool(result["built"]),
+                     seconds=round(seconds, 1), libcuda=libcuda, cmd=shown)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+#!/usr/bin/python
+"""Ansible module: import a Python module inside a given interpreter (argv, no shell quoting) and say
+precisely why it failed: missing, broken, or only 'no usable GPU on this host'."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: python_import_check
+short_description: Import a Python module inside a given interpreter and classify the outcome
+description:
+  - Runs C(PYTHON -c PROBE NAME) as an argv list (no shell, so no quoting can eat the check), imports
+    O(name) there and reports the import name tried, the module's file and version, and on failure the
+    real exception type and message with its traceback tail.
+  - Classifies a failure as C(missing) (the module or its top-level package is not installed),
+    C(no_gpu) (the import itself needs a usable CUDA device or driver and this host has none; the install
+    may well be fine) or C(broken) (anything else, such as an undefined symbol or an ABI mismatch).
+  - Tells C(no_gpu) apart from C(broken) by evidence: the error must carry a known "no device / no driver"
+    signature B(and) the host must show no usable GPU (no C(/dev/nvidiactl), or torch reports no device).
+  - Changes nothing, so it runs the same in check mode.
+options:
+  python:
+    description: Interpreter of the environment to check (for example C(/opt/venv/bin/python)).
+    type: path
+    required: true
+  name:
+    description: Import name, such as C(deep_ep) or C(flashinfer) (dotted names are allowed).
+    type: str
+    required: true
+  distribution:
+    description: Distribution whose installed version to report (C(importlib.metadata)); defaults to none.
+    type: str
+  allow_no_gpu:
+    description:
+      - When true, a C(no_gpu) outcome returns normally with C(status=no_gpu) (a build host without a GPU).
+      - When false it fails like any other import error.
+    type: bool
+    default: true
+  environment:
+    description: Extra environment variables for the interpreter (for example C(LD_LIBRARY_PATH)).
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds before the import is given up (a hung driver call, say).
+    type: int
+    default: 300
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Import deep_ep inside the ML env
+  python_import_check:
+    python: /root/ml-env/bin/python
+    name: deep_ep
+    distribution: deep_ep
+  register: deepep_import
+
+- name: A serving host must import it for real
+  python_import_check:
+    python: /root/ml-env/bin/python
+    name: flashinfer
+    allow_no_gpu: false
+"""
+
+RETURN = r"""
+status:
+  description: C(ok), C(no_gpu) (import needs a GPU this host lacks), C(missing) or C(broken).
+  returned: always
+  type: str
+  sample: ok
+name:
+  description: The import name tried.
+  returned: always
+  type: str
+  sample: deep_ep
+python:
+  description: The interpreter used and its version.
+  returned: always
+  type: str
+  sample: /root/ml-env/bin/python (3.11.2)
+file:
+  description: The imported module's file.
+  returned: when status is ok
+  type: str
+version:
+  description: Distribution version (from O(distribution)) or the module's C(__version__).
+  returned: when known
+  type: str
+error:
+  description: The exception as C(Type: message) (empty when the import worked).
+  returned: always
+  type: str
+  sample: "ImportError: libcudart.so.13: cannot open shared object file: No such file or directory"
+traceback_tail:
+  description: The last lines of the traceback.
+  returned: on failure
+  type: str
+gpu:
+  description: What the probe saw of GPUs (C(dev_nvidiactl), and C(torch_cuda_available), C(device_count) when torch imports).
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+
+MARK = "EPFORGE_IMPORT_CHECK "
+
+# Runs inside the checked interpreter; argv[1] = import name, argv[2] = distribution or "".
+PROBE = r"""
+import importlib, json, os, sys, traceback
+name, dist = sys.argv[1], sys.argv[2]
+out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "error": "", "error_type": "",
+       "missing_name": "", "traceback_tail": "", "file": "", "version": ""}
+try:
+    mod = importlib.import_module(name)
+    out["ok"] = True
+    out["file"] = getattr(mod, "__file__", "") or ""
+    out["version"] = str(getattr(mod, "__version__", "") or "")
+except BaseException as exc:  # SystemExit and friends too: report, never crash the probe
+    out["ok"] = False
+    out["error_type"] = type(exc).__name__
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+    if isinstance(exc, ModuleNotFoundError):
+        out["missing_name"] = exc.name or ""
+    out["traceback_tail"] = "".join(traceback.format_exc().splitlines(True)[-15:])
+if dist:
+    try:
+        import importlib.metadata as md
+        out["version"] = md.version(dist)
+    except Exception:
+        pass
+gpu = {"dev_nvidiactl": os.path.exists("/dev/nvidiactl")}
+if not out["ok"]:
+    try:
+        import torch
+        gpu["torch_cuda_available"] = bool(torch.cuda.is_available())
+        gpu["device_count"] = int(torch.cuda.device_count())
+    except BaseException as exc:
+        gpu["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+out["gpu"] = gpu
+sys.stdout.write("\nEPFORGE_IMPORT_CHECK " + json.dumps(out) + "\n")
+"""
+
+# Error texts that mean "this import needs a usable GPU / driver", seen in real packages:
+# sgl-deep-ep's prerequisite check, torch's lazy init, missing libcuda.so.1 (driver library).
+NO_GPU_SIGNATURES = (
+    "usable CUDA device",
+    "no CUDA GPUs are available",
+    "Found no NVIDIA driver",
+    "NVIDIA driver on your system is too old",
+    "libcuda.so.1: cannot open shared object file",
+    "CUDA driver initialization failed",
+    "cudaErrorNoDevice",
+    "CUDA_ERROR_NO_DEVICE",
+    "no CUDA-capable device is detected",
+    "CUDA driver version is insufficient",
+)
+
+
+def classify(result: dict, name: str) -> str:
+    """ok / missing / no_gpu / broken from a probe result."""
+    if result.get("ok"):
+        return "ok"
+    top = name.split(".")[0]
+    missing = result.get("missing_name") or ""
+    if result.get("error_type") == "ModuleNotFoundError" and (missing == name or missing == top
+                                                              or name.startswith(missing + ".")):
+        return "missing"
+    text = (result.get("error") or "") + "\n" + (result.get("traceback_tail") or "")
+    gpu = result.get("gpu") or {}
+    host_has_gpu = bool(gpu.get("dev_nvidiactl")) and gpu.get("torch_cuda_available", True) is not False
+    if any(sig in text for sig in NO_GPU_SIGNATURES) and not host_has_gpu:
+        return "no_gpu"
+    return "broken"
+
+
+def parse_probe_output(stdout: str) -> dict | None:
+    """The probe's JSON line, or None when the interpreter died before writing it."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    return None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "name": {"type": "str", "required": True},
+            "distribution": {"type": "str"},
+            "allow_no_gpu": {"type": "bool", "default": True},
+            "environment": {"type": "dict", "default": {}},
+            "timeout": {"type": "int", "default": 300},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    argv = [p["python"], "-c", PROBE, p["name"], p["distribution"] or ""]
+    if not os.access(p["python"], os.X_OK):
+        module.fail_json(msg=f"interpreter {p['python']} does not exist or is not executable: point the "
+                             "role's python variable at the env's bin/python", status="broken", name=p["name"],
+                         cmd=argv[:1] + ["-c", "<probe>"] + argv[3:])
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in p["environment"].items()})
+    shown = argv[:1] + ["-c", "<probe>"] + argv[3:]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=p["timeout"], check=False)
+    except subprocess.TimeoutExpired:
+        module.fail_json(msg=f"importing {p['name']} in {p['python']} did not finish within {p['timeout']} s",
+                         cmd=shown, rc=124, status="broken", name=p["name"])
+    result = parse_probe_output(proc.stdout)
+    if result is None:
+        # The interpreter itself died (segfault in an extension's init, say): that is a broken install.
+        from ansible.module_utils.epforge_common import tail
+        module.fail_json(msg=f"importing {p['name']} killed the interpreter {p['python']} (rc {proc.returncode})",
+                         cmd=shown, rc=proc.returncode, status="broken", name=p["name"],
+                         log_tail=tail(proc.stdout + proc.stderr))
+    status = classify(result, p["name"])
+    ret = {
+        "changed": False,
+        "status": status,
+        "name": p["name"],
+        "python": f"{p['python']} ({result['python_version']})",
+        "file": result.get("file", ""),
+        "version": result.get("version", ""),
+        "error": result.get("error", ""),
+        "gpu": result.get("gpu", {}),
+    }
+    if status == "ok" or (status == "no_gpu" and p["allow_no_gpu"]):
+        if status == "no_gpu":
+            ret["traceback_tail"] = result.get("traceback_tail", "")
+        module.exit_json(**ret)
+    remedy = {
+        "missing": "it is not installed in this env: install it there (or check that the role's python is the env's)",
+        "no_gpu": "this import needs a usable CUDA device and this host has none (the install itself may be fine)",
+        "broken": "it is installed but does not load: read the error (undefined symbol / ABI mismatch / missing "
+                  "library) and rebuild against this env's torch and CUDA",
+    }[status]
+    ret.pop("changed")
+    module.fail_json(msg=f"import {p['name']} failed in {p['python']} [{status}]: {ret['error']} -- {remedy}",
+                     cmd=shown, rc=proc.returncode, traceback_tail=result.get("traceback_tail", ""), **ret)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""FlashInfer rules shared by the flashinfer modules: which arch list its JIT gets for an nvcc release, and
+the misleading errors it prints when that goes wrong. Pure functions, unit-tested."""
+
+from __future__ import annotations
+
+import re
+
+
+class FlashInferArchError(ValueError):
+    """An arch list FlashInfer's JIT cannot build with this nvcc: the message names the remedy."""
+
+
+def parse_nvcc_version(text: str) -> tuple[int, int] | None:
+    """(major, minor) from `nvcc --version` output ("Cuda compilation tools, release 12.8, V12.8.93")."""
+    match = re.search(r"release (\d+)\.(\d+)", text)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    return None
+
+
+def _split(arch: str) -> tuple[int, int, str]:
+    match = re.fullmatch(r"(\d+)\.(\d+)([af]?)", arch.strip())
+    if not match:
+        raise FlashInferArchError(f"arch '{arch}' is not an entry such as 9.0, 12.0, 12.0a or 12.0f")
+    return int(match.group(1)), int(match.group(2)), match.group(3)
+
+
+def flashinfer_arch_list(arch_list: list[str], nvcc: tuple[int, int]) -> tuple[str, list[str]]:
+    """FLASHINFER_CUDA_ARCH_LIST for these targets and this nvcc, and the SASS names to expect.
+
+    The rule for sm_12x (flashinfer #3675, vLLM #50705): FlashInfer 0.6.x with a CUDA 12.8 nvcc logs
+    "SM 12.x requires CUDA >= 12.9", ends up with no target arch and fails with the misleading
+    "FlashInfer requires GPUs with sm75 or higher". So for 12.x: nvcc >= 12.9 works as is (FlashInfer
+    picks the family target 12.0f); with nvcc 12.8 only the arch-specific spelling 12.0a works; anything
+    else is refused here, with the remedy, before FlashInfer is asked.
+    """
+    if not arch_list:
+        raise FlashInferArchError("the arch list is empty: set flashinfer_arch_list (or the stack's arch_list)")
+    out: list[str] = []
+    sass: list[str] = []
+    for arch in arch_list:
+        major, minor, suffix = _split(str(arch))
+        if major == 12:
+            if nvcc < (12, 8):
+                raise FlashInferArchError(
+                    f"nvcc {nvcc[0]}.{nvcc[1]} cannot compile for sm_{major}{minor} (Blackwell RTX needs CUDA >= 12.8): "
+                    "install the stack's CUDA toolkit (cuda_toolkit role)")
+            if minor > 0 and nvcc < (12, 9):
+                raise FlashInferArchError(
+                    f"FlashInfer needs nvcc >= 12.9 for sm_{major}{minor}; this nvcc is {nvcc[0]}.{nvcc[1]}")
+            if nvcc < (12, 9) and suffix != "a":
+                raise FlashInferArchError(
+                    f"FlashInfer JIT for sm_{major}{minor} with nvcc {nvcc[0]}.{nvcc[1]}: this combination ends in "
+                    "FlashInfer's misleading 'FlashInfer requires GPUs with sm75 or higher' (no target arch: "
+                    "'SM 12.x requires CUDA >= 12.9'; flashinfer #3675). Remedy: set flashinfer_arch_list to "
+                    f"['{major}.{minor}a'] (CUDA 12.8 knows sm_{major}{minor} only as the arch-specific target), "
+                    "or use a CUDA >= 12.9 toolkit")
+            if suffix == "f" and nvcc < (12, 9):
+                raise FlashInferArchError(f"family target {arch} needs nvcc >= 12.9")
+        elif major >= 10 and nvcc < (12, 8):
+            raise FlashInferArchError(f"nvcc {nvcc[0]}.{nvcc[1]} cannot compile for sm_{major}{minor}")
+        out.append(f"{major}.{minor}{suffix}")
+        sass.append(f"sm_{major}{minor}")
+    return " ".join(out), sass
+
+
+MISLEADING = [
+    (r"FlashInfer requires GPUs with sm75 or higher",
+     "FlashInfer found no target arch (its 'sm75' message is misleading): the GPU/arch list was not usable with "
+     "this nvcc; see the sm_12x rule (nvcc >= 12.9, or arch 12.0a)"),
+    (r"cannot find -lcuda", "the link needs libcuda.so: on a host without a driver use a link stub "
+                            "(CUDA_HOME/lib64/stubs/libcuda.so, or flashinfer_make_libcuda_stub)"),
+    (r"SM 12\.?\S* requires CUDA", "nvcc too old for sm_12x"),
+    (r"No supported CUDA architectures found", "no target arch: set FLASHINFER_CUDA_ARCH_LIST (flashinfer_arch_list)"),
+    (r"ninja: (command )?not found|No module named 'ninja'", "ninja is missing in the env"),
+]
+
+
+def classify_jit_error(text: str) -> str | None:
+    """A plain diagnosis of a failed FlashInfer JIT build from its output."""
+    for pattern, diagnosis in MISLEADING:
+        if re.search(pattern, text):
+            return diagnosis
+    return None

@@ -1,0 +1,212 @@
+"""DeepEP GPU verify: a dispatch + combine round trip across the GPUs of one host, checked and timed.
+
+Run by the deepep role (module deepep_gpu_verify) with the env's Python:
+    python deepep_roundtrip.py --num-processes 2 --out result.json [--modes normal,low_latency]
+
+normal:       intranode dispatch (bf16 tokens with top-k routing) then combine. Every token that reaches k
+              ranks comes back as k times itself (combine adds without weights), so combined / k == x.
+low_latency:  the NVSHMEM low-latency kernels SGLang uses for decode (and on PCIe hosts): dispatch to
+              experts, combine with top-k weights; combined == x * sum(valid weights).
+Latency: CUDA events around one dispatch+combine, after warm-up, mean and min over the timed iterations
+(rank 0's view; every rank takes part). Writes one JSON object; exit code 0 only if every mode passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def timed(torch, fn, warmup: int, iters: int) -> tuple[float, float]:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return sum(times) / len(times), min(times)
+
+
+def rel_diff(torch, x, y) -> float:
+    x, y = x.double(), y.double()
+    denom = (x * x + y * y).sum()
+    if float(denom) == 0.0:
+        return 0.0
+    return float(1 - 2 * (x * y).sum() / denom)
+
+
+def normal_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict:
+    tokens, hidden, topk, experts = args.num_tokens, args.hidden, args.num_topk, args.num_experts
+    buffer = deep_ep.Buffer(group, int(1e9), 0, low_latency_mode=False, explicitly_destroy=True)
+    try:
+        gen = torch.Generator(device="cuda").manual_seed(1234 + rank)
+        x = torch.randn((tokens, hidden), dtype=torch.bfloat16, device="cuda", generator=gen)
+        scores = torch.rand((tokens, experts), dtype=torch.float32, device="cuda", generator=gen) + 1
+        topk_idx = torch.topk(scores, topk, dim=-1, sorted=False)[1].to(torch.int64)
+        topk_weights = torch.rand((tokens, topk), dtype=torch.float32, device="cuda", generator=gen)
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, experts)
+
+        def roundtrip():
+            recv_x, _, recv_w, _, handle, _ = buffer.dispatch(
+                x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+                topk_idx=topk_idx, topk_weights=topk_weights)
+            combined, _, _ = buffer.combine(recv_x, handle)
+            return recv_x, combined
+
+        recv_x, combined = roundtrip()
+        torch.cuda.synchronize()
+        copies = in_rank.sum(dim=1).clamp(min=1).unsqueeze(1).float()
+        diff = rel_diff(torch, combined.float() / copies, x.float())
+        # Every rank must receive exactly the tokens routed to it (global count check).
+        expect = per_rank.clone()
+        dist.all_reduce(expect, group=group)
+        count_ok = int(expect[rank].item()) == recv_x.size(0)
+        mean_us, min_us = timed(torch, roundtrip, args.warmup, args.iters)
+        ok = diff < 5e-6 and count_ok
+        return {"ok": bool(ok), "rel_diff": diff, "recv_tokens": int(recv_x.size(0)), "count_ok": count_ok,
+                "latency_us_mean": round(mean_us, 2), "latency_us_min": round(min_us, 2),
+                "tokens": tokens, "hidden": hidden, "topk": topk, "experts": experts}
+    finally:
+        buffer.destroy()
+
+
+def low_latency_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict:
+    tokens, hidden, topk, experts = args.ll_num_tokens, args.hidden, args.num_topk, args.ll_num_experts
+    rdma_bytes = deep_ep.Buffer.get_low_latency_rdma_size_hint(tokens, hidden, num_ranks, experts)
+    buffer = deep_ep.Buffer(group, num_rdma_bytes=rdma_bytes, low_latency_mode=True,
+                            num_qps_per_rank=experts // num_ranks, explicitly_destroy=True)
+    try:
+        gen = torch.Generator(device="cuda").manual_seed(4321 + rank)
+        x = torch.randn((tokens, hidden), dtype=torch.bfloat16, device="cuda", generator=gen)
+        scores = torch.rand((tokens, experts), dtype=torch.float32, device="cuda", generator=gen) + 1
+        topk_idx = torch.topk(scores, topk, dim=-1, sorted=True)[1].to(torch.int64)
+        topk_weights = torch.rand((tokens, topk), dtype=torch.float32, device="cuda", generator=gen)
+
+        def roundtrip():
+            recv, _count, handle, _, _ = buffer.low_latency_dispatch(x, topk_idx, tokens, experts, use_fp8=False,
+                                                                     async_finish=False)
+            combined, _, _ = buffer.low_latency_combine(recv.clone(), topk_idx, topk_weights, handle)
+            return combined
+
+        combined = roundtrip()
+        torch.cuda.synchronize()
+        ref = x.float() * topk_weights.sum(dim=1, keepdim=True)
+        diff = rel_diff(torch, combined.float(), ref)
+        mean_us, min_us = timed(torch, roundtrip, args.warmup, args.iters)
+        return {"ok": bool(diff < 1e-5), "rel_diff": diff, "latency_us_mean": round(mean_us, 2),
+                "latency_us_min": round(min_us, 2), "tokens": tokens, "hidden": hidden, "topk": topk,
+                "experts": experts}
+    finally:
+        buffer.destroy()
+
+
+def worker(local_rank: int, num_ranks: int, port: int, args, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", world_size=num_ranks, rank=local_rank,
+                            device_id=torch.device(f"cuda:{local_rank}"))
+    group = dist.new_group(list(range(num_ranks)))
+    import deep_ep
+
+    results = {}
+    for mode in args.modes:
+        fn = {"normal": normal_mode, "low_latency": low_latency_mode}[mode]
+        try:
+            results[mode] = fn(torch, dist, deep_ep, args, local_rank, num_ranks, group)
+        except Exception as exc:
+            results[mode] = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                             "traceback_tail": traceback.format_exc()[-1500:]}
+        dist.barrier(group=group)
+    queue.put((local_rank, results))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--num-processes", type=int, default=2)
+    parser.add_argument("--modes", default="normal,low_latency")
+    parser.add_argument("--num-tokens", type=int, default=4096)
+    parser.add_argument("--hidden", type=int, default=7168)
+    parser.add_argument("--num-topk", type=int, default=8)
+    parser.add_argument("--num-experts", type=int, default=256)
+    parser.add_argument("--ll-num-tokens", type=int, default=128)
+    parser.add_argument("--ll-num-experts", type=int, default=288)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+
+    import torch
+    import torch.multiprocessing as mp
+
+    started = time.monotonic()
+    out = {"num_processes": args.num_processes, "device_count": torch.cuda.device_count(),
+           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
+           "torch": torch.__version__, "modes": {}, "ok": False}
+    if torch.cuda.device_count() < args.num_processes:
+        out["error"] = f"{args.num_processes} GPUs needed, {torch.cuda.device_count()} visible"
+    else:
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        port = free_port()
+        procs = [ctx.Process(target=worker, args=(r, args.num_processes, port, args, queue))
+                 for r in range(args.num_processes)]
+        for proc in procs:
+            proc.start()
+        per_rank = {}
+        deadline = time.monotonic() + float(os.environ.get("DEEPEP_VERIFY_TIMEOUT", "400"))
+        while len(per_rank) < args.num_processes and time.monotonic() < deadline:
+            try:
+                rank, res = queue.get(timeout=5)
+                per_rank[rank] = res
+            except Exception:  # queue.Empty: keep waiting while the workers live
+                if not any(p.is_alive() for p in procs) and queue.empty():
+                    break
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+        if len(per_rank) < args.num_processes:
+            out["error"] = (f"only {len(per_rank)} of {args.num_processes} ranks reported "
+                            f"(exit codes {[p.exitcode for p in procs]})")
+        for mode in args.modes:
+            ranks = [per_rank[r].get(mode, {"ok": False, "error": "no result"}) for r in sorted(per_rank)]
+            entry = dict(ranks[0]) if ranks else {"ok": False, "error": "no rank reported"}
+            entry["ok"] = bool(ranks) and len(ranks) == args.num_processes and all(r.get("ok") for r in ranks)
+            entry["per_rank_ok"] = [bool(r.get("ok")) for r in ranks]
+            entry["max_rel_diff"] = max((r.get("rel_diff", 1.0) for r in ranks), default=1.0)
+            if not entry["ok"] and "error" not in entry:
+                errors = [r.get("error") for r in ranks if r.get("error")]
+                entry["error"] = errors[0] if errors else "round trip result incorrect"
+            out["modes"][mode] = entry
+        out["ok"] = "error" not in out and all(m["ok"] for m in out["modes"].values())
+    out["seconds"] = round(time.monotonic() - started, 1)
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(out, handle, indent=1)
+    print(json.dumps(out))
+    return 0 if out["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
