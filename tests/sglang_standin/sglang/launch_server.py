@@ -24,6 +24,8 @@ Behaviour knobs (environment variables, all optional):
   SGLANG_STANDIN_TOKEN_DELAY_MS  milliseconds per generated token (default 2)
   SGLANG_STANDIN_ACCEPT_LENGTH   avg_spec_accept_length reported when speculative (default 2.5)
   SGLANG_STANDIN_READY_FILE    path: written with the epoch time the server became ready
+  SGLANG_STANDIN_ADJUST        JSON object merged into /get_server_info (as if SGLang had adjusted a
+                               setting, e.g. {"ep_size": 1})
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ class State:
         info["version"] = VERSION
         info["frontend"] = "python"
         info["standin"] = True
+        info.update(json.loads(os.environ.get("SGLANG_STANDIN_ADJUST") or "{}"))
         return info
 
 

@@ -1,0 +1,236 @@
+"""sglang_server: unit rendering (pure functions) and the module's `process` manager end to end against the
+SGLang stand-in (tests/sglang_standin, a TEST DOUBLE): real processes, real HTTP, real log files.
+
+The systemd manager is exercised by the Molecule scenario molecule/sglang-server (a real systemd)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.epforge_unit import (
+    UnitError,
+    mask_secrets,
+    quote_exec_word,
+    render_env_file,
+    render_exec_start,
+    render_unit,
+    split_exec_start,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = ROOT / "library" / "sglang_server.py"
+LAUNCHER = ROOT / "roles" / "sglang_server" / "files" / "epforge_sglang_launch.py"
+STANDIN = ROOT / "tests" / "sglang_standin"
+KEY = "sk-test-6f1d0c9e-never-print-me"
+
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def run_module(module: Path, args: dict, tmp_path: Path, *, check: bool = False, diff: bool = False,
+               timeout: float = 120) -> dict:
+    """Run an Ansible module file the way Ansible does (JSON args file), return its parsed result."""
+    payload = dict(args)
+    payload["_ansible_check_mode"] = check
+    payload["_ansible_diff"] = diff
+    args_file = tmp_path / f"args-{time.monotonic_ns()}.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(module), str(args_file)], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    result["_rc"] = proc.returncode
+    result["_stdout"] = proc.stdout
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------------------ unit
+
+@pytest.mark.parametrize("word", ["--model-path", "/models/Kimi K2.5", 'say "hi"', "100%", "$HOME", "a\\b",
+                                  "", "--x=a b", "'single'"])
+def test_exec_quoting_round_trips(word):
+    rendered = render_exec_start(["/usr/bin/python3", word])
+    assert split_exec_start(rendered) == ["/usr/bin/python3", word]
+
+
+def test_exec_quoting_escapes_systemd_specials():
+    assert quote_exec_word("100%") == "\"100%%\""
+    assert quote_exec_word("$HOME") == '"$$HOME"'
+    assert quote_exec_word("--tp-size") == "--tp-size"
+    with pytest.raises(UnitError):
+        quote_exec_word("a\nb")
+    with pytest.raises(UnitError):
+        render_exec_start(["python3", "-m", "x"])
+
+
+def test_unit_refuses_root_and_renders_required_lines():
+    with pytest.raises(UnitError):
+        render_unit(description="x", argv=["/bin/true"], user="root")
+    unit = render_unit(description="SGLang", argv=["/venv/bin/python", "/l.py", "--port", "30000"],
+                       user="sglang", env_file="/etc/epforge/s.env", log_path="/var/log/epforge/s.log",
+                       limits={"NOFILE": 65535})
+    lines = unit.splitlines()
+    for expected in ("User=sglang", "EnvironmentFile=/etc/epforge/s.env", "Restart=on-failure",
+                     "StartLimitBurst=3", "StandardOutput=append:/var/log/epforge/s.log", "LimitNOFILE=65535",
+                     "ExecStart=/venv/bin/python /l.py --port 30000"):
+        assert expected in lines
+    journal = render_unit(description="SGLang", argv=["/bin/true"], user="sglang", log_path=None)
+    assert "StandardOutput=journal" in journal.splitlines()
+
+
+def test_env_file_quoting_and_masking():
+    text = render_env_file({"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple", "X": 'a "b" $c'},
+                           {"EPFORGE_SGLANG_API_KEY": KEY})
+    assert "NCCL_P2P_LEVEL=SYS\n" in text
+    assert "NCCL_PROTO=LL,LL128,Simple\n" in text
+    assert 'X="a \\"b\\" \\$c"\n' in text
+    masked = mask_secrets(text, ["EPFORGE_SGLANG_API_KEY"])
+    assert KEY not in masked
+    assert "EPFORGE_SGLANG_API_KEY=<secret sha256:" in masked
+    assert mask_secrets(render_env_file({}, {"EPFORGE_SGLANG_API_KEY": "other"}),
+                        ["EPFORGE_SGLANG_API_KEY"]) != masked.split("NCCL")[0] + masked.split("\n", 1)[1]
+    with pytest.raises(UnitError):
+        render_env_file({"BAD-NAME": "1"})
+
+
+# ---------------------------------------------------------------------------------- process manager e2e
+
+@pytest.fixture
+def server(tmp_path):
+    """Module arguments for a stand-in server managed as a process; stops it afterwards."""
+    port = free_port()
+    args = {
+        "name": "standin-test",
+        "manager": "process",
+        "settings": {"model_path": "/models/standin", "tp_size": 2, "ep_size": 2, "port": port,
+                     "moe_a2a_backend": "deepep", "deepep_mode": "low_latency",
+                     "env": {"PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.6"}},
+        "python": sys.executable,
+        "launcher": str(LAUNCHER),
+        "api_key": KEY,
+        "log_path": str(tmp_path / "log" / "server.log"),
+        "state_dir": str(tmp_path / "state"),
+        "timeout": 20,
+        "poll_interval": 0.1,
+    }
+    yield args
+    run_module(MODULE, {**args, "state": "absent"}, tmp_path)
+
+
+def test_process_lifecycle(server, tmp_path):
+    first = run_module(MODULE, server, tmp_path)
+    assert first["_rc"] == 0, first
+    assert first["changed"] is True
+    assert first["running"]["tp_size"] == 2 and first["running"]["moe_a2a_backend"] == "deepep"
+    assert first["settings_mismatch"] == []
+    assert first["polls"] >= 2          # it answered 503 while loading, then 200
+    assert 0.4 < first["ready_s"] < 5
+    pid = first["pid"]
+    # The key is nowhere: not in the result, not in the process's command line, not in the log.
+    assert KEY not in first["_stdout"]
+    assert first["server_info"]["api_key"] == "<redacted>"
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    assert KEY not in cmdline and "--api-key" not in cmdline
+    log = Path(server["log_path"]).read_text()
+    assert "server_args=" in log and KEY not in log and "<redacted>" in log
+    # The server binds loopback only.
+    listening = Path("/proc/net/tcp").read_text()
+    assert f"0100007F:{server['settings']['port']:04X}" in listening
+
+    second = run_module(MODULE, server, tmp_path)
+    assert second["_rc"] == 0 and second["changed"] is False and second["pid"] == pid
+
+    check = run_module(MODULE, {**server, "settings": {**server["settings"], "tp_size": 4}}, tmp_path,
+                       check=True, diff=True)
+    assert check["changed"] is True and "--tp-size\n4\n" in check["diff"][0]["after"]
+    assert run_module(MODULE, server, tmp_path)["changed"] is False  # check mode changed nothing
+
+    changed = run_module(MODULE, {**server, "settings": {**server["settings"], "tp_size": 4}}, tmp_path)
+    assert changed["_rc"] == 0 and changed["changed"] is True and changed["restarted"] is True
+    assert changed["running"]["tp_size"] == 4 and changed["pid"] != pid
+    assert not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes()
+
+    stopped = run_module(MODULE, {**server, "state": "stopped"}, tmp_path)
+    assert stopped["changed"] is True
+    time.sleep(0.2)
+    assert not Path(f"/proc/{changed['pid']}/cmdline").exists() or not Path(
+        f"/proc/{changed['pid']}/cmdline").read_bytes()
+    assert run_module(MODULE, {**server, "state": "stopped"}, tmp_path)["changed"] is False
+
+
+def test_process_crash_is_classified_fast(server, tmp_path):
+    env = {**server["settings"]["env"], "SGLANG_STANDIN_CRASH_AFTER": "0.3",
+           "SGLANG_STANDIN_CRASH_LINE": "KeyError: 12"}
+    args = {**server, "settings": {**server["settings"], "env": env, "enable_torch_symm_mem": True}}
+    started = time.monotonic()
+    result = run_module(MODULE, args, tmp_path)
+    elapsed = time.monotonic() - started
+    assert result["_rc"] != 0 and result["failed"] is True
+    assert result["reason"] == "died"
+    assert result["classification"][0]["id"] == "torch_symm_mem_keyerror"
+    assert "enable-torch-symm-mem" in result["msg"]
+    assert "KeyError: 12" in result["log_tail"]
+    assert elapsed < 10          # seconds, not the 20 s timeout
+    assert KEY not in result["_stdout"]
+
+
+def test_process_hang_times_out_bounded(server, tmp_path):
+    env = {**server["settings"]["env"], "SGLANG_STANDIN_HANG": "1"}
+    args = {**server, "timeout": 2, "poll_interval": 0.2, "settings": {**server["settings"], "env": env}}
+    started = time.monotonic()
+    result = run_module(MODULE, args, tmp_path)
+    elapsed = time.monotonic() - started
+    assert result["failed"] is True and result["reason"] == "timeout"
+    assert 2 <= elapsed < 8
+    # Bounded poll rate: about timeout / interval probes, never more.
+    assert 5 <= result["polls"] <= 12
+    # stop_on_failure: the hung server was stopped.
+    assert not Path(server["state_dir"], "standin-test.pid").exists()
+
+
+def test_bad_flag_exits_2_and_is_classified(server, tmp_path):
+    args = {**server, "settings": {**server["settings"], "extra_args": ["--no-such-flag", "1"]}}
+    result = run_module(MODULE, args, tmp_path)
+    assert result["failed"] is True and result["reason"] == "died"
+    assert "status 2" in result["msg"]
+    assert result["classification"][0]["id"] == "bad_cli_flag"
+
+
+def test_bad_input_fails_before_anything_changes(server, tmp_path):
+    result = run_module(MODULE, {**server, "settings": {**server["settings"], "tp_sise": 2}}, tmp_path)
+    assert result["failed"] is True and "did you mean 'tp_size'" in result["msg"]
+    result = run_module(MODULE, {**server, "settings": {**server["settings"], "api_key": KEY}}, tmp_path)
+    assert result["failed"] is True and "api_key" in result["msg"] and KEY not in result["_stdout"]
+    assert not Path(server["log_path"]).exists()
+    assert not os.path.exists(Path(server["state_dir"]) / "standin-test.pid")
+
+
+def test_settings_mismatch_is_reported(server, tmp_path):
+    # The stand-in reports ep_size 1 although 2 was asked for (as when SGLang adjusts a setting).
+    env = {**server["settings"]["env"], "SGLANG_STANDIN_ADJUST": '{"ep_size": 1}'}
+    args = {**server, "settings": {**server["settings"], "env": env}}
+    strict = run_module(MODULE, args, tmp_path)
+    assert strict["failed"] is True
+    assert strict["settings_mismatch"] == [{"key": "ep_size", "requested": 2, "running": 1}]
+    assert "ep_size: requested 2, running 1" in strict["msg"]
+    warn = run_module(MODULE, {**args, "settings_check": "warn"}, tmp_path)
+    assert warn["_rc"] == 0 and warn["settings_mismatch"][0]["key"] == "ep_size"
+    assert "ep_size" in json.dumps(warn.get("warnings"))
