@@ -25,10 +25,10 @@ KeyError: 12"""),
     ("deep_ep_no_gpu", "ImportError: The NVIDIA driver does not expose a usable CUDA device"),
     ("no_kernel_image", "torch.AcceleratorError: CUDA error: no kernel image is available for execution "
                         "on the device"),
-    ("cuda_graph_capture_failed", "Exception: Capture cuda graph failed: CUDA error: operation failed due to a "
-                                  "previous error during capture"),
-    ("cuda_out_of_memory", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has "
-                           "a total capacity of 94.97 GiB"),
+    ("cuda_graph_capture_failed", "Exception: Capture cuda graph failed: CUDA error: operation failed "
+                                  "due to a previous error during capture"),
+    ("cuda_out_of_memory", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+                           "GPU 3 has a total capacity of 94.97 GiB"),
     ("cuda_out_of_memory", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
     ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
                    "ProcessGroupNCCL.cpp:3356, unhandled system error, NCCL version 2.28.9\nncclSystemError: "
