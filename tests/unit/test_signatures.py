@@ -33,7 +33,8 @@ KeyError: 12"""),
     ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
                    "ProcessGroupNCCL.cpp:3356, unhandled system error, NCCL version 2.28.9\nncclSystemError: "
                    "System call (e.g. socket, malloc) or external library call failed"),
-    ("cuda_driver_too_old", "RuntimeError: The NVIDIA driver on your system is too old (found version 12040)."),
+    ("cuda_driver_too_old", "RuntimeError: The NVIDIA driver on your system is too old "
+                            "(found version 12040)."),
     ("no_gpu", "RuntimeError: No CUDA GPUs are available"),
     ("port_in_use", "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
                     "address already in use"),
