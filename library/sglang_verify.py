@@ -1,0 +1,236 @@
+#!/usr/bin/python
+"""Ansible module: prove that a running SGLang server generates text, through its native and its
+OpenAI-compatible API, and report latency and the speculative accept length."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_verify
+short_description: Send real generation requests to an SGLang server and check the answers
+description:
+  - Sends one request to the native C(POST /generate) and one to the OpenAI-compatible
+    C(POST /v1/chat/completions) (or C(/v1/completions)) and checks that each answer is well formed and
+    not empty (HTTP 200, a non-empty text, at least O(min_tokens) completion tokens).
+  - Reports the latency of each request and, when the server runs speculative decoding, the accept length
+    (C(internal_states[i].avg_spec_accept_length) of C(/get_server_info), falling back to C(/server_info)).
+  - Returns the results as the fact C(epforge_sglang_verify). Changes nothing, so it runs the same in
+    check mode.
+options:
+  url:
+    description: Base URL of the server.
+    type: str
+    default: http://127.0.0.1:30000
+  api_key:
+    description: API key of the server (sent as a Bearer token).
+    type: str
+  prompt:
+    description: Prompt of both requests.
+    type: str
+    default: The capital of France is
+  max_new_tokens:
+    description: Tokens to generate per request.
+    type: int
+    default: 16
+  openai_api:
+    description: Which OpenAI-compatible endpoint to call (C(none) skips it).
+    type: str
+    choices: [chat, completions, none]
+    default: chat
+  model:
+    description: Model name for the OpenAI request (default the first of C(/v1/models)).
+    type: str
+  min_tokens:
+    description: Fewest completion tokens an answer must have.
+    type: int
+    default: 1
+  timeout:
+    description: Seconds each request may take.
+    type: float
+    default: 120
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Prove the server answers
+  sglang_verify:
+    url: http://127.0.0.1:30000
+    api_key: "{{ vault_sglang_api_key }}"
+  register: verify
+
+- name: Show the latency
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts['epforge_sglang_verify']['generate']['latency_s'] }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The fact C(epforge_sglang_verify).
+  returned: success
+  type: dict
+  contains:
+    epforge_sglang_verify:
+      description: url, model, speculative, accept_length, generate and openai (each ok, endpoint, latency_s,
+        completion_tokens, prompt_tokens, finish_reason, text).
+      type: dict
+      returned: success
+      sample:
+        url: http://127.0.0.1:30000
+        model: /models/Kimi-K2.5
+        speculative: true
+        accept_length: 2.61
+        generate: {ok: true, endpoint: /generate, latency_s: 0.41, completion_tokens: 16, text: " Paris."}
+        openai: {ok: true, endpoint: /v1/chat/completions, latency_s: 0.44, completion_tokens: 16}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_http import auth_headers, get_json, post_json, redact
+
+TEXT_SHOWN = 200
+
+
+def server_info(url: str, headers: dict, timeout: float) -> dict:
+    for path in ("/get_server_info", "/server_info"):
+        status, body, _ = get_json(url + path, headers=headers, timeout=timeout)
+        if status == 200 and isinstance(body, dict):
+            return body
+    return {}
+
+
+def accept_length(info: dict) -> float | None:
+    """Mean avg_spec_accept_length over the server's internal states (one per DP rank)."""
+    values = [state.get("avg_spec_accept_length") for state in info.get("internal_states") or []
+              if isinstance(state, dict)]
+    values = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def check_generate(body: object, min_tokens: int) -> tuple[dict, str]:
+    """(facts, problem) for a native /generate answer."""
+    if not isinstance(body, dict):
+        return {}, "the answer is not a JSON object"
+    text = body.get("text")
+    meta = body.get("meta_info") or {}
+    tokens = meta.get("completion_tokens")
+    facts = {"completion_tokens": tokens, "prompt_tokens": meta.get("prompt_tokens"),
+             "finish_reason": (meta.get("finish_reason") or {}).get("type")
+             if isinstance(meta.get("finish_reason"), dict) else meta.get("finish_reason"),
+             "text": text[:TEXT_SHOWN] if isinstance(text, str) else None}
+    if meta.get("spec_accept_length") is not None:
+        facts["spec_accept_length"] = meta["spec_accept_length"]
+    if not isinstance(text, str) or not text.strip():
+        return facts, "the answer has no text"
+    if not isinstance(tokens, int) or tokens < min_tokens:
+        return facts, f"meta_info.completion_tokens is {tokens!r}, expected at least {min_tokens}"
+    return facts, ""
+
+
+def check_openai(body: object, chat: bool, min_tokens: int) -> tuple[dict, str]:
+    """(facts, problem) for an OpenAI-compatible answer."""
+    if not isinstance(body, dict):
+        return {}, "the answer is not a JSON object"
+    choices = body.get("choices") or []
+    usage = body.get("usage") or {}
+    first = choices[0] if choices and isinstance(choices[0], dict) else {}
+    text = (first.get("message") or {}).get("content") if chat else first.get("text")
+    tokens = usage.get("completion_tokens")
+    facts = {"completion_tokens": tokens, "prompt_tokens": usage.get("prompt_tokens"),
+             "finish_reason": first.get("finish_reason"), "model": body.get("model"),
+             "text": text[:TEXT_SHOWN] if isinstance(text, str) else None}
+    if not choices:
+        return facts, "the answer has no choices"
+    if not isinstance(text, str) or not text.strip():
+        return facts, "the first choice has no text"
+    if not isinstance(tokens, int) or tokens < min_tokens:
+        return facts, f"usage.completion_tokens is {tokens!r}, expected at least {min_tokens}"
+    return facts, ""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "default": "http://127.0.0.1:30000"},
+            "api_key": {"type": "str", "no_log": True},
+            "prompt": {"type": "str", "default": "The capital of France is"},
+            "max_new_tokens": {"type": "int", "default": 16},
+            "openai_api": {"type": "str", "default": "chat", "choices": ["chat", "completions", "none"]},
+            "model": {"type": "str"},
+            "min_tokens": {"type": "int", "default": 1},
+            "timeout": {"type": "float", "default": 120},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    url = p["url"].rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        module.fail_json(msg=f"url must start with http:// or https://, got {url!r}")
+    if p["max_new_tokens"] < 1 or p["min_tokens"] < 0:
+        module.fail_json(msg="max_new_tokens must be at least 1 and min_tokens at least 0")
+    key = p["api_key"] or ""
+    headers = auth_headers(key)
+    timeout = p["timeout"]
+    facts: dict = {"url": url}
+
+    def fail(msg: str, **extra) -> None:
+        module.fail_json(msg=msg, **redact({"epforge_sglang_verify": facts, **extra}, [key]))
+
+    info = server_info(url, headers, min(timeout, 30))
+    facts["speculative"] = bool(info.get("speculative_algorithm"))
+    facts["speculative_algorithm"] = info.get("speculative_algorithm")
+    facts["server_version"] = info.get("version")
+
+    status, body, error, seconds = post_json(
+        url + "/generate",
+        {"text": p["prompt"], "sampling_params": {"max_new_tokens": p["max_new_tokens"], "temperature": 0}},
+        headers=headers, timeout=timeout)
+    generate = {"endpoint": "/generate", "status": status, "latency_s": round(seconds, 4)}
+    if status != 200:
+        generate["ok"] = False
+        facts["generate"] = generate
+        fail(f"POST {url}/generate answered HTTP {status or 'nothing'} {error}".strip(),
+             body=str(body)[:500] if body is not None else None)
+    checked, problem = check_generate(body, p["min_tokens"])
+    generate.update(checked, ok=not problem)
+    facts["generate"] = generate
+    if problem:
+        fail(f"POST {url}/generate: {problem}", body=str(body)[:500])
+
+    if p["openai_api"] != "none":
+        model = p["model"]
+        if not model:
+            _, models, _ = get_json(url + "/v1/models", headers=headers, timeout=min(timeout, 30))
+            data = (models or {}).get("data") if isinstance(models, dict) else None
+            model = data[0].get("id") if data and isinstance(data[0], dict) else None
+        facts["model"] = model
+        chat = p["openai_api"] == "chat"
+        endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+        request = {"model": model or "default", "max_tokens": p["max_new_tokens"], "temperature": 0}
+        if chat:
+            request["messages"] = [{"role": "user", "content": p["prompt"]}]
+        else:
+            request["prompt"] = p["prompt"]
+        status, body, error, seconds = post_json(url + endpoint, request, headers=headers, timeout=timeout)
+        openai = {"endpoint": endpoint, "status": status, "latency_s": round(seconds, 4)}
+        if status != 200:
+            openai["ok"] = False
+            facts["openai"] = openai
+            fail(f"POST {url}{endpoint} answered HTTP {status or 'nothing'} {error}".strip(),
+                 body=str(body)[:500] if body is not None else None)
+        checked, problem = check_openai(body, chat, p["min_tokens"])
+        openai.update(checked, ok=not problem)
+        facts["openai"] = openai
+        if problem:
+            fail(f"POST {url}{endpoint}: {problem}", body=str(body)[:500])
+
+    if facts["speculative"]:
+        # Read after the requests, so the server has verified at least one speculative step.
+        facts["accept_length"] = accept_length(server_info(url, headers, min(timeout, 30)))
+        if facts["accept_length"] is None:
+            facts["accept_length"] = facts["generate"].get("spec_accept_length")
+    else:
+        facts["accept_length"] = None
+    module.exit_json(changed=False, ansible_facts={"epforge_sglang_verify": redact(facts, [key])})
+
+
+if __name__ == "__main__":
+    main()
