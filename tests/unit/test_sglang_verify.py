@@ -84,7 +84,8 @@ def test_verify_wrong_key_and_no_server_fail(standin, tmp_path):
 
 
 def test_answer_checks_refuse_malformed_answers():
-    assert check_generate({"text": "", "meta_info": {"completion_tokens": 3}}, 1)[1] == "the answer has no text"
+    no_text = check_generate({"text": "", "meta_info": {"completion_tokens": 3}}, 1)
+    assert no_text[1] == "the answer has no text"
     assert "completion_tokens" in check_generate({"text": "x", "meta_info": {}}, 1)[1]
     assert check_generate(["x"], 1)[1]
     assert check_generate({"text": "Paris", "meta_info": {"completion_tokens": 2}}, 1)[1] == ""
