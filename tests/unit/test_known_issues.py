@@ -1,0 +1,432 @@
+"""The known-issues table (data/known_issues.yml), its evaluator and module.
+
+Every row of the real table has a matching and a non-matching case here; a row without cases fails
+test_every_row_has_cases, so a new row cannot land untested.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from unittest import mock
+
+import epforge_known_issues as module_under_test
+import pytest
+import yaml
+from ansible.module_utils import basic
+from ansible.module_utils.epforge_known_issues import (
+    TableError,
+    base_arch,
+    build_context,
+    evaluate,
+    format_adjustment,
+    format_finding,
+    matches,
+    validate_table,
+)
+from ansible.module_utils.testing import patch_module_args
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text())
+CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
+CU128 = yaml.safe_load((ROOT / "stacks" / "cu128.yml").read_text())["epforge_stack_spec"]
+NAMES = {"12.0": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "9.0": "NVIDIA H200"}
+
+
+def gpus(arch: str = "12.0", count: int = 8, interconnect: str = "pcie") -> dict:
+    """GPU facts in the schema of nvidia_gpu_facts."""
+    return {
+        "available": True, "reason": "", "gpu_count": count,
+        "gpus": [{"index": i, "name": NAMES[arch], "compute_capability": arch, "arch": arch}
+                 for i in range(count)],
+        "driver_version": "580.159.04", "cuda_driver_version": "13.0", "interconnect": interconnect,
+        "archs": [arch],
+    }
+
+
+NO_GPU = {"available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0, "gpus": [],
+          "driver_version": "", "cuda_driver_version": "", "interconnect": "none", "archs": []}
+SM120_PCIE = gpus("12.0", 8, "pcie")
+H200_NVLINK = gpus("9.0", 2, "nvlink")
+
+
+def run(gpu: dict, stack: dict, server: dict) -> dict:
+    return evaluate(TABLE, gpu, stack, server)
+
+
+def severity_list(result: dict, severity: str) -> list[dict]:
+    return result["findings"][{"error": "errors", "warning": "warnings", "adjust": "adjustments"}[severity]]
+
+
+def ids(result: dict, severity: str) -> list[str]:
+    return [f["id"] for f in severity_list(result, severity)]
+
+
+# id -> (severity, [matching cases], [non-matching cases]); a case is (gpu facts, stack, server settings).
+CASES = {
+    "tp_size_exceeds_gpus": ("error", [
+        (H200_NVLINK, CU130, {"tp_size": 8}),
+        (H200_NVLINK, CU130, {"tp_size": "4"}),  # extra vars arrive as text
+    ], [
+        (H200_NVLINK, CU130, {"tp_size": 2}),
+        (H200_NVLINK, CU130, {"tp_size": 4, "nnodes": 2}),
+        (NO_GPU, CU130, {"tp_size": 8}),  # a build host has no GPU count to compare with
+    ]),
+    "flashinfer_allreduce_fusion_sm120": ("adjust", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "enable_flashinfer_allreduce_fusion": True}),
+        (NO_GPU, CU130, {"enable_flashinfer_allreduce_fusion": "yes"}),  # target archs from the stack
+    ], [
+        (H200_NVLINK, CU130, {"tp_size": 2, "enable_flashinfer_allreduce_fusion": True}),
+        (SM120_PCIE, CU130, {"tp_size": 8, "enable_flashinfer_allreduce_fusion": False}),
+    ]),
+    "torch_symm_mem_sm120_pcie": ("error", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "enable_torch_symm_mem": True}),
+        (gpus("9.0", 4, "pcie"), CU130, {"tp_size": 4, "enable_torch_symm_mem": True}),  # H200 NVL over PCIe
+        (NO_GPU, CU130, {"enable_torch_symm_mem": True}),  # the stack targets sm_120
+    ], [
+        (H200_NVLINK, CU130, {"tp_size": 2, "enable_torch_symm_mem": True}),
+        (SM120_PCIE, CU130, {"tp_size": 8}),
+    ]),
+    "custom_allreduce_pcie_multi_gpu": ("adjust", [
+        (SM120_PCIE, CU130, {"tp_size": 8}),
+        (gpus("12.0", 4, "mixed"), CU130, {"tp_size": 4, "disable_custom_all_reduce": False}),
+    ], [
+        (SM120_PCIE, CU130, {"tp_size": 2}),
+        (gpus("9.0", 8, "nvlink"), CU130, {"tp_size": 8}),
+        (SM120_PCIE, CU130, {"tp_size": 8, "disable_custom_all_reduce": True}),
+    ]),
+    "deepep_normal_mode_needs_nvlink": ("adjust", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),  # auto uses normal for prefill
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+    ], [
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+        (SM120_PCIE, CU130, {"tp_size": 8}),
+    ]),
+    "deepep_normal_mode_disables_cuda_graph": ("warning", [
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+    ], [
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "auto"}),
+        # On PCIe normal mode is adjusted to low_latency first, so this warning no longer applies.
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+    ]),
+    "deepep_ep_size_differs_from_tp_size": ("adjust", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": 4, "moe_a2a_backend": "deepep"}),
+    ], [
+        (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": "8", "moe_a2a_backend": "deepep"}),
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
+        (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": 4}),
+    ]),
+    "deepep_deepgemm_disabled_sm120": ("warning", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+        (NO_GPU, CU128, {"moe_a2a_backend": "DeepEP"}),
+    ], [
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "none"}),
+    ]),
+    "nccl_algo_tree_with_cuda_graphs": ("error", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "Tree"}}),
+        (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "allreduce:tree"}}),
+    ], [
+        (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "^Tree"}}),  # excludes Tree
+        (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "Ring"}}),
+        (SM120_PCIE, CU130, {"tp_size": 8, "disable_cuda_graph": True, "env": {"NCCL_ALGO": "Tree"}}),
+    ]),
+    "flashinfer_jit_nvcc_before_12_9_sm120": ("adjust", [
+        (SM120_PCIE, CU128, {"tp_size": 8, "env": {"NCCL_P2P_LEVEL": "SYS"}}),
+        (NO_GPU, CU128, {}),
+    ], [
+        (SM120_PCIE, CU130, {"tp_size": 8}),
+        (SM120_PCIE, CU128, {"tp_size": 8, "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0"}}),
+        (H200_NVLINK, CU128, {"tp_size": 2}),
+    ]),
+}
+
+
+def test_table_is_valid_and_every_row_has_cases():
+    assert validate_table(TABLE) == []
+    assert set(CASES) == {row["id"] for row in TABLE["issues"]}
+    for row in TABLE["issues"]:
+        assert CASES[row["id"]][0] == row["severity"], row["id"]
+
+
+def test_required_rows_present():
+    """The dead ends issue 2 names, by id (renaming one must be deliberate)."""
+    assert {
+        "flashinfer_allreduce_fusion_sm120", "torch_symm_mem_sm120_pcie", "custom_allreduce_pcie_multi_gpu",
+        "deepep_normal_mode_needs_nvlink", "nccl_algo_tree_with_cuda_graphs",
+        "flashinfer_jit_nvcc_before_12_9_sm120", "deepep_ep_size_differs_from_tp_size",
+        "deepep_deepgemm_disabled_sm120",
+    } <= set(CASES)
+    for row in TABLE["issues"]:
+        assert row["source"] and row["remedy"] and row["consequence"]
+
+
+@pytest.mark.parametrize(("issue_id", "case"),
+                         [(i, c) for i, (_, match, _) in CASES.items() for c in match])
+def test_row_matches(issue_id, case):
+    severity = CASES[issue_id][0]
+    result = run(*case)
+    assert issue_id in ids(result, severity)
+    assert issue_id in result["matched"]
+
+
+@pytest.mark.parametrize(("issue_id", "case"),
+                         [(i, c) for i, (_, _, nomatch) in CASES.items() for c in nomatch])
+def test_row_does_not_match(issue_id, case):
+    result = run(*case)
+    assert issue_id not in result["matched"]
+
+
+# ---------------------------------------------------------------- what the rows do
+
+
+def test_torch_symm_mem_error_names_problem_remedy_and_source():
+    result = run(SM120_PCIE, CU130, {"tp_size": 8, "enable_torch_symm_mem": True})
+    [error] = result["findings"]["errors"]
+    line = format_finding(error)
+    assert "KeyError: 12" in line and "NVLink multicast" in line
+    assert "Remedy: remove enable_torch_symm_mem" in line and "torch_symm_mem.py" in line
+
+
+def test_deepep_on_pcie_becomes_low_latency_with_the_reason():
+    result = run(SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"})
+    [adj] = [a for a in result["findings"]["adjustments"] if a["id"] == "deepep_normal_mode_needs_nvlink"]
+    assert adj["changes"] == {"deepep_mode": {"from": "auto", "to": "low_latency", "requested": False}}
+    assert result["adjusted_settings"]["deepep_mode"] == "low_latency"
+    assert result["settings_changes"]["deepep_mode"] == "low_latency"
+    assert "deepep_mode: auto -> low_latency" in format_adjustment(adj)
+    assert "NVLink" in adj["consequence"]
+
+
+def test_ep_size_takes_tp_size():
+    result = run(SM120_PCIE, CU130, {"tp_size": 8, "ep_size": 4, "moe_a2a_backend": "deepep",
+                                     "deepep_mode": "low_latency"})
+    assert result["adjusted_settings"]["ep_size"] == 8
+    [adj] = [a for a in result["findings"]["adjustments"] if a["id"] == "deepep_ep_size_differs_from_tp_size"]
+    assert adj["changes"]["ep_size"] == {"from": 4, "to": 8, "requested": True}
+
+
+def test_flashinfer_arch_env_merges_into_existing_env():
+    result = run(SM120_PCIE, CU128, {"tp_size": 8, "env": {"NCCL_P2P_LEVEL": "SYS"}})
+    assert result["adjusted_settings"]["env"] == {"NCCL_P2P_LEVEL": "SYS",
+                                                  "FLASHINFER_CUDA_ARCH_LIST": "12.0a"}
+    assert result["settings_changes"]["env"] == {"FLASHINFER_CUDA_ARCH_LIST": "12.0a"}
+    [adj] = [a for a in result["findings"]["adjustments"]
+             if a["id"] == "flashinfer_jit_nvcc_before_12_9_sm120"]
+    assert "env.FLASHINFER_CUDA_ARCH_LIST=12.0a" in format_adjustment(adj)
+
+
+def test_example_inventory_of_the_motivating_host():
+    """inventory/examples/rtx-pro-6000.yml on an 8x sm_120 PCIe host with stack cu128: no error."""
+    inventory = yaml.safe_load((ROOT / "inventory" / "examples" / "rtx-pro-6000.yml").read_text())
+    server = inventory["all"]["vars"]["epforge_server"]
+    result = run(SM120_PCIE, CU128, server)
+    assert result["findings"]["errors"] == []
+    assert set(ids(result, "adjust")) == {"custom_allreduce_pcie_multi_gpu",
+                                          "flashinfer_jit_nvcc_before_12_9_sm120"}
+    assert ids(result, "warning") == ["deepep_deepgemm_disabled_sm120"]
+    assert result["adjusted_settings"]["deepep_mode"] == "low_latency"  # already requested: untouched
+    assert result["adjusted_settings"]["env"]["NCCL_PROTO"] == "LL,LL128,Simple"
+
+
+def test_no_gpu_and_no_settings_find_nothing():
+    result = run(NO_GPU, CU130, {})
+    assert result["matched"] == [] and result["adjusted_settings"] == {} and result["settings_changes"] == {}
+    assert result["context"]["target"] == {"archs": ["12.0"], "source": "stack"}
+
+
+def test_secrets_never_come_back():
+    server = {"tp_size": 8, "api_key": "sk-secret", "moe_a2a_backend": "deepep",
+              "env": {"HF_TOKEN": "hf_secret", "NCCL_P2P_LEVEL": "SYS"}}
+    before = copy.deepcopy(server)
+    result = run(SM120_PCIE, CU128, server)
+    assert server == before  # the input is not modified
+    assert "sk-secret" not in repr(result) and "hf_secret" not in repr(result)
+    assert result["adjusted_settings"]["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    # What the docs tell callers to do gives the full adjusted settings, secrets included.
+    launched = {**server, **{k: v for k, v in result["settings_changes"].items() if k != "env"}}
+    launched["env"] = {**server["env"], **result["settings_changes"].get("env", {})}
+    assert launched["api_key"] == server["api_key"]
+    assert launched["env"]["HF_TOKEN"] == server["env"]["HF_TOKEN"]
+    assert launched["deepep_mode"] == "low_latency"
+    assert launched["env"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.0a"
+
+
+# ---------------------------------------------------------------- the grammar
+
+
+def context(**server) -> dict:
+    return build_context(SM120_PCIE, CU130, server, {"tp_size": 1})
+
+
+@pytest.mark.parametrize(("cond", "expected"), [
+    ({"fact": "gpu.interconnect", "equals": "PCIe"}, True),
+    ({"fact": "gpu.interconnect", "not_equals": "pcie"}, False),
+    ({"fact": "gpu.interconnect", "in": ["nvlink", "pcie"]}, True),
+    ({"fact": "gpu.interconnect", "not_in": ["nvlink"]}, True),
+    ({"fact": "gpu.count", "gt": 7}, True),
+    ({"fact": "gpu.count", "ge": 9}, False),
+    ({"fact": "gpu.count", "lt": 9}, True),
+    ({"fact": "gpu.count", "le": 7}, False),
+    ({"fact": "stack.cuda", "version_lt": "13.1"}, True),
+    ({"fact": "stack.cuda", "version_ge": "13.1"}, False),
+    ({"fact": "gpu.archs", "any_in": ["9.0", "12.0"]}, True),
+    ({"fact": "gpu.archs", "all_in": ["9.0"]}, False),
+    ({"fact": "gpu.archs", "any_not_in": ["12.0"]}, False),
+    ({"fact": "server.tp_size", "eq_fact": "gpu.count"}, False),
+    ({"fact": "server.tp_size", "lt_fact": "gpu.count"}, True),
+    ({"fact": "server.tp_size", "gt_fact": "gpu.count"}, False),
+    ({"fact": "server.missing", "present": False}, True),
+    ({"fact": "server.missing", "equals": "x"}, False),  # a missing fact matches nothing
+    ({"fact": "server.missing", "not_equals": "x"}, False),
+    ({"fact": "gpu.archs", "equals": "12.0"}, False),  # a list is no scalar
+    ({"fact": "gpu.interconnect", "gt": 1}, False),  # text is no number
+    ({"fact": "gpu.interconnect", "matches": "^pc"}, True),
+    ({"all": [{"fact": "gpu.count", "equals": 8}, {"fact": "server.tp_size", "equals": "1"}]}, True),
+    ({"any": [{"fact": "gpu.count", "equals": 2}, {"fact": "gpu.count", "equals": 3}]}, False),
+    ({"not": {"fact": "gpu.count", "equals": 2}}, True),
+])
+def test_operators(cond, expected):
+    assert matches(cond, context()) is expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (True, True), ("true", True), ("Yes", True), (1, True), ("on", True),
+    (False, False), ("false", False), ("0", False), (None, False),
+])
+def test_truthy_accepts_yaml_and_extra_vars_booleans(value, expected):
+    assert matches({"fact": "server.flag", "truthy": True}, context(flag=value)) is expected
+
+
+def test_truthy_does_not_match_text_that_is_no_boolean():
+    assert matches({"fact": "server.flag", "truthy": True}, context(flag="maybe")) is False
+    assert matches({"fact": "server.flag", "truthy": False}, context(flag="maybe")) is False
+
+
+@pytest.mark.parametrize(("arch", "base"), [
+    ("12.0", "12.0"), ("12.0a", "12.0"), ("12.0f", "12.0"), ("sm_120", "12.0"), ("120", "12.0"),
+    ("9.0", "9.0"), ("sm_90a", "9.0"), ("10.3", "10.3"), ("gpu", None),
+])
+def test_base_arch(arch, base):
+    assert base_arch(arch) == base
+
+
+def row(**overrides) -> dict:
+    base = {"id": "r", "title": "t", "severity": "warning", "consequence": "c", "remedy": "r", "source": "s",
+            "condition": {"fact": "gpu.count", "gt": 1}}
+    base.update(overrides)
+    return base
+
+
+@pytest.mark.parametrize(("bad_row", "message"), [
+    (row(condition={"fact": "gpu.count", "bigger": 1}), "unknown operator"),
+    (row(condition={"fact": "gpu.count", "gt": 1, "lt": 3}), "exactly one operator"),
+    (row(condition={"fact": "host.name", "equals": "x"}), "must start with one of"),
+    (row(condition={"fact": "gpu.count", "in": "pcie"}), "'in' takes a list"),
+    (row(condition={"fact": "gpu.count", "gt": "many"}), "'gt' takes a number"),
+    (row(condition={"fact": "server.x", "matches": "("}), "no regular expression"),
+    (row(condition={"fact": "server.x", "truthy": "yes"}), "takes true or false"),
+    (row(condition={"all": []}), "non-empty list"),
+    (row(condition={"all": [{"fact": "gpu.count", "gt": 1}], "fact": "x"}), "must stand alone"),
+    (row(condition="{{ gpu.count > 1 }}"), "must be a non-empty mapping"),  # no templates
+    (row(severity="fatal"), "severity 'fatal'"),
+    (row(severity="adjust"), "needs 'adjust'"),
+    (row(adjust={"x": 1}), "only severity adjust rows"),
+    (row(severity="adjust", adjust={"x": {"from": "elsewhere"}}), "'from' takes a fact path"),
+    (row(remedy=""), "missing remedy"),
+])
+def test_validation_names_the_problem(bad_row, message):
+    problems = validate_table({"issues": [bad_row]})
+    assert any(message in p for p in problems), problems
+    with pytest.raises(TableError, match="issue 'r'"):
+        evaluate({"issues": [bad_row]}, SM120_PCIE, CU130, {})
+
+
+def test_validation_of_the_table_shape():
+    assert validate_table([]) == [
+        "the known-issues table must be a mapping with keys server_defaults and issues"]
+    assert "issues must be a non-empty list of rows" in validate_table({"issues": []})
+    assert any("duplicate id" in p for p in validate_table({"issues": [row(), row()]}))
+
+
+def test_adjustments_chain_until_nothing_changes():
+    """A later adjust row sees what an earlier one set (rows are re-read after every change)."""
+    table = {"issues": [
+        row(id="second", severity="adjust", condition={"fact": "server.a", "equals": 1}, adjust={"b": 2}),
+        row(id="first", severity="adjust", condition={"fact": "server.start", "truthy": True},
+            adjust={"a": 1}),
+        row(id="warn", severity="warning", condition={"fact": "server.b", "equals": 2}),
+        row(id="gone", severity="error", condition={"fact": "server.start", "truthy": False}),
+    ]}
+    result = evaluate(table, NO_GPU, CU130, {"start": True})
+    assert [a["id"] for a in result["findings"]["adjustments"]] == ["first", "second"]
+    assert result["adjusted_settings"] == {"start": True, "a": 1, "b": 2}
+    assert ids(result, "warning") == ["warn"] and result["findings"]["errors"] == []
+
+
+# ---------------------------------------------------------------- the module
+
+
+class Exited(Exception):
+    pass
+
+
+class Failed(Exception):
+    pass
+
+
+def run_module(args: dict) -> tuple[str, dict]:
+    def exit_json(self, **kwargs):
+        raise Exited(kwargs)
+
+    def fail_json(self, **kwargs):
+        raise Failed(kwargs)
+
+    warnings: list[str] = []
+    with patch_module_args(args), mock.patch.multiple(
+            basic.AnsibleModule, exit_json=exit_json, fail_json=fail_json,
+            warn=lambda self, text: warnings.append(text)):
+        try:
+            module_under_test.main()
+        except Exited as done:
+            return "exit", {**done.args[0], "_warnings": warnings}
+        except Failed as failed:
+            return "fail", failed.args[0]
+    raise AssertionError("the module returned without exit_json or fail_json")
+
+
+def test_module_fails_on_an_error_row_with_problem_and_remedy():
+    how, result = run_module({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130,
+                              "server": {"tp_size": 8, "enable_torch_symm_mem": True, "api_key": "sk-1"}})
+    assert how == "fail"
+    assert result["msg"].startswith("1 known dead end(s) in the requested server settings: [torch_symm_mem")
+    assert "KeyError: 12" in result["msg"] and "Remedy:" in result["msg"]
+    assert result["matched"] == ["torch_symm_mem_sm120_pcie", "custom_allreduce_pcie_multi_gpu"]
+    assert "sk-1" not in repr(result)
+
+
+def test_module_returns_errors_when_told_not_to_fail():
+    how, result = run_module({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130, "fail_on_error": False,
+                              "server": {"tp_size": 8, "env": {"NCCL_ALGO": "Tree"}}})
+    assert how == "exit" and result["changed"] is False
+    assert [e["id"] for e in result["findings"]["errors"]] == ["nccl_algo_tree_with_cuda_graphs"]
+    assert result["messages"][0].startswith("ERROR [nccl_algo_tree_with_cuda_graphs]")
+
+
+def test_module_reports_adjustments_and_warnings():
+    how, result = run_module({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130,
+                              "server": {"tp_size": 8, "moe_a2a_backend": "deepep"}})
+    assert how == "exit"
+    assert result["settings_changes"] == {"disable_custom_all_reduce": True, "deepep_mode": "low_latency"}
+    assert [m.split(" ", 2)[:2] for m in result["messages"]] == [
+        ["ADJUSTED", "[custom_allreduce_pcie_multi_gpu]"], ["ADJUSTED", "[deepep_normal_mode_needs_nvlink]"],
+        ["WARNING", "[deepep_deepgemm_disabled_sm120]"]]
+    assert len(result["_warnings"]) == 1 and "DeepGEMM" in result["_warnings"][0]
+
+
+def test_module_refuses_a_malformed_table():
+    how, result = run_module({"table": {"issues": [row(severity="fatal")]}, "stack": CU130})
+    assert how == "fail"
+    assert result["msg"].startswith("the known-issues table is malformed: issue 'r': severity 'fatal'")
+    assert "fix data/known_issues.yml" in result["msg"]
