@@ -118,6 +118,22 @@ site_dir:
   description: The venv's site-packages.
   returned: success
   type: str
+python:
+  description: O(python) (so a delegated build can use the build host's own interpreter).
+  returned: success
+  type: str
+cuda_home:
+  description: O(cuda_home).
+  returned: success
+  type: str
+torch_version:
+  description: torch version read from its dist-info.
+  returned: success
+  type: str
+cuda_version:
+  description: CUDA release of O(cuda_home)'s nvcc.
+  returned: success
+  type: str
 """
 
 import json
@@ -217,7 +233,7 @@ def main() -> None:
     fact = read_json(os.path.join(p["facts_dir"], "epforge_cuda_extensions.fact")) or {}
     module.exit_json(changed=False, key=key, inputs=inputs, installed=installed, reason=reason, stamp=stamp,
                      fact=fact, site_dir=probe["platlib"], torch_version=torch_version,
-                     cuda_version=nvcc_version["version"])
+                     cuda_version=nvcc_version["version"], python=p["python"], cuda_home=p["cuda_home"])
 
 
 if __name__ == "__main__":
