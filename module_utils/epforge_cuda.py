@@ -40,11 +40,13 @@ def parse_gpu_list(text: str) -> list[str]:
 # that compute capability) or 'f' (family-specific: runs on later minors of the same major).
 
 ARCH_DOTTED_RE = re.compile(r"^(\d+)\.(\d)([af]?)$")
-ARCH_SM_RE = re.compile(r"^(?:sm_|compute_|lto_)?(\d+)(\d)([af]?)$")
+ARCH_SM_RE = re.compile(r"^(?:sm_|compute_|lto_)(\d+)(\d)([af]?)$")
 
 
 def parse_arch(text: str) -> tuple[int, int, str] | None:
-    """'12.0' / '12.0a' / 'sm_120' / 'sm_120a' / 'compute_90' / '90' -> (12, 0, '') etc.; None if no arch."""
+    """'12.0' / '12.0a' / 'sm_120' / 'sm_120a' / 'compute_90' -> (12, 0, '') etc.; None if no arch.
+
+    A bare number ('120', '12') is refused: it is ambiguous."""
     value = str(text).strip().lower()
     for regex in (ARCH_DOTTED_RE, ARCH_SM_RE):
         match = regex.match(value)

@@ -1,0 +1,291 @@
+"""cuda_binary_archs: the cuobjdump parser and the arch rules on captured outputs, and the module itself on
+kernels compiled here with a real nvcc and read with a real cuobjdump.
+
+Tools: nvcc from $EPFORGE_TEST_NVCC, /usr/local/cuda-13.0 or a CUDA_HOME this test assembles once with the
+cuda_toolkit_pypi module (.cache/epforge-tests/cuda-13.0); cuobjdump from $EPFORGE_TEST_CUOBJDUMP or the
+stack's nvidia-cuda-cuobjdump wheel, downloaded once into .cache/epforge-tests/ (pip, about 2 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.module_utils.epforge_cuda import (
+    check_required,
+    dotted,
+    parse_arch,
+    parse_cuobjdump_listing,
+    ptx_satisfies,
+    sass_satisfies,
+    sm_name,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "cuobjdump"
+CACHE = ROOT / ".cache" / "epforge-tests"
+KERNEL = """
+__global__ void add(float *a, const float *b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] += b[i]; }
+"""
+
+
+def stack_pin(name: str) -> str:
+    """'nvidia-cuda-cuobjdump' -> 'nvidia-cuda-cuobjdump==13.2.51' as written in stacks/cu130.yml."""
+    spec = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
+    return next(p for p in spec["cuda"]["pypi_packages"] if p.split("==")[0] == name)
+
+
+def ensure_cuobjdump() -> str:
+    """A real cuobjdump: $EPFORGE_TEST_CUOBJDUMP, else the stack's wheel unpacked into the test cache."""
+    if os.environ.get("EPFORGE_TEST_CUOBJDUMP"):
+        return os.environ["EPFORGE_TEST_CUOBJDUMP"]
+    target = CACHE / "cuobjdump" / "cuobjdump"
+    if target.exists():
+        return str(target)
+    wheels = CACHE / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
+                    "-d", str(wheels), stack_pin("nvidia-cuda-cuobjdump")], check=True, timeout=600)
+    wheel = next(wheels.glob("nvidia_cuda_cuobjdump-*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        member = next(n for n in zf.namelist() if n.endswith("/bin/cuobjdump"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(zf.read(member))
+        tmp.chmod(0o755)
+        tmp.rename(target)
+    return str(target)
+
+
+def ensure_nvcc() -> str:
+    """A real CUDA 13 nvcc: $EPFORGE_TEST_NVCC, /usr/local/cuda-13.0, else a CUDA_HOME assembled by the
+    project's own cuda_toolkit_pypi module into the test cache (about 10 s, once)."""
+    for candidate in (os.environ.get("EPFORGE_TEST_NVCC"), "/usr/local/cuda-13.0/bin/nvcc",
+                      str(CACHE / "cuda-13.0" / "bin" / "nvcc")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    spec = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
+    args = {"prefix": str(CACHE / "cuda-13.0"), "cuda_version": spec["cuda"]["version"],
+            "packages": spec["cuda"]["pypi_packages"], "wheel_dir": str(CACHE / "wheels"),
+            "log_path": str(CACHE / "cuda-13.0.log")}
+    rc, result = run_module(args, module="cuda_toolkit_pypi")
+    assert rc == 0, f"assembling a test CUDA_HOME failed: {result.get('msg')}"
+    return result["nvcc"]
+
+
+# ------------------------------------------------------------------------------------------------ parser
+
+
+def fixture(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def test_parse_multi_arch_shared_object():
+    parsed = parse_cuobjdump_listing(fixture("multi-sm90-sm120-sm100a-ptx120.so.txt"))
+    assert parsed["sass"] == ["sm_90", "sm_100a", "sm_120"]
+    assert parsed["ptx"] == ["sm_120"]
+    assert parsed["entries"] == 7
+    assert parsed["host_only"] is False
+
+
+def test_parse_sass_only_and_ptx_only():
+    sm90 = parse_cuobjdump_listing(fixture("sm90-only.o.txt"))
+    assert (sm90["sass"], sm90["ptx"]) == (["sm_90"], [])
+    ptx = parse_cuobjdump_listing(fixture("ptx90-only.o.txt"))
+    assert (ptx["sass"], ptx["ptx"]) == ([], ["sm_90"])
+
+
+def test_parse_arch_specific_and_family_builds():
+    assert parse_cuobjdump_listing(fixture("sm120a.o.txt"))["sass"] == ["sm_120a"]
+    # cuobjdump prints a family build (compute_120f/sm_120f) as plain sm_120
+    assert parse_cuobjdump_listing(fixture("sm120f.o.txt"))["sass"] == ["sm_120"]
+
+
+def test_parse_host_only_and_archive():
+    host = parse_cuobjdump_listing(fixture("host-only.o.txt"))
+    assert host == {"sass": [], "ptx": [], "entries": 0, "host_only": True}
+    archive = parse_cuobjdump_listing(fixture("archive-sm90-ptx90.a.txt"))
+    assert (archive["sass"], archive["ptx"]) == (["sm_90"], ["sm_90"])
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("12.0", (12, 0, "")), ("12.0a", (12, 0, "a")), ("12.0f", (12, 0, "f")), ("sm_120", (12, 0, "")),
+    ("sm_120a", (12, 0, "a")), ("compute_90", (9, 0, "")), ("sm_90a", (9, 0, "a")), ("10.3", (10, 3, "")),
+    ("SM_100", (10, 0, "")), ("lto_120", (12, 0, "")),
+])
+def test_parse_arch_spellings(text, expected):
+    assert parse_arch(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "twelve", "12", "120", "sm_", "12.0x", "sm_120b", "1"])
+def test_parse_arch_rejects(text):
+    assert parse_arch(text) is None
+
+
+def test_arch_names_round_trip():
+    assert sm_name((12, 0, "a")) == "sm_120a"
+    assert dotted((12, 0, "")) == "12.0"
+
+
+def test_sass_rules():
+    r120, r120a, r120f = parse_arch("12.0"), parse_arch("12.0a"), parse_arch("12.0f")
+    # sm_120a runs on a 12.0 GPU: it covers a plain 12.0 requirement
+    assert sass_satisfies(parse_arch("sm_120a"), r120)
+    assert sass_satisfies(parse_arch("sm_120"), r120)
+    assert not sass_satisfies(parse_arch("sm_90"), r120)
+    assert not sass_satisfies(parse_arch("sm_121"), r120)
+    # 12.0a wants arch-specific code
+    assert not sass_satisfies(parse_arch("sm_120"), r120a)
+    assert sass_satisfies(parse_arch("sm_120a"), r120a)
+    # family: generic/family cubins (both printed sm_120), not the arch-specific one
+    assert sass_satisfies(parse_arch("sm_120"), r120f)
+    assert not sass_satisfies(parse_arch("sm_120a"), r120f)
+
+
+def test_ptx_rules():
+    assert ptx_satisfies(parse_arch("sm_90"), parse_arch("12.0"))  # JIT forward
+    assert not ptx_satisfies(parse_arch("sm_120"), parse_arch("9.0"))  # never backward
+    assert not ptx_satisfies(parse_arch("sm_90a"), parse_arch("12.0"))  # arch-specific PTX stays put
+    assert ptx_satisfies(parse_arch("sm_120a"), parse_arch("12.0"))
+    assert not ptx_satisfies(parse_arch("sm_90"), parse_arch("12.0a"))
+
+
+def test_check_required_reports_and_ptx_switch():
+    sass, ptx = ["sm_90"], ["sm_90"]
+    assert check_required(sass, ptx, ["12.0"]) == {"missing": ["12.0"], "covered": {}}
+    assert check_required(sass, ptx, ["12.0"], accept_ptx=True) == {"missing": [],
+                                                                     "covered": {"12.0": "ptx sm_90"}}
+    assert check_required(["sm_90", "sm_120a"], [], ["sm_120", "9.0"])["covered"] == {
+        "sm_120": "sass sm_120a", "9.0": "sass sm_90"}
+    with pytest.raises(ValueError, match="not a GPU arch"):
+        check_required(sass, ptx, ["twelve"])
+
+
+# ------------------------------------------------------------------------------------------------ module
+
+
+@pytest.fixture(scope="module")
+def binaries(tmp_path_factory):
+    """Real binaries compiled here: SASS sm_90 only, SASS sm_120 (.so), PTX compute_90 only, sm_120a."""
+    nvcc = ensure_nvcc()
+    out = tmp_path_factory.mktemp("kernels")
+    src = out / "k.cu"
+    src.write_text(KERNEL)
+    builds = {
+        "sm90.o": ["-c", "-gencode", "arch=compute_90,code=sm_90"],
+        "sm120.so": ["-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_120,code=sm_120"],
+        "ptx90.o": ["-c", "-gencode", "arch=compute_90,code=compute_90"],
+        "sm120a.o": ["-c", "-gencode", "arch=compute_120a,code=sm_120a"],
+    }
+    for name, flags in builds.items():
+        subprocess.run([nvcc, *flags, str(src), "-o", str(out / name)], check=True, timeout=300,
+                       capture_output=True)
+    (out / "host.c").write_text("int host_only;\n")
+    subprocess.run(["gcc", "-c", str(out / "host.c"), "-o", str(out / "host.o")], check=True)
+    return out
+
+
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def run_module(args: dict, module: str = "cuda_binary_archs", check: bool = False) -> tuple[int, dict]:
+    """Run a module file the way Ansible does (a JSON args file), return (rc, parsed result)."""
+    payload = {**args, "_ansible_check_mode": check}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
+    try:
+        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
+                               handle.name], capture_output=True, text=True, timeout=600, check=False)
+    finally:
+        os.unlink(handle.name)
+    try:
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+
+
+@pytest.mark.build
+def test_module_sm90_only_fails_for_12_0_naming_what_it_found(binaries):
+    rc, res = run_module({"paths": [str(binaries / "sm90.o")], "required_archs": ["12.0"],
+                          "cuobjdump": ensure_cuobjdump()})
+    assert rc != 0
+    assert res["failed"] is True
+    assert "lacks 12.0 (SASS found: sm_90; PTX found: none)" in res["msg"]
+    assert res["missing"] == {str(binaries / "sm90.o"): ["12.0"]}
+
+
+@pytest.mark.build
+def test_module_sm120_passes_every_spelling(binaries):
+    for spelling in ("12.0", "sm_120", "12.0f"):
+        rc, res = run_module({"paths": [str(binaries / "sm120.so")], "required_archs": [spelling],
+                              "cuobjdump": ensure_cuobjdump()})
+        assert rc == 0, res
+        assert res["files"][0]["sass"] == ["sm_120"]
+        assert res["files"][0]["covered"] == {spelling: "sass sm_120"}
+
+
+@pytest.mark.build
+def test_module_sm120a_covers_12_0_but_sm120_does_not_cover_12_0a(binaries):
+    cuobjdump = ensure_cuobjdump()
+    rc, res = run_module({"paths": [str(binaries / "sm120a.o")], "required_archs": ["12.0"],
+                          "cuobjdump": cuobjdump})
+    assert rc == 0 and res["sass_archs"] == ["sm_120a"]
+    rc, res = run_module({"paths": [str(binaries / "sm120.so")], "required_archs": ["12.0a"],
+                          "cuobjdump": cuobjdump})
+    assert rc != 0 and "lacks 12.0a (SASS found: sm_120" in res["msg"]
+
+
+@pytest.mark.build
+def test_module_ptx_only_counts_only_when_accepted(binaries):
+    cuobjdump = ensure_cuobjdump()
+    args = {"paths": [str(binaries / "ptx90.o")], "required_archs": ["12.0"], "cuobjdump": cuobjdump}
+    rc, res = run_module(args)
+    assert rc != 0
+    assert "SASS found: none; PTX found: sm_90" in res["msg"]
+    assert "PTX does not count" in res["msg"]
+    rc, res = run_module({**args, "accept_ptx": True})
+    assert rc == 0
+    assert res["files"][0]["covered"] == {"12.0": "ptx sm_90"}
+    assert res["ptx_archs"] == ["sm_90"] and res["sass_archs"] == []
+
+
+@pytest.mark.build
+def test_module_directory_glob_and_host_only(binaries):
+    cuobjdump = ensure_cuobjdump()
+    # a directory scan: the host-only object fails the requirement unless ignored
+    rc, res = run_module({"paths": [str(binaries)], "patterns": ["sm120*", "host.o"],
+                          "required_archs": ["12.0"], "cuobjdump": cuobjdump})
+    assert rc != 0 and "host.o lacks 12.0 (no device code)" in res["msg"]
+    rc, res = run_module({"paths": [str(binaries)], "patterns": ["sm120*", "host.o"],
+                          "required_archs": ["12.0"], "cuobjdump": cuobjdump, "ignore_host_only": True})
+    assert rc == 0, res
+    assert [Path(f["path"]).name for f in res["files"]] == ["sm120.so", "sm120a.o"]
+    assert res["host_only"] == [str(binaries / "host.o")]
+    # a glob over everything, no requirement: lists without failing
+    rc, res = run_module({"paths": [str(binaries / "*.o")], "cuobjdump": cuobjdump})
+    assert rc == 0
+    assert {Path(f["path"]).name: f["sass"] for f in res["files"]} == {
+        "host.o": [], "ptx90.o": [], "sm120a.o": ["sm_120a"], "sm90.o": ["sm_90"]}
+
+
+def test_module_bad_input_fails_clearly(tmp_path):
+    rc, res = run_module({"paths": [str(tmp_path / "nothing-*.so")], "required_archs": ["12.0"],
+                          "cuobjdump": "/bin/true"})
+    assert rc != 0 and "no file matched" in res["msg"]
+    (tmp_path / "x.so").write_bytes(b"")
+    rc, res = run_module({"paths": [str(tmp_path / "x.so")], "required_archs": ["twelve"]})
+    assert rc != 0 and "no GPU arch: twelve" in res["msg"]
+    rc, res = run_module({"paths": [str(tmp_path / "x.so")], "cuobjdump": str(tmp_path / "missing")})
+    assert rc != 0 and "cuobjdump not found" in res["msg"]
