@@ -1,0 +1,445 @@
+"""Preflight: the host checks (module epforge_preflight_checks) and the role, run for real.
+
+The role tests run ansible-playbook on localhost with epforge_facts_dir in a tmp dir. GPU hosts are
+simulated by a fake nvidia-smi on PATH that prints real captures from tests/fixtures/nvidia-smi/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import epforge_preflight_checks as checks_module
+import pytest
+import yaml
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from epforge_preflight_checks import (
+    GIB,
+    disk_check,
+    existing_parent,
+    gpu_checks,
+    gpu_runtime,
+    python_check,
+    run_python,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
+VENV_BIN = str(Path(sys.executable).parent)
+CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
+CU128 = yaml.safe_load((ROOT / "stacks" / "cu128.yml").read_text())["epforge_stack_spec"]
+FACT = "epforge_preflight.fact"
+
+
+def gpu_facts(arch: str = "12.0", count: int = 8, driver: str = "580.159.04", cuda: str = "13.0",
+              interconnect: str = "pcie") -> dict:
+    return {
+        "available": True, "reason": "", "gpu_count": count,
+        "gpus": [{"index": i, "name": f"GPU-{arch}", "compute_capability": arch, "arch": arch}
+                 for i in range(count)],
+        "driver_version": driver, "cuda_driver_version": cuda, "interconnect": interconnect, "archs": [arch],
+    }
+
+
+NO_GPU = {"available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0, "gpus": [],
+          "driver_version": "", "cuda_driver_version": "", "interconnect": "none", "archs": []}
+
+
+def by_name(checks: list[dict]) -> dict:
+    return {c["name"]: c for c in checks}
+
+
+# ---------------------------------------------------------------- GPU checks
+
+
+def test_gpu_host_that_fits():
+    checks = by_name(gpu_checks(CU130, gpu_facts(), require_gpu=True))
+    assert [c["status"] for c in checks.values()] == ["passed"] * 4
+    assert checks["driver"]["detail"] == "NVIDIA driver 580.159.04 >= 580.65.06 (stack cu130)"
+    assert checks["gpu"]["detail"] == "8 GPU(s): GPU-12.0; interconnect pcie"
+
+
+def test_no_gpu_skips_with_the_reason():
+    checks = gpu_checks(CU130, NO_GPU, require_gpu=False)
+    assert [c["name"] for c in checks] == ["gpu", "driver", "driver_cuda", "gpu_arch"]
+    assert all(c["status"] == "skipped" and c["ok"] for c in checks)
+    assert "nvidia-smi not found on PATH" in checks[0]["detail"]
+
+
+def test_no_gpu_fails_when_a_gpu_is_required():
+    gpu = by_name(gpu_checks(CU130, NO_GPU, require_gpu=True))["gpu"]
+    assert gpu["status"] == "failed" and gpu["ok"] is False
+    assert "no usable GPU: nvidia-smi not found on PATH" in gpu["detail"]
+    assert "set epforge_require_gpu: false for build-only work" in gpu["detail"]
+
+
+def test_empty_gpu_facts_mean_no_gpu():
+    assert by_name(gpu_checks(CU130, {}, require_gpu=False))["gpu"]["status"] == "skipped"
+
+
+def test_old_driver_fails_with_the_remedy():
+    checks = by_name(gpu_checks(CU130, gpu_facts(driver="570.124.06", cuda="12.8"), require_gpu=False))
+    assert checks["driver"]["status"] == "failed"
+    assert checks["driver"]["detail"].startswith("NVIDIA driver 570.124.06 is older than 580.65.06")
+    assert "upgrade the driver to >= 580.65.06" in checks["driver"]["detail"]
+    assert checks["driver_cuda"]["status"] == "failed"
+    assert "supports CUDA up to 12.8 but stack cu130 needs CUDA 13.0" in checks["driver_cuda"]["detail"]
+    # The same driver fits the CUDA 12.8 stack.
+    fits = by_name(gpu_checks(CU128, gpu_facts(driver="570.124.06", cuda="12.8"), require_gpu=False))
+    assert fits["driver"]["status"] == fits["driver_cuda"]["status"] == "passed"
+
+
+def test_driver_version_compares_numerically():
+    """580.9 < 580.65.06 < 580.159.04 (text comparison would get these wrong)."""
+    assert by_name(gpu_checks(CU130, gpu_facts(driver="580.9"), False))["driver"]["status"] == "failed"
+    assert by_name(gpu_checks(CU130, gpu_facts(driver="580.159.04"), False))["driver"]["status"] == "passed"
+
+
+def test_unreadable_driver_version_fails():
+    check = by_name(gpu_checks(CU130, gpu_facts(driver=""), False))["driver"]
+    assert check["status"] == "failed" and "could not be read" in check["detail"]
+
+
+def test_missing_driver_cuda_is_skipped():
+    assert by_name(gpu_checks(CU130, gpu_facts(cuda=""), False))["driver_cuda"]["status"] == "skipped"
+
+
+def test_gpu_arch_outside_the_stack_fails_naming_the_gpu():
+    check = by_name(gpu_checks(CU130, gpu_facts(arch="9.0", count=2), False))["gpu_arch"]
+    assert check["status"] == "failed"
+    assert check["detail"].startswith(
+        "GPU 0 (GPU-9.0) is arch 9.0; GPU 1 (GPU-9.0) is arch 9.0 but stack cu130")
+    assert "add their arch to arch_list in stacks/cu130.yml" in check["detail"]
+
+
+def test_arch_specific_suffix_counts_as_the_same_base_arch():
+    stack = {**CU128, "arch_list": ["9.0", "12.0a"]}
+    facts = gpu_facts()
+    facts["gpus"][3]["arch"] = "9.0"
+    assert by_name(gpu_checks(stack, facts, False))["gpu_arch"]["status"] == "passed"
+    facts["gpus"][5]["arch"] = "10.0"
+    check = by_name(gpu_checks(stack, facts, False))["gpu_arch"]
+    assert check["status"] == "failed" and check["detail"].startswith("GPU 5 (GPU-12.0) is arch 10.0 but")
+
+
+# ---------------------------------------------------------------- Python, disk, gpu_runtime
+
+
+def test_python_check():
+    assert python_check(CU130, "python3", "3.11.7")["status"] == "passed"
+    old = python_check(CU130, "python3", "3.9.18")
+    assert old["status"] == "failed"
+    assert old["detail"] == ("python3 is Python 3.9.18, older than 3.10 that stack cu130 needs: install "
+                             "Python >= 3.10 and set preflight_python to it")
+    missing = python_check(CU130, "python3.99", "", "'python3.99' not found on PATH")
+    assert missing["status"] == "failed" and "'python3.99' not found on PATH" in missing["detail"]
+    assert "apt-get install python3 python3-venv" in missing["detail"]
+
+
+def test_run_python_runs_the_real_interpreter():
+    version, error = run_python(sys.executable)
+    assert error == "" and version == ".".join(map(str, sys.version_info[:3]))
+    assert run_python("") == (version, "")  # the module's own interpreter
+    assert run_python("no-such-python-here") == ("", "'no-such-python-here' not found on PATH")
+
+
+def test_run_python_reports_a_broken_interpreter(tmp_path):
+    broken = tmp_path / "python3"
+    broken.write_text("#!/bin/sh\necho 'cannot start' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    assert run_python(str(broken)) == ("", "rc 3: cannot start")
+
+
+def test_existing_parent(tmp_path):
+    assert existing_parent(str(tmp_path / "a" / "b")) == str(tmp_path)
+    assert existing_parent(str(tmp_path)) == str(tmp_path)
+
+
+def test_disk_check():
+    assert disk_check("/var/lib/epforge", 20, 25 * GIB, "/var/lib")["detail"] == (
+        "at least 20 GiB free on /var/lib/epforge")  # no byte count, no measured parent: stable
+    low = disk_check("/var/lib/epforge", 20, int(5.5 * GIB), "/var/lib")
+    assert low["status"] == "failed"
+    assert low["detail"].startswith("5.5 GiB free on /var/lib/epforge (measured on /var/lib), 20 GiB needed")
+    assert "lower preflight_min_free_gib" in low["detail"]
+    assert disk_check("/x", 0, None, "/")["status"] == "skipped"
+    assert disk_check("/x", 1, None, "/")["status"] == "failed"
+
+
+def test_gpu_runtime():
+    steps = ["sglang_server", "collective_probe"]
+    assert gpu_runtime(NO_GPU, steps) == {
+        "available": False, "reason": "no usable GPU: nvidia-smi not found on PATH", "skipped_steps": steps}
+    assert gpu_runtime(gpu_facts(count=2), steps) == {"available": True, "reason": "2 usable GPU(s)",
+                                                      "skipped_steps": []}
+
+
+# ---------------------------------------------------------------- the module, in process
+
+
+class Exited(Exception):
+    pass
+
+
+class Failed(Exception):
+    pass
+
+
+def run_module(args: dict) -> tuple[str, dict]:
+    def exit_json(self, **kwargs):
+        raise Exited(kwargs)
+
+    def fail_json(self, **kwargs):
+        raise Failed(kwargs)
+
+    with patch_module_args(args), mock.patch.multiple(basic.AnsibleModule, exit_json=exit_json,
+                                                      fail_json=fail_json):
+        try:
+            checks_module.main()
+        except Exited as done:
+            return "exit", done.args[0]
+        except Failed as failed:
+            return "fail", failed.args[0]
+    raise AssertionError("the module returned without exit_json or fail_json")
+
+
+def test_module_on_this_machine(tmp_path):
+    how, result = run_module({"stack": CU130, "gpu_facts": NO_GPU, "python": sys.executable,
+                              "disk_path": str(tmp_path / "state"), "min_free_gib": 0.01})
+    assert how == "exit" and result["changed"] is False
+    assert [c["name"] for c in result["checks"]] == [
+        "gpu", "driver", "driver_cuda", "gpu_arch", "python", "disk"]
+    assert result["failed"] == [] and result["gpu_runtime"]["available"] is False
+    assert result["gpu_runtime"]["skipped_steps"] == list(checks_module.DEFAULT_GPU_STEPS)
+    assert not (tmp_path / "state").exists()  # reads only
+
+
+def test_module_fails_on_too_little_disk_with_the_remedy(tmp_path):
+    free = shutil.disk_usage(tmp_path).free / GIB
+    how, result = run_module({"stack": CU130, "gpu_facts": NO_GPU, "python": sys.executable,
+                              "disk_path": str(tmp_path), "min_free_gib": free * 2 + 1})
+    assert how == "fail" and result["failed"] == ["disk"]
+    assert result["msg"].startswith("preflight: host does not fit stack 'cu130': ")
+    assert "lower preflight_min_free_gib" in result["msg"]
+
+
+def test_module_collects_every_failure(tmp_path):
+    facts = gpu_facts(arch="9.0", driver="570.26", cuda="12.8")
+    how, result = run_module({"stack": CU130, "gpu_facts": facts,
+                              "python": "no-such-python-here", "disk_path": str(tmp_path), "min_free_gib": 0})
+    assert how == "fail"
+    assert result["failed"] == ["driver", "driver_cuda", "gpu_arch", "python"]
+    assert result["msg"].count(" | ") == 3
+
+
+# ---------------------------------------------------------------- the role, through ansible-playbook
+
+PLAYBOOK = """\
+- name: Preflight on this machine
+  hosts: localhost
+  gather_facts: false
+  roles:
+    - role: preflight
+"""
+
+
+def fake_smi(tmp_path: Path, query: Path, topo: Path, header: Path) -> str:
+    """A PATH whose nvidia-smi prints captures, as the real one would for these arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        f"  --query-gpu=*) cat '{query}' ;;\n"
+        f"  topo) cat '{topo}' ;;\n"
+        f"  '') cat '{header}' ;;\n"
+        "  *) echo \"fake nvidia-smi: unexpected arguments $*\" >&2; exit 2 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin"
+
+
+def sm120_pcie_host(tmp_path: Path) -> str:
+    """8x RTX PRO 6000 (sm_120) over PCIe. No such capture exists, so the query answer is derived from the
+    real H200 capture (same fields and format, RTX PRO 6000 values); the topology is a real 8-GPU PCIe
+    capture and the header the real driver 580.159.04 / CUDA 13.0 one."""
+    template = (SMI / "h200x2-query.csv").read_text().splitlines()[0].split(", ")
+    lines = []
+    for i in range(8):
+        fields = list(template)
+        fields[0:6] = [str(i), "NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", "97887",
+                       f"00000000:{0x18 + i:02X}:00.0", f"GPU-0e4a5f5c-0000-0000-0000-00000000000{i}"]
+        lines.append(", ".join(fields))
+    query = tmp_path / "rtx-pro-6000x8-query.csv"
+    query.write_text("\n".join(lines) + "\n")
+    return fake_smi(tmp_path, query, SMI / "public-8x4090-pcie-node-sys-topo.txt",
+                    SMI / "h200x2-nvidia-smi.txt")
+
+
+def no_gpu_path() -> str:
+    path = f"{VENV_BIN}:/usr/bin:/bin"
+    searched = [*path.split(":"), "/sbin", "/usr/sbin", "/usr/local/sbin"]
+    if any(os.path.exists(f"{d}/nvidia-smi") for d in searched):
+        pytest.skip("this machine has an nvidia-smi; the test is about a host without one")
+    return path
+
+
+def play(tmp_path: Path, extra: dict, path: str, *, check: bool = False) -> tuple[int, dict]:
+    book = tmp_path / "preflight.yml"
+    book.write_text(PLAYBOOK)
+    extra = {"epforge_facts_dir": str(tmp_path / "facts"), "epforge_state_dir": str(tmp_path / "state"),
+             "preflight_min_free_gib": 1, **extra}
+    vars_file = tmp_path / "vars.json"
+    vars_file.write_text(json.dumps(extra))
+    env = dict(os.environ, PATH=path, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_DEPRECATION_WARNINGS="0")
+    argv = [os.path.join(VENV_BIN, "ansible-playbook"), str(book), "-e", f"@{vars_file}"]
+    if check:
+        argv.append("--check")
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"no JSON report: rc {proc.returncode}\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-3000:]}") from exc
+    return proc.returncode, report
+
+
+def host_results(report: dict) -> dict:
+    """task name (without the 'role : ' prefix) -> the localhost result."""
+    return {task["task"]["name"].split(" : ", 1)[-1]: task["hosts"]["localhost"]
+            for task in report["plays"][0]["tasks"]}
+
+
+def failure(report: dict) -> tuple[str, str]:
+    """(task name, msg) of the failed task."""
+    for name, result in host_results(report).items():
+        if result.get("failed"):
+            return name, result["msg"]
+    raise AssertionError("no task failed")
+
+
+def fact_file(tmp_path: Path) -> Path:
+    return tmp_path / "facts" / FACT
+
+
+def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
+    path = no_gpu_path()
+    rc, report = play(tmp_path, {}, path, check=True)
+    assert rc == 0 and not fact_file(tmp_path).exists()  # check mode changes nothing
+
+    rc, report = play(tmp_path, {}, path)
+    assert rc == 0, failure(report)
+    assert report["stats"]["localhost"]["changed"] == 2  # the facts dir and the fact file
+    fact = json.loads(fact_file(tmp_path).read_text())
+    assert fact["schema"] == 1 and fact["stack"]["name"] == "cu130" and fact["stack"]["arch_list"] == ["12.0"]
+    assert fact["gpu"] == {"available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0,
+                           "names": [], "archs": [], "interconnect": "none", "driver_version": "",
+                           "cuda_driver_version": ""}
+    assert fact["gpu_runtime"] == {
+        "available": False, "reason": "no usable GPU: nvidia-smi not found on PATH",
+        "skipped_steps": ["sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify"]}
+    assert [(c["name"], c["status"]) for c in fact["checks"]] == [
+        ("gpu", "skipped"), ("driver", "skipped"), ("driver_cuda", "skipped"), ("gpu_arch", "skipped"),
+        ("python", "passed"), ("disk", "passed")]
+    assert fact["known_issues"] == {"matched": [], "errors": [], "warnings": [], "adjustments": []}
+    results = host_results(report)
+    assert results["Assemble the preflight result"]["ansible_facts"]["preflight_result"] == fact
+    [step] = results["Record the preflight step"]["ansible_facts"]["epforge_steps"]
+    assert step["step"] == "preflight" and step["status"] == "done"
+    assert "no GPU (nvidia-smi not found on PATH), so sglang_server, sglang_benchmark" in step["detail"]
+    first = fact_file(tmp_path).read_bytes()
+
+    rc, report = play(tmp_path, {}, path)
+    assert rc == 0 and report["stats"]["localhost"]["changed"] == 0
+    assert fact_file(tmp_path).read_bytes() == first
+
+
+def test_role_adjusts_the_motivating_host_and_reruns_unchanged(tmp_path):
+    path = sm120_pcie_host(tmp_path)
+    server = yaml.safe_load((ROOT / "inventory" / "examples" / "rtx-pro-6000.yml").read_text())
+    server = server["all"]["vars"]["epforge_server"]
+    del server["deepep_mode"]  # auto: normal mode for prefill, which PCIe cannot run
+    server["api_key"] = "sk-never-written"
+    extra = {"epforge_stack": "cu128", "epforge_require_gpu": True, "epforge_server": server}
+    rc, report = play(tmp_path, extra, path)
+    assert rc == 0, failure(report)
+    text = fact_file(tmp_path).read_text()
+    assert "sk-never-written" not in text
+    fact = json.loads(text)
+    assert fact["gpu"]["gpu_count"] == 8 and fact["gpu"]["archs"] == ["12.0"]
+    assert fact["gpu"]["interconnect"] == "pcie" and fact["gpu_runtime"]["skipped_steps"] == []
+    assert all(c["status"] == "passed" for c in fact["checks"])
+    assert [a["id"] for a in fact["known_issues"]["adjustments"]] == [
+        "custom_allreduce_pcie_multi_gpu", "deepep_normal_mode_needs_nvlink",
+        "flashinfer_jit_nvcc_before_12_9_sm120"]
+    assert fact["settings_changes"] == {"disable_custom_all_reduce": True, "deepep_mode": "low_latency",
+                                        "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0a"}}
+    assert fact["server_settings"]["deepep_mode"] == "low_latency"
+    assert fact["server_settings"]["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    assert [w["id"] for w in fact["known_issues"]["warnings"]] == ["deepep_deepgemm_disabled_sm120"]
+    first = fact_file(tmp_path).read_bytes()
+
+    rc, report = play(tmp_path, extra, path)
+    assert rc == 0 and report["stats"]["localhost"]["changed"] == 0
+    assert fact_file(tmp_path).read_bytes() == first
+
+
+def test_role_refuses_a_dead_end_setting_before_writing(tmp_path):
+    path = sm120_pcie_host(tmp_path)
+    rc, report = play(tmp_path, {"epforge_server": {"tp_size": 8, "enable_torch_symm_mem": True}}, path)
+    assert rc != 0
+    task, msg = failure(report)
+    assert task == "Refuse, warn about or adjust known dead ends of the requested server settings"
+    assert "[torch_symm_mem_sm120_pcie]" in msg and "KeyError: 12" in msg
+    assert "Remedy: remove enable_torch_symm_mem from epforge_server" in msg
+    assert not fact_file(tmp_path).exists()
+
+
+def test_role_refuses_gpus_outside_the_stack(tmp_path):
+    path = fake_smi(tmp_path, SMI / "h200x2-query.csv", SMI / "h200x2-topo.txt",
+                    SMI / "h200x2-nvidia-smi.txt")
+    rc, report = play(tmp_path, {}, path)
+    assert rc != 0
+    task, msg = failure(report)
+    assert task == "Check driver, GPU archs, Python and disk against the stack"
+    assert "GPU 0 (NVIDIA H200) is arch 9.0" in msg and "choose a stack whose arch_list covers" in msg
+    assert not fact_file(tmp_path).exists()
+
+
+def test_role_requires_a_gpu_when_told(tmp_path):
+    rc, report = play(tmp_path, {"epforge_require_gpu": True}, no_gpu_path())
+    assert rc != 0
+    _, msg = failure(report)
+    assert "no usable GPU: nvidia-smi not found on PATH" in msg and "epforge_require_gpu: false" in msg
+    assert not fact_file(tmp_path).exists()
+
+
+def test_role_refuses_an_unknown_stack(tmp_path):
+    rc, report = play(tmp_path, {"epforge_stack": "cu999"}, no_gpu_path())
+    assert rc != 0
+    _, msg = failure(report)
+    assert "unknown stack 'cu999'" in msg and "choose one of" in msg
+    assert not fact_file(tmp_path).exists()
+
+
+def test_role_refuses_an_incoherent_stack(tmp_path):
+    stacks = tmp_path / "stacks"
+    shutil.copytree(ROOT / "stacks", stacks)
+    broken = yaml.safe_load((stacks / "cu130.yml").read_text())
+    broken["epforge_stack_spec"]["torch"]["cuda"] = "12.8"
+    (stacks / "cu130.yml").write_text(yaml.safe_dump(broken))
+    rc, report = play(tmp_path, {"epforge_stacks_dir": str(stacks)}, no_gpu_path())
+    assert rc != 0
+    _, msg = failure(report)
+    assert "stack 'cu130' is incoherent" in msg and "pick a torch build for CUDA 13.x" in msg
+    assert not fact_file(tmp_path).exists()
