@@ -132,6 +132,7 @@ from ansible.module_utils.epforge_known_issues import (
     evaluate,
     format_adjustment,
     format_finding,
+    secret_values,
 )
 
 
@@ -147,6 +148,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    # Mask secrets of the settings everywhere in the output, the invocation record included.
+    module.no_log_values.update(secret_values(params["server"] or {}))
     try:
         result = evaluate(params["table"], params["gpu_facts"] or {}, params["stack"], params["server"] or {})
     except TableError as exc:

@@ -373,6 +373,16 @@ def redact(settings: dict) -> dict:
     return clean
 
 
+def secret_values(settings: dict) -> list[str]:
+    """The values redact() leaves out, for a module's no_log_values (so they are masked in its
+    invocation record and any message as well)."""
+    values = [settings.get(key) for key in SECRET_KEYS]
+    env = settings.get("env")
+    if isinstance(env, dict):
+        values += [v for k, v in env.items() if SECRET_ENV_RE.search(str(k))]
+    return [str(v) for v in values if v not in (None, "") and not isinstance(v, bool)]
+
+
 def _finding(row: dict) -> dict:
     return {
         "id": row["id"],

@@ -7,6 +7,7 @@ test_every_row_has_cases, so a new row cannot land untested.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from unittest import mock
 
@@ -430,3 +431,18 @@ def test_module_refuses_a_malformed_table():
     assert how == "fail"
     assert result["msg"].startswith("the known-issues table is malformed: issue 'r': severity 'fatal'")
     assert "fix data/known_issues.yml" in result["msg"]
+
+
+def test_module_output_masks_secrets_even_in_its_invocation(capsys):
+    """The real exit path (JSON on stdout, as Ansible reads it): secrets are masked, with -vvv too."""
+    server = {"tp_size": 8, "api_key": "sk-live-123", "env": {"HF_TOKEN": "hf_abcdef", "NCCL_PROTO": "LL"}}
+    with patch_module_args({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130, "server": server}), \
+            pytest.raises(SystemExit) as done:
+        module_under_test.main()
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    result = json.loads(out)
+    assert "sk-live-123" not in out and "hf_abcdef" not in out
+    assert result["invocation"]["module_args"]["server"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    assert result["invocation"]["module_args"]["server"]["env"]["NCCL_PROTO"] == "LL"
+    assert result["settings_changes"] == {"disable_custom_all_reduce": True}
