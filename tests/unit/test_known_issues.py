@@ -73,6 +73,13 @@ CASES = {
         (H200_NVLINK, CU130, {"tp_size": 4, "nnodes": 2}),
         (NO_GPU, CU130, {"tp_size": 8}),  # a build host has no GPU count to compare with
     ]),
+    "multi_node_without_dist_init_addr": ("error", [
+        (SM120_PCIE, CU130, {"tp_size": 16, "nnodes": 2}),
+        (NO_GPU, CU130, {"nnodes": "2", "node_rank": 1}),
+    ], [
+        (SM120_PCIE, CU130, {"tp_size": 16, "nnodes": 2, "dist_init_addr": "10.0.0.1:5000"}),
+        (SM120_PCIE, CU130, {"tp_size": 8}),
+    ]),
     "flashinfer_allreduce_fusion_sm120": ("adjust", [
         (SM120_PCIE, CU130, {"tp_size": 8, "enable_flashinfer_allreduce_fusion": True}),
         (NO_GPU, CU130, {"enable_flashinfer_allreduce_fusion": "yes"}),  # target archs from the stack
@@ -103,6 +110,14 @@ CASES = {
         (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
         (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
         (SM120_PCIE, CU130, {"tp_size": 8}),
+    ]),
+    "deepep_interconnect_unknown": ("warning", [
+        (gpus("12.0", 4, "unknown"), CU130, {"tp_size": 4, "moe_a2a_backend": "deepep"}),
+    ], [
+        (gpus("12.0", 4, "unknown"), CU130, {"tp_size": 4, "moe_a2a_backend": "deepep",
+                                             "deepep_mode": "low_latency"}),
+        (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),  # a build host: no GPU to ask
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
     ]),
     "deepep_normal_mode_disables_cuda_graph": ("warning", [
         (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
