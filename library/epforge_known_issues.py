@@ -43,7 +43,7 @@ options:
   server:
     description:
       - The requested SGLang server settings (C(epforge_server)); keys the rules read include C(tp_size),
-        C(ep_size), C(nnodes), C(moe_a2a_backend), C(deepep_mode), C(disable_cuda_graph),
+        C(ep_size), C(nnodes), C(dist_init_addr), C(moe_a2a_backend), C(deepep_mode), C(disable_cuda_graph),
         C(disable_custom_all_reduce), C(enable_torch_symm_mem), C(enable_flashinfer_allreduce_fusion) and
         C(env).
     type: dict
