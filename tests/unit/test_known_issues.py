@@ -461,3 +461,13 @@ def test_module_output_masks_secrets_even_in_its_invocation(capsys):
     assert result["invocation"]["module_args"]["server"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
     assert result["invocation"]["module_args"]["server"]["env"]["NCCL_PROTO"] == "LL"
     assert result["settings_changes"] == {"disable_custom_all_reduce": True}
+
+
+def test_the_preflight_fact_gpu_summary_is_valid_gpu_facts():
+    """A later play without nvidia_gpu_facts can pass ansible_local.epforge_preflight.gpu instead."""
+    summary = {"available": True, "reason": "", "gpu_count": 8, "names": [NAMES["12.0"]], "archs": ["12.0"],
+               "interconnect": "pcie", "driver_version": "580.159.04", "cuda_driver_version": "13.0"}
+    server = {"tp_size": 8, "moe_a2a_backend": "deepep", "enable_flashinfer_allreduce_fusion": True}
+    full, short = run(SM120_PCIE, CU128, server), run(summary, CU128, server)
+    assert short["matched"] == full["matched"] and short["settings_changes"] == full["settings_changes"]
+    assert short["context"]["gpu"] == full["context"]["gpu"]
