@@ -164,7 +164,7 @@ def available_memory() -> int | None:
 
 def venv_cuda_includes(python: str) -> list[str]:
     venv = os.path.dirname(os.path.dirname(python))
-    pattern = os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "cu*", "include")
+    pattern = os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "cu[0-9]*", "include")
     return sorted(glob.glob(pattern))
 
 
