@@ -205,7 +205,8 @@ def extract_wheel(path: str, root: str, dest: str) -> int:
                 continue
             if name.startswith(root + "/"):
                 rel = name[len(root) + 1:]
-                if rel.startswith("."):  # nvidia/cu13/.metadata: build provenance, not toolkit content
+                first = rel.split("/", 1)[0]
+                if first.startswith(".") and first != "..":  # .metadata: build provenance, not toolkit
                     continue
             elif name.split("/", 1)[0].endswith(".dist-info"):
                 rel = "dist-info/" + name
