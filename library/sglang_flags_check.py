@@ -1,0 +1,318 @@
+#!/usr/bin/python
+"""Ansible module: validate SGLang server settings with the installed SGLang's own argument parser."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_flags_check
+short_description: Validate SGLang server flags with the installed SGLang's own parser
+description:
+  - Renders epforge server settings (C(epforge_server)) to the argv of C(python -m sglang.launch_server)
+    with C(module_utils/epforge_sglang_args.py), after refusing shape errors (unknown keys, wrong types).
+  - Runs the parser of the SGLang installed in the ML env (C(ServerArgs.add_cli_args) on an
+    C(argparse.ArgumentParser)) in that env's python, as an argv list with the argv passed as JSON on
+    stdin. An unknown flag, a bad choice or a non-integer number fails with SGLang's own argparse message
+    (for example C(argument --deepep-mode) C(invalid choice)), the exit code 2 and the parser's output.
+  - Where SGLang's construction of C(ServerArgs) is free of resolution (SGLang releases whose C(ServerArgs)
+    has C(resolve_once), such as 0.5.23), also builds C(ServerArgs.from_cli_args), and checks the
+    speculative algorithm name with SGLang's C(SpeculativeAlgorithm.from_string). Both need no GPU.
+    Releases whose C(ServerArgs.__post_init__) resolves the whole configuration (it inspects the GPU and
+    the model) get the parser check only.
+  - The C(api_key) setting is never rendered into the checked argv and never returned; put secrets in
+    I(settings), not in I(argv).
+  - Changes nothing, so it behaves the same in check mode.
+options:
+  python:
+    description: The python of the environment SGLang is installed in (the ML env).
+    type: path
+    required: true
+  settings:
+    description:
+      - Server settings (keys in C(roles/sglang/README.md)); rendered with C(build_server_argv).
+      - Exactly one of I(settings) and I(argv) is required.
+    type: dict
+  argv:
+    description: Flags of C(sglang.launch_server) to check as they are (instead of I(settings)).
+    type: list
+    elements: str
+  sglang_version:
+    description:
+      - SGLang release whose flag names to render (some flags were renamed between releases).
+      - Default the version of the sglang distribution installed for I(python) (read from its metadata).
+    type: str
+  require_model:
+    description: Refuse settings without C(model_path).
+    type: bool
+    default: true
+  use_parser:
+    description:
+      - Run SGLang's parser. When false only the shape checks run (for check mode before SGLang is
+        installed).
+    type: bool
+    default: true
+  construct:
+    description: Also build C(ServerArgs) and check the speculative algorithm where that needs no GPU.
+    type: bool
+    default: true
+  timeout:
+    description: Seconds the parser may take (importing SGLang imports torch).
+    type: int
+    default: 180
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Validate the server settings against the installed SGLang
+  sglang_flags_check:
+    python: /opt/epforge/ml/bin/python
+    settings:
+      model_path: /models/Kimi-K2.5
+      tp_size: 8
+      ep_size: 8
+      moe_a2a_backend: deepep
+      deepep_mode: low_latency
+
+- name: Check raw flags
+  sglang_flags_check:
+    python: /opt/epforge/ml/bin/python
+    argv: [--model-path, /models/x, --deepep-mode, low_latency]
+"""
+
+RETURN = r"""
+argv:
+  description: The checked flags (secrets never included).
+  returned: always
+  type: list
+  elements: str
+sglang_version:
+  description: SGLang release the flags were rendered for and checked with.
+  returned: when the parser ran
+  type: str
+parsed:
+  description: The parsed value of every flag in I(argv), keyed by SGLang's argument name (dest).
+  returned: success
+  type: dict
+  sample: {tp_size: 8, ep_size: 8, moe_a2a_backend: deepep, deepep_mode: low_latency}
+constructed:
+  description: Whether C(ServerArgs.from_cli_args) was built (false where that would resolve on a GPU).
+  returned: success
+  type: bool
+warnings_sglang:
+  description: Lines SGLang printed while parsing (deprecated flags, for example).
+  returned: success
+  type: list
+  elements: str
+notes:
+  description: Findings of epforge about the flags (abbreviated flags that a later release may reject).
+  returned: success
+  type: list
+  elements: str
+parser_error:
+  description: SGLang's own error line (argparse's C(error:) text) when the flags were refused.
+  returned: failure
+  type: str
+problems:
+  description: Shape errors found before SGLang was asked.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import re
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_sglang_args import build_server_argv, redact_argv, validate_settings
+
+RESULT_MARK = "EPFORGE_SGLANG_FLAGS_RESULT "
+
+# Runs in the ML env's python. Reads {"argv": [...], "construct": bool} as JSON from stdin; argparse
+# errors exit 2 with SGLang's message on stderr, a speculative algorithm SGLang does not know exits 3.
+CHECK_SCRIPT = r'''
+import argparse, json, sys
+request = json.load(sys.stdin)
+argv = request["argv"]
+import importlib.metadata
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(parser)
+args = parser.parse_args(argv)
+by_flag = {}
+for action in parser._actions:
+    for flag in action.option_strings:
+        by_flag[flag] = action.dest
+parsed, notes = {}, []
+for item in argv:
+    if not item.startswith("--"):
+        continue
+    name = item.split("=", 1)[0]
+    dest = by_flag.get(name)
+    if dest is None:
+        full = [flag for flag in by_flag if flag.startswith(name)]
+        notes.append("%s is an abbreviation of %s: write the flag in full, a later SGLang may refuse it"
+                     % (name, ", ".join(full)))
+        if len(full) != 1:
+            continue
+        dest = by_flag[full[0]]
+    if dest not in ("help", "api_key", "admin_api_key"):
+        parsed[dest] = getattr(args, dest, None)
+constructed = False
+if request.get("construct") and hasattr(ServerArgs, "resolve_once"):
+    ServerArgs.from_cli_args(args)
+    constructed = True
+    algorithm = getattr(args, "speculative_algorithm", None)
+    if algorithm is not None:
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+        try:
+            SpeculativeAlgorithm.from_string(algorithm)
+        except ValueError as err:
+            sys.stderr.write("sglang: error: argument --speculative-algorithm: %s\n" % err)
+            sys.exit(3)
+result = {"parsed": parsed, "notes": notes, "constructed": constructed,
+          "sglang_version": importlib.metadata.version("sglang")}
+sys.stdout.write("\n''' + RESULT_MARK + r'''" + json.dumps(result, default=str) + "\n")
+'''
+
+VERSION_SCRIPT = "import importlib.metadata as m; print(m.version('sglang'))"
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def installed_version(python: str, timeout: float = 60) -> tuple[str | None, str]:
+    """The sglang distribution version installed for python (from its metadata; no import), and output."""
+    try:
+        proc = subprocess.run([python, "-c", VERSION_SCRIPT], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return None, str(err)
+    if proc.returncode != 0:
+        return None, proc.stdout + proc.stderr
+    return proc.stdout.strip(), proc.stdout
+
+
+def parser_error_line(output: str) -> str:
+    """The last `error:` line of argparse-style output ('' when there is none)."""
+    lines = [line.strip() for line in _ANSI.sub("", output).splitlines() if ": error: " in line]
+    return lines[-1] if lines else ""
+
+
+def run_parser(python: str, argv: list[str], *, construct: bool = True, timeout: float = 180) -> dict:
+    """Run SGLang's parser on argv in python's environment.
+
+    Returns {"ok": bool, "rc": int, "cmd": list, "output": str, "seconds": float, and on success
+    "parsed", "notes", "constructed", "sglang_version", "warnings"; on refusal "parser_error"}.
+    """
+    cmd = [python, "-c", CHECK_SCRIPT]
+    request = json.dumps({"argv": list(argv), "construct": bool(construct)})
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    # Keep SGLang and its imports off the network and quiet about it.
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, input=request, capture_output=True, text=True, timeout=timeout,
+                              env=env, check=False)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as err:
+        rc = 124
+        stdout = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        stderr = err.stderr.decode() if isinstance(err.stderr, bytes) else (err.stderr or "")
+        stderr += f"\ntimed out after {timeout} s"
+    except OSError as err:
+        rc, stdout, stderr = 127, "", str(err)
+    seconds = round(time.monotonic() - started, 2)
+    output = (stdout + ("\n" if stdout and stderr else "") + stderr).strip()
+    # The command shown to users: the script is long, say what it is instead.
+    shown = [python, "-c", "<epforge sglang_flags_check script>"]
+    result = {"ok": False, "rc": rc, "cmd": shown, "output": output, "seconds": seconds}
+    if rc == 0:
+        marked = [line for line in stdout.splitlines() if line.startswith(RESULT_MARK)]
+        if not marked:
+            result["rc"] = 1
+            result["parser_error"] = "the check script printed no result"
+            return result
+        payload = json.loads(marked[-1][len(RESULT_MARK):])
+        result.update(payload)
+        result["ok"] = True
+        warnings = []
+        for raw in _ANSI.sub("", stdout + "\n" + stderr).splitlines():
+            line = raw.strip()
+            if line and not line.startswith(RESULT_MARK) and ("deprecated" in line.lower()
+                                                               or "warning" in line.lower()):
+                warnings.append(line)
+        result["warnings"] = warnings
+        return result
+    result["parser_error"] = parser_error_line(output) or tail(output, 3)
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "settings": {"type": "dict"},
+            "argv": {"type": "list", "elements": "str"},
+            "sglang_version": {"type": "str"},
+            "require_model": {"type": "bool", "default": True},
+            "use_parser": {"type": "bool", "default": True},
+            "construct": {"type": "bool", "default": True},
+            "timeout": {"type": "int", "default": 180},
+        },
+        required_one_of=[("settings", "argv")],
+        mutually_exclusive=[("settings", "argv")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    python = params["python"]
+    version = params["sglang_version"]
+    if params["use_parser"]:
+        if not os.access(python, os.X_OK):
+            module.fail_json(msg=f"python {python} does not exist or is not executable: install the ML env "
+                                 "(role ml_env) and SGLang (role sglang) first, or point python at them")
+        if not version:
+            version, out = installed_version(python)
+            if not version:
+                module.fail_json(msg=f"SGLang is not installed for {python}: run the sglang role first",
+                                 cmd=[python, "-c", VERSION_SCRIPT], rc=1, log_tail=tail(out))
+
+    if params["settings"] is not None:
+        settings = params["settings"]
+        problems = validate_settings(settings, require_model=params["require_model"])
+        if problems:
+            module.fail_json(msg="server settings refused before SGLang was asked: " + "; ".join(problems),
+                             problems=problems)
+        argv = build_server_argv(settings, include_secrets=False, sglang_version=version)
+    else:
+        argv = list(params["argv"])
+    shown_argv = redact_argv(argv)
+
+    if not params["use_parser"]:
+        module.exit_json(changed=False, argv=shown_argv, parsed={}, constructed=False, notes=[],
+                         warnings_sglang=[], sglang_version=version)
+
+    result = run_parser(python, argv, construct=params["construct"], timeout=params["timeout"])
+    if not result["ok"]:
+        # The output can echo argv: hide any api key the raw argv carried.
+        output = result["output"]
+        for index, item in enumerate(argv[:-1]):
+            if item in ("--api-key", "--admin-api-key"):
+                output = output.replace(argv[index + 1], "********")
+        what = {2: "SGLang's parser refused the server flags",
+                3: "SGLang refused the speculative algorithm",
+                124: "SGLang's parser timed out"}.get(result["rc"], "SGLang's parser failed")
+        module.fail_json(msg=f"{what} (sglang {version}): {result['parser_error']}",
+                         cmd=result["cmd"], rc=result["rc"], log_tail=tail(output),
+                         parser_error=result["parser_error"], argv=shown_argv, sglang_version=version)
+    module.exit_json(changed=False, argv=shown_argv, sglang_version=result["sglang_version"],
+                     parsed=result["parsed"], constructed=result["constructed"], notes=result["notes"],
+                     warnings_sglang=result["warnings"], seconds=result["seconds"])
+
+
+if __name__ == "__main__":
+    main()
