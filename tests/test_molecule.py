@@ -1,0 +1,131 @@
+"""Run every Molecule scenario: molecule/*/molecule.yml (molecule/_podman is the shared harness, not one).
+
+Each scenario runs `molecule test` with the shared base config (molecule/_podman/base.yml): create (podman
+containers with systemd, from the locally built image), prepare, converge, idempotence (a second converge
+that fails on changed > 0), verify, destroy. The image is built first by molecule/_podman/build-image.sh,
+a no-op when the image exists with the same recipe. Full logs: .cache/molecule-logs/<scenario>.log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = ROOT / "molecule" / "_podman"
+BASE_CONFIG = HARNESS / "base.yml"
+BUILD_IMAGE = HARNESS / "build-image.sh"
+LOG_DIR = ROOT / ".cache" / "molecule-logs"
+SCENARIOS = sorted(
+    path.parent.name
+    for path in (ROOT / "molecule").glob("*/molecule.yml")
+    if not path.parent.name.startswith("_")
+)
+# Seconds: a scenario should take a few minutes; the image build about 1-2 (debootstrap over the network).
+SCENARIO_TIMEOUT = int(os.environ.get("EPFORGE_MOLECULE_TIMEOUT", "900"))
+IMAGE_TIMEOUT = int(os.environ.get("EPFORGE_IMAGE_TIMEOUT", "900"))
+TAIL_LINES = 120
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def molecule_env(ephemeral_dir: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    if ephemeral_dir is not None:
+        # Molecule keys its state directory on the checkout's folder *name* only, so two runs of one
+        # scenario (another checkout, a developer's converge) would share and prune each other's files.
+        env["MOLECULE_EPHEMERAL_DIRECTORY"] = str(ephemeral_dir)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["CONTAINERS_CONF"] = str(HARNESS / "containers.conf")
+    env["MOLECULE_PROJECT_DIRECTORY"] = str(ROOT)
+    env.update(NO_COLOR="1", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PY_COLORS="0")
+    return env
+
+
+def run_bounded(
+    argv: list[str], timeout: int, log: Path, ephemeral_dir: Path | None = None
+) -> tuple[int | None, str, float]:
+    """Run argv in its own process group; kill the group on timeout. Returns (rc or None, output, seconds)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with log.open("w+") as out:
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=molecule_env(ephemeral_dir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            rc: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = None
+        out.seek(0)
+        text = ANSI.sub("", out.read())
+    return rc, text, time.monotonic() - start
+
+
+def tail(text: str, lines: int = TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def molecule_image() -> str:
+    """Build (or find up to date) the test-host image once per session."""
+    rc, text, seconds = run_bounded([str(BUILD_IMAGE)], IMAGE_TIMEOUT + 60, LOG_DIR / "build-image.log")
+    if rc != 0:
+        pytest.fail(
+            f"{BUILD_IMAGE.relative_to(ROOT)} "
+            f"{'timed out' if rc is None else f'failed (rc {rc})'} after {seconds:.0f} s:\n{tail(text)}"
+        )
+    return text
+
+
+def test_scenarios_found():
+    assert "preflight" in SCENARIOS, f"scenarios found: {SCENARIOS}"
+
+
+@pytest.mark.molecule
+def test_image_build_is_idempotent(molecule_image):
+    """A second build with the same recipe is a fast no-op (the session fixture did the first one)."""
+    rc, text, seconds = run_bounded([str(BUILD_IMAGE)], 120, LOG_DIR / "build-image-again.log")
+    assert rc == 0, tail(text)
+    assert "is up to date" in text and "nothing to do" in text, tail(text)
+    assert seconds < 30, f"an up-to-date image took {seconds:.1f} s to check"
+
+
+@pytest.mark.molecule
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_molecule_scenario(scenario, molecule_image, record_property, tmp_path):
+    argv = [
+        str(Path(sys.executable).parent / "molecule"),
+        "--base-config",
+        str(BASE_CONFIG),
+        "test",
+        "--scenario-name",
+        scenario,
+    ]
+    rc, text, seconds = run_bounded(argv, SCENARIO_TIMEOUT, LOG_DIR / f"{scenario}.log", tmp_path)
+    record_property("duration_s", round(seconds, 1))
+    if rc is None:
+        # The containers outlive a killed run: remove them so the next run starts clean.
+        destroy = [*argv[:3], "destroy", "--scenario-name", scenario]
+        run_bounded(destroy, 120, LOG_DIR / f"{scenario}-destroy.log", tmp_path)
+        pytest.fail(f"molecule test -s {scenario} ran past {SCENARIO_TIMEOUT} s; output tail:\n{tail(text)}")
+    assert rc == 0, (
+        f"molecule test -s {scenario} failed (rc {rc}) after {seconds:.0f} s; output tail:\n{tail(text)}"
+    )
+    # The shared sequence must really have converged twice (idempotence) and verified.
+    for step in ("create", "converge", "idempotence", "verify", "destroy"):
+        assert re.search(rf"\b{re.escape(scenario)}\W+{step}\W+Executed: Successful", text), (
+            f"step {step} did not run successfully in scenario {scenario}:\n{tail(text)}"
+        )
