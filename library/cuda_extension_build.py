@@ -162,6 +162,11 @@ def available_memory() -> int | None:
     return None
 
 
+def without_log(result: dict) -> dict:
+    """The result's fields other than log_path (fail_cmd sets that one itself)."""
+    return {k: v for k, v in result.items() if k != "log_path"}
+
+
 def venv_cuda_includes(python: str) -> list[str]:
     venv = os.path.dirname(os.path.dirname(python))
     pattern = os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "cu[0-9]*", "include")
@@ -216,7 +221,8 @@ def main() -> None:
             module.fail_json(msg=f"{path} does not exist on the build host", **result)
     max_jobs = p["max_jobs"] or auto_max_jobs(os.cpu_count(), available_memory(), p["max_jobs_cap"])
     if module.check_mode:
-        module.exit_json(changed=True, wheel="", manifest={}, max_jobs=max_jobs,
+        result["changed"] = True
+        module.exit_json(wheel="", manifest={}, max_jobs=max_jobs,
                          msg=f"check mode: would build {p['name']} into {entry_dir}", **result)
 
     removed = clean_stale_staging(p["out_dir"])
@@ -242,11 +248,11 @@ def main() -> None:
         if rc != 0:
             why = f"timed out after {p['timeout']} s" if rc == 124 else f"failed (rc {rc})"
             fail_cmd(module, f"building {p['name']} {why} after {seconds:.0f} s; full log: {log}", argv, rc,
-                     log_path=log, **result)
+                     log_path=log, **without_log(result))
         wheels = find_wheels(wheel_dir)
         if len(wheels) != 1:
             fail_cmd(module, f"the build of {p['name']} produced {len(wheels)} wheels, expected 1", argv, rc,
-                     log_path=log, wheels=wheels, **result)
+                     log_path=log, wheels=wheels, **without_log(result))
         out = os.path.join(staging, "out")
         os.makedirs(out)
         wheel = os.path.join(out, os.path.basename(wheels[0]))
@@ -255,7 +261,7 @@ def main() -> None:
             "name": p["name"], "archs": p["archs"], "build_seconds": round(seconds, 1), "max_jobs": max_jobs})
         if not manifest["so_members"]:
             fail_cmd(module, f"the wheel of {p['name']} holds no compiled .so: is it a CUDA extension?", argv,
-                     rc, log_path=log, **result)
+                     rc, log_path=log, **without_log(result))
         write_json_atomic(os.path.join(out, MANIFEST), manifest)
         os.chmod(out, 0o755)  # noqa: S103  (a cache readers on the host may list)
         publish_dir(out, entry_dir)

@@ -1,0 +1,502 @@
+"""Build evidence (module_utils/epforge_build.py) and the cuda_extension modules, on real files and processes.
+
+The compiler is the only test double here: `fake_python` stands in for a venv interpreter whose `-m pip wheel`
+writes a wheel (with a .so member) or fails/hangs on request, so the build module's temp dir, atomic publish,
+timeout and kill handling are exercised for real in seconds. Real nvcc builds of a real extension run in the
+Molecule scenario molecule/toolchain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from ansible.module_utils import epforge_build as eb
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "build"
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+REAL_NVCC = "/usr/local/cuda-13.0/bin/nvcc"
+
+
+def module_argv(module: str, args: dict, check: bool = False) -> tuple[list[str], str]:
+    payload = {**args, "_ansible_check_mode": check}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
+    return [sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"), handle.name], handle.name
+
+
+def run_module(module: str, args: dict, check: bool = False, timeout: int = 120) -> tuple[int, dict]:
+    """Run a module file the way Ansible does (a JSON args file); return (rc, parsed result)."""
+    argv, args_file = module_argv(module, args, check)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    finally:
+        os.unlink(args_file)
+    try:
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+
+
+# ------------------------------------------------------------------ keys
+
+BASE_INPUTS = {
+    "name": "canary",
+    "source": {"kind": "dir", "revision": "sha256:abc", "subdir": ""},
+    "archs": ["12.0"],
+    "cuda": "13.0.88",
+    "torch": "2.14.1",
+    "python": "cp311",
+    "machine": "x86_64",
+    "build_env": {"DISABLE_AGGRESSIVE_PTX_INSTRS": "1"},
+    "include_dirs": ["/usr/include"],
+    "key_extra": {"nvshmem": "3.4.5"},
+}
+
+
+def test_key_ignores_dict_order():
+    shuffled = dict(reversed(list(BASE_INPUTS.items())))
+    assert eb.input_key(shuffled) == eb.input_key(BASE_INPUTS)
+    assert len(eb.input_key(BASE_INPUTS)) == eb.KEY_LENGTH
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("source", {"kind": "dir", "revision": "sha256:abd", "subdir": ""}),
+    ("archs", ["9.0", "12.0"]),
+    ("cuda", "13.0.89"),
+    ("torch", "2.14.0"),
+    ("python", "cp312"),
+    ("machine", "aarch64"),
+    ("build_env", {"DISABLE_AGGRESSIVE_PTX_INSTRS": "0"}),
+    ("include_dirs", ["/opt/include"]),
+    ("key_extra", {"nvshmem": "3.4.6"}),
+])
+def test_every_input_changes_the_key(field, value):
+    assert eb.input_key({**BASE_INPUTS, field: value}) != eb.input_key(BASE_INPUTS)
+
+
+def test_normalize_archs_sorts_numerically_and_dedups():
+    assert eb.normalize_archs("12.0;9.0 10.0,9.0") == ["9.0", "10.0", "12.0"]
+    assert eb.normalize_archs(["12.0a", "12.0"]) == ["12.0", "12.0a"]
+    assert eb.torch_arch_list_env(["12.0", "9.0"]) == "9.0;12.0"
+
+
+@pytest.mark.parametrize("bad", ["sm_120", "12", "12.0x", ""])
+def test_normalize_archs_refuses_non_archs(bad):
+    with pytest.raises(ValueError, match="arch"):
+        eb.normalize_archs([bad] if bad else [])
+
+
+def test_torch_arch_coverage_against_a_real_torch_probe():
+    probe = json.loads((FIXTURES / "torch-2.14.1-cu130-probe.json").read_text())
+    assert eb.torch_arch_missing(probe["archs"], ["12.0", "9.0"]) == []
+    assert eb.torch_arch_missing(probe["archs"], ["12.0a"]) == []  # the base sm_120 covers it
+    assert eb.torch_arch_missing(probe["archs"], ["10.3", "12.1", "12.0"]) == ["10.3", "12.1"]
+    assert eb.cuda_major(probe["cuda"]) == 13
+
+
+def test_parse_real_nvcc_version():
+    parsed = eb.parse_nvcc_version((FIXTURES / "nvcc-13.0-version.txt").read_text())
+    assert parsed == {"release": "13.0", "version": "13.0.88"}
+    assert eb.parse_nvcc_version("gcc (Debian 12.2.0-14) 12.2.0") is None
+
+
+@pytest.mark.parametrize(("source", "kind"), [
+    ("https://github.com/deepseek-ai/DeepEP.git", "git"),
+    ("https://github.com/deepseek-ai/DeepEP", "git"),
+    ("git@github.com:deepseek-ai/DeepEP.git", "git"),
+    ("file:///srv/git/deepep", "git"),
+    ("/srv/src/DeepEP.git", "git"),
+    ("/srv/src/deepep-1.2.1.tar.gz", "archive"),
+    ("/srv/src/deepep.zip", "archive"),
+    ("/work/main/extensions/canary", "dir"),
+])
+def test_source_kind(source, kind):
+    assert eb.source_kind(source) == kind
+
+
+# ------------------------------------------------------------------ source trees
+
+def make_tree(root: Path) -> Path:
+    (root / "csrc").mkdir(parents=True)
+    (root / "setup.py").write_text("from setuptools import setup\nsetup(name='fake-ext')\n")
+    (root / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
+    return root
+
+
+def test_tree_hash_tracks_content_mode_and_ignores_build_products(tmp_path):
+    tree = make_tree(tmp_path / "a")
+    first = eb.tree_hash(str(tree))
+    assert eb.tree_hash(str(make_tree(tmp_path / "b"))) == first  # location does not matter
+    for junk in ("build/temp/k.o", "__pycache__/x.pyc", "fake_ext.egg-info/PKG-INFO", "_C.so", ".git/HEAD"):
+        path = tree / junk
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("junk")
+    assert eb.tree_hash(str(tree)) == first
+    (tree / "csrc" / "k.cu").write_text("__global__ void k() { }\n")
+    edited = eb.tree_hash(str(tree))
+    assert edited != first
+    os.chmod(tree / "setup.py", 0o755)  # noqa: S103  (the executable bit is what is tested)
+    assert eb.tree_hash(str(tree)) != edited
+
+
+# ------------------------------------------------------------------ stamps and the cache
+
+def test_write_json_atomic_reports_changes_only(tmp_path):
+    path = tmp_path / "s" / "stamp.json"
+    assert eb.write_json_atomic(str(path), {"key": "a"}) is True
+    assert eb.write_json_atomic(str(path), {"key": "a"}) is False
+    assert eb.write_json_atomic(str(path), {"key": "b"}) is True
+    assert eb.read_json(str(path)) == {"key": "b"}
+    assert [p.name for p in path.parent.iterdir()] == ["stamp.json"]  # no temp files left
+    path.write_text("{truncated")
+    assert eb.read_json(str(path)) is None
+
+
+def test_stamp_matches_needs_key_and_files(tmp_path):
+    so = tmp_path / "_C.so"
+    so.write_bytes(b"\x7fELF")
+    assert eb.stamp_matches(None, "k") == (False, "no stamp")
+    assert eb.stamp_matches({"key": "old"}, "k")[0] is False
+    assert eb.stamp_matches({"key": "k"}, "k", [str(so)]) == (True, "stamp matches")
+    so.unlink()
+    ok, why = eb.stamp_matches({"key": "k"}, "k", [str(so)])
+    assert not ok and "missing" in why
+
+
+def make_wheel(directory: Path, name: str = "fake_ext", with_so: bool = True) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / f"{name}-0.1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{name}/__init__.py", "")
+        if with_so:
+            archive.writestr(f"{name}/_C.cpython-311-x86_64-linux-gnu.so", b"\x7fELF")
+        archive.writestr(f"{name}-0.1.0.dist-info/RECORD", "")
+    return wheel
+
+
+def test_wheel_members_and_manifest(tmp_path):
+    wheel = make_wheel(tmp_path)
+    assert eb.wheel_so_members(str(wheel)) == ["fake_ext/_C.cpython-311-x86_64-linux-gnu.so"]
+    assert eb.wheel_dist_name(str(wheel)) == "fake_ext"
+    manifest = eb.make_manifest(str(wheel), "k1", {"a": 1})
+    assert manifest["sha256"] == eb.file_sha256(str(wheel))
+    assert manifest["wheel"] == wheel.name
+
+
+def test_publish_is_atomic_and_first_writer_wins(tmp_path):
+    parent = tmp_path / "cache" / "fake_ext"
+    first = Path(eb.staging_dir(str(parent), "k1"))
+    wheel = make_wheel(first)
+    eb.write_json_atomic(str(first / eb.MANIFEST), eb.make_manifest(str(wheel), "k1", {}))
+    assert eb.cache_entry(str(parent / "k1")) is None
+    assert eb.publish_dir(str(first), str(parent / "k1")) is True
+    assert eb.cache_entry(str(parent / "k1"))["key"] == "k1"
+    second = Path(eb.staging_dir(str(parent), "k1"))
+    make_wheel(second)
+    assert eb.publish_dir(str(second), str(parent / "k1")) is False
+    assert not second.exists()
+    # A corrupted wheel makes the entry invalid (and a rebuild replaces it).
+    (parent / "k1" / wheel.name).write_bytes(b"garbage")
+    assert eb.cache_entry(str(parent / "k1")) is None
+
+
+def test_stale_staging_dirs_are_removed(tmp_path):
+    stale = Path(eb.staging_dir(str(tmp_path), "k"))
+    (stale / "half.whl").write_bytes(b"half")
+    keep = tmp_path / "k2"
+    keep.mkdir()
+    assert eb.clean_stale_staging(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and keep.exists()
+
+
+def test_auto_max_jobs_bounds():
+    gib = 1024 ** 3
+    assert eb.auto_max_jobs(2, 24 * gib) == 2
+    assert eb.auto_max_jobs(128, 2000 * gib, cap=16) == 16
+    assert eb.auto_max_jobs(64, 12 * gib) == 4
+    assert eb.auto_max_jobs(None, None) == 1
+
+
+def test_build_env_layers_caller_env_last():
+    env = eb.build_env({"PATH": "/usr/bin", "CPATH": "/old"}, cuda_home="/opt/cuda", archs=["12.0", "9.0"],
+                       max_jobs=2, extra_env={"TORCH_CUDA_ARCH_LIST": "9.0a", "NVSHMEM_DIR": "/n"},
+                       include_dirs=["/inc"])
+    assert env["CUDA_HOME"] == "/opt/cuda"
+    assert env["PATH"].split(":")[0] == "/opt/cuda/bin"
+    assert env["MAX_JOBS"] == "2"
+    assert env["CPATH"] == "/inc:/old"
+    assert env["TORCH_CUDA_ARCH_LIST"] == "9.0a"  # the caller's override wins (and is part of the key)
+    assert env["NVSHMEM_DIR"] == "/n"
+
+
+def test_dist_info_version(tmp_path):
+    (tmp_path / "torch-2.14.1+cu130.dist-info").mkdir()
+    (tmp_path / "nvidia_cuda_runtime-13.0.96.dist-info").mkdir()
+    assert eb.dist_info_version(str(tmp_path), "torch") == "2.14.1+cu130"
+    assert eb.dist_info_version(str(tmp_path), "nvidia-cuda-runtime") == "13.0.96"
+    assert eb.dist_info_version(str(tmp_path), "ninja") is None
+
+
+# ------------------------------------------------------------------ the build module (fake compiler)
+
+FAKE_PYTHON = """#!{python}
+import json, os, sys, time, zipfile
+mode = os.environ.get("FAKE_MODE", "ok")
+args = sys.argv[1:]
+out = args[args.index("-w") + 1]
+print("fake pip wheel", args, flush=True)
+if mode == "sleep":
+    time.sleep(120)
+if mode == "fail":
+    print("error: nvcc fatal : Unsupported gpu architecture 'compute_999'", flush=True)
+    sys.exit(1)
+os.makedirs(out, exist_ok=True)
+names = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "CUDA_HOME", "CPATH", "NVSHMEM_DIR")
+env = {{k: os.environ.get(k, "") for k in names}}
+with zipfile.ZipFile(os.path.join(out, "fake_ext-0.1.0-cp311-cp311-linux_x86_64.whl"), "w") as whl:
+    whl.writestr("fake_ext/__init__.py", "")
+    whl.writestr("fake_ext/env.json", json.dumps(env))
+    whl.writestr("fake_ext/setup_py_seen.txt", str(os.path.exists(os.path.join(args[-1], "setup.py"))))
+    if mode != "noso":
+        whl.writestr("fake_ext/_C.cpython-311-x86_64-linux-gnu.so", b"\\x7fELF")
+"""
+
+
+@pytest.fixture
+def toolchain(tmp_path):
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(FAKE_PYTHON.format(python=sys.executable))
+    python.chmod(0o755)
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text("#!/bin/sh\nexit 0\n")
+    (cuda / "bin" / "nvcc").chmod(0o755)
+    return {"python": str(python), "cuda_home": str(cuda), "source": str(make_tree(tmp_path / "src")),
+            "out_dir": str(tmp_path / "cache" / "fake_ext"), "log_path": str(tmp_path / "log" / "build.log"),
+            "name": "fake_ext", "archs": ["12.0", "9.0"], "max_jobs": 2}
+
+
+def entries(out_dir: str) -> list[str]:
+    return sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
+
+
+def test_build_publishes_once_with_manifest_and_env(toolchain):
+    args = {**toolchain, "key": "k1", "inputs": BASE_INPUTS, "build_env": {"NVSHMEM_DIR": "/opt/nvshmem"},
+            "include_dirs": ["/usr/include/extra"]}
+    rc, res = run_module("cuda_extension_build", args)
+    assert rc == 0, res
+    assert res["changed"] is True
+    assert entries(toolchain["out_dir"]) == ["k1"]
+    manifest = eb.cache_entry(os.path.join(toolchain["out_dir"], "k1"))
+    assert manifest["inputs"] == BASE_INPUTS
+    assert manifest["so_members"] == ["fake_ext/_C.cpython-311-x86_64-linux-gnu.so"]
+    with zipfile.ZipFile(res["wheel"]) as whl:
+        env = json.loads(whl.read("fake_ext/env.json"))
+        assert whl.read("fake_ext/setup_py_seen.txt") == b"True"
+    assert env["TORCH_CUDA_ARCH_LIST"] == "9.0;12.0"
+    assert env["MAX_JOBS"] == "2"
+    assert env["CUDA_HOME"] == toolchain["cuda_home"]
+    assert env["NVSHMEM_DIR"] == "/opt/nvshmem"
+    assert env["CPATH"].startswith("/usr/include/extra")
+    log = Path(toolchain["log_path"]).read_text()
+    assert "TORCH_CUDA_ARCH_LIST=9.0;12.0" in log and "fake pip wheel" in log
+    # The source tree was copied, never built in place.
+    assert not (Path(toolchain["source"]) / "build").exists()
+
+    rc, res = run_module("cuda_extension_build", args)
+    assert rc == 0 and res["changed"] is False and res["seconds"] == 0.0
+    assert Path(toolchain["log_path"]).read_text() == log  # no second build
+
+
+def test_build_check_mode_builds_nothing(toolchain):
+    rc, res = run_module("cuda_extension_build", {**toolchain, "key": "k1"}, check=True)
+    assert rc == 0 and res["changed"] is True
+    assert entries(toolchain["out_dir"]) == []
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("fail", "failed (rc 1)"),
+    ("noso", "holds no compiled .so"),
+])
+def test_failed_build_leaves_no_entry_and_no_temp_dir(toolchain, mode, message):
+    args = {**toolchain, "key": "k1", "build_env": {"FAKE_MODE": mode}}
+    rc, res = run_module("cuda_extension_build", args)
+    assert rc != 0 and res["failed"]
+    assert message in res["msg"]
+    assert res["log_path"] == toolchain["log_path"]
+    if mode == "fail":
+        assert "Unsupported gpu architecture" in res["log_tail"]
+    assert entries(toolchain["out_dir"]) == []
+
+
+def test_build_timeout_kills_the_build_and_leaves_nothing(toolchain):
+    args = {**toolchain, "key": "k1", "build_env": {"FAKE_MODE": "sleep"}, "timeout": 2}
+    started = time.monotonic()
+    rc, res = run_module("cuda_extension_build", args)
+    assert time.monotonic() - started < 60
+    assert rc != 0 and res["rc"] == 124
+    assert "timed out after 2 s" in res["msg"]
+    assert entries(toolchain["out_dir"]) == []
+
+
+def test_killed_build_leaves_no_entry_and_the_next_run_cleans_up(toolchain):
+    args = {**toolchain, "key": "k1", "build_env": {"FAKE_MODE": "sleep"}}
+    argv, args_file = module_argv("cuda_extension_build", args)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while "fake pip wheel" not in (Path(toolchain["log_path"]).read_text()
+                                       if Path(toolchain["log_path"]).exists() else ""):
+            assert time.monotonic() < deadline, "the fake build never started"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)  # like a lost SSH connection or Ctrl-C of the whole run
+        proc.wait()
+    finally:
+        os.unlink(args_file)
+    left = entries(toolchain["out_dir"])
+    assert len(left) == 1 and left[0].startswith(".tmp-k1-")  # only a temp dir: no entry for k1
+    assert eb.cache_entry(os.path.join(toolchain["out_dir"], "k1")) is None
+    rc, res = run_module("cuda_extension_build", {**toolchain, "key": "k1"})
+    assert rc == 0 and res["changed"]
+    assert entries(toolchain["out_dir"]) == ["k1"]
+    assert "removed stale" in Path(toolchain["log_path"]).read_text()
+
+
+def test_build_from_a_source_tarball(toolchain, tmp_path):
+    tarball = tmp_path / "src.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(toolchain["source"], arcname="src")
+    rc, res = run_module("cuda_extension_build", {**toolchain, "key": "k2", "source": str(tarball)})
+    assert rc == 0, res
+    with zipfile.ZipFile(res["wheel"]) as whl:
+        assert whl.read("fake_ext/setup_py_seen.txt") == b"True"
+
+
+# ------------------------------------------------------------------ the cache module
+
+def test_cache_publishes_a_fetched_entry_and_refuses_a_bad_one(tmp_path):
+    cache = tmp_path / "cache" / "fake_ext"
+    incoming = cache / ".incoming-k1"
+    wheel = make_wheel(incoming)
+    eb.write_json_atomic(str(incoming / eb.MANIFEST), eb.make_manifest(str(wheel), "k1", {}))
+    rc, res = run_module("cuda_extension_cache", {"src": str(incoming), "cache_dir": str(cache), "key": "k2"})
+    assert rc != 0 and "holds key k1, not k2" in res["msg"]
+    rc, res = run_module("cuda_extension_cache", {"src": str(incoming), "cache_dir": str(cache), "key": "k1"})
+    assert rc == 0 and res["changed"] is True
+    assert entries(str(cache)) == ["k1"]
+    # A fetched copy whose bytes differ from the manifest's sha256 is refused.
+    bad = cache / ".incoming-k3"
+    wheel = make_wheel(bad)
+    manifest = eb.make_manifest(str(wheel), "k3", {})
+    manifest["sha256"] = "0" * 64
+    eb.write_json_atomic(str(bad / eb.MANIFEST), manifest)
+    rc, res = run_module("cuda_extension_cache", {"src": str(bad), "cache_dir": str(cache), "key": "k3"})
+    assert rc != 0 and "no complete build" in res["msg"]
+    assert entries(str(cache)) == [".incoming-k3", "k1"]
+
+
+# ------------------------------------------------------------------ the source module
+
+def git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"})
+    if args[0] != "commit":
+        return ""
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_source_from_git_resolves_tags_and_checks_the_commit(tmp_path):
+    repo = make_tree(tmp_path / "repo")
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", ".", cwd=repo)
+    first = git("commit", "-q", "-m", "one", cwd=repo)
+    git("tag", "v1", cwd=repo)
+    (repo / "csrc" / "k.cu").write_text("// two\n")
+    git("commit", "-qam", "two", cwd=repo)
+    work = tmp_path / "work"
+    base = {"name": "fake_ext", "source": f"file://{repo}", "work_dir": str(work)}
+    rc, res = run_module("cuda_extension_source", {**base, "ref": "v1", "commit": first[:7]})
+    assert rc == 0, res
+    assert res["kind"] == "git" and res["revision"] == first and res["changed"] is True
+    assert (Path(res["source_dir"]) / "csrc" / "k.cu").read_text() == "__global__ void k() {}\n"
+    rc, res = run_module("cuda_extension_source", {**base, "ref": "v1", "commit": first[:7]})
+    assert rc == 0 and res["changed"] is False  # pinned commit already there: no network, no export
+    rc, res = run_module("cuda_extension_source", {**base, "ref": "main", "commit": first[:7]})
+    assert rc != 0 and "not the expected commit" in res["msg"]
+    rc, res = run_module("cuda_extension_source", {**base, "ref": "v9"})
+    assert rc != 0 and "'v9' is not in" in res["msg"]
+
+
+def test_source_dir_and_archive_revisions(tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    base = {"name": "fake_ext", "work_dir": str(tmp_path / "work")}
+    rc, res = run_module("cuda_extension_source", {**base, "source": str(tree)})
+    assert rc == 0 and res["kind"] == "dir" and res["source_dir"] == str(tree)
+    assert res["revision"] == "sha256:" + eb.tree_hash(str(tree))
+    tarball = tmp_path / "fake_ext-0.1.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(tree, arcname="fake_ext-0.1")
+    rc, res = run_module("cuda_extension_source", {**base, "source": str(tarball), "make_archive": True})
+    assert rc == 0, res
+    assert res["kind"] == "archive" and res["revision"] == "sha256:" + eb.file_sha256(str(tarball))
+    assert Path(res["source_dir"]).name == "fake_ext-0.1" and (Path(res["source_dir"]) / "setup.py").exists()
+    with tarfile.open(res["archive"]) as archive:
+        assert "src/setup.py" in archive.getnames()
+    rc, res = run_module("cuda_extension_source", {**base, "source": str(tmp_path)})
+    assert rc != 0 and "no setup.py or pyproject.toml" in res["msg"]
+
+
+# ------------------------------------------------------------------ the plan module (real nvcc)
+
+@pytest.mark.skipif(not os.path.exists(REAL_NVCC), reason="needs CUDA 13.0 nvcc at /usr/local/cuda-13.0")
+def test_plan_keys_and_installed_state(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "torch-2.14.1.dist-info").mkdir()
+    so = site / "fake_ext" / "_C.so"
+    so.parent.mkdir()
+    so.write_bytes(b"\x7fELF")
+    args = {"name": "fake_ext", "source": "/src", "source_kind": "dir", "revision": "sha256:abc",
+            "archs": ["12.0"], "python": str(venv / "bin" / "python"),
+            "cuda_home": str(Path(REAL_NVCC).parents[1]),
+            "state_dir": str(tmp_path / "state"), "facts_dir": str(tmp_path / "facts")}
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0, res
+    assert res["installed"] is False and res["reason"] == "no stamp" and res["changed"] is False
+    assert res["inputs"]["cuda"] == "13.0.88" and res["inputs"]["torch"] == "2.14.1"
+    assert res["inputs"]["python"] == f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    key = res["key"]
+    eb.write_json_atomic(str(tmp_path / "state" / "fake_ext.stamp.json"), {"key": key, "so_files": [str(so)]})
+    rc, res = run_module("cuda_extension_plan", args)
+    assert res["installed"] is True and res["key"] == key
+    rc, res = run_module("cuda_extension_plan", {**args, "archs": ["9.0", "12.0"]})
+    assert res["installed"] is False and res["key"] != key and "inputs changed" in res["reason"]
+    (site / "torch-2.14.1.dist-info").rename(site / "torch-2.14.0.dist-info")
+    rc, res = run_module("cuda_extension_plan", args)
+    assert res["installed"] is False and res["key"] != key  # a torch change rebuilds
+    (site / "torch-2.14.0.dist-info").rename(site / "torch-2.14.1.dist-info")
+    so.unlink()
+    rc, res = run_module("cuda_extension_plan", args)
+    assert res["installed"] is False and "missing" in res["reason"]
+    rc, res = run_module("cuda_extension_plan", {**args, "cuda_home": str(tmp_path)})
+    assert rc != 0 and "cuda_toolkit" in res["msg"]
