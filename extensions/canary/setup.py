@@ -11,6 +11,8 @@ setup(
     name="epforge-canary",
     version="0.1.0",
     description="epforge canary CUDA extension (vector add and a probe of the SASS arch that ran)",
+    # src layout: running test_canary.py from this directory cannot shadow the installed package.
+    package_dir={"": "src"},
     packages=["epforge_canary"],
     ext_modules=[
         CUDAExtension(
