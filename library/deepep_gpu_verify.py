@@ -99,7 +99,8 @@ def main() -> None:
     argv = [p["python"], p["script"], "--num-processes", str(p["num_processes"]), "--modes",
             ",".join(p["modes"]), "--out", p["result_path"]]
     if module.check_mode:
-        module.exit_json(changed=False, skipped=True, msg="check mode: the GPU round trip is not run", cmd=argv)
+        module.exit_json(changed=False, skipped=True, msg="check mode: the GPU round trip is not "
+                                                          "run", cmd=argv)
     env = dict(os.environ)
     env.update({k: str(v) for k, v in p["environment"].items()})
     env.setdefault("DEEPEP_VERIFY_TIMEOUT", str(max(60, p["timeout"] - 60)))
@@ -111,13 +112,15 @@ def main() -> None:
         with open(p["result_path"], encoding="utf-8") as handle:
             result = json.load(handle)
     if rc == 124:
-        fail_cmd(module, f"DeepEP round trip did not finish within {p['timeout']} s (hung collective?)", argv, rc,
+        fail_cmd(module, f"DeepEP round trip did not finish within {p['timeout']} s (hung "
+                         "collective?)", argv, rc,
                  log_path=p["log_path"])
     if result is None:
         fail_cmd(module, "DeepEP round trip wrote no result (the script crashed before the end)", argv, rc,
                  log_path=p["log_path"])
     if not result.get("ok"):
-        bad = {m: r.get("error", f"rel_diff {r.get('max_rel_diff')}") for m, r in result.get("modes", {}).items()
+        bad = {m: r.get("error", f"rel_diff {r.get('max_rel_diff')}")
+               for m, r in result.get("modes", {}).items()
                if not r.get("ok")}
         module.fail_json(msg="DeepEP round trip failed: " + (result.get("error") or "; ".join(
             f"{m}: {e}" for m, e in bad.items())), cmd=argv, rc=rc, result=result,

@@ -31,7 +31,8 @@ options:
     elements: str
     required: true
   nvshmem_dir:
-    description: An NVSHMEM install (with C(include/) and C(lib/)); empty to use the env's C(nvidia.nvshmem) package.
+    description:
+      - An NVSHMEM install (with C(include/) and C(lib/)); empty to use the env's C(nvidia.nvshmem) package.
     type: str
     default: ""
   nvshmem_package:
@@ -74,7 +75,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 build_env:
-  description: Environment for DeepEP's setup.py (TORCH_CUDA_ARCH_LIST, DISABLE_* and NVSHMEM_DIR when explicit).
+  description:
+    - Environment for DeepEP's setup.py (TORCH_CUDA_ARCH_LIST, DISABLE_* and NVSHMEM_DIR when explicit).
   returned: success
   type: dict
   sample: {TORCH_CUDA_ARCH_LIST: "12.0", DISABLE_AGGRESSIVE_PTX_INSTRS: "1", DISABLE_SM90_FEATURES: "0"}
@@ -156,9 +158,11 @@ def main() -> None:
     p = module.params
     argv = [p["python"], "-c", PROBE, p["nvshmem_package"]]
     if not os.access(p["python"], os.X_OK):
-        module.fail_json(msg=f"the env's Python {p['python']} is missing: run the ml_env role first or set deepep_python")
+        module.fail_json(msg=f"the env's Python {p['python']} is missing: run the ml_env role first or "
+                             "set deepep_python")
     if not os.path.isdir(p["cuda_home"]):
-        module.fail_json(msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or set deepep_cuda_home")
+        module.fail_json(msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or "
+                             "set deepep_cuda_home")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         module.fail_json(msg=f"probing the env {p['python']} failed", cmd=argv, rc=proc.returncode,
@@ -174,14 +178,17 @@ def main() -> None:
                                  "deepep_nvshmem_dir or leave it empty to use the env's nvidia-nvshmem wheel")
         host_libs = [f for f in os.listdir(os.path.join(d, "lib")) if f == "libnvshmem_host.so"]
         if not host_libs:
-            module.fail_json(msg=f"NVSHMEM_DIR {d}/lib has no unversioned libnvshmem_host.so, which DeepEP v1.x links "
-                                 "with -l:libnvshmem_host.so when NVSHMEM_DIR is set (a pip wheel only has .so.3): "
+            module.fail_json(msg=f"NVSHMEM_DIR {d}/lib has no unversioned libnvshmem_host.so, which "
+                                 "DeepEP v1.x links "
+                                 "with -l:libnvshmem_host.so when NVSHMEM_DIR is set (a pip wheel only "
+                                 "has .so.3): "
                                  "leave deepep_nvshmem_dir empty to let setup.py use the wheel")
         nvshmem = {"dir": d, "version": "", "source": "nvshmem_dir"}
         version_h = os.path.join(d, "include", "non_abi", "nvshmem_version.h")
         if os.path.isfile(version_h):
             with open(version_h, encoding="utf-8", errors="replace") as handle:
-                fields = dict(line.split()[1:3] for line in handle if line.startswith("#define NVSHMEM_VENDOR_")
+                fields = dict(line.split()[1:3] for line in handle
+                              if line.startswith("#define NVSHMEM_VENDOR_")
                               and len(line.split()) >= 3)
             major = fields.get("NVSHMEM_VENDOR_MAJOR_VERSION")
             if major:
@@ -191,14 +198,18 @@ def main() -> None:
         nvshmem = {"dir": env_info["nvshmem_dir"], "version": env_info["nvshmem_version"], "source": "wheel"}
     if nvshmem["source"] == "none" and p["require_nvshmem"]:
         module.fail_json(
-            msg=f"NVSHMEM not found: no deepep_nvshmem_dir and no nvidia.nvshmem package in {p['python']}. Without it "
-                "DeepEP builds without internode and low-latency kernels (the ones SGLang's PCIe path needs). "
-                f"Remedy: install the stack's {p['nvshmem_package']} wheel into the env (deepep_install_nvshmem: true), "
+            msg=f"NVSHMEM not found: no deepep_nvshmem_dir and no nvidia.nvshmem package in "
+                f"{p['python']}. Without it "
+                "DeepEP builds without internode and low-latency kernels (the ones SGLang's PCIe path "
+                "needs). "
+                f"Remedy: install the stack's {p['nvshmem_package']} wheel into the env "
+                "(deepep_install_nvshmem: true), "
                 "set deepep_nvshmem_dir, or deepep_require_nvshmem: false", nvshmem=nvshmem)
 
     try:
         flags = build_flags(p["arch_list"], nvshmem=nvshmem["source"] != "none",
-                            disable_sm90_features=p["disable_sm90_features"], aggressive_ptx=p["aggressive_ptx"])
+                            disable_sm90_features=p["disable_sm90_features"],
+                            aggressive_ptx=p["aggressive_ptx"])
         sass = [sass_arch(a) for a in p["arch_list"]]
     except DeepEPError as exc:
         module.fail_json(msg=str(exc), nvshmem=nvshmem)
@@ -211,7 +222,8 @@ def main() -> None:
         mlx5 = find_header("infiniband/mlx5dv.h", p["extra_include_dirs"] + p["system_include_dirs"]) or ""
         if not mlx5:
             module.fail_json(
-                msg="infiniband/mlx5dv.h not found (needed by DeepEP's NVSHMEM kernels): install libibverbs-dev "
+                msg="infiniband/mlx5dv.h not found (needed by DeepEP's NVSHMEM kernels): install "
+                    "libibverbs-dev "
                     "(Debian/Ubuntu; the role does it with deepep_install_system_packages: true) or point "
                     "deepep_extra_include_dirs at a folder holding infiniband/mlx5dv.h",
                 searched=p["extra_include_dirs"] + p["system_include_dirs"])

@@ -57,7 +57,11 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_flashinfer import FlashInferArchError, flashinfer_arch_list, parse_nvcc_version
+from ansible.module_utils.epforge_flashinfer import (
+    FlashInferArchError,
+    flashinfer_arch_list,
+    parse_nvcc_version,
+)
 
 
 def main() -> None:
@@ -71,12 +75,14 @@ def main() -> None:
     nvcc = os.path.join(module.params["cuda_home"], "bin", "nvcc")
     argv = [nvcc, "--version"]
     if not os.access(nvcc, os.X_OK):
-        module.fail_json(msg=f"no nvcc at {nvcc}: FlashInfer's JIT needs a CUDA toolkit (run cuda_toolkit or set "
+        module.fail_json(msg=f"no nvcc at {nvcc}: FlashInfer's JIT needs a CUDA toolkit (run cuda_toolkit "
+                             "or set "
                              "flashinfer_cuda_home)", cmd=argv, nvcc_version="")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     version = parse_nvcc_version(proc.stdout)
     if proc.returncode != 0 or version is None:
-        module.fail_json(msg=f"could not read the nvcc release from {nvcc} --version", cmd=argv, rc=proc.returncode,
+        module.fail_json(msg=f"could not read the nvcc release from {nvcc} --version", cmd=argv,
+                         rc=proc.returncode,
                          log_tail=(proc.stdout + proc.stderr)[-2000:], nvcc_version="")
     shown = f"{version[0]}.{version[1]}"
     try:

@@ -1,5 +1,6 @@
 #!/usr/bin/python
-"""Ansible module: JIT-compile one real FlashInfer kernel for the target archs on this host (no GPU needed)."""
+"""Ansible module: JIT-compile one real FlashInfer kernel for the target archs on this host (no GPU "
+  "needed)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ DOCUMENTATION = r"""
 module: flashinfer_jit_check
 short_description: JIT-compile a real FlashInfer kernel for the target archs, without a GPU
 description:
-  - Runs FlashInfer's own JIT (C(flashinfer.jit.activation.gen_act_and_mul_module(ACT).build())) inside the env
+  - Runs FlashInfer's own JIT (C(flashinfer.jit.activation.gen_act_and_mul_module(ACT).build()))
+    inside the env
     with C(FLASHINFER_CUDA_ARCH_LIST) set, so no GPU is needed, and returns the built shared object for a
     SASS check (module C(cuda_binary_archs)).
   - The link step needs C(-lcuda); a host without a driver has no C(libcuda.so). The module looks for one in
     O(library_dirs), C(CUDA_HOME/lib64/stubs) and C(CUDA_HOME/lib/stubs); when none exists and
-    O(make_libcuda_stub) is true it compiles an empty link stub (soname C(libcuda.so.1), as NVIDIA's stub) into
+    O(make_libcuda_stub) is true it compiles an empty link stub (soname C(libcuda.so.1), as NVIDIA's stub)
+    into
     O(stub_dir) with the host's C compiler. At run time the real driver's C(libcuda.so.1) is used.
   - FlashInfer caches the kernel in O(workspace); an up-to-date kernel is not rebuilt (changed=false).
   - In check mode nothing is compiled.
@@ -132,7 +135,8 @@ def find_libcuda(dirs: list[str]) -> str:
 def make_stub(module, stub_dir: str) -> str:
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not compiler:
-        module.fail_json(msg="no libcuda.so to link against and no C compiler to make a link stub: install a full "
+        module.fail_json(msg="no libcuda.so to link against and no C compiler to make a link stub: "
+                             "install a full "
                              "CUDA toolkit (lib64/stubs) or gcc")
     os.makedirs(stub_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,13 +177,15 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: nothing compiled", cmd=shown)
     cuda = p["cuda_home"]
-    search = list(p["library_dirs"]) + [os.path.join(cuda, "lib64", "stubs"), os.path.join(cuda, "lib", "stubs"),
-                                        p["stub_dir"]]
+    search = [*p["library_dirs"], os.path.join(cuda, "lib64", "stubs"), os.path.join(cuda, "lib", "stubs"),
+              p["stub_dir"]]
     libcuda = find_libcuda(search)
     if not libcuda:
         if not p["make_libcuda_stub"]:
-            module.fail_json(msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with -lcuda. "
-                                 "Set flashinfer_make_libcuda_stub: true or install a toolkit with lib64/stubs")
+            module.fail_json(msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with "
+                                                                           "-lcuda. "
+                                 "Set flashinfer_make_libcuda_stub: true or install a toolkit with "
+                                 "lib64/stubs")
         libcuda = make_stub(module, p["stub_dir"])
     env = dict(os.environ)
     env.update({
@@ -187,7 +193,7 @@ def main() -> None:
         "PATH": os.path.join(cuda, "bin") + os.pathsep + env.get("PATH", ""),
         "FLASHINFER_CUDA_ARCH_LIST": p["arch_list"],
         "FLASHINFER_WORKSPACE_BASE": p["workspace"],
-        "LIBRARY_PATH": os.pathsep.join([os.path.dirname(libcuda)] + [x for x in [env.get("LIBRARY_PATH")] if x]),
+        "LIBRARY_PATH": os.pathsep.join(x for x in (os.path.dirname(libcuda), env.get("LIBRARY_PATH")) if x),
         "MAX_JOBS": str(p["max_jobs"]),
     })
     os.makedirs(p["workspace"], exist_ok=True)
@@ -201,7 +207,8 @@ def main() -> None:
             break
     if rc != 0 or result is None or not result.get("exists"):
         why = classify_jit_error(text)
-        msg = "FlashInfer JIT build failed" + (f": {why}" if why else "") + (" (timed out)" if rc == 124 else "")
+        msg = "FlashInfer JIT build failed" + (f": {why}" if why else "")
+        msg += " (timed out)" if rc == 124 else ""
         fail_cmd(module, msg, shown, rc, log_path=p["log_path"], diagnosis=why or "")
     module.exit_json(changed=bool(result["built"]), library=result["library"], built=bool(result["built"]),
                      seconds=round(seconds, 1), libcuda=libcuda, cmd=shown)

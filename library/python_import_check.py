@@ -15,7 +15,7 @@ description:
   - Classifies a failure as C(missing) (the module or its top-level package is not installed),
     C(no_gpu) (the import itself needs a usable CUDA device or driver and this host has none; the install
     may well be fine) or C(broken) (anything else, such as an undefined symbol or an ABI mismatch).
-  - Tells C(no_gpu) apart from C(broken) by evidence: the error must carry a known "no device / no driver"
+  - Tells C(no_gpu) apart from C(broken) by evidence - the error must carry a known "no device / no driver"
     signature B(and) the host must show no usable GPU (no C(/dev/nvidiactl), or torch reports no device).
   - Changes nothing, so it runs the same in check mode.
 options:
@@ -87,7 +87,7 @@ version:
   returned: when known
   type: str
 error:
-  description: The exception as C(Type: message) (empty when the import worked).
+  description: The exception as C(Type) and message (empty when the import worked).
   returned: always
   type: str
   sample: "ImportError: libcudart.so.13: cannot open shared object file: No such file or directory"
@@ -96,7 +96,9 @@ traceback_tail:
   returned: on failure
   type: str
 gpu:
-  description: What the probe saw of GPUs (C(dev_nvidiactl), and C(torch_cuda_available), C(device_count) when torch imports).
+  description:
+    - What the probe saw of GPUs (C(dev_nvidiactl), and C(torch_cuda_available), C(device_count) when torch
+      imports).
   returned: always
   type: dict
 """
@@ -106,6 +108,7 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_common import tail
 
 MARK = "EPFORGE_IMPORT_CHECK "
 
@@ -165,9 +168,9 @@ def classify(result: dict, name: str) -> str:
     """ok / missing / no_gpu / broken from a probe result."""
     if result.get("ok"):
         return "ok"
-    top = name.split(".")[0]
+    top = name.split(".", maxsplit=1)[0]
     missing = result.get("missing_name") or ""
-    if result.get("error_type") == "ModuleNotFoundError" and (missing == name or missing == top
+    if result.get("error_type") == "ModuleNotFoundError" and (missing in (name, top)
                                                               or name.startswith(missing + ".")):
         return "missing"
     text = (result.get("error") or "") + "\n" + (result.get("traceback_tail") or "")
@@ -202,21 +205,23 @@ def main() -> None:
     argv = [p["python"], "-c", PROBE, p["name"], p["distribution"] or ""]
     if not os.access(p["python"], os.X_OK):
         module.fail_json(msg=f"interpreter {p['python']} does not exist or is not executable: point the "
-                             "role's python variable at the env's bin/python", status="broken", name=p["name"],
-                         cmd=argv[:1] + ["-c", "<probe>"] + argv[3:])
+                             "role's python variable at the env's bin/python", status="broken",
+                         name=p["name"],
+                         cmd=[*argv[:1], "-c", "<probe>", *argv[3:]])
     env = dict(os.environ)
     env.update({k: str(v) for k, v in p["environment"].items()})
-    shown = argv[:1] + ["-c", "<probe>"] + argv[3:]
+    shown = [*argv[:1], "-c", "<probe>", *argv[3:]]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=p["timeout"], check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=p["timeout"],
+                              check=False)
     except subprocess.TimeoutExpired:
         module.fail_json(msg=f"importing {p['name']} in {p['python']} did not finish within {p['timeout']} s",
                          cmd=shown, rc=124, status="broken", name=p["name"])
     result = parse_probe_output(proc.stdout)
     if result is None:
         # The interpreter itself died (segfault in an extension's init, say): that is a broken install.
-        from ansible.module_utils.epforge_common import tail
-        module.fail_json(msg=f"importing {p['name']} killed the interpreter {p['python']} (rc {proc.returncode})",
+        module.fail_json(msg=f"importing {p['name']} killed the interpreter {p['python']} (rc "
+                             f"{proc.returncode})",
                          cmd=shown, rc=proc.returncode, status="broken", name=p["name"],
                          log_tail=tail(proc.stdout + proc.stderr))
     status = classify(result, p["name"])
@@ -235,9 +240,12 @@ def main() -> None:
             ret["traceback_tail"] = result.get("traceback_tail", "")
         module.exit_json(**ret)
     remedy = {
-        "missing": "it is not installed in this env: install it there (or check that the role's python is the env's)",
-        "no_gpu": "this import needs a usable CUDA device and this host has none (the install itself may be fine)",
-        "broken": "it is installed but does not load: read the error (undefined symbol / ABI mismatch / missing "
+        "missing": "it is not installed in this env: install it there (or check that the role's python is "
+                   "the env's)",
+        "no_gpu": "this import needs a usable CUDA device and this host has none (the install itself may "
+                  "be fine)",
+        "broken": "it is installed but does not load: read the error (undefined symbol / ABI mismatch / "
+                  "missing "
                   "library) and rebuild against this env's torch and CUDA",
     }[status]
     ret.pop("changed")

@@ -62,7 +62,8 @@ def arch_list_string(arch_list: list[str]) -> str:
     """TORCH_CUDA_ARCH_LIST as torch reads it ("9.0", "9.0;12.0")."""
     cleaned = [str(a).strip() for a in arch_list if str(a).strip()]
     if not cleaned:
-        raise DeepEPError("the arch list is empty: set deepep_arch_list (or the stack's arch_list), e.g. ['12.0']")
+        raise DeepEPError("the arch list is empty: set deepep_arch_list (or the stack's arch_list), e.g. "
+                          "['12.0']")
     for arch in cleaned:
         if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", arch):
             raise DeepEPError(f"arch '{arch}' is not a TORCH_CUDA_ARCH_LIST entry such as 9.0, 12.0 or 12.0a")
@@ -89,7 +90,8 @@ def build_flags(arch_list: list[str], *, nvshmem: bool, disable_sm90_features: b
     archs = arch_list_string(arch_list)
     if disable_sm90_features and nvshmem:
         raise DeepEPError(
-            "DISABLE_SM90_FEATURES cannot be combined with NVSHMEM: DeepEP's setup.py asserts that NVSHMEM is "
+            "DISABLE_SM90_FEATURES cannot be combined with NVSHMEM: DeepEP's setup.py asserts that "
+            "NVSHMEM is "
             "disabled when SM90 features are off. Remedy: set deepep_disable_sm90_features: false, or "
             "deepep_nvshmem: false (no internode or low-latency kernels)")
     if aggressive_ptx and archs != "9.0":
@@ -173,7 +175,8 @@ def classify_build_log(text: str) -> str | None:
     """A one-line diagnosis of a failed DeepEP build from its log, when a known signature matches."""
     rules = [
         (r"infiniband/mlx5dv\.h: No such file", "mlx5dv.h missing: install libibverbs-dev (Debian/Ubuntu) or "
-                                                "point deepep_extra_include_dirs at a folder holding infiniband/"),
+                                                "point deepep_extra_include_dirs at a folder holding "
+                                                "infiniband/"),
         (r"cuda/std/\S+: No such file|thrust/\S+: No such file|cub/\S+: No such file",
          "CCCL headers not found: CUDA 13 keeps them in CUDA_HOME/include/cccl"),
         (r"cusparse\.h: No such file|cublas_v2\.h: No such file|cublas\.h: No such file",

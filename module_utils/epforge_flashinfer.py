@@ -35,7 +35,8 @@ def flashinfer_arch_list(arch_list: list[str], nvcc: tuple[int, int]) -> tuple[s
     else is refused here, with the remedy, before FlashInfer is asked.
     """
     if not arch_list:
-        raise FlashInferArchError("the arch list is empty: set flashinfer_arch_list (or the stack's arch_list)")
+        raise FlashInferArchError("the arch list is empty: set flashinfer_arch_list (or the stack's "
+                                  "arch_list)")
     out: list[str] = []
     sass: list[str] = []
     for arch in arch_list:
@@ -43,20 +44,23 @@ def flashinfer_arch_list(arch_list: list[str], nvcc: tuple[int, int]) -> tuple[s
         if major == 12:
             if nvcc < (12, 8):
                 raise FlashInferArchError(
-                    f"nvcc {nvcc[0]}.{nvcc[1]} cannot compile for sm_{major}{minor} (Blackwell RTX needs CUDA >= 12.8): "
+                    f"nvcc {nvcc[0]}.{nvcc[1]} cannot compile for sm_{major}{minor} (Blackwell RTX needs "
+                    "CUDA >= 12.8): "
                     "install the stack's CUDA toolkit (cuda_toolkit role)")
             if minor > 0 and nvcc < (12, 9):
                 raise FlashInferArchError(
                     f"FlashInfer needs nvcc >= 12.9 for sm_{major}{minor}; this nvcc is {nvcc[0]}.{nvcc[1]}")
-            if nvcc < (12, 9) and suffix != "a":
-                raise FlashInferArchError(
-                    f"FlashInfer JIT for sm_{major}{minor} with nvcc {nvcc[0]}.{nvcc[1]}: this combination ends in "
-                    "FlashInfer's misleading 'FlashInfer requires GPUs with sm75 or higher' (no target arch: "
-                    "'SM 12.x requires CUDA >= 12.9'; flashinfer #3675). Remedy: set flashinfer_arch_list to "
-                    f"['{major}.{minor}a'] (CUDA 12.8 knows sm_{major}{minor} only as the arch-specific target), "
-                    "or use a CUDA >= 12.9 toolkit")
             if suffix == "f" and nvcc < (12, 9):
                 raise FlashInferArchError(f"family target {arch} needs nvcc >= 12.9")
+            if nvcc < (12, 9) and suffix != "a":
+                raise FlashInferArchError(
+                    f"FlashInfer JIT for sm_{major}{minor} with nvcc {nvcc[0]}.{nvcc[1]}: this "
+                    "combination ends in "
+                    "FlashInfer's misleading 'FlashInfer requires GPUs with sm75 or higher' (no target arch: "
+                    "'SM 12.x requires CUDA >= 12.9'; flashinfer #3675). Remedy: set flashinfer_arch_list to "
+                    f"['{major}.{minor}a'] (CUDA 12.8 knows sm_{major}{minor} only as the arch-specific "
+                    "target), "
+                    "or use a CUDA >= 12.9 toolkit")
         elif major >= 10 and nvcc < (12, 8):
             raise FlashInferArchError(f"nvcc {nvcc[0]}.{nvcc[1]} cannot compile for sm_{major}{minor}")
         out.append(f"{major}.{minor}{suffix}")
@@ -66,12 +70,14 @@ def flashinfer_arch_list(arch_list: list[str], nvcc: tuple[int, int]) -> tuple[s
 
 MISLEADING = [
     (r"FlashInfer requires GPUs with sm75 or higher",
-     "FlashInfer found no target arch (its 'sm75' message is misleading): the GPU/arch list was not usable with "
+     "FlashInfer found no target arch (its 'sm75' message is misleading): the GPU/arch list was not "
+     "usable with "
      "this nvcc; see the sm_12x rule (nvcc >= 12.9, or arch 12.0a)"),
     (r"cannot find -lcuda", "the link needs libcuda.so: on a host without a driver use a link stub "
                             "(CUDA_HOME/lib64/stubs/libcuda.so, or flashinfer_make_libcuda_stub)"),
     (r"SM 12\.?\S* requires CUDA", "nvcc too old for sm_12x"),
-    (r"No supported CUDA architectures found", "no target arch: set FLASHINFER_CUDA_ARCH_LIST (flashinfer_arch_list)"),
+    (r"No supported CUDA architectures found", "no target arch: set FLASHINFER_CUDA_ARCH_LIST "
+                                               "(flashinfer_arch_list)"),
     (r"ninja: (command )?not found|No module named 'ninja'", "ninja is missing in the env"),
 ]
 

@@ -21,6 +21,11 @@ import sys
 import time
 import traceback
 
+import deep_ep
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -28,7 +33,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def timed(torch, fn, warmup: int, iters: int) -> tuple[float, float]:
+def timed(fn, warmup: int, iters: int) -> tuple[float, float]:
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -44,7 +49,7 @@ def timed(torch, fn, warmup: int, iters: int) -> tuple[float, float]:
     return sum(times) / len(times), min(times)
 
 
-def rel_diff(torch, x, y) -> float:
+def rel_diff(x, y) -> float:
     x, y = x.double(), y.double()
     denom = (x * x + y * y).sum()
     if float(denom) == 0.0:
@@ -52,7 +57,7 @@ def rel_diff(torch, x, y) -> float:
     return float(1 - 2 * (x * y).sum() / denom)
 
 
-def normal_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict:
+def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
     tokens, hidden, topk, experts = args.num_tokens, args.hidden, args.num_topk, args.num_experts
     buffer = deep_ep.Buffer(group, int(1e9), 0, low_latency_mode=False, explicitly_destroy=True)
     try:
@@ -64,7 +69,7 @@ def normal_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict:
         per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, experts)
 
         def roundtrip():
-            recv_x, _, recv_w, _, handle, _ = buffer.dispatch(
+            recv_x, _, _, _, handle, _ = buffer.dispatch(
                 x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
                 topk_idx=topk_idx, topk_weights=topk_weights)
             combined, _, _ = buffer.combine(recv_x, handle)
@@ -73,12 +78,12 @@ def normal_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict:
         recv_x, combined = roundtrip()
         torch.cuda.synchronize()
         copies = in_rank.sum(dim=1).clamp(min=1).unsqueeze(1).float()
-        diff = rel_diff(torch, combined.float() / copies, x.float())
+        diff = rel_diff(combined.float() / copies, x.float())
         # Every rank must receive exactly the tokens routed to it (global count check).
         expect = per_rank.clone()
         dist.all_reduce(expect, group=group)
         count_ok = int(expect[rank].item()) == recv_x.size(0)
-        mean_us, min_us = timed(torch, roundtrip, args.warmup, args.iters)
+        mean_us, min_us = timed(roundtrip, args.warmup, args.iters)
         ok = diff < 5e-6 and count_ok
         return {"ok": bool(ok), "rel_diff": diff, "recv_tokens": int(recv_x.size(0)), "count_ok": count_ok,
                 "latency_us_mean": round(mean_us, 2), "latency_us_min": round(min_us, 2),
@@ -87,7 +92,7 @@ def normal_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict:
         buffer.destroy()
 
 
-def low_latency_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict:
+def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
     tokens, hidden, topk, experts = args.ll_num_tokens, args.hidden, args.num_topk, args.ll_num_experts
     rdma_bytes = deep_ep.Buffer.get_low_latency_rdma_size_hint(tokens, hidden, num_ranks, experts)
     buffer = deep_ep.Buffer(group, num_rdma_bytes=rdma_bytes, low_latency_mode=True,
@@ -100,7 +105,8 @@ def low_latency_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict
         topk_weights = torch.rand((tokens, topk), dtype=torch.float32, device="cuda", generator=gen)
 
         def roundtrip():
-            recv, _count, handle, _, _ = buffer.low_latency_dispatch(x, topk_idx, tokens, experts, use_fp8=False,
+            recv, _count, handle, _, _ = buffer.low_latency_dispatch(x, topk_idx, tokens, experts,
+                                                                     use_fp8=False,
                                                                      async_finish=False)
             combined, _, _ = buffer.low_latency_combine(recv.clone(), topk_idx, topk_weights, handle)
             return combined
@@ -108,8 +114,8 @@ def low_latency_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict
         combined = roundtrip()
         torch.cuda.synchronize()
         ref = x.float() * topk_weights.sum(dim=1, keepdim=True)
-        diff = rel_diff(torch, combined.float(), ref)
-        mean_us, min_us = timed(torch, roundtrip, args.warmup, args.iters)
+        diff = rel_diff(combined.float(), ref)
+        mean_us, min_us = timed(roundtrip, args.warmup, args.iters)
         return {"ok": bool(diff < 1e-5), "rel_diff": diff, "latency_us_mean": round(mean_us, 2),
                 "latency_us_min": round(min_us, 2), "tokens": tokens, "hidden": hidden, "topk": topk,
                 "experts": experts}
@@ -118,20 +124,17 @@ def low_latency_mode(torch, dist, deep_ep, args, rank, num_ranks, group) -> dict
 
 
 def worker(local_rank: int, num_ranks: int, port: int, args, queue) -> None:
-    import torch
-    import torch.distributed as dist
-
     torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", world_size=num_ranks, rank=local_rank,
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", world_size=num_ranks,
+                            rank=local_rank,
                             device_id=torch.device(f"cuda:{local_rank}"))
     group = dist.new_group(list(range(num_ranks)))
-    import deep_ep
 
     results = {}
     for mode in args.modes:
         fn = {"normal": normal_mode, "low_latency": low_latency_mode}[mode]
         try:
-            results[mode] = fn(torch, dist, deep_ep, args, local_rank, num_ranks, group)
+            results[mode] = fn(args, local_rank, num_ranks, group)
         except Exception as exc:
             results[mode] = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
                              "traceback_tail": traceback.format_exc()[-1500:]}
@@ -156,9 +159,6 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-
-    import torch
-    import torch.multiprocessing as mp
 
     started = time.monotonic()
     out = {"num_processes": args.num_processes, "device_count": torch.cuda.device_count(),

@@ -1,0 +1,284 @@
+"""deepep: the build rules of module_utils/epforge_deepep.py, and the modules deepep_source, deepep_plan and
+deepep_gpu_verify run the way Ansible runs them, on real trees (the stand-in repository of
+tests/deepep_fake_src, a real git), real interpreters and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.epforge_deepep import (
+    SUPPORTED,
+    UNKNOWN,
+    UNSUPPORTED_V2,
+    DeepEPError,
+    arch_list_string,
+    build_flags,
+    build_key,
+    classify_build_log,
+    classify_source,
+    include_path,
+    sass_arch,
+    setup_py_version,
+    tree_hash,
+    wheel_accepts,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "deepep"
+sys.path.insert(0, str(ROOT / "tests" / "deepep_fake_src"))
+import make_fake_deepep  # noqa: E402
+
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
+    """Run a library/ module as Ansible does (JSON args file); return (rc, result)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}, handle)
+    try:
+        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
+                               handle.name], capture_output=True, text=True, timeout=600, check=False)
+    finally:
+        os.unlink(handle.name)
+    try:
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+
+
+@pytest.fixture(scope="module")
+def fake_repo(tmp_path_factory) -> tuple[Path, str]:
+    dest = tmp_path_factory.mktemp("fake") / "deepep"
+    return dest, make_fake_deepep.make(str(dest))
+
+
+# ---- build rules (DeepEP v1.2.1 setup.py) ----
+
+def test_flags_for_sm120_force_no_aggressive_ptx():
+    env = build_flags(["12.0"], nvshmem=True, disable_sm90_features=False, aggressive_ptx=False)
+    assert env == {"TORCH_CUDA_ARCH_LIST": "12.0", "DISABLE_AGGRESSIVE_PTX_INSTRS": "1",
+                   "DISABLE_SM90_FEATURES": "0"}
+
+
+def test_aggressive_ptx_only_for_exactly_9_0():
+    assert build_flags(["9.0"], nvshmem=True, disable_sm90_features=False,
+                       aggressive_ptx=True)["DISABLE_AGGRESSIVE_PTX_INSTRS"] == "0"
+    for archs in (["12.0"], ["9.0", "12.0"], ["9.0a"]):
+        with pytest.raises(DeepEPError, match=r"exactly '9\.0'"):
+            build_flags(archs, nvshmem=True, disable_sm90_features=False, aggressive_ptx=True)
+
+
+def test_sm90_features_off_refused_with_nvshmem_allowed_without():
+    with pytest.raises(DeepEPError, match="DISABLE_SM90_FEATURES cannot be combined with NVSHMEM"):
+        build_flags(["8.0"], nvshmem=True, disable_sm90_features=True, aggressive_ptx=False)
+    env = build_flags(["8.0"], nvshmem=False, disable_sm90_features=True, aggressive_ptx=False)
+    assert env["DISABLE_SM90_FEATURES"] == "1"
+
+
+def test_arch_list_spelling():
+    assert arch_list_string(["9.0", " 12.0 "]) == "9.0;12.0"
+    assert arch_list_string(["12.0a"]) == "12.0a"
+    for bad in ([], ["sm_120"], ["12"], ["12.0;9.0"]):
+        with pytest.raises(DeepEPError):
+            arch_list_string(bad)
+    assert [sass_arch(a) for a in ("9.0", "12.0a", "10.0+PTX")] == ["sm_90", "sm_120", "sm_100"]
+
+
+def test_prebuilt_wheel_acceptance_from_captured_sass_lists():
+    def sass(name):
+        text = (FIX / name).read_text()
+        return sorted({line.rsplit(".", 2)[-2] for line in text.splitlines() if line.startswith("ELF file")})
+
+    sgl = sass("cuobjdump-list-elf-sgl-deep-ep-0.1.2.post1.txt")
+    assert sgl == ["sm_100", "sm_103", "sm_90"]
+    assert wheel_accepts(sgl, ["12.0"]) == (False, ["sm_120"])
+    assert wheel_accepts(sgl, ["9.0", "10.0"]) == (True, [])
+    built = sass("cuobjdump-list-elf-deep_ep_cpp-v1.2.1-sm120.txt")
+    assert wheel_accepts(built, ["12.0"]) == (True, [])
+
+
+def test_classify_source_on_the_stand_in_and_others():
+    text = make_fake_deepep.SETUP_V1
+    assert classify_source(text, set())[0] == SUPPORTED
+    assert setup_py_version(text) == "1.2.1"
+    kind, reason = classify_source(make_fake_deepep.SETUP_V2, {"deep_ep/utils/find_pkgs.py"})
+    assert kind == UNSUPPORTED_V2 and "EP_JIT_CACHE_DIR" in reason
+    assert classify_source(None, set())[0] == UNKNOWN
+    kind, reason = classify_source("from setuptools import setup\nsetup(name='x')\n", set())
+    assert kind == UNKNOWN and "deep_ep_cpp" in reason
+
+
+@pytest.mark.skipif(not (ROOT / "third_party" / "DeepEP" / "setup.py").exists(),
+                    reason="no fetched DeepEP checkout in third_party/DeepEP")
+def test_classify_real_deepep_v1_2_1():
+    text = (ROOT / "third_party" / "DeepEP" / "setup.py").read_text()
+    assert classify_source(text, set())[0] == SUPPORTED
+    assert setup_py_version(text) == "1.2.1"
+
+
+def test_tree_hash_follows_content_not_build_outputs(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    first = tree_hash(str(tmp_path))
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "junk.o").write_text("obj")
+    (tmp_path / "x.egg-info").mkdir()
+    assert tree_hash(str(tmp_path)) == first
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert tree_hash(str(tmp_path)) != first
+
+
+def test_build_key_is_stable_and_input_sensitive():
+    a = build_key({"archs": ["12.0"], "nvshmem": "3.4.5"})
+    assert a == build_key({"nvshmem": "3.4.5", "archs": ["12.0"]})
+    assert a != build_key({"archs": ["9.0"], "nvshmem": "3.4.5"})
+    assert len(a) == 16
+
+
+def test_include_path_adds_cccl_and_env_headers(tmp_path):
+    cuda = tmp_path / "cuda"
+    (cuda / "include" / "cccl").mkdir(parents=True)
+    site = tmp_path / "site"
+    (site / "nvidia" / "cu13" / "include").mkdir(parents=True)
+    got = include_path(str(cuda), [str(site), str(site)], ["/extra"])
+    assert got == ["/extra", str(cuda / "include" / "cccl"), str(site / "nvidia" / "cu13" / "include")]
+
+
+def test_build_log_diagnosis():
+    assert "libibverbs-dev" in classify_build_log(
+        "csrc/kernels/configs.cuh:3:10: fatal error: infiniband/mlx5dv.h: No such file or directory")
+    assert "cccl" in classify_build_log("fatal error: cuda/std/cstdint: No such file or directory")
+    assert classify_build_log("all good") is None
+
+
+# ---- modules ----
+
+def test_deepep_source_reads_the_stand_in(fake_repo):
+    repo, commit = fake_repo
+    rc, res = run_module("deepep_source", {"path": str(repo), "expect_commit": commit[:7]})
+    assert rc == 0, res
+    assert res["build_system"] == SUPPORTED and res["commit"] == commit and res["version"] == "1.2.1"
+    assert len(res["tree_sha256"]) == 64
+
+
+def test_deepep_source_refuses_v2_and_a_moved_ref(fake_repo, tmp_path):
+    repo, _commit = fake_repo
+    rc, res = run_module("deepep_source", {"path": str(repo), "expect_commit": "0123456"})
+    assert rc != 0 and "not the expected 0123456" in res["msg"]
+    v2 = tmp_path / "v2"
+    subprocess.run(["git", "clone", "-q", "--branch", "v2-jit", str(repo), str(v2)], check=True)
+    rc, res = run_module("deepep_source", {"path": str(v2)})
+    assert rc != 0 and res["build_system"] == UNSUPPORTED_V2
+    assert "does not support" in res["msg"] and "v1.2.1" in res["msg"]
+    rc, res = run_module("deepep_source", {"path": str(tmp_path / "nothing")})
+    assert rc != 0 and "does not exist" in res["msg"]
+
+
+def fake_nvshmem(root: Path, host_lib: str = "libnvshmem_host.so") -> Path:
+    (root / "include" / "non_abi").mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "lib" / host_lib).write_text("")
+    (root / "include" / "non_abi" / "nvshmem_version.h").write_text(
+        "#define NVSHMEM_VENDOR_MAJOR_VERSION 3\n#define NVSHMEM_VENDOR_MINOR_VERSION 4\n"
+        "#define NVSHMEM_VENDOR_PATCH_VERSION 5\n")
+    return root
+
+
+def plan_args(tmp_path: Path, **over) -> dict:
+    cuda = tmp_path / "cuda"
+    (cuda / "include" / "cccl").mkdir(parents=True, exist_ok=True)
+    hdr = tmp_path / "hdr" / "infiniband"
+    hdr.mkdir(parents=True, exist_ok=True)
+    (hdr / "mlx5dv.h").write_text("/* stand-in */\n")
+    args = {"python": sys.executable, "cuda_home": str(cuda), "arch_list": ["12.0"],
+            "nvshmem_package": "nvidia-nvshmem-cu13", "system_include_dirs": [str(tmp_path / "hdr")]}
+    args.update(over)
+    return args
+
+
+def test_deepep_plan_missing_nvshmem_is_a_clear_error(tmp_path):
+    # The test interpreter has no nvidia.nvshmem package: exactly "NVSHMEM missing".
+    rc, res = run_module("deepep_plan", plan_args(tmp_path))
+    assert rc != 0 and res["msg"].startswith("NVSHMEM not found") and "deepep_install_nvshmem" in res["msg"]
+    rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(tmp_path / "none")))
+    assert rc != 0 and "is not an NVSHMEM install" in res["msg"]
+    wheel_like = fake_nvshmem(tmp_path / "wheel-like", host_lib="libnvshmem_host.so.3")
+    rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(wheel_like)))
+    assert rc != 0 and "unversioned libnvshmem_host.so" in res["msg"]
+
+
+def test_deepep_plan_with_nvshmem_dir(tmp_path):
+    nv = fake_nvshmem(tmp_path / "nvshmem")
+    rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(nv)))
+    assert rc == 0, res
+    assert res["nvshmem"] == {"dir": str(nv), "version": "3.4.5", "source": "nvshmem_dir"}
+    assert res["build_env"]["NVSHMEM_DIR"] == str(nv)
+    assert res["build_env"]["DISABLE_AGGRESSIVE_PTX_INSTRS"] == "1"
+    assert res["include_dirs"][0] == str(tmp_path / "cuda" / "include" / "cccl")
+    assert res["sass_archs"] == ["sm_120"] and res["key_extra"]["nvshmem"]["version"] == "3.4.5"
+
+
+def test_deepep_plan_refuses_missing_mlx5dv_and_bad_flags(tmp_path):
+    nv = fake_nvshmem(tmp_path / "nvshmem")
+    rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(nv),
+                                                  system_include_dirs=[str(tmp_path / "empty")]))
+    assert rc != 0 and "mlx5dv.h not found" in res["msg"] and "libibverbs-dev" in res["msg"]
+    rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(nv), aggressive_ptx=True))
+    assert rc != 0 and "exactly '9.0'" in res["msg"]
+    rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(nv), disable_sm90_features=True))
+    assert rc != 0 and "DISABLE_SM90_FEATURES" in res["msg"]
+    # Without NVSHMEM (allowed): SM90 features off is fine and no mlx5dv.h is needed.
+    rc, res = run_module("deepep_plan", plan_args(tmp_path, require_nvshmem=False, disable_sm90_features=True,
+                                                  arch_list=["8.0"], system_include_dirs=[]))
+    assert rc == 0 and res["nvshmem"]["source"] == "none" and res["build_env"]["DISABLE_SM90_FEATURES"] == "1"
+
+
+GPU_SCRIPT = r'''
+import json, sys, time
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+mode = "{mode}"
+if mode == "hang":
+    time.sleep(60)
+if mode == "crash":
+    raise SystemExit(7)
+ok = mode == "ok"
+res = {{"ok": ok, "modes": {{"normal": {{"ok": ok, "latency_us_mean": 41.5,
+                                       "max_rel_diff": 0.0 if ok else 0.3,
+        **({{}} if ok else {{"error": "round trip result incorrect"}})}}}}}}
+open(args["--out"], "w").write(json.dumps(res))
+sys.exit(0 if ok else 1)
+'''
+
+
+@pytest.mark.parametrize("mode", ["ok", "wrong", "crash", "hang"])
+def test_deepep_gpu_verify_module(tmp_path, mode):
+    script = tmp_path / "rt.py"
+    script.write_text(GPU_SCRIPT.format(mode=mode))
+    rc, res = run_module("deepep_gpu_verify", {
+        "python": sys.executable, "script": str(script), "result_path": str(tmp_path / "r.json"),
+        "log_path": str(tmp_path / "gv.log"), "timeout": 5, "modes": ["normal"]})
+    if mode == "ok":
+        assert rc == 0 and res["result"]["modes"]["normal"]["latency_us_mean"] == 41.5 and not res["changed"]
+    elif mode == "wrong":
+        assert rc != 0 and "normal: round trip result incorrect" in res["msg"]
+    elif mode == "crash":
+        assert rc != 0 and "wrote no result" in res["msg"] and res["rc"] == 7
+    else:
+        assert rc != 0 and "did not finish within 5 s" in res["msg"]
+
+
+def test_deepep_gpu_verify_check_mode_runs_nothing(tmp_path):
+    rc, res = run_module("deepep_gpu_verify", {
+        "python": sys.executable, "script": str(tmp_path / "absent.py"),
+        "result_path": str(tmp_path / "r.json"),
+        "log_path": str(tmp_path / "gv.log")}, check=True)
+    assert rc == 0 and res.get("skipped") and not (tmp_path / "gv.log").exists()
