@@ -1,0 +1,117 @@
+"""Module ml_env_torch: bad input refused before anything changes, the stamp short-cut, and (where the
+molecule venv with torch 2.14.1 exists) the real verification of torch's CUDA version and arch list."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from ansible.module_utils import epforge_build as eb
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+REAL_VENV = Path("/opt/epforge-molecule/ml-env")
+HAS_REAL_TORCH = any((REAL_VENV / "lib").glob("python3*/site-packages/torch-2.14.1*.dist-info"))
+PACKAGES = ["setuptools", "wheel", "ninja", "packaging"]
+
+
+def run_module(module: str, args: dict, check: bool = False, timeout: int = 120) -> tuple[int, dict]:
+    """Run a module file the way Ansible does (a JSON args file); return (rc, parsed result)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}, handle)
+    try:
+        argv = [sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"), handle.name]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    finally:
+        os.unlink(handle.name)
+    try:
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+
+
+def base_args(tmp_path: Path, venv: Path) -> dict:
+    return {"path": str(venv), "torch_version": "2.14.1", "torch_cuda": "13.0", "toolkit_cuda": "13.0",
+            "archs": ["12.0"], "packages": PACKAGES, "log_path": str(tmp_path / "log" / "ml_env.log"),
+            "stamp_path": str(tmp_path / "state" / "ml_env.json"), "base_python": sys.executable}
+
+
+def test_torch_for_another_cuda_major_is_refused_before_anything_changes(tmp_path):
+    venv = tmp_path / "venv"
+    rc, res = run_module("ml_env_torch", {**base_args(tmp_path, venv), "torch_cuda": "12.8"})
+    assert rc != 0
+    assert "built for CUDA 12.8 but the toolkit is CUDA 13.0" in res["msg"]
+    assert "Nothing was changed" in res["msg"]
+    assert not venv.exists() and not (tmp_path / "log").exists() and not (tmp_path / "state").exists()
+
+
+def test_bad_arch_is_refused(tmp_path):
+    rc, res = run_module("ml_env_torch", {**base_args(tmp_path, tmp_path / "v"), "archs": ["sm_120"]})
+    assert rc != 0 and "'sm_120' is not an arch" in res["msg"]
+
+
+@pytest.fixture
+def fake_venv(tmp_path):
+    """A real venv (no pip) whose site-packages names torch and the build tools in dist-info dirs only."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    for dist in ("torch-2.14.1", "setuptools-80.0.0", "wheel-0.45.0", "ninja-1.13.0", "packaging-25.0"):
+        (site / f"{dist}.dist-info").mkdir()
+    return venv, site
+
+
+def test_matching_stamp_means_no_work_and_no_torch_import(tmp_path, fake_venv):
+    venv, site = fake_venv
+    args = base_args(tmp_path, venv)
+    rc, res = run_module("ml_env_torch", args, check=True)
+    assert rc == 0 and res["changed"] is True and res["reason"] == "no stamp"
+    assert res["actions"] == ["verify torch"]  # everything is there: only the proof is missing
+    evidence = {"torch": "2.14.1+cu130", "cuda": "13.0", "archs": ["sm_90", "sm_120"]}
+    eb.write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence})
+    # No torch module exists in this venv: success proves the stamp decided, not an import.
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0, res
+    assert res["changed"] is False and res["verified"] is False and res["reason"] == "stamp matches"
+    assert res["torch_version"] == "2.14.1+cu130" and res["torch_arch_list"] == ["sm_90", "sm_120"]
+    # An input change (another arch) invalidates the stamp.
+    rc, res = run_module("ml_env_torch", {**args, "archs": ["9.0", "12.0"]}, check=True)
+    assert res["changed"] is True and res["reason"] == "inputs changed"
+    # A package that went missing is reinstalled (and only that one).
+    (site / "ninja-1.13.0.dist-info").rmdir()
+    rc, res = run_module("ml_env_torch", args, check=True)
+    assert res["changed"] is True and res["actions"] == ["pip install ninja", "verify torch"]
+    # Another torch version means reinstalling torch.
+    (site / "torch-2.14.1.dist-info").rename(site / "torch-2.13.0.dist-info")
+    rc, res = run_module("ml_env_torch", args, check=True)
+    assert "pip install torch==2.14.1" in res["actions"]
+
+
+@pytest.mark.skipif(not HAS_REAL_TORCH, reason=f"needs torch 2.14.1 in {REAL_VENV} (scenario toolchain)")
+def test_real_torch_is_verified_once_then_stamped(tmp_path):
+    args = {**base_args(tmp_path, REAL_VENV), "base_python": "python3"}
+    rc, res = run_module("ml_env_torch", args, timeout=300)
+    assert rc == 0, res
+    assert res["verified"] is True and res["actions"] == ["verify torch"]
+    assert res["torch_version"].startswith("2.14.1") and res["torch_cuda"].startswith("13.")
+    assert "sm_120" in res["torch_arch_list"]
+    stamp = json.loads(Path(args["stamp_path"]).read_text())
+    assert stamp["evidence"]["archs"] == res["torch_arch_list"]
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["changed"] is False and res["verified"] is False
+    # A target torch does not carry (12.1) fails after the import, naming what the build covers.
+    rc, res = run_module("ml_env_torch", {**args, "archs": ["12.1"]}, timeout=300)
+    assert rc != 0 and "does not cover 12.1" in res["msg"]
+    # A toolkit of another major than the installed torch (declared consistently, wrongly) is caught too.
+    rc, res = run_module("ml_env_torch", {**args, "torch_cuda": "12.8", "toolkit_cuda": "12.8"}, timeout=300)
+    assert rc != 0 and "is built for CUDA 13.0 but the toolkit is CUDA 12.8" in res["msg"]
+    assert os.path.exists(args["stamp_path"])
