@@ -1,0 +1,328 @@
+#!/usr/bin/python
+"""Ansible module: install a pinned SGLang into the ML env, once, and prove that it imports."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_install
+short_description: Install a pinned SGLang into a Python environment, once, and verify it
+description:
+  - Installs C(sglang==VERSION) into the environment of I(python) with pip (an argv list, output appended
+    to I(log_path), bounded by I(timeout)).
+  - I(install_deps=true) (serving hosts) installs SGLang with its dependencies and I(kernel_package).
+    I(install_deps=false) (hosts that only validate server flags, such as a CPU-only CI machine) installs
+    SGLang with C(--no-deps) plus I(parser_deps), the few packages that importing
+    C(sglang.srt.server_args) needs; such an environment can parse flags but cannot serve.
+  - I(keep) requirements (the stack's torch) are passed to every pip run, so pip refuses to replace
+    them instead of silently swapping torch.
+  - Idempotent by evidence. A stamp (JSON with a hash of the inputs) plus the installed distribution
+    versions (read from metadata, no import) decide; when both match nothing runs and nothing is imported.
+  - After an install, proves that C(import sglang) and C(import sglang.srt.server_args) work (no GPU
+    needed) and that C(sglang.__version__) is I(version), then writes the stamp.
+  - Check mode reports what would be installed, with a diff of the stamp.
+options:
+  python:
+    description: The python of the environment (the ML env), which must already hold the stack's torch.
+    type: path
+    required: true
+  version:
+    description: SGLang release to install (C(epforge_stack_spec.sglang.version)).
+    type: str
+    required: true
+  kernel_package:
+    description: SGLang's kernel package requirement (C(epforge_stack_spec.sglang.kernel_package)), installed
+      with I(install_deps=true) only.
+    type: str
+    default: ""
+  install_deps:
+    description: Full install (true) or SGLang without dependencies plus I(parser_deps) (false).
+    type: bool
+    default: true
+  parser_deps:
+    description: Requirements that C(import sglang.srt.server_args) needs, installed when
+      I(install_deps=false).
+    type: list
+    elements: str
+    default: []
+  keep:
+    description: Requirements that must stay as they are (for example C(torch==2.14.1)).
+    type: list
+    elements: str
+    default: []
+  pip_args:
+    description: Extra pip install arguments (an index URL, for example), one argv item each.
+    type: list
+    elements: str
+    default: []
+  log_path:
+    description: Log file that pip's output is appended to.
+    type: path
+    required: true
+  stamp_path:
+    description: JSON stamp of the installed inputs.
+    type: path
+    required: true
+  timeout:
+    description: Seconds each pip run may take.
+    type: int
+    default: 1800
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Install SGLang into the ML env
+  sglang_install:
+    python: /opt/epforge/ml-env/bin/python
+    version: "0.5.23"
+    kernel_package: sglang-kernel==0.4.10
+    keep: [torch==2.14.1]
+    log_path: /var/log/epforge/sglang-install.log
+    stamp_path: /var/lib/epforge/sglang.stamp.json
+"""
+
+RETURN = r"""
+version:
+  description: The installed SGLang version (verified by import after a change, else from its metadata).
+  returned: success
+  type: str
+mode:
+  description: C(full) or C(parser-only).
+  returned: success
+  type: str
+installed:
+  description: Versions of the relevant distributions as pip's metadata names them.
+  returned: success
+  type: dict
+  sample: {sglang: "0.5.23", sglang-kernel: "0.4.10", torch: "2.14.1"}
+actions:
+  description: What was done (empty when the stamp matched).
+  returned: success
+  type: list
+  elements: str
+stamp:
+  description: The stamp's content (inputs and their hash).
+  returned: success
+  type: dict
+log_path:
+  description: The pip log.
+  returned: always
+  type: str
+"""
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+
+# Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
+VERSIONS_SCRIPT = r"""
+import importlib.metadata as m, json, sys
+out = {}
+for name in json.loads(sys.argv[1]):
+    try:
+        out[name] = m.version(name)
+    except m.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+# Proves the install: the package and the server-args module import (no GPU needed), and the version.
+VERIFY_SCRIPT = r"""
+import json, sglang
+import sglang.srt.server_args
+print("EPFORGE_SGLANG_VERIFY " + json.dumps({"version": sglang.__version__}))
+"""
+
+STAMP_SCHEMA = 1
+
+
+def requirement_name(requirement: str) -> str:
+    """The distribution name of a requirement ('sglang-kernel==0.4.10' -> 'sglang-kernel')."""
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement or "")
+    return match.group(1) if match else ""
+
+
+def requirement_pin(requirement: str) -> str | None:
+    """The exact version of an '=='-pinned requirement, else None."""
+    pattern = r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?\s*==\s*([^\s;,]+)\s*$"
+    match = re.match(pattern, requirement or "")
+    return match.group(1) if match else None
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalization."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def desired_inputs(params: dict) -> dict:
+    """The inputs the stamp records; any change in them reinstalls."""
+    full = bool(params["install_deps"])
+    return {
+        "schema": STAMP_SCHEMA,
+        "python": params["python"],
+        "version": params["version"],
+        "mode": "full" if full else "parser-only",
+        "kernel_package": params["kernel_package"] if full else "",
+        "parser_deps": [] if full else sorted(params["parser_deps"]),
+        "keep": sorted(params["keep"]),
+        "pip_args": list(params["pip_args"]),
+    }
+
+
+def stamp_of(inputs: dict) -> dict:
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    return {"inputs": inputs, "sha256": digest}
+
+
+def read_stamp(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def pinned_checks(inputs: dict) -> dict[str, str]:
+    """Distribution -> version that must be installed for the stamp to hold."""
+    wanted = {"sglang": inputs["version"]}
+    for requirement in [inputs["kernel_package"], *inputs["keep"]]:
+        pin = requirement_pin(requirement)
+        if pin:
+            wanted[normalize(requirement_name(requirement))] = pin
+    return wanted
+
+
+def pip_commands(python: str, inputs: dict) -> list[list[str]]:
+    """The pip argv lists that install the inputs."""
+    base = [python, "-m", "pip", "install", "--disable-pip-version-check", *inputs["pip_args"]]
+    sglang = f"sglang=={inputs['version']}"
+    if inputs["mode"] == "full":
+        extra = [inputs["kernel_package"]] if inputs["kernel_package"] else []
+        return [[*base, sglang, *extra, *inputs["keep"]]]
+    commands = [[*base, "--no-deps", sglang]]
+    if inputs["parser_deps"] or inputs["keep"]:
+        commands.append([*base, *inputs["parser_deps"], *inputs["keep"]])
+    return commands
+
+
+def installed_versions(module, python: str, names: list[str]) -> dict:
+    argv = [python, "-c", VERSIONS_SCRIPT, json.dumps(names)]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        fail_cmd(module, f"cannot read installed versions with {python}: is the ML env there (role ml_env)?",
+                 argv, rc, output=out + err)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "version": {"type": "str", "required": True},
+            "kernel_package": {"type": "str", "default": ""},
+            "install_deps": {"type": "bool", "default": True},
+            "parser_deps": {"type": "list", "elements": "str", "default": []},
+            "keep": {"type": "list", "elements": "str", "default": []},
+            "pip_args": {"type": "list", "elements": "str", "default": []},
+            "log_path": {"type": "path", "required": True},
+            "stamp_path": {"type": "path", "required": True},
+            "timeout": {"type": "int", "default": 1800},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    python = params["python"]
+    log_path = params["log_path"]
+    if not re.match(r"^\d+(\.\d+)*([a-z0-9.+-]*)$", params["version"]):
+        module.fail_json(msg=f"version {params['version']!r} is not a release number (e.g. 0.5.23): "
+                             "set epforge_stack_spec.sglang.version in the stack file")
+    for requirement in [params["kernel_package"], *params["keep"], *params["parser_deps"]]:
+        if requirement and not requirement_name(requirement):
+            module.fail_json(msg=f"{requirement!r} is not a pip requirement (e.g. sglang-kernel==0.4.10)")
+    if not params["install_deps"] and not params["parser_deps"]:
+        module.fail_json(msg="install_deps is false but parser_deps is empty: SGLang without dependencies "
+                             "cannot even import its server arguments; give the parser's packages")
+    if not os.access(python, os.X_OK):
+        module.fail_json(msg=f"python {python} does not exist or is not executable: create the ML env first "
+                             "(role ml_env) or set sglang_python")
+
+    inputs = desired_inputs(params)
+    wanted = pinned_checks(inputs)
+    before_versions = installed_versions(module, python, sorted(wanted))
+    stamp = stamp_of(inputs)
+    old_stamp = read_stamp(params["stamp_path"])
+    versions_ok = all(before_versions.get(name) == version for name, version in wanted.items())
+    stamp_ok = bool(old_stamp) and old_stamp.get("sha256") == stamp["sha256"]
+    result = {"mode": inputs["mode"], "log_path": log_path, "stamp": stamp}
+
+    if versions_ok and stamp_ok:
+        module.exit_json(changed=False, version=before_versions["sglang"], installed=before_versions,
+                         actions=[], **result)
+
+    diff = {"before": json.dumps({"installed": before_versions, "stamp": old_stamp}, indent=2, sort_keys=True)
+            + "\n",
+            "after": json.dumps({"installed": wanted, "stamp": stamp}, indent=2, sort_keys=True) + "\n",
+            "before_header": params["stamp_path"], "after_header": params["stamp_path"]}
+    commands = pip_commands(python, inputs)
+    actions = []
+    if not versions_ok:
+        actions.append("install " + ", ".join(f"{name}=={version}" for name, version in sorted(wanted.items())
+                                              if before_versions.get(name) != version)
+                       + f" ({inputs['mode']})")
+    else:
+        actions.append(f"re-run pip for changed inputs ({inputs['mode']})")
+    if module.check_mode:
+        module.exit_json(changed=True, version=params["version"], installed=before_versions,
+                         actions=actions, commands=commands, diff=diff, **result)
+
+    env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
+    for argv in commands:
+        rc, seconds = run_logged(argv, log_path, env=env, timeout=params["timeout"],
+                                 header="sglang_install")
+        if rc != 0:
+            what = f"timed out after {params['timeout']} s" if rc == 124 else f"failed (rc {rc})"
+            fail_cmd(module, f"pip install of SGLang {params['version']} {what}; see {log_path}", argv, rc,
+                     log_path=log_path)
+        actions.append(f"pip ({round(seconds)} s): " + " ".join(argv[4:]))
+
+    verify = [python, "-c", VERIFY_SCRIPT]
+    try:
+        proc = subprocess.run(verify, capture_output=True, text=True, timeout=600, check=False,
+                              env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        rc, output = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired:
+        rc, output = 124, "timed out after 600 s"
+    marked = [line for line in output.splitlines() if line.startswith("EPFORGE_SGLANG_VERIFY ")]
+    if rc != 0 or not marked:
+        fail_cmd(module, "SGLang was installed but does not import (import sglang, sglang.srt.server_args); "
+                         "in parser-only mode a dependency may be missing from sglang_parser_deps",
+                 verify, rc or 1, output=output, log_path=log_path)
+    imported = json.loads(marked[-1].split(" ", 1)[1])["version"]
+    if imported != params["version"]:
+        module.fail_json(msg=f"SGLang imports as {imported}, not {params['version']}: another sglang shadows "
+                             f"the installed one (check {python} -m pip list and PYTHONPATH)",
+                         cmd=verify, rc=0, log_tail=tail(output))
+    after_versions = installed_versions(module, python, sorted(wanted))
+    missing = {name: version for name, version in wanted.items() if after_versions.get(name) != version}
+    if missing:
+        module.fail_json(msg=f"after pip, these versions are not installed: {missing} (installed: "
+                             f"{after_versions}); see {log_path}", log_path=log_path)
+    actions.append(f"verified: import sglang {imported} and sglang.srt.server_args")
+
+    os.makedirs(os.path.dirname(params["stamp_path"]) or ".", exist_ok=True)
+    tmp = params["stamp_path"] + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(stamp, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.replace(tmp, params["stamp_path"])
+    module.exit_json(changed=True, version=imported, installed=after_versions, actions=actions, diff=diff,
+                     **result)
+
+
+if __name__ == "__main__":
+    main()
