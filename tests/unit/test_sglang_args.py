@@ -1,0 +1,250 @@
+"""The SGLang flag model (module_utils/epforge_sglang_args.py): settings -> launch_server argv, shape checks.
+
+Flag names are checked against the option strings of real SGLang releases (tests/fixtures/sglang/README.md).
+The parser of the installed SGLang itself is exercised in test_sglang_flags_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sglang_install
+from ansible.module_utils.epforge_sglang_args import (
+    FLAG_ORDER,
+    SETTINGS_KINDS,
+    build_server_argv,
+    build_server_env,
+    flag_name,
+    parse_version,
+    redact_argv,
+    validate_settings,
+    with_defaults,
+)
+from conftest import FIXTURES
+
+SGLANG_FIX = FIXTURES / "sglang"
+OPTIONS_0523 = json.loads((SGLANG_FIX / "sglang-0.5.23-options.json").read_text())
+OPTIONS_0510 = set((SGLANG_FIX / "sglang-0.5.10.post1-options.txt").read_text().split())
+
+# The motivating configuration: Kimi-K2.5 on 8 GPUs, EP over DeepEP low-latency, EAGLE3 speculative decoding.
+MOTIVATING = {
+    "model_path": "/models/Kimi-K2.5",
+    "tp_size": 8,
+    "ep_size": 8,
+    "moe_a2a_backend": "deepep",
+    "deepep_mode": "low_latency",
+    "speculative_algorithm": "EAGLE3",
+    "speculative_draft_model_path": "/models/Kimi-K2.5-eagle3",
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 4,
+    "cuda_graph_max_bs": 32,
+}
+MOTIVATING_ARGV_0523 = [
+    "--model-path", "/models/Kimi-K2.5",
+    "--host", "127.0.0.1",
+    "--port", "30000",
+    "--tp-size", "8",
+    "--ep-size", "8",
+    "--moe-a2a-backend", "deepep",
+    "--deepep-mode", "low_latency",
+    "--speculative-algorithm", "EAGLE3",
+    "--speculative-draft-model-path", "/models/Kimi-K2.5-eagle3",
+    "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "4",
+    "--cuda-graph-max-bs-decode", "32",
+]
+
+
+def test_motivating_configuration_renders_exact_argv_for_0523():
+    assert build_server_argv(MOTIVATING, sglang_version="0.5.23") == MOTIVATING_ARGV_0523
+    # None means the newest naming known, which is 0.5.23's.
+    assert build_server_argv(MOTIVATING) == MOTIVATING_ARGV_0523
+    assert validate_settings(MOTIVATING) == []
+
+
+def test_cuda_graph_max_bs_keeps_its_old_name_before_0520():
+    argv = build_server_argv(MOTIVATING, sglang_version="0.5.10.post1")
+    index = argv.index("--cuda-graph-max-bs")
+    assert argv[index + 1] == "32"
+    assert "--cuda-graph-max-bs-decode" not in argv
+    assert flag_name("cuda_graph_max_bs", "0.5.19") == "--cuda-graph-max-bs"
+    assert flag_name("cuda_graph_max_bs", "0.5.20") == "--cuda-graph-max-bs-decode"
+
+
+@pytest.mark.parametrize("version, options", [
+    ("0.5.23", set(OPTIONS_0523["options"])),
+    ("0.5.10.post1", OPTIONS_0510),
+])
+def test_every_rendered_flag_exists_in_that_release(version, options):
+    missing = [flag_name(key, version) for key in FLAG_ORDER if flag_name(key, version) not in options]
+    assert missing == []
+
+
+def test_old_cuda_graph_flag_is_gone_in_0523():
+    # Why the rename table exists: 0.5.23 has no --cuda-graph-max-bs (argparse calls it ambiguous).
+    options = OPTIONS_0523["options"]
+    assert "--cuda-graph-max-bs" not in options
+    assert options["--cuda-graph-max-bs-decode"]["dest"] == "cuda_graph_max_bs_decode"
+
+
+def test_choice_values_of_the_motivating_config_are_sglang_0523_choices():
+    options = OPTIONS_0523["options"]
+    assert MOTIVATING["deepep_mode"] in options["--deepep-mode"]["choices"]
+    assert MOTIVATING["moe_a2a_backend"] in options["--moe-a2a-backend"]["choices"]
+
+
+def test_defaults_host_and_port_always_rendered():
+    argv = build_server_argv({"model_path": "m"})
+    assert argv == ["--model-path", "m", "--host", "127.0.0.1", "--port", "30000"]
+    assert with_defaults({"host": "0.0.0.0", "port": 8000})["port"] == 8000
+    assert build_server_argv({"model_path": "m", "host": "0.0.0.0", "port": 8000})[2:] == [
+        "--host", "0.0.0.0", "--port", "8000"]
+
+
+def test_api_key_only_with_include_secrets():
+    settings = {"model_path": "m", "api_key": "s3cret"}
+    assert "s3cret" not in build_server_argv(settings)
+    assert "--api-key" not in build_server_argv(settings)
+    argv = build_server_argv(settings, include_secrets=True)
+    assert argv[argv.index("--api-key") + 1] == "s3cret"
+    assert "s3cret" not in redact_argv(argv)
+    assert redact_argv(["--api-key=abc", "--port", "1"]) == ["--api-key=********", "--port", "1"]
+
+
+def test_booleans_render_as_bare_flags_and_false_or_none_is_left_out():
+    argv = build_server_argv({"model_path": "m", "enable_dp_attention": True, "disable_cuda_graph": False,
+                              "disable_custom_all_reduce": True, "enable_torch_symm_mem": None,
+                              "deepep_mode": None})
+    assert "--enable-dp-attention" in argv
+    assert "--disable-custom-all-reduce" in argv
+    assert "--disable-cuda-graph" not in argv
+    assert "--enable-torch-symm-mem" not in argv
+    assert "--deepep-mode" not in argv
+    assert "True" not in argv
+
+
+def test_extra_args_appended_verbatim_last():
+    argv = build_server_argv({"model_path": "m", "extra_args": ["--mem-fraction-static", "0.8"]})
+    assert argv[-2:] == ["--mem-fraction-static", "0.8"]
+
+
+def test_integer_strings_pass_through_for_sglang_to_judge():
+    # "eight" is SGLang's parser's to refuse (its own message); the flag model renders it as written.
+    argv = build_server_argv({"model_path": "m", "tp_size": "eight"})
+    assert argv[argv.index("--tp-size") + 1] == "eight"
+    assert validate_settings({"model_path": "m", "tp_size": "8"}) == []
+
+
+def test_multinode_flags():
+    settings = {"model_path": "m", "nnodes": 2, "node_rank": 1, "dist_init_addr": "10.0.0.1:25000"}
+    assert validate_settings(settings) == []
+    argv = build_server_argv(settings)
+    assert argv[argv.index("--nnodes") + 1] == "2"
+    assert argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.1:25000"
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"model_path": "m", "tp_sise": 8}, "unknown server setting 'tp_sise' (did you mean 'tp_size'?)"),
+    ({"model_path": "m", "tp_size": True}, "tp_size must be an integer, got bool True"),
+    ({"model_path": "m", "tp_size": 8.5}, "tp_size must be an integer, got float 8.5"),
+    ({"model_path": "m", "tp_size": [8]}, "tp_size must be an integer, got list"),
+    ({"model_path": "m", "enable_dp_attention": "yes"}, "enable_dp_attention must be a boolean"),
+    ({"model_path": "m", "extra_args": "--foo 1"}, "extra_args must be a list of strings"),
+    ({"model_path": "m", "extra_args": ["--foo", 1]}, "extra_args must hold only strings"),
+    ({"model_path": "m", "env": {"NCCL ALGO": "x"}}, "'NCCL ALGO' is not a valid environment variable name"),
+    ({"model_path": "m", "env": ["NCCL_ALGO=x"]}, "env must be a mapping"),
+    ({"model_path": 3}, "model_path must be a string, got int 3"),
+    ({}, "model_path is required"),
+    ({"model_path": "m", "nnodes": 2, "node_rank": 0}, "nnodes is 2 but dist_init_addr is not set"),
+    ({"model_path": "m", "nnodes": 2, "dist_init_addr": "h:1"}, "nnodes is 2 but node_rank is not set"),
+    ({"model_path": "m", "nnodes": 2, "node_rank": 2, "dist_init_addr": "h:1"},
+     "node_rank 2 is outside 0..1"),
+    ({"model_path": "m", "dist_init_addr": "10.0.0.1"}, "dist_init_addr must be HOST:PORT"),
+    ({"model_path": "m", "extra_args": ["--tp-size", "4"]}, "extra_args repeats --tp-size"),
+    ({"model_path": "m", "extra_args": ["--cuda-graph-max-bs-decode=4"]},
+     "extra_args repeats --cuda-graph-max-bs-decode"),
+])
+def test_shape_errors_are_named(settings, expected):
+    problems = validate_settings(settings)
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_build_refuses_what_validate_refuses():
+    with pytest.raises(ValueError, match="unknown server setting 'tp_sise'"):
+        build_server_argv({"model_path": "m", "tp_sise": 8})
+    assert validate_settings("tp_size=8") == ["server settings must be a mapping, got str"]
+
+
+def test_every_setting_kind_is_rendered_or_documented_as_not_a_flag():
+    assert set(FLAG_ORDER) | {"extra_args", "env"} == set(SETTINGS_KINDS)
+
+
+def test_env_rendering():
+    assert build_server_env({"env": {"NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG_SUBSYS": 1, "X": True}}) == {
+        "NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG_SUBSYS": "1", "X": "true"}
+    assert build_server_env({}) == {}
+
+
+def test_parse_version():
+    assert parse_version("0.5.10.post1") == (0, 5, 10)
+    assert parse_version("0.5.23") == (0, 5, 23)
+    assert parse_version("v0.5.20rc1") == (0, 5, 20)
+    assert parse_version(None) == ()
+    assert parse_version("0.5.9") < parse_version("0.5.20")
+
+
+# --- sglang_install's pure helpers --------------------------------------------------------------------------
+
+def _params(**over):
+    params = {"python": "/env/bin/python", "version": "0.5.23", "kernel_package": "sglang-kernel==0.4.10",
+              "install_deps": True, "parser_deps": ["numpy", "aiohttp"], "keep": ["torch==2.14.1"],
+              "pip_args": []}
+    params.update(over)
+    return params
+
+
+def test_install_full_mode_one_pip_run_with_kernel_and_kept_torch():
+    inputs = sglang_install.desired_inputs(_params())
+    assert inputs["mode"] == "full"
+    assert inputs["parser_deps"] == []
+    assert sglang_install.pip_commands("/env/bin/python", inputs) == [[
+        "/env/bin/python", "-m", "pip", "install", "--disable-pip-version-check",
+        "sglang==0.5.23", "sglang-kernel==0.4.10", "torch==2.14.1"]]
+    assert sglang_install.pinned_checks(inputs) == {"sglang": "0.5.23", "sglang-kernel": "0.4.10",
+                                                    "torch": "2.14.1"}
+
+
+def test_install_parser_only_mode_no_deps_then_parser_deps():
+    inputs = sglang_install.desired_inputs(_params(install_deps=False))
+    assert inputs["mode"] == "parser-only"
+    assert inputs["kernel_package"] == ""
+    commands = sglang_install.pip_commands("/env/bin/python", inputs)
+    assert commands[0][-2:] == ["--no-deps", "sglang==0.5.23"]
+    assert commands[1][5:] == ["aiohttp", "numpy", "torch==2.14.1"]
+    assert sglang_install.pinned_checks(inputs) == {"sglang": "0.5.23", "torch": "2.14.1"}
+
+
+def test_install_stamp_changes_with_every_input():
+    base = sglang_install.stamp_of(sglang_install.desired_inputs(_params()))["sha256"]
+    for change in ({"version": "0.5.22"}, {"install_deps": False}, {"keep": ["torch==2.13.0"]},
+                   {"kernel_package": "sglang-kernel==0.4.11"}, {"pip_args": ["--pre"]},
+                   {"python": "/other/bin/python"}):
+        assert sglang_install.stamp_of(sglang_install.desired_inputs(_params(**change)))["sha256"] != base
+    # parser_deps only matter in parser-only mode; their order never matters.
+    same = sglang_install.desired_inputs(_params(parser_deps=["x"]))
+    assert sglang_install.stamp_of(same)["sha256"] == base
+    one = sglang_install.desired_inputs(_params(install_deps=False, parser_deps=["a", "b"]))
+    two = sglang_install.desired_inputs(_params(install_deps=False, parser_deps=["b", "a"]))
+    assert sglang_install.stamp_of(one) == sglang_install.stamp_of(two)
+
+
+def test_requirement_helpers():
+    assert sglang_install.requirement_name("sglang-kernel==0.4.10") == "sglang-kernel"
+    assert sglang_install.requirement_pin("sglang-kernel==0.4.10") == "0.4.10"
+    assert sglang_install.requirement_pin("flashinfer_python[cu13]==0.7.2") == "0.7.2"
+    assert sglang_install.requirement_pin("pyzmq>=25") is None
+    assert sglang_install.normalize("Flashinfer_Python") == "flashinfer-python"
