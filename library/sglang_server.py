@@ -448,7 +448,7 @@ class Server:
     def prepare_log(self) -> None:
         if not self.log_path:
             return
-        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        os.makedirs(os.path.dirname(self.log_path), mode=0o755, exist_ok=True)
         if not os.path.exists(self.log_path):
             fd = os.open(self.log_path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o640)
             os.close(fd)
@@ -663,6 +663,9 @@ class SystemdServer(Server):
         if os.geteuid() == 0 and self.uid >= 0:
             os.chown(self.state_dir, self.uid, self.gid)
         if env_changed:
+            env_dir = os.path.dirname(self.env_file)
+            if not os.path.isdir(env_dir):
+                os.makedirs(env_dir, mode=0o700)
             write_atomic(self.env_file, env_text, 0o600)
         if unit_changed:
             write_atomic(self.unit_path, unit_text, 0o644)
