@@ -204,6 +204,10 @@ pid:
   description: Main process id of the server.
   returned: when started and not in check mode
   type: int
+ready_at:
+  description: Epoch seconds at which the health endpoint first answered 200 (for lag measurements).
+  returned: when started and not in check mode
+  type: float
 ready_s:
   description: Seconds the readiness wait took (0 when the server already answered).
   returned: when started and not in check mode
@@ -472,6 +476,7 @@ class Server:
         self.result.update(ready_s=round(outcome["waited_s"], 3), polls=outcome["polls"],
                            poll_interval=outcome["interval"])
         if outcome["ready"]:
+            self.result["ready_at"] = round(time.time(), 3)
             return
         text = self.log_text()
         classes = classify(text)
