@@ -128,6 +128,7 @@ seconds:
   type: float
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -348,6 +349,9 @@ def main() -> None:
     try:
         os.makedirs(p["wheel_dir"], exist_ok=True)
         pip = p["pip_command"] or [sys.executable, "-m", "pip"]
+        if not p["pip_command"] and importlib.util.find_spec("pip") is None:
+            raise InstallError(f"pip is not installed for {sys.executable}: install it (apt install "
+                               "python3-pip) or set cuda_toolkit_pip_command to a pip that is")
         argv = [*pip, "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
                 "-d", p["wheel_dir"]]
         if p["index_url"]:

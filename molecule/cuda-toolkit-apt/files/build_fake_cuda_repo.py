@@ -3,12 +3,12 @@
 
 It checks the MECHANICS of role cuda_toolkit's nvidia_repo method (keyring package, signed-by source entry,
 apt install, nvcc verification), not NVIDIA's packages. Contents, all built here:
-  cuda-keyring_1.1-1_all.deb   installs a throw-away test key as /usr/share/keyrings/cuda-archive-keyring.gpg
-                               (the path NVIDIA's cuda-keyring uses)
-  cuda-toolkit-12-8_...deb     installs /usr/local/cuda-12.8/bin/nvcc, a shell script that prints a real-format
-                               `nvcc --version` (CUDA 12.8 U1: V12.8.93) and --list-gpu-code/--list-gpu-arch
-  cuda-toolkit-12-9_...deb     the same for 12.9 (present, so the test can show the role picks the named package)
-  Packages, Release, InRelease a flat repository ("deb URL /"), InRelease clear-signed with the test key
+  cuda-keyring_1.1-1_all.deb  installs a throw-away test key as /usr/share/keyrings/cuda-archive-keyring.gpg
+                              (the path NVIDIA's cuda-keyring uses)
+  cuda-toolkit-12-8_*.deb     installs /usr/local/cuda-12.8/bin/nvcc, a shell script that prints a
+                              real-format `nvcc --version` (CUDA 12.8 U1: V12.8.93) and the arch lists
+  cuda-toolkit-12-9_*.deb     the same for 12.9 (so a test can show the role installs the named package)
+  Packages, Release, InRelease  a flat repository ("deb URL /"), InRelease clear-signed with the test key
 Needs dpkg-deb and gpg on the machine that builds it. Usage: build_fake_cuda_repo.py OUT_DIR
 """
 
@@ -59,21 +59,25 @@ def build_deb(out: Path, name: str, version: str, files: dict[str, tuple[bytes, 
         root = Path(tmp) / "pkg"
         (root / "DEBIAN").mkdir(parents=True)
         (root / "DEBIAN" / "control").write_text(
-            f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: epforge tests <none@example.invalid>\n"
-            f"Section: devel\nPriority: optional\nDescription: {desc}\n TEST DOUBLE built by epforge's molecule "
-            "scenario cuda-toolkit-apt; not an NVIDIA package.\n")
+            f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
+            "Maintainer: epforge tests <none@example.invalid>\nSection: devel\nPriority: optional\n"
+            f"Description: {desc}\n TEST DOUBLE built by epforge's molecule scenario cuda-toolkit-apt; "
+            "not an NVIDIA package.\n")
         for rel, (data, mode) in files.items():
             path = root / rel.lstrip("/")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             path.chmod(mode)
         deb = out / f"{name}_{version}_all.deb"
-        run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)], stdout=subprocess.DEVNULL)
+        run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
+            stdout=subprocess.DEVNULL)
         return deb
 
 
 def control_of(deb: Path) -> str:
-    return subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True, text=True).stdout.strip()
+    proc = subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True, text=True,
+                          timeout=60)
+    return proc.stdout.strip()
 
 
 def main() -> None:
