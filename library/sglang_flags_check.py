@@ -133,50 +133,69 @@ RESULT_MARK = "EPFORGE_SGLANG_FLAGS_RESULT "
 
 # Runs in the ML env's python. Reads {"argv": [...], "construct": bool} as JSON from stdin; argparse
 # errors exit 2 with SGLang's message on stderr, a speculative algorithm SGLang does not know exits 3.
-CHECK_SCRIPT = r'''
-import argparse, json, sys
+# {"argvs": [[...], ...]} checks several argvs in one process (one import of SGLang and torch) and reports
+# each one's exit code and output instead of exiting.
+CHECK_SCRIPT = r"""
+import argparse, contextlib, importlib.metadata, io, json, sys
 request = json.load(sys.stdin)
-argv = request["argv"]
-import importlib.metadata
 from sglang.srt.server_args import ServerArgs
-parser = argparse.ArgumentParser(prog="sglang serve")
-ServerArgs.add_cli_args(parser)
-args = parser.parse_args(argv)
-by_flag = {}
-for action in parser._actions:
-    for flag in action.option_strings:
-        by_flag[flag] = action.dest
-parsed, notes = {}, []
-for item in argv:
-    if not item.startswith("--"):
-        continue
-    name = item.split("=", 1)[0]
-    dest = by_flag.get(name)
-    if dest is None:
-        full = [flag for flag in by_flag if flag.startswith(name)]
-        notes.append("%s is an abbreviation of %s: write the flag in full, a later SGLang may refuse it"
-                     % (name, ", ".join(full)))
-        if len(full) != 1:
+
+def check(argv, construct):
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(argv)
+    by_flag = {}
+    for action in parser._actions:
+        for flag in action.option_strings:
+            by_flag[flag] = action.dest
+    parsed, notes = {}, []
+    for item in argv:
+        if not item.startswith("--"):
             continue
-        dest = by_flag[full[0]]
-    if dest not in ("help", "api_key", "admin_api_key"):
-        parsed[dest] = getattr(args, dest, None)
-constructed = False
-if request.get("construct") and hasattr(ServerArgs, "resolve_once"):
-    ServerArgs.from_cli_args(args)
-    constructed = True
-    algorithm = getattr(args, "speculative_algorithm", None)
-    if algorithm is not None:
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-        try:
-            SpeculativeAlgorithm.from_string(algorithm)
-        except ValueError as err:
-            sys.stderr.write("sglang: error: argument --speculative-algorithm: %s\n" % err)
-            sys.exit(3)
-result = {"parsed": parsed, "notes": notes, "constructed": constructed,
-          "sglang_version": importlib.metadata.version("sglang")}
-sys.stdout.write("\n''' + RESULT_MARK + r'''" + json.dumps(result, default=str) + "\n")
-'''
+        name = item.split("=", 1)[0]
+        dest = by_flag.get(name)
+        if dest is None:
+            full = [flag for flag in by_flag if flag.startswith(name)]
+            notes.append("%s is an abbreviation of %s: write the flag in full, a later SGLang may refuse it"
+                         % (name, ", ".join(full)))
+            if len(full) != 1:
+                continue
+            dest = by_flag[full[0]]
+        if dest not in ("help", "api_key", "admin_api_key"):
+            parsed[dest] = getattr(args, dest, None)
+    constructed = False
+    if construct and hasattr(ServerArgs, "resolve_once"):
+        ServerArgs.from_cli_args(args)
+        constructed = True
+        algorithm = getattr(args, "speculative_algorithm", None)
+        if algorithm is not None:
+            from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+            try:
+                SpeculativeAlgorithm.from_string(algorithm)
+            except ValueError as err:
+                sys.stderr.write("sglang: error: argument --speculative-algorithm: %s\n" % err)
+                sys.exit(3)
+    return {"parsed": parsed, "notes": notes, "constructed": constructed}
+
+version = importlib.metadata.version("sglang")
+construct = bool(request.get("construct"))
+if "argvs" in request:
+    results = []
+    for argv in request["argvs"]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                result, rc = check(argv, construct), 0
+            except SystemExit as exc:
+                result, rc = {}, (exc.code if isinstance(exc.code, int) else 1)
+        result.update(rc=rc, output=out.getvalue() + err.getvalue(), sglang_version=version)
+        results.append(result)
+    payload = {"results": results}
+else:
+    payload = check(request["argv"], construct)
+    payload["sglang_version"] = version
+sys.stdout.write("\n__MARK__" + json.dumps(payload, default=str) + "\n")
+""".replace("__MARK__", RESULT_MARK)
 
 VERSION_SCRIPT = "import importlib.metadata as m; print(m.version('sglang'))"
 
@@ -201,23 +220,17 @@ def parser_error_line(output: str) -> str:
     return lines[-1] if lines else ""
 
 
-def run_parser(python: str, argv: list[str], *, construct: bool = True, timeout: float = 180) -> dict:
-    """Run SGLang's parser on argv in python's environment.
-
-    Returns {"ok": bool, "rc": int, "cmd": list, "output": str, "seconds": float, and on success
-    "parsed", "notes", "constructed", "sglang_version", "warnings"; on refusal "parser_error"}.
-    """
-    cmd = [python, "-c", CHECK_SCRIPT]
-    request = json.dumps({"argv": list(argv), "construct": bool(construct)})
+def _run_script(python: str, request: dict, timeout: float) -> tuple[int, str, str, float]:
+    """Run the check script in python's environment with request on stdin: (rc, stdout, stderr, seconds)."""
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    # Keep SGLang and its imports off the network and quiet about it.
+    # Keep SGLang and its imports off the network.
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     started = time.monotonic()
     try:
-        proc = subprocess.run(cmd, input=request, capture_output=True, text=True, timeout=timeout,
-                              env=env, check=False)
+        proc = subprocess.run([python, "-c", CHECK_SCRIPT], input=json.dumps(request), capture_output=True,
+                              text=True, timeout=timeout, env=env, check=False)
         rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as err:
         rc = 124
@@ -226,30 +239,70 @@ def run_parser(python: str, argv: list[str], *, construct: bool = True, timeout:
         stderr += f"\ntimed out after {timeout} s"
     except OSError as err:
         rc, stdout, stderr = 127, "", str(err)
-    seconds = round(time.monotonic() - started, 2)
+    return rc, stdout, stderr, round(time.monotonic() - started, 2)
+
+
+def _payload(stdout: str) -> dict | None:
+    marked = [line for line in stdout.splitlines() if line.startswith(RESULT_MARK)]
+    return json.loads(marked[-1][len(RESULT_MARK):]) if marked else None
+
+
+def _sglang_lines(text: str) -> list[str]:
+    """Deprecation and warning lines SGLang printed (colour codes removed)."""
+    lines = []
+    for raw in _ANSI.sub("", text).splitlines():
+        line = raw.strip()
+        if line and not line.startswith(RESULT_MARK) and ("deprecated" in line.lower()
+                                                           or "warning" in line.lower()):
+            lines.append(line)
+    return lines
+
+
+def run_parser(python: str, argv: list[str], *, construct: bool = True, timeout: float = 180) -> dict:
+    """Run SGLang's parser on argv in python's environment, in a process of its own (as launch_server would).
+
+    Returns {"ok": bool, "rc": int, "cmd": list, "output": str, "seconds": float, and on success
+    "parsed", "notes", "constructed", "sglang_version", "warnings"; on refusal "parser_error"}.
+    """
+    rc, stdout, stderr, seconds = _run_script(python, {"argv": list(argv), "construct": bool(construct)},
+                                              timeout)
     output = (stdout + ("\n" if stdout and stderr else "") + stderr).strip()
     # The command shown to users: the script is long, say what it is instead.
     shown = [python, "-c", "<epforge sglang_flags_check script>"]
     result = {"ok": False, "rc": rc, "cmd": shown, "output": output, "seconds": seconds}
     if rc == 0:
-        marked = [line for line in stdout.splitlines() if line.startswith(RESULT_MARK)]
-        if not marked:
-            result["rc"] = 1
-            result["parser_error"] = "the check script printed no result"
+        payload = _payload(stdout)
+        if payload is None:
+            result.update(rc=1, parser_error="the check script printed no result")
             return result
-        payload = json.loads(marked[-1][len(RESULT_MARK):])
-        result.update(payload)
-        result["ok"] = True
-        warnings = []
-        for raw in _ANSI.sub("", stdout + "\n" + stderr).splitlines():
-            line = raw.strip()
-            if line and not line.startswith(RESULT_MARK) and ("deprecated" in line.lower()
-                                                               or "warning" in line.lower()):
-                warnings.append(line)
-        result["warnings"] = warnings
+        result.update(payload, ok=True, warnings=_sglang_lines(stdout + "\n" + stderr))
         return result
     result["parser_error"] = parser_error_line(output) or tail(output, 3)
     return result
+
+
+def run_parser_batch(python: str, argvs: list[list[str]], *, construct: bool = True,
+                     timeout: float = 600) -> list[dict]:
+    """Like run_parser for several argvs, in one process (SGLang and torch imported once).
+
+    Each argparse exit is caught in the process (SystemExit) instead of ending it; the results have the
+    shape of run_parser's. Raises RuntimeError when the process itself fails.
+    """
+    rc, stdout, stderr, _ = _run_script(python, {"argvs": [list(a) for a in argvs],
+                                                 "construct": bool(construct)}, timeout)
+    payload = _payload(stdout) if rc == 0 else None
+    if payload is None:
+        raise RuntimeError(f"the check script failed (rc {rc}): {tail(stdout + stderr)}")
+    results = []
+    for item in payload["results"]:
+        output = item.pop("output").strip()
+        item.update(ok=item["rc"] == 0, output=output)
+        if item["ok"]:
+            item["warnings"] = _sglang_lines(output)
+        else:
+            item["parser_error"] = parser_error_line(output) or tail(output, 3)
+        results.append(item)
+    return results
 
 
 def main() -> None:

@@ -1,0 +1,378 @@
+"""SGLang's own parser judges epforge's server flags; module sglang_install and role sglang on a real venv.
+
+Every test here needs a real SGLang: a venv with the stack's torch (from this machine's local wheels) and
+SGLang installed by module sglang_install in parser-only mode (`--no-deps` plus the role's
+sglang_parser_deps). The venv is built once and cached under .cache/sglang-parser/<key> (gitignored, the
+key holds the SGLang, torch and Python versions and a hash of the parser deps); a fresh machine builds it in
+a few minutes (torch about 1.5 min and 5.4 GB, SGLang and its parser deps about 40 s and 0.3 GB).
+EPFORGE_SGLANG_PYTHON=/path/to/python uses an existing environment with the stack's SGLang instead.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import sglang_flags_check
+import yaml
+from ansible.module_utils.epforge_sglang_args import build_server_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
+ROLE_DEFAULTS = yaml.safe_load((ROOT / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+SGLANG_VERSION = STACK["sglang"]["version"]
+TORCH_PIN = f"torch=={STACK['torch']['version']}"
+PARSER_DEPS = ROLE_DEFAULTS["sglang_parser_deps"]
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+pytestmark = pytest.mark.build
+
+MOTIVATING = {
+    "model_path": "/models/Kimi-K2.5",
+    "tp_size": 8,
+    "ep_size": 8,
+    "moe_a2a_backend": "deepep",
+    "deepep_mode": "low_latency",
+    "speculative_algorithm": "EAGLE3",
+    "speculative_draft_model_path": "/models/Kimi-K2.5-eagle3",
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 4,
+    "cuda_graph_max_bs": 32,
+}
+MOTIVATING_ARGV = [
+    "--model-path", "/models/Kimi-K2.5", "--host", "127.0.0.1", "--port", "30000",
+    "--tp-size", "8", "--ep-size", "8", "--moe-a2a-backend", "deepep", "--deepep-mode", "low_latency",
+    "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/Kimi-K2.5-eagle3",
+    "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+    "--cuda-graph-max-bs-decode", "32",
+]
+
+
+def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
+    """Run library/<module>.py the way Ansible does (a JSON args file); return (rc, parsed result)."""
+    payload = {**args, "_ansible_check_mode": check, "_ansible_diff": True}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
+    try:
+        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
+                               handle.name], capture_output=True, text=True, timeout=1800, check=False)
+    finally:
+        os.unlink(handle.name)
+    try:
+        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+
+
+def install_args(python: str, state: Path, **over) -> dict:
+    args = {"python": python, "version": SGLANG_VERSION, "kernel_package": STACK["sglang"]["kernel_package"],
+            "install_deps": False, "parser_deps": PARSER_DEPS, "keep": [TORCH_PIN],
+            "log_path": str(state / "sglang-install.log"), "stamp_path": str(state / "sglang.stamp.json"),
+            "timeout": 900}
+    args.update(over)
+    return args
+
+
+def cache_key() -> str:
+    deps = hashlib.sha256(json.dumps(sorted(PARSER_DEPS)).encode()).hexdigest()[:10]
+    py = f"{sys.version_info.major}{sys.version_info.minor}"
+    return f"sglang-{SGLANG_VERSION}-{TORCH_PIN.replace('==', '-')}-py{py}-{deps}"
+
+
+@pytest.fixture(scope="session")
+def sglang_env() -> dict:
+    """A python with the stack's SGLang (parser-only), built once and cached; with how it was made."""
+    override = os.environ.get("EPFORGE_SGLANG_PYTHON")
+    if override:
+        return {"python": override, "built_now": False, "first_install": None, "state": None}
+    base = ROOT / ".cache" / "sglang-parser"
+    base.mkdir(parents=True, exist_ok=True)
+    venv = base / cache_key()
+    state = base / (cache_key() + ".state")
+    python = str(venv / "bin" / "python")
+    ready = venv / ".epforge-ready"
+    with open(base / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready.exists():
+            return {"python": python, "built_now": False, "first_install": None, "state": state}
+        state.mkdir(exist_ok=True)
+        log = state / "venv.log"
+        started = time.monotonic()
+        with open(log, "ab") as out:
+            for argv in ([sys.executable, "-m", "venv", "--clear", str(venv)],
+                         [python, "-m", "pip", "install", "--disable-pip-version-check", TORCH_PIN]):
+                proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1200, check=False)
+                if proc.returncode != 0:
+                    pytest.fail(f"{argv} failed (rc {proc.returncode}); log {log}:\n"
+                                + "\n".join(log.read_text().splitlines()[-30:]))
+        torch_seconds = time.monotonic() - started
+        rc, first = run_module("sglang_install", install_args(python, state))
+        if rc != 0:
+            pytest.fail(f"sglang_install failed: {first.get('msg')}\n{first.get('log_tail')}")
+        size = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True).stdout
+        first["measured"] = {"torch_seconds": round(torch_seconds), "total_seconds": round(
+            time.monotonic() - started), "venv_mib": int(size.split()[0])}
+        (state / "first-install.json").write_text(json.dumps(first, indent=1))
+        ready.write_text(json.dumps(first["measured"]) + "\n")
+        return {"python": python, "built_now": True, "first_install": first, "state": state}
+
+
+# ------------------------------------------------------------------------------ module sglang_install
+
+
+def test_install_module_first_run_installs_and_verifies(sglang_env):
+    if not sglang_env["built_now"]:
+        # The cache was built by an earlier session: its record of the first run is kept beside it.
+        if sglang_env["state"] is None:
+            pytest.skip("EPFORGE_SGLANG_PYTHON given: no first install to inspect")
+        first = json.loads((sglang_env["state"] / "first-install.json").read_text())
+    else:
+        first = sglang_env["first_install"]
+    assert first["changed"] is True
+    assert first["version"] == SGLANG_VERSION
+    assert first["mode"] == "parser-only"
+    assert first["installed"]["sglang"] == SGLANG_VERSION
+    assert first["installed"]["torch"] == STACK["torch"]["version"]
+    assert any(action.startswith("verified: import sglang") for action in first["actions"])
+    assert any("--no-deps sglang==" + SGLANG_VERSION in action for action in first["actions"])
+
+
+def test_install_module_rerun_is_a_cheap_noop(sglang_env, tmp_path):
+    if sglang_env["state"] is None:
+        pytest.skip("EPFORGE_SGLANG_PYTHON given: the module's stamp lives elsewhere")
+    python = sglang_env["python"]
+    stamp = sglang_env["state"] / "sglang.stamp.json"
+    before = stamp.read_text()
+    started = time.monotonic()
+    rc, res = run_module("sglang_install", install_args(python, sglang_env["state"]))
+    seconds = time.monotonic() - started
+    assert rc == 0, res
+    assert res["changed"] is False and res["actions"] == []
+    assert stamp.read_text() == before
+    # No pip and no import of torch/SGLang: metadata reads only.
+    assert seconds < 20, seconds
+
+    # A changed input (full mode) is reported in check mode, and nothing changes.
+    rc, res = run_module("sglang_install", install_args(python, sglang_env["state"], install_deps=True),
+                         check=True)
+    assert rc == 0, res
+    assert res["changed"] is True
+    assert res["commands"] == [[python, "-m", "pip", "install", "--disable-pip-version-check",
+                                f"sglang=={SGLANG_VERSION}", STACK["sglang"]["kernel_package"], TORCH_PIN]]
+    assert '"mode": "full"' in res["diff"]["after"] and '"mode": "parser-only"' in res["diff"]["before"]
+    assert stamp.read_text() == before
+
+
+def test_install_module_refuses_bad_input_before_pip(tmp_path, sglang_env):
+    rc, res = run_module("sglang_install", install_args(str(tmp_path / "no" / "python"), tmp_path))
+    assert rc != 0 and "does not exist" in res["msg"] and "role ml_env" in res["msg"]
+    rc, res = run_module("sglang_install", install_args(sglang_env["python"], tmp_path, parser_deps=[]))
+    assert rc != 0 and "parser_deps is empty" in res["msg"]
+    rc, res = run_module("sglang_install", install_args(sglang_env["python"], tmp_path, version="latest"))
+    assert rc != 0 and "is not a release number" in res["msg"]
+    assert not (tmp_path / "sglang-install.log").exists()
+
+
+# ------------------------------------------------------------------------- SGLang's parser, directly
+
+
+def test_motivating_configuration_passes_sglang_parser(sglang_env):
+    # One process per check, exactly as the module runs it.
+    argv = build_server_argv(MOTIVATING, sglang_version=SGLANG_VERSION)
+    assert argv == MOTIVATING_ARGV
+    res = sglang_flags_check.run_parser(sglang_env["python"], argv)
+    assert res["ok"], res["output"][-3000:]
+    assert res["sglang_version"] == SGLANG_VERSION
+    assert res["parsed"] == {
+        "model_path": "/models/Kimi-K2.5", "host": "127.0.0.1", "port": 30000, "tp_size": 8, "ep_size": 8,
+        "moe_a2a_backend": "deepep", "deepep_mode": "low_latency", "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": "/models/Kimi-K2.5-eagle3", "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "cuda_graph_max_bs_decode": 32,
+    }
+    # 0.5.23 builds ServerArgs without resolving it (no GPU needed), so construction was checked too.
+    assert res["constructed"] is True
+    assert res["notes"] == []
+
+
+INVALID = [
+    ({"deepep_mode": "lowlatency"}, 2,
+     "error: argument --deepep-mode: invalid choice: 'lowlatency' "
+     "(choose from 'auto', 'normal', 'low_latency')"),
+    ({"moe_a2a_backend": "deep_ep"}, 2, "error: argument --moe-a2a-backend: invalid choice: 'deep_ep'"),
+    ({"extra_args": ["--enable-ep-moe"]}, 2, "error: unrecognized arguments: --enable-ep-moe"),
+    ({"tp_size": "eight"}, 2,
+     "error: argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"),
+    ({"speculative_num_steps": "3.5"}, 2,
+     "error: argument --speculative-num-steps: invalid int value: '3.5'"),
+    # 0.5.23's parser takes any name here; SGLang's SpeculativeAlgorithm.from_string refuses it.
+    ({"speculative_algorithm": "EAGLE4"}, 3, "Unknown speculative algorithm name: EAGLE4"),
+]
+IDS = ["deepep_mode", "moe_a2a_backend", "unknown_flag", "tp_size", "num_steps", "speculative_algorithm"]
+
+
+@pytest.fixture(scope="module")
+def batch(sglang_env) -> dict:
+    """Every variant below checked by SGLang in one process (one import of torch and SGLang)."""
+    argvs = {name: build_server_argv({**MOTIVATING, **change}, sglang_version=SGLANG_VERSION)
+             for name, (change, _, _) in zip(IDS, INVALID, strict=True)}
+    argvs["motivating"] = build_server_argv(MOTIVATING, sglang_version=SGLANG_VERSION)
+    argvs["old_name"] = build_server_argv(MOTIVATING, sglang_version="0.5.10.post1")
+    argvs["abbreviated"] = [*argvs["motivating"], "--mem-fraction", "0.8"]
+    argvs["deprecated"] = build_server_argv({**MOTIVATING, "disable_cuda_graph": True})
+    results = sglang_flags_check.run_parser_batch(sglang_env["python"], list(argvs.values()))
+    return dict(zip(argvs, results, strict=True))
+
+
+@pytest.mark.parametrize("name, change, rc, message", [(i, *v) for i, v in zip(IDS, INVALID, strict=True)],
+                         ids=IDS)
+def test_invalid_variants_refused_with_sglang_messages(batch, name, change, rc, message):
+    res = batch[name]
+    assert not res["ok"]
+    assert res["rc"] == rc, res["output"][-2000:]
+    assert message in res["parser_error"], res["parser_error"]
+    if rc == 2:
+        # argparse's own text, printed by SGLang's parser (its prog name, its usage).
+        assert res["parser_error"].startswith("sglang serve: error: ")
+        assert "usage: sglang serve" in res["output"]
+
+
+def test_batch_agrees_with_single_process_on_the_motivating_config(batch):
+    res = batch["motivating"]
+    assert res["ok"] and res["rc"] == 0
+    assert res["parsed"]["deepep_mode"] == "low_latency" and res["parsed"]["cuda_graph_max_bs_decode"] == 32
+
+
+def test_flag_name_of_an_older_release_is_refused_by_0523(batch):
+    # The reason build_server_argv takes sglang_version: 0.5.10's spelling is ambiguous in 0.5.23.
+    res = batch["old_name"]
+    assert res["rc"] == 2
+    expected = "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode"
+    assert expected in res["parser_error"]
+
+
+def test_abbreviated_flag_passes_but_is_noted(batch):
+    res = batch["abbreviated"]
+    assert res["ok"]
+    assert res["parsed"]["mem_fraction_static"] == 0.8
+    assert res["notes"] == ["--mem-fraction is an abbreviation of --mem-fraction-static: write the flag in "
+                            "full, a later SGLang may refuse it"]
+
+
+def test_deprecated_flag_passes(batch):
+    res = batch["deprecated"]
+    assert res["ok"], res["output"][-2000:]
+    assert res["parsed"]["disable_cuda_graph"] is True
+
+
+# ---------------------------------------------------------------------------------------- role sglang
+
+
+def run_role(tmp_path: Path, python: str, server: dict, *, check: bool = False, name: str = "run",
+             state: Path | None = None, hosts: dict | None = None, group: str = "") -> dict:
+    """Run role sglang on local hosts with a JSON stdout callback; return a summary of the run."""
+    playbook = tmp_path / f"{name}.yml"
+    state = state or tmp_path / "state"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "sglang test", "hosts": "all", "gather_facts": False,
+        "vars": {"epforge_state_dir": str(state), "epforge_log_dir": str(tmp_path / "log"),
+                 "sglang_python": python, "sglang_install_deps": False, "epforge_server": server,
+                 "sglang_node_group": group},
+        "roles": ["sglang"],
+    }]))
+    hosts = hosts or {"localhost": {}}
+    inventory = tmp_path / f"{name}-inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "hosts": {host: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                         "epforge_facts_dir": str(tmp_path / f"facts-{host}"), **extra}
+                  for host, extra in hosts.items()},
+        "children": {"nodes": {"hosts": {host: {} for host in hosts}}}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    # One host at a time: hosts of one machine share one venv.
+    argv = [str(PLAYBOOK_BIN), "-i", str(inventory), "--forks", "1", str(playbook)]
+    argv += ["--check", "--diff"] if check else []
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    changed, failures = [], []
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            for host, res in task["hosts"].items():
+                if res.get("changed"):
+                    changed.append((host, task["task"]["name"]))
+                if res.get("failed"):
+                    failures.append(res.get("msg", ""))
+    return {"rc": proc.returncode, "seconds": time.monotonic() - started, "changed": changed,
+            "failures": failures, "stats": out.get("stats", {})}
+
+
+def test_role_installs_validates_and_reruns_with_no_change(sglang_env, tmp_path):
+    python = sglang_env["python"]
+    first = run_role(tmp_path, python, MOTIVATING, name="first")
+    assert first["rc"] == 0, first["failures"]
+    fact = json.loads((tmp_path / "facts-localhost" / "epforge_sglang.fact").read_text())
+    assert fact["version"] == SGLANG_VERSION
+    assert fact["mode"] == "parser-only" and fact["can_serve"] is False
+    assert fact["server_flags"]["validated"] is True
+    assert fact["server_flags"]["argv"] == MOTIVATING_ARGV
+    assert (tmp_path / "state" / "sglang.stamp.json").exists()
+    assert "sglang_install" in (tmp_path / "log" / "sglang-install.log").read_text()
+
+    second = run_role(tmp_path, python, MOTIVATING, name="second")
+    assert second["rc"] == 0, second["failures"]
+    assert second["changed"] == []
+    assert second["stats"]["localhost"]["changed"] == 0
+
+
+def test_role_refuses_bad_settings_with_sglangs_message(sglang_env, tmp_path):
+    # The cached venv's stamp matches the role's inputs, so only the parser runs.
+    bad = run_role(tmp_path, sglang_env["python"], {**MOTIVATING, "deepep_mode": "fast"}, name="bad",
+                   state=sglang_env["state"])
+    assert bad["rc"] != 0
+    assert any("argument --deepep-mode: invalid choice: 'fast'" in msg for msg in bad["failures"]), bad
+    assert not (tmp_path / "facts-localhost" / "epforge_sglang.fact").exists()
+
+    # A shape error is refused before anything is installed (no stamp, no log).
+    shape = run_role(tmp_path, sglang_env["python"], {**MOTIVATING, "tp_sise": 8}, name="shape",
+                     state=tmp_path / "shape-state")
+    assert shape["rc"] != 0
+    expected = "unknown server setting 'tp_sise' (did you mean 'tp_size'?)"
+    assert any(expected in msg for msg in shape["failures"]), shape
+    assert not (tmp_path / "shape-state").exists()
+
+
+def test_role_check_mode_changes_nothing(sglang_env, tmp_path):
+    run = run_role(tmp_path, sglang_env["python"], MOTIVATING, check=True, name="check")
+    assert run["rc"] == 0, run["failures"]
+    assert not (tmp_path / "state" / "sglang.stamp.json").exists()
+    assert not (tmp_path / "facts-localhost" / "epforge_sglang.fact").exists()
+
+
+def test_role_derives_multinode_settings_from_the_group(sglang_env, tmp_path):
+    server = {key: value for key, value in MOTIVATING.items() if not key.startswith("speculative")}
+    hosts = {"node-a": {"ansible_host": "10.1.2.3"}, "node-b": {}}
+    run = run_role(tmp_path, sglang_env["python"], server, name="multi", hosts=hosts, group="nodes",
+                   state=sglang_env["state"])
+    assert run["rc"] == 0, run["failures"]
+    for rank, host in enumerate(hosts):
+        fact = json.loads((tmp_path / f"facts-{host}" / "epforge_sglang.fact").read_text())
+        assert fact["server_flags"]["nnodes"] == 2
+        assert fact["server_flags"]["node_rank"] == rank
+        argv = fact["server_flags"]["argv"]
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--node-rank") + 1] == str(rank)
+        assert argv[argv.index("--dist-init-addr") + 1] == "10.1.2.3:25000"
