@@ -254,6 +254,7 @@ import json
 import os
 import pwd
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -443,6 +444,18 @@ class Server:
             except KeyError:
                 self.module.fail_json(msg=f"group {self.p['group']!r} does not exist")
         return entry.pw_uid, gid
+
+    def refuse_taken_port(self) -> None:
+        """Before a start: another process answering on the port would pass the readiness probe."""
+        host = self.url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
+        try:
+            with socket.create_connection((host, int(self.settings["port"])), timeout=1.0):
+                pass
+        except OSError:
+            return
+        self.module.fail_json(msg=f"port {self.settings['port']} on {host} is already taken by another "
+                                  f"process, not {self.name}: stop it (or choose another port) before "
+                                  "starting this server", **self.public_result())
 
     # -- readiness
     def probe(self) -> bool:
@@ -681,6 +694,8 @@ class SystemdServer(Server):
             self.systemctl("disable", self.unit)
             self.result["changed"] = True
         if need_start:
+            if not active:
+                self.refuse_taken_port()
             self.prepare_log()
             self.systemctl("reset-failed", self.unit, check=False)
             self.restarts0 = 0
@@ -820,6 +835,8 @@ class ProcessServer(Server):
             self.finish_started()
         if running:
             self.stop_server()
+        else:
+            self.refuse_taken_port()
         os.makedirs(self.state_dir, exist_ok=True)
         self.prepare_log()
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}

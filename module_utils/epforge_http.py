@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
@@ -18,6 +19,9 @@ MIN_POLL_INTERVAL = 0.05
 SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password", "hf_token"})
 SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password"})
 REDACTED = "<redacted>"
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_DEFAULT = urllib.request.build_opener()
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
@@ -35,8 +39,10 @@ def request(method: str, url: str, *, body: dict | None = None, headers: dict | 
         data = json.dumps(body).encode()
         hdrs.setdefault("Content-Type", "application/json")
     req = urllib.request.Request(url, data=data, headers=hdrs, method=method)  # noqa: S310
+    # A proxy from the environment (http_proxy) must never see a request to the host's own server.
+    opener = _DIRECT if urllib.parse.urlsplit(url).hostname in LOOPBACK else _DEFAULT
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+        with opener.open(req, timeout=timeout) as resp:
             return resp.status, resp.read(), ""
     except urllib.error.HTTPError as exc:
         try:

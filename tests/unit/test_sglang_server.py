@@ -234,3 +234,12 @@ def test_settings_mismatch_is_reported(server, tmp_path):
     warn = run_module(MODULE, {**args, "settings_check": "warn"}, tmp_path)
     assert warn["_rc"] == 0 and warn["settings_mismatch"][0]["key"] == "ep_size"
     assert "ep_size" in json.dumps(warn.get("warnings"))
+
+
+def test_taken_port_is_refused_before_a_start(server, tmp_path):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", server["settings"]["port"]))
+        other.listen()
+        result = run_module(MODULE, server, tmp_path)
+    assert result["failed"] is True and "already taken by another process" in result["msg"]
+    assert not Path(server["state_dir"], "standin-test.pid").exists()
