@@ -322,6 +322,14 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    # Mask the API key everywhere in the output, the invocation record included.
+    settings_in = params["settings"] or {}
+    if isinstance(settings_in.get("api_key"), str) and settings_in["api_key"]:
+        module.no_log_values.add(settings_in["api_key"])
+    argv_in = params["argv"] or []
+    for index, item in enumerate(argv_in[:-1]):
+        if item in ("--api-key", "--admin-api-key"):
+            module.no_log_values.add(argv_in[index + 1])
     python = params["python"]
     version = params["sglang_version"]
     if params["use_parser"]:

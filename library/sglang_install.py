@@ -247,11 +247,17 @@ def main() -> None:
     if not params["install_deps"] and not params["parser_deps"]:
         module.fail_json(msg="install_deps is false but parser_deps is empty: SGLang without dependencies "
                              "cannot even import its server arguments; give the parser's packages")
+    inputs = desired_inputs(params)
     if not os.access(python, os.X_OK):
+        if module.check_mode:
+            # Check mode on a fresh host: the ML env that a real run creates first is not there yet.
+            module.exit_json(changed=True, version=params["version"], installed={}, mode=inputs["mode"],
+                             log_path=log_path, stamp=stamp_of(inputs),
+                             actions=[f"install sglang=={params['version']} ({inputs['mode']}) once {python} "
+                                      "exists"])
         module.fail_json(msg=f"python {python} does not exist or is not executable: create the ML env first "
                              "(role ml_env) or set sglang_python")
 
-    inputs = desired_inputs(params)
     wanted = pinned_checks(inputs)
     before_versions = installed_versions(module, python, sorted(wanted))
     stamp = stamp_of(inputs)

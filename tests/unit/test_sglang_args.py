@@ -7,6 +7,10 @@ The parser of the installed SGLang itself is exercised in test_sglang_flags_real
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tempfile
 
 import pytest
 import sglang_install
@@ -21,7 +25,7 @@ from ansible.module_utils.epforge_sglang_args import (
     validate_settings,
     with_defaults,
 )
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 
 SGLANG_FIX = FIXTURES / "sglang"
 OPTIONS_0523 = json.loads((SGLANG_FIX / "sglang-0.5.23-options.json").read_text())
@@ -248,3 +252,86 @@ def test_requirement_helpers():
     assert sglang_install.requirement_pin("flashinfer_python[cu13]==0.7.2") == "0.7.2"
     assert sglang_install.requirement_pin("pyzmq>=25") is None
     assert sglang_install.normalize("Flashinfer_Python") == "flashinfer-python"
+
+
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
+    """Run library/<module>.py the way Ansible does (a JSON args file); return (rc, parsed result)."""
+    payload = {**args, "_ansible_check_mode": check, "_ansible_diff": True}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
+    try:
+        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
+                               handle.name], capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        os.unlink(handle.name)
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _install_args(tmp_path, **over):
+    args = {"python": sys.executable, "version": "0.5.23", "install_deps": False, "parser_deps": ["numpy"],
+            "keep": ["torch==2.14.1"], "log_path": str(tmp_path / "log" / "install.log"),
+            "stamp_path": str(tmp_path / "state" / "stamp.json")}
+    args.update(over)
+    return args
+
+
+def test_install_module_refuses_bad_input_before_pip(tmp_path):
+    rc, res = run_module("sglang_install", _install_args(tmp_path, python=str(tmp_path / "no" / "python")))
+    assert rc != 0 and "does not exist" in res["msg"] and "role ml_env" in res["msg"]
+    rc, res = run_module("sglang_install", _install_args(tmp_path, parser_deps=[]))
+    assert rc != 0 and "parser_deps is empty" in res["msg"]
+    rc, res = run_module("sglang_install", _install_args(tmp_path, version="latest"))
+    assert rc != 0 and "is not a release number" in res["msg"]
+    assert not (tmp_path / "log").exists() and not (tmp_path / "state").exists()
+
+
+def test_install_module_check_mode_reports_without_touching_anything(tmp_path):
+    # This python has no sglang: check mode says what it would install, with a diff, and changes nothing.
+    rc, res = run_module("sglang_install", _install_args(tmp_path), check=True)
+    assert rc == 0, res
+    assert res["changed"] is True
+    assert res["actions"][0].startswith("install sglang==0.5.23") and "(parser-only)" in res["actions"][0]
+    assert res["commands"][0][-2:] == ["--no-deps", "sglang==0.5.23"]
+    assert '"sglang": null' in res["diff"]["before"] and '"sglang": "0.5.23"' in res["diff"]["after"]
+    # A fresh host in check mode: the ML env's python does not exist yet.
+    rc, res = run_module("sglang_install", _install_args(tmp_path, python=str(tmp_path / "env/bin/python")),
+                         check=True)
+    assert rc == 0 and res["changed"] is True and "once" in res["actions"][0]
+    assert not (tmp_path / "log").exists() and not (tmp_path / "state").exists()
+
+
+def test_flags_check_shape_only_and_refusals_without_sglang(tmp_path):
+    rc, res = run_module("sglang_flags_check", {"python": "/nonexistent/python", "settings": MOTIVATING,
+                                                "sglang_version": "0.5.23", "use_parser": False})
+    assert rc == 0, res
+    assert res["argv"] == MOTIVATING_ARGV_0523 and res["changed"] is False
+    rc, res = run_module("sglang_flags_check", {"python": "/nonexistent/python",
+                                                "settings": {**MOTIVATING, "tp_sise": 8, "api_key": "sk-test-123456"},
+                                                "use_parser": False})
+    assert rc != 0 and "unknown server setting 'tp_sise'" in res["msg"]
+    rc, res = run_module("sglang_flags_check", {"python": "/nonexistent/python", "settings": MOTIVATING})
+    assert rc != 0 and "does not exist or is not executable" in res["msg"]
+    # A python without sglang: named as such, with the command that found out.
+    rc, res = run_module("sglang_flags_check", {"python": sys.executable, "settings": MOTIVATING})
+    assert rc != 0 and "SGLang is not installed" in res["msg"] and res["cmd"][0] == sys.executable
+
+
+def test_flags_check_never_returns_the_api_key():
+    rc, res = run_module("sglang_flags_check", {"python": "/x", "use_parser": False,
+                                                "sglang_version": "0.5.23",
+                                                "settings": {**MOTIVATING, "api_key": "TOPSECRET"}})
+    assert rc == 0
+    assert "--api-key" not in res["argv"]
+    # Nowhere in the result, the invocation record of the module's arguments included.
+    assert "TOPSECRET" not in json.dumps(res)
+    assert res["invocation"]["module_args"]["settings"]["api_key"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    rc, res = run_module("sglang_flags_check", {"python": "/x", "use_parser": False,
+                                                "argv": ["--model-path", "m", "--api-key", "TOPSECRET"]})
+    assert rc == 0 and "TOPSECRET" not in json.dumps(res)
