@@ -312,8 +312,8 @@ def test_flags_check_shape_only_and_refusals_without_sglang(tmp_path):
                                                 "sglang_version": "0.5.23", "use_parser": False})
     assert rc == 0, res
     assert res["argv"] == MOTIVATING_ARGV_0523 and res["changed"] is False
-    rc, res = run_module("sglang_flags_check", {"python": "/nonexistent/python",
-                                                "settings": {**MOTIVATING, "tp_sise": 8, "api_key": "sk-test-123456"},
+    bad = {**MOTIVATING, "tp_sise": 8, "api_key": "sk-test-123456"}
+    rc, res = run_module("sglang_flags_check", {"python": "/nonexistent/python", "settings": bad,
                                                 "use_parser": False})
     assert rc != 0 and "unknown server setting 'tp_sise'" in res["msg"]
     rc, res = run_module("sglang_flags_check", {"python": "/nonexistent/python", "settings": MOTIVATING})
