@@ -1,0 +1,424 @@
+#!/usr/bin/python
+"""Ansible module: measure per-call NCCL allreduce and all_to_all latency at decode-sized messages on the
+host's GPUs, and estimate per-step communication of TP allreduce versus EP all-to-all."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: collective_probe
+short_description: Measure NCCL allreduce vs all_to_all latency at decode sizes and estimate TP vs EP cost
+description:
+  - Runs epforge's probe script (shipped by the C(collective_probe) role) with the ML env's python: one
+    process per GPU, bf16 tensors of [tokens x hidden] (hidden 7168, tokens 1/8/64/512 by default),
+    C(all_reduce) and C(all_to_all_single), eager and captured in CUDA graphs. Each variant (a set of
+    environment variables such as C(NCCL_P2P_DISABLE=1) or C(NCCL_P2P_LEVEL=SYS)) is one bounded run; its
+    output is appended to O(log_path).
+  - From the measured latencies and the model's layer counts (O(model)) it estimates the communication
+    time of one decode step with tensor parallelism (allreduces) and with expert parallelism (all-to-all
+    dispatch and combine), per variant, mode and token count, so a user sees before a long server launch
+    whether EP pays on this interconnect.
+  - A host without a usable GPU (O(gpu_count=0), or the script finding none) is not an error: the module
+    returns C(skipped=true) with the reason and changes nothing.
+  - Idempotent by evidence. With O(fact_path), the inputs (GPU list, variants, sizes, script hash) are
+    hashed; when the fact holds results for the same hash and O(force) is false nothing is run and
+    C(changed=false). A new measurement writes the fact atomically and reports C(changed=true).
+  - Check mode runs nothing and reports whether a measurement would run.
+options:
+  python:
+    description: The python of the ML env (torch with NCCL); an absolute path.
+    type: path
+    required: true
+  script:
+    description: Path of C(epforge_collective_probe.py) on the host.
+    type: path
+    required: true
+  gpu_count:
+    description: GPUs on the host (from C(epforge_gpu_facts)); 0 skips with the reason, -1 lets the script find out.
+    type: int
+    default: -1
+  gpus:
+    description: GPU descriptions (from C(epforge_gpu_facts.gpus)), part of the inputs hash and the record.
+    type: list
+    elements: dict
+    default: []
+  world_size:
+    description: Ranks (0 is every visible GPU).
+    type: int
+    default: 0
+  tokens:
+    description: Token counts per message (decode batch sizes, or batch x draft tokens when speculative).
+    type: list
+    elements: int
+    default: [1, 8, 64, 512]
+  hidden:
+    description: Hidden size (7168 for DeepSeek-V3 and Kimi-K2).
+    type: int
+    default: 7168
+  dtype:
+    description: Element type of the messages.
+    type: str
+    choices: [bfloat16, float16, float32]
+    default: bfloat16
+  iters:
+    description: Timed calls (eager) or graph replays (graph) per measurement.
+    type: int
+    default: 200
+  warmup:
+    description: Untimed calls before each measurement.
+    type: int
+    default: 20
+  graph_calls:
+    description: Calls captured in one CUDA graph.
+    type: int
+    default: 10
+  cuda_graphs:
+    description: Also measure with CUDA graphs (how SGLang runs decode).
+    type: bool
+    default: true
+  variants:
+    description:
+      - Environment variants, each run separately. Each item is C({name, env}) with C(env) a mapping of
+        environment variables (values as strings).
+    type: list
+    elements: dict
+    default: [{name: default, env: {}}, {name: nccl_p2p_disabled, env: {NCCL_P2P_DISABLE: "1"}}]
+  env:
+    description: Environment variables for every variant (a variant's own C(env) wins).
+    type: dict
+    default: {}
+  model:
+    description:
+      - Layer counts for the per-step estimate. Keys (all optional) C(name), C(num_layers) (61),
+        C(moe_layers) (60), C(allreduce_per_layer) (2, TP: after attention and after the MLP/MoE),
+        C(a2a_per_moe_layer) (2, EP: dispatch and combine), C(ep_attention_allreduce_per_layer)
+        (1 when attention stays tensor-parallel, 0 with DP attention).
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds one variant may take.
+    type: float
+    default: 300
+  log_path:
+    description: Log file the probe's output is appended to.
+    type: path
+    required: true
+  output_dir:
+    description: Directory for each variant's raw JSON (C(collective-probe-NAME.json)); empty keeps none.
+    type: path
+  fact_path:
+    description: Local fact file holding the last measurement and its inputs hash (written atomically).
+    type: path
+  force:
+    description: Measure even when the fact holds results for the same inputs.
+    type: bool
+    default: false
+  backend:
+    description:
+      - C(nccl) on GPUs (what serving uses). C(gloo) runs the same probe on CPU processes, without CUDA
+        graphs, to exercise the whole path on a host without a GPU (tests); its figures say nothing about GPUs.
+    type: str
+    choices: [nccl, gloo]
+    default: nccl
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Probe NCCL allreduce vs all_to_all on this host
+  collective_probe:
+    python: /opt/epforge/venv/bin/python
+    script: /usr/local/lib/epforge/epforge_collective_probe.py
+    gpu_count: "{{ ansible_facts['epforge_gpu_facts'].gpu_count }}"
+    gpus: "{{ ansible_facts['epforge_gpu_facts'].gpus }}"
+    variants:
+      - {name: default, env: {}}
+      - {name: p2p_sys_ll, env: {NCCL_P2P_LEVEL: SYS, NCCL_PROTO: "LL,LL128,Simple"}}
+    model: {name: Kimi-K2.5, num_layers: 61, moe_layers: 60}
+    log_path: /var/log/epforge/collective-probe.log
+    fact_path: /etc/ansible/facts.d/epforge_collective.fact
+"""
+
+RETURN = r"""
+skipped:
+  description: True when the host has no usable GPU (or one GPU); C(msg) says why.
+  returned: always
+  type: bool
+measured:
+  description: True when a measurement ran in this call (false when the fact's inputs hash matched).
+  returned: always
+  type: bool
+ansible_facts:
+  description: Facts set on the host.
+  returned: success
+  type: dict
+  contains:
+    epforge_collective_probe:
+      description: The measurement (the same JSON as the local fact).
+      type: dict
+      contains:
+        status:
+          description: ok, or skipped with C(reason).
+          type: str
+        inputs_sha256:
+          description: Hash of the inputs that decide whether a rerun measures again.
+          type: str
+        variants:
+          description: Per variant, its env, NCCL/torch versions, the GPU name and the rows.
+          type: dict
+        table:
+          description: >-
+            One row per variant, op, mode and token count with C(mean_us), C(median_us), C(p99_us)
+            (slowest rank).
+          type: list
+          elements: dict
+          sample:
+            - {variant: default, op: allreduce, mode: eager, tokens: 1, mean_us: 23.1, median_us: 22.4, p99_us: 31.0}
+        estimate:
+          description: >-
+            Per variant, mode and token count, the communication microseconds of one decode step with TP
+            (C(tp_us)) and with EP (C(ep_us)), and which is cheaper.
+          type: list
+          elements: dict
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_common import run_logged, tail_file
+
+NO_GPU_RC = 3
+MODEL_DEFAULTS = {"name": "Kimi-K2.5 (DeepSeek-V3 layout)", "num_layers": 61, "moe_layers": 60,
+                  "allreduce_per_layer": 2, "a2a_per_moe_layer": 2, "ep_attention_allreduce_per_layer": 1}
+
+
+def model_spec(model: dict | None) -> dict:
+    """Layer counts for the estimate, defaults filled in, validated (ValueError names the problem)."""
+    spec = dict(MODEL_DEFAULTS)
+    unknown = sorted(set(model or {}) - set(MODEL_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown model keys {unknown}: known are {sorted(MODEL_DEFAULTS)}")
+    spec.update({k: v for k, v in (model or {}).items() if v is not None})
+    for key in ("num_layers", "moe_layers", "allreduce_per_layer", "a2a_per_moe_layer",
+                "ep_attention_allreduce_per_layer"):
+        if not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 0:
+            raise ValueError(f"model {key} must be an integer >= 0, got {spec[key]!r}")
+    if spec["moe_layers"] > spec["num_layers"]:
+        raise ValueError(f"model moe_layers ({spec['moe_layers']}) cannot exceed num_layers ({spec['num_layers']})")
+    return spec
+
+
+def estimate(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict]:
+    """Per-step communication time, TP allreduce vs EP all-to-all, for every (variant, mode, tokens) that
+    has both an allreduce and an all_to_all measurement.
+
+    TP:  num_layers x allreduce_per_layer allreduces.
+    EP:  dense layers keep TP's allreduces; each MoE layer has a2a_per_moe_layer all-to-alls plus
+         ep_attention_allreduce_per_layer allreduces (attention stays tensor-parallel unless DP attention).
+    """
+    by_key = {(r["variant"], r["mode"], r["tokens"], r["op"]): r[stat] for r in table}
+    rows = []
+    dense = model["num_layers"] - model["moe_layers"]
+    for (variant, mode, tokens, op), ar in sorted(by_key.items()):
+        if op != "allreduce" or (variant, mode, tokens, "all_to_all") not in by_key:
+            continue
+        a2a = by_key[(variant, mode, tokens, "all_to_all")]
+        tp_us = model["num_layers"] * model["allreduce_per_layer"] * ar
+        ep_us = (dense * model["allreduce_per_layer"] * ar
+                 + model["moe_layers"] * (model["ep_attention_allreduce_per_layer"] * ar
+                                          + model["a2a_per_moe_layer"] * a2a))
+        rows.append({
+            "variant": variant, "mode": mode, "tokens": tokens,
+            "allreduce_us": ar, "all_to_all_us": a2a,
+            "tp_calls": model["num_layers"] * model["allreduce_per_layer"],
+            "tp_us": round(tp_us, 1), "ep_us": round(ep_us, 1),
+            "cheaper": "ep" if ep_us < tp_us else "tp",
+            "ep_over_tp": round(ep_us / tp_us, 3) if tp_us > 0 else None,
+        })
+    return rows
+
+
+def inputs_hash(params: dict, script_sha: str) -> str:
+    keys = ("backend", "gpus", "world_size", "tokens", "hidden", "dtype", "iters", "warmup", "graph_calls", "cuda_graphs",
+            "variants", "env", "python")
+    stamp = {k: params[k] for k in keys}
+    stamp["script_sha256"] = script_sha
+    return hashlib.sha256(json.dumps(stamp, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def probe_argv(params: dict, out_file: str) -> list[str]:
+    gloo = params["backend"] == "gloo"
+    modes = "eager,graph" if params["cuda_graphs"] and not gloo else "eager"
+    return [params["python"], params["script"], "--world-size", str(params["world_size"]),
+            "--tokens", ",".join(str(t) for t in params["tokens"]), "--hidden", str(params["hidden"]),
+            "--dtype", params["dtype"], "--modes", modes, "--iters", str(params["iters"]),
+            "--warmup", str(params["warmup"]), "--graph-calls", str(params["graph_calls"]),
+            "--timeout", str(params["timeout"]), "--out", out_file,
+            "--backend", params["backend"], "--device", "cpu" if gloo else "cuda"]
+
+
+def validate_variants(variants: list[dict]) -> list[dict]:
+    clean, names = [], set()
+    for item in variants:
+        name = item.get("name")
+        if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"variant name {name!r} must be letters, digits, '_' or '-'")
+        if name in names:
+            raise ValueError(f"variant name {name!r} appears twice")
+        names.add(name)
+        env = item.get("env") or {}
+        if not isinstance(env, dict):
+            raise ValueError(f"variant {name}: env must be a mapping of variable names to strings")
+        unknown = sorted(set(item) - {"name", "env"})
+        if unknown:
+            raise ValueError(f"variant {name}: unknown keys {unknown} (use name and env)")
+        clean.append({"name": name, "env": {str(k): str(v) for k, v in env.items()}})
+    if not clean:
+        raise ValueError("variants is empty: give at least one, e.g. {name: default, env: {}}")
+    return clean
+
+
+def atomic_write(path: str, data: dict) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def read_fact(path: str | None) -> dict:
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "script": {"type": "path", "required": True},
+            "gpu_count": {"type": "int", "default": -1},
+            "gpus": {"type": "list", "elements": "dict", "default": []},
+            "world_size": {"type": "int", "default": 0},
+            "tokens": {"type": "list", "elements": "int", "default": [1, 8, 64, 512]},
+            "hidden": {"type": "int", "default": 7168},
+            "dtype": {"type": "str", "default": "bfloat16", "choices": ["bfloat16", "float16", "float32"]},
+            "iters": {"type": "int", "default": 200},
+            "warmup": {"type": "int", "default": 20},
+            "graph_calls": {"type": "int", "default": 10},
+            "cuda_graphs": {"type": "bool", "default": True},
+            "variants": {"type": "list", "elements": "dict",
+                         "default": [{"name": "default", "env": {}},
+                                     {"name": "nccl_p2p_disabled", "env": {"NCCL_P2P_DISABLE": "1"}}]},
+            "env": {"type": "dict", "default": {}},
+            "model": {"type": "dict", "default": {}},
+            "timeout": {"type": "float", "default": 300},
+            "log_path": {"type": "path", "required": True},
+            "output_dir": {"type": "path"},
+            "fact_path": {"type": "path"},
+            "force": {"type": "bool", "default": False},
+            "backend": {"type": "str", "default": "nccl", "choices": ["nccl", "gloo"]},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    problems = []
+    if not os.path.isabs(p["python"]):
+        problems.append(f"python must be an absolute path, got {p['python']!r}")
+    if any(t < 1 for t in p["tokens"]) or not p["tokens"]:
+        problems.append(f"tokens must be a non-empty list of integers >= 1, got {p['tokens']}")
+    for key in ("hidden", "iters", "graph_calls"):
+        if p[key] < 1:
+            problems.append(f"{key} must be >= 1, got {p[key]}")
+    if p["world_size"] == 1:
+        problems.append("world_size 1 has no collective to measure: use 0 (every GPU) or >= 2")
+    try:
+        variants = validate_variants(p["variants"])
+        model = model_spec(p["model"])
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        module.fail_json(msg="bad collective_probe input: " + "; ".join(problems), problems=problems)
+
+    if p["gpu_count"] == 0 and p["backend"] == "nccl":
+        module.exit_json(changed=False, skipped=True, measured=False,
+                         msg="no GPU on this host (epforge_gpu_facts.gpu_count is 0): nothing to probe")
+    if p["gpu_count"] == 1 and p["backend"] == "nccl":
+        module.exit_json(changed=False, skipped=True, measured=False,
+                         msg="one GPU on this host: a collective needs at least 2 ranks")
+    if not os.path.isfile(p["script"]):
+        module.fail_json(msg=f"probe script {p['script']} is missing: the collective_probe role installs it")
+    with open(p["script"], "rb") as handle:
+        script_sha = hashlib.sha256(handle.read()).hexdigest()
+    digest = inputs_hash(dict(p, variants=variants), script_sha)
+    previous = read_fact(p["fact_path"])
+    if (not p["force"] and previous.get("inputs_sha256") == digest and previous.get("status") == "ok"):
+        module.exit_json(changed=False, skipped=False, measured=False,
+                         msg="measurement for these inputs already recorded (force=true measures again)",
+                         ansible_facts={"epforge_collective_probe": previous})
+    if module.check_mode:
+        module.exit_json(changed=True, skipped=False, measured=False,
+                         msg="would measure " + ", ".join(v["name"] for v in variants))
+
+    os.makedirs(os.path.dirname(p["log_path"]) or ".", exist_ok=True)
+    if p["output_dir"]:
+        os.makedirs(p["output_dir"], exist_ok=True)
+    record = {"status": "ok", "inputs_sha256": digest, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                     time.gmtime()),
+              "hidden": p["hidden"], "dtype": p["dtype"], "tokens": p["tokens"], "iters": p["iters"],
+              "graph_calls": p["graph_calls"], "gpus": p["gpus"], "model": model, "variants": {}, "table": []}
+    for variant in variants:
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in p["env"].items()})
+        env.update(variant["env"])
+        env["PYTHONUNBUFFERED"] = "1"
+        with tempfile.TemporaryDirectory(prefix="epforge-probe-") as tmp:
+            out_file = os.path.join(tmp, "probe.json")
+            argv = probe_argv(p, out_file)
+            rc, seconds = run_logged(argv, p["log_path"], env=env, timeout=p["timeout"] + 60,
+                                     header=f"collective probe, variant {variant['name']}")
+            try:
+                with open(out_file, encoding="utf-8") as handle:
+                    raw = json.load(handle)
+            except (OSError, ValueError):
+                raw = None
+        if raw is not None and p["output_dir"]:
+            atomic_write(os.path.join(p["output_dir"], f"collective-probe-{variant['name']}.json"), raw)
+        if rc == NO_GPU_RC and raw is not None and raw.get("status") == "skipped":
+            module.exit_json(changed=False, skipped=True, measured=False, msg=raw.get("reason", "no usable GPU"))
+        if rc != 0 or raw is None or raw.get("status") != "ok":
+            reason = (raw or {}).get("reason") or ("timed out" if rc == 124 else f"exit code {rc}")
+            module.fail_json(msg=f"collective probe variant {variant['name']} failed: {reason}", cmd=argv, rc=rc,
+                             log_tail=tail_file(p["log_path"]), log_path=p["log_path"],
+                             probe=raw, variant=variant)
+        record["variants"][variant["name"]] = {
+            "env": variant["env"], "nccl": raw.get("nccl", ""), "torch": raw.get("torch", ""),
+            "gpu_name": raw.get("gpu_name", ""), "world_size": raw.get("world_size"),
+            "seconds": round(seconds, 1), "errors": raw.get("errors", []),
+        }
+        for row in raw.get("results", []):
+            record["table"].append({"variant": variant["name"], **{k: row[k] for k in (
+                "op", "mode", "tokens", "bytes", "mean_us", "median_us", "p99_us", "min_us")}})
+    record["estimate"] = estimate(record["table"], model)
+    if p["fact_path"]:
+        atomic_write(p["fact_path"], record)
+    module.exit_json(changed=True, skipped=False, measured=True,
+                     msg=f"measured {len(record['table'])} rows over {len(variants)} variant(s)",
+                     ansible_facts={"epforge_collective_probe": record})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+#!/usr/bin/python
+"""Ansible module: run SGLang's own bench_serving client against a server with a named workload, parse its
+result file, return the figures as facts and record the run in an append-only history."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_bench
+short_description: Run SGLang's bench_serving with a named workload and return (and record) its figures
+description:
+  - Runs C(python -m sglang.bench_serving) (SGLang's own client; epforge has no load generator) from the
+    environment of O(python) against O(base_url), with a named workload (O(workload)): the C(random-ids)
+    dataset (token ids drawn from the tokenizer's vocabulary, no download), fixed input/output lengths
+    (range ratio 1.0), a number of prompts, a maximum concurrency, a request rate and a seed. The argv is a
+    list, never a shell string; the client's output is appended to O(log_path); O(timeout) bounds it.
+  - Parses the client's C(--output-file) (one JSON object per line) and returns output/total token
+    throughput, request throughput, TTFT/TPOT/ITL/E2E mean, median and p99, and the speculative accept
+    length, as C(ansible_facts.epforge_bench_result).
+  - Fails with the client's output tail, the command and a classified reason (for example
+    C(connection_refused), C(tokenizer_missing), C(timeout), C(incomplete_result)) when the client fails,
+    writes no result, writes an incomplete one, or when more than O(max_failed_requests) requests failed.
+  - With O(fact_path) every run, succeeded or failed, is appended to a local fact holding the last result
+    and a bounded history (O(history_max) entries), written atomically (temp file, fsync, rename, under a
+    lock): an interrupted write leaves the previous history intact and a failed run never removes entries.
+  - A benchmark run is a state change by nature (it measures now, and appends to the history), so a run
+    reports C(changed=true). Check mode runs nothing, writes nothing and reports C(changed=true).
+  - bench_serving needs a tokenizer offline: O(tokenizer) (a local directory) or the model path the
+    server reports. C(HF_HUB_OFFLINE=1) is set for the client unless O(env) says otherwise.
+options:
+  python:
+    description: Python of an environment with SGLang and the packages bench_serving imports (absolute path).
+    type: path
+    required: true
+  base_url:
+    description: URL of the SGLang server (for example C(http://127.0.0.1:30000)).
+    type: str
+    required: true
+  workload:
+    description:
+      - The named workload. Keys C(name) (default C(decode-heavy)), C(dataset) (C(random-ids)),
+        C(input_len) (1024), C(output_len) (256), C(range_ratio) (1.0), C(num_prompts) (64),
+        C(max_concurrency) (16), C(request_rate) (C(inf) or requests/s), C(seed) (42),
+        C(warmup_requests) (1).
+    type: dict
+    default: {}
+  tokenizer:
+    description: Tokenizer path or name for the client (C(--tokenizer)); empty uses the server's model.
+    type: str
+    default: ""
+  model:
+    description: Model name sent in requests (C(--model)); empty asks the server's C(/v1/models).
+    type: str
+    default: ""
+  backend:
+    description: bench_serving backend (C(sglang) is SGLang's native streaming C(/generate)).
+    type: str
+    default: sglang
+    choices: [sglang, sglang-native, sglang-oai, sglang-oai-chat]
+  client_module:
+    description: The client module (C(sglang.bench_serving); C(sglang.benchmark.serving) in newer releases).
+    type: str
+    default: sglang.bench_serving
+  api_key:
+    description: API key the server requires (sent as a Bearer token through the client's environment).
+    type: str
+  env:
+    description: Extra environment variables for the client.
+    type: dict
+    default: {}
+  extra_args:
+    description: Extra bench_serving arguments, one argv item each.
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: Seconds the client may run before it is killed (the run then fails with class C(timeout)).
+    type: float
+    default: 1800
+  ready_check_timeout:
+    description: Seconds the client waits for the server's C(/v1/models) before it gives up (0 skips).
+    type: int
+    default: 60
+  max_failed_requests:
+    description: Requests that may fail (C(num_prompts - completed)) before the run counts as failed.
+    type: int
+    default: 0
+  work_dir:
+    description: Directory of the client's result file (C(NAME.last.jsonl), replaced each run).
+    type: path
+    default: /var/lib/epforge/bench
+  log_path:
+    description: Log the client's output is appended to (tail it during a run).
+    type: path
+    default: /var/log/epforge/sglang-bench.log
+  fact_path:
+    description: Local fact file to append this run to (for example C(/etc/ansible/facts.d/epforge_bench.fact)).
+    type: path
+  history_max:
+    description: Entries the history keeps (the oldest beyond it are dropped).
+    type: int
+    default: 50
+  record:
+    description:
+      - Context stored with the run in the history, for example C(label) (the configuration's name),
+        C(stack), C(server) (settings; secret-looking values are redacted), C(gpu) (GPU facts).
+    type: dict
+    default: {}
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Benchmark the running server
+  sglang_bench:
+    python: /opt/epforge/venv/bin/python
+    base_url: http://127.0.0.1:30000
+    tokenizer: /models/Kimi-K2.5
+    workload: {name: decode-c32, input_len: 1024, output_len: 512, num_prompts: 128, max_concurrency: 32}
+    fact_path: /etc/ansible/facts.d/epforge_bench.fact
+    record:
+      label: ep8-deepep-low-latency
+      stack: "{{ epforge_stack_spec.name }}"
+      server: "{{ epforge_server }}"
+"""
+
+RETURN = r"""
+figures:
+  description: The parsed figures (also in C(ansible_facts.epforge_bench_result.figures)).
+  returned: success
+  type: dict
+  sample:
+    {output_throughput: 1131.2, total_throughput: 3393.6, request_throughput: 2.21, ttft_median_ms: 180.2,
+     ttft_p99_ms: 410.9, tpot_median_ms: 27.1, tpot_p99_ms: 33.0, itl_median_ms: 25.3, itl_p99_ms: 61.8,
+     e2e_median_ms: 14012.5, e2e_p99_ms: 15876.0, accept_length: 2.6, completed: 128}
+ansible_facts:
+  description: Facts set on the host.
+  returned: success
+  type: dict
+  contains:
+    epforge_bench_result:
+      description: This run's history entry (status, timestamp, workload, figures, context).
+      type: dict
+argv:
+  description: The client command.
+  returned: always
+  type: list
+  elements: str
+result_file:
+  description: The client's result file (JSON lines) of this run.
+  returned: when the client ran
+  type: str
+seconds:
+  description: Wall time of the client run.
+  returned: when the client ran
+  type: float
+history_length:
+  description: Entries in the history after this run (with O(fact_path)).
+  returned: with fact_path
+  type: int
+failure_class:
+  description: Classified reason of a failure (C(timeout), C(connection_refused), C(incomplete_result), ...).
+  returned: failure
+  type: str
+"""
+
+import os
+import time
+import uuid
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_bench import (
+    BenchError,
+    bench_argv,
+    check_record_matches,
+    classify_failure,
+    extract_figures,
+    normalize_workload,
+    parse_result_lines,
+    record_run,
+    record_workload,
+    redact,
+)
+from ansible.module_utils.epforge_common import run_logged, tail
+
+LOG_TAIL_LINES = 30
+
+
+def read_new_log(path: str, offset: int) -> str:
+    """What the client appended to the log in this run (at most the last 256 kB)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(offset, size - 256 * 1024))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "base_url": {"type": "str", "required": True},
+            "workload": {"type": "dict", "default": {}},
+            "tokenizer": {"type": "str", "default": ""},
+            "model": {"type": "str", "default": ""},
+            "backend": {"type": "str", "default": "sglang",
+                        "choices": ["sglang", "sglang-native", "sglang-oai", "sglang-oai-chat"]},
+            "client_module": {"type": "str", "default": "sglang.bench_serving"},
+            "api_key": {"type": "str", "no_log": True},
+            "env": {"type": "dict", "default": {}},
+            "extra_args": {"type": "list", "elements": "str", "default": []},
+            "timeout": {"type": "float", "default": 1800},
+            "ready_check_timeout": {"type": "int", "default": 60},
+            "max_failed_requests": {"type": "int", "default": 0},
+            "work_dir": {"type": "path", "default": "/var/lib/epforge/bench"},
+            "log_path": {"type": "path", "default": "/var/log/epforge/sglang-bench.log"},
+            "fact_path": {"type": "path"},
+            "history_max": {"type": "int", "default": 50},
+            "record": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    problems = []
+    try:
+        workload = normalize_workload(p["workload"])
+    except BenchError as exc:
+        problems.append(str(exc))
+        workload = None
+    if not os.path.isabs(p["python"]):
+        problems.append(f"python must be an absolute path, got {p['python']!r}")
+    if not p["base_url"].startswith(("http://", "https://")):
+        problems.append(f"base_url must start with http:// or https://, got {p['base_url']!r}")
+    if p["timeout"] <= 0:
+        problems.append(f"timeout must be > 0 seconds, got {p['timeout']}")
+    if p["history_max"] < 1:
+        problems.append(f"history_max must be >= 1, got {p['history_max']}")
+    if p["max_failed_requests"] < 0:
+        problems.append(f"max_failed_requests must be >= 0, got {p['max_failed_requests']}")
+    if problems:
+        module.fail_json(msg="bad sglang_bench input: " + "; ".join(problems), problems=problems)
+
+    result_file = os.path.join(p["work_dir"], f"{workload['name']}.last.jsonl")
+    argv = bench_argv(p["python"], p["base_url"].rstrip("/"), workload, result_file, tokenizer=p["tokenizer"],
+                      model=p["model"], backend=p["backend"], module=p["client_module"],
+                      ready_check_timeout=p["ready_check_timeout"], extra_args=p["extra_args"])
+    if module.check_mode:
+        module.exit_json(changed=True, argv=argv, msg=f"would run workload {workload['name']} against "
+                         f"{p['base_url']}" + (f" and append it to {p['fact_path']}" if p["fact_path"] else ""))
+
+    context = dict(p["record"])
+    if "server" in context:
+        context["server"] = redact(context["server"])
+    entry = {
+        "id": f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}",
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "label": str(context.pop("label", "") or workload["name"]),
+        "workload": workload,
+        "base_url": p["base_url"],
+        "client": {"python": p["python"], "module": p["client_module"], "backend": p["backend"]},
+        **context,
+    }
+
+    def finish_failed(msg: str, failure_class: str, explanation: str, rc, output: str, **extra) -> None:
+        entry.update(status="failed", figures=None,
+                     error={"class": failure_class, "reason": explanation, "msg": msg, "rc": rc,
+                            "log_tail": tail(output, 15)})
+        history_length = None
+        if p["fact_path"]:
+            try:
+                history_length = len(record_run(p["fact_path"], entry, p["history_max"])["history"])
+            except (BenchError, OSError) as exc:
+                msg += f" (and the failure could not be recorded: {exc})"
+        module.fail_json(msg=msg, cmd=argv, rc=rc, failure_class=failure_class, log_path=p["log_path"],
+                         log_tail=tail(output, LOG_TAIL_LINES), history_length=history_length,
+                         ansible_facts={"epforge_bench_result": entry}, **extra)
+
+    try:
+        os.makedirs(p["work_dir"], exist_ok=True)
+        os.makedirs(os.path.dirname(p["log_path"]) or ".", exist_ok=True)
+        if os.path.exists(result_file):
+            os.unlink(result_file)
+        log_offset = os.path.getsize(p["log_path"]) if os.path.exists(p["log_path"]) else 0
+    except OSError as exc:
+        module.fail_json(msg=f"cannot prepare {p['work_dir']} or {p['log_path']}: {exc}")
+
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({str(k): str(v) for k, v in p["env"].items()})
+    if p["api_key"]:
+        env["OPENAI_API_KEY"] = p["api_key"]
+    rc, seconds = run_logged(argv, p["log_path"], env=env, timeout=p["timeout"],
+                             header=f"bench_serving workload {workload['name']}")
+    output = read_new_log(p["log_path"], log_offset)
+    entry["seconds"] = round(seconds, 2)
+
+    if rc != 0:
+        failure_class, explanation = classify_failure(output, rc)
+        finish_failed(f"bench_serving failed ({failure_class}: {explanation}), rc {rc}", failure_class,
+                      explanation, rc, output, seconds=round(seconds, 2))
+    try:
+        with open(result_file, encoding="utf-8") as handle:
+            records = parse_result_lines(handle.read())
+        record = records[-1]
+        figures = extract_figures(record)
+    except FileNotFoundError:
+        failure_class, explanation = classify_failure(output, rc)
+        if failure_class == "client_failed":
+            failure_class, explanation = "no_result", "the client exited 0 but wrote no result file"
+        finish_failed(f"bench_serving wrote no result file ({failure_class}: {explanation})", failure_class,
+                      explanation, rc, output, seconds=round(seconds, 2))
+    except (BenchError, OSError) as exc:
+        finish_failed(f"bench_serving result is incomplete: {exc}", "incomplete_result",
+                      "the result file is missing figures or holds a cut-off line", rc, output,
+                      result_file=result_file)
+    mismatch = check_record_matches(record, workload)
+    if mismatch:
+        finish_failed("bench_serving ran another workload than asked: " + "; ".join(mismatch),
+                      "workload_mismatch", "the client's recorded workload differs from the request", rc, output,
+                      result_file=result_file)
+    failed_requests = workload["num_prompts"] - int(figures["completed"])
+    figures["failed_requests"] = failed_requests
+    if failed_requests > p["max_failed_requests"]:
+        entry["figures"] = figures
+        finish_failed(f"{failed_requests} of {workload['num_prompts']} requests failed (max_failed_requests "
+                      f"{p['max_failed_requests']})", "requests_failed",
+                      "the server answered some requests with errors", rc, output, result_file=result_file)
+
+    entry.update(status="ok", figures=figures, client_recorded=record_workload(record),
+                 server_version=(record.get("server_info") or {}).get("version"))
+    history_length = None
+    if p["fact_path"]:
+        try:
+            history_length = len(record_run(p["fact_path"], entry, p["history_max"])["history"])
+        except (BenchError, OSError) as exc:
+            module.fail_json(msg=f"benchmark ran but could not be recorded in {p['fact_path']}: {exc}",
+                             figures=figures, ansible_facts={"epforge_bench_result": entry})
+    module.exit_json(changed=True, argv=argv, figures=figures, result_file=result_file, seconds=round(seconds, 2),
+                     history_length=history_length, ansible_facts={"epforge_bench_result": entry},
+                     msg=(f"{workload['name']}: {figures['output_throughput']:.1f} output tok/s, "
+                          f"TTFT median {figures['ttft_median_ms']:.1f} ms, TPOT median "
+                          f"{figures['tpot_median_ms']:.2f} ms ({figures['completed']} requests)"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""epforge collective probe: per-call latency of NCCL allreduce and all_to_all at decode-sized messages.
+
+Runs in the ML env (torch with NCCL), one process per GPU (torch.multiprocessing, no torchrun needed), and
+prints ONE JSON object on stdout (also written to --out). Every rank builds a bf16 tensor of
+[tokens x hidden] (hidden 7168 = DeepSeek-V3/Kimi-K2 width) and times:
+
+  allreduce   dist.all_reduce(x) on [tokens x hidden]: what TP does twice per layer.
+  all_to_all  dist.all_to_all_single on [world x tokens x hidden]: each rank sends every rank (itself
+              included) one [tokens x hidden] block, the upper bound of an EP dispatch (or combine) of
+              all local tokens; EP does two per MoE layer.
+
+Modes: eager (one call between two CUDA events, `iters` times: mean, median, p99 per call) and graph
+(`graph_calls` calls captured in one CUDA graph, replayed `iters` times: time per call = replay / calls),
+which is how SGLang runs decode. A mode that fails (e.g. capture unsupported) is reported with its error,
+the other modes still run.
+
+Exit codes: 0 measured, 3 no usable CUDA device (JSON says why), 1 failure (JSON or stderr says why).
+`--backend gloo --device cpu` runs the same code on CPU processes (tests without a GPU; no graphs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+import traceback
+
+NO_GPU_RC = 3
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world-size", type=int, default=0, help="ranks (default: every visible GPU)")
+    p.add_argument("--tokens", default="1,8,64,512", help="comma-separated token counts")
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--ops", default="allreduce,all_to_all")
+    p.add_argument("--modes", default="eager,graph")
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--graph-calls", type=int, default=10, help="calls captured per CUDA graph")
+    p.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--timeout", type=float, default=300, help="seconds for the whole probe")
+    p.add_argument("--out", default="", help="also write the JSON here")
+    return p.parse_args(argv)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def summarize(samples_us: list[float]) -> dict:
+    ordered = sorted(samples_us)
+    p99 = ordered[min(len(ordered) - 1, max(0, round(0.99 * len(ordered)) - 1))]
+    return {"mean_us": round(statistics.fmean(ordered), 2), "median_us": round(statistics.median(ordered), 2),
+            "p99_us": round(p99, 2), "min_us": round(ordered[0], 2), "samples": len(ordered)}
+
+
+def worker(rank: int, args, port: int, queue) -> None:
+    import torch  # noqa: PLC0415 - only the rank processes need torch
+    import torch.distributed as dist  # noqa: PLC0415
+
+    result = {"rank": rank, "results": [], "errors": []}
+    try:
+        use_cuda = args.device == "cuda"
+        if use_cuda:
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+        else:
+            device = torch.device("cpu")
+        dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=args.world_size,
+                                **({"device_id": device} if use_cuda else {}))
+        world = args.world_size
+        dtype = getattr(torch, args.dtype)
+        tokens_list = [int(t) for t in args.tokens.split(",") if t.strip()]
+        ops = [o for o in args.ops.split(",") if o]
+        modes = [m for m in args.modes.split(",") if m]
+        if not use_cuda and "graph" in modes:
+            result["errors"].append({"mode": "graph", "error": "CUDA graphs need a CUDA device"})
+            modes = [m for m in modes if m != "graph"]
+
+        def make_call(op, tokens):
+            if op == "allreduce":
+                x = torch.randn(tokens, args.hidden, dtype=dtype, device=device)
+                return (lambda: dist.all_reduce(x)), x.numel() * x.element_size()
+            if op == "all_to_all":
+                x = torch.randn(world * tokens, args.hidden, dtype=dtype, device=device)
+                y = torch.empty_like(x)
+                return (lambda: dist.all_to_all_single(y, x)), x.numel() * x.element_size()
+            raise ValueError(f"unknown op {op}")
+
+        def sync():
+            if use_cuda:
+                torch.cuda.synchronize()
+            dist.barrier()
+
+        for op in ops:
+            for tokens in tokens_list:
+                call, nbytes = make_call(op, tokens)
+                for _ in range(args.warmup):
+                    call()
+                sync()
+                for mode in modes:
+                    try:
+                        samples = []
+                        if mode == "eager":
+                            if use_cuda:
+                                events = [(torch.cuda.Event(enable_timing=True),
+                                           torch.cuda.Event(enable_timing=True)) for _ in range(args.iters)]
+                                for start, end in events:
+                                    start.record()
+                                    call()
+                                    end.record()
+                                torch.cuda.synchronize()
+                                samples = [s.elapsed_time(e) * 1000.0 for s, e in events]
+                            else:
+                                for _ in range(args.iters):
+                                    t0 = time.perf_counter()
+                                    call()
+                                    samples.append((time.perf_counter() - t0) * 1e6)
+                        elif mode == "graph":
+                            stream = torch.cuda.Stream()
+                            stream.wait_stream(torch.cuda.current_stream())
+                            with torch.cuda.stream(stream):
+                                for _ in range(3):
+                                    call()
+                            torch.cuda.current_stream().wait_stream(stream)
+                            torch.cuda.synchronize()
+                            graph = torch.cuda.CUDAGraph()
+                            with torch.cuda.graph(graph):
+                                for _ in range(args.graph_calls):
+                                    call()
+                            torch.cuda.synchronize()
+                            for _ in range(3):
+                                graph.replay()
+                            torch.cuda.synchronize()
+                            dist.barrier()
+                            events = [(torch.cuda.Event(enable_timing=True),
+                                       torch.cuda.Event(enable_timing=True)) for _ in range(args.iters)]
+                            for start, end in events:
+                                start.record()
+                                graph.replay()
+                                end.record()
+                            torch.cuda.synchronize()
+                            samples = [s.elapsed_time(e) * 1000.0 / args.graph_calls for s, e in events]
+                            del graph
+                        else:
+                            raise ValueError(f"unknown mode {mode}")
+                        result["results"].append({"op": op, "mode": mode, "tokens": tokens, "bytes": nbytes,
+                                                  **summarize(samples)})
+                    except Exception as exc:
+                        result["errors"].append({"op": op, "mode": mode, "tokens": tokens,
+                                                 "error": f"{type(exc).__name__}: {exc}"})
+                        if use_cuda:
+                            torch.cuda.synchronize()
+                    sync()
+        result["torch"] = torch.__version__
+        if use_cuda:
+            result["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+            result["gpu_name"] = torch.cuda.get_device_name(rank)
+        dist.destroy_process_group()
+    except Exception as exc:
+        result["fatal"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc(limit=8)
+    queue.put(result)
+
+
+def merge(rank_results: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Per (op, mode, tokens): the slowest rank's figures (a collective ends when its last rank does)."""
+    rows: dict[tuple, dict] = {}
+    for rr in rank_results:
+        for row in rr["results"]:
+            key = (row["op"], row["mode"], row["tokens"])
+            best = rows.get(key)
+            if best is None or row["mean_us"] > best["mean_us"]:
+                rows[key] = dict(row)
+    errors = [dict(e, rank=rr["rank"]) for rr in rank_results for e in rr["errors"]]
+    return sorted(rows.values(), key=lambda r: (r["op"], r["mode"], r["tokens"])), errors
+
+
+def emit(payload: dict, out: str) -> None:
+    text = json.dumps(payload, sort_keys=True)
+    if out:
+        with open(out, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    print(text, flush=True)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.time()
+    nccl_env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}
+    base = {"probe": "epforge_collective_probe", "version": 1, "hidden": args.hidden, "dtype": args.dtype,
+            "iters": args.iters, "warmup": args.warmup, "graph_calls": args.graph_calls,
+            "backend": args.backend, "device": args.device, "env": nccl_env,
+            "all_to_all_layout": "each rank sends every rank one [tokens x hidden] block"}
+    try:
+        import torch  # noqa: PLC0415 - a missing torch is reported as JSON
+        import torch.multiprocessing as mp  # noqa: PLC0415
+    except ImportError as exc:
+        emit({**base, "status": "failed", "reason": f"torch is not importable here: {exc}"}, args.out)
+        return 1
+    if args.device == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            emit({**base, "status": "skipped", "reason": "no usable CUDA device (torch.cuda.is_available() "
+                  f"is False; torch {torch.__version__}, built for CUDA {torch.version.cuda})"}, args.out)
+            return NO_GPU_RC
+        if args.world_size == 0:
+            args.world_size = count
+        if args.world_size > count:
+            emit({**base, "status": "failed",
+                  "reason": f"world size {args.world_size} > {count} visible GPUs"}, args.out)
+            return 1
+    elif args.world_size == 0:
+        args.world_size = 2
+    if args.world_size < 2:
+        emit({**base, "status": "skipped", "world_size": args.world_size,
+              "reason": "one GPU: no collective to measure (needs at least 2 ranks)"}, args.out)
+        return NO_GPU_RC
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(rank, args, port, queue)) for rank in range(args.world_size)]
+    for proc in procs:
+        proc.start()
+    rank_results = []
+    deadline = started + args.timeout
+    try:
+        while len(rank_results) < args.world_size:
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                raise TimeoutError
+            try:
+                rank_results.append(queue.get(timeout=min(remaining, 5)))
+            except Exception:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"rank process exited with {dead[0].exitcode}") from None
+    except (TimeoutError, RuntimeError) as exc:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+        reason = (f"timed out after {args.timeout} s" if isinstance(exc, TimeoutError) else str(exc))
+        emit({**base, "status": "failed", "world_size": args.world_size, "reason": reason,
+              "ranks_reported": len(rank_results)}, args.out)
+        return 1
+    for proc in procs:
+        proc.join(timeout=30)
+    rank_results.sort(key=lambda r: r["rank"])
+    fatal = [r for r in rank_results if r.get("fatal")]
+    rows, errors = merge(rank_results)
+    payload = {**base, "world_size": args.world_size, "results": rows, "errors": errors,
+               "torch": rank_results[0].get("torch", ""), "nccl": rank_results[0].get("nccl", ""),
+               "gpu_name": rank_results[0].get("gpu_name", ""), "seconds": round(time.time() - started, 1)}
+    if fatal:
+        payload.update(status="failed", reason=f"rank {fatal[0]['rank']}: {fatal[0]['fatal']}",
+                       traceback=fatal[0].get("traceback", ""))
+        emit(payload, args.out)
+        return 1
+    payload["status"] = "ok" if rows else "failed"
+    if not rows:
+        payload["reason"] = "no measurement succeeded: " + "; ".join(e["error"] for e in errors[:3])
+    emit(payload, args.out)
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
