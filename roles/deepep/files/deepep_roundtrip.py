@@ -85,8 +85,11 @@ def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
         count_ok = int(expect[rank].item()) == recv_x.size(0)
         mean_us, min_us = timed(roundtrip, args.warmup, args.iters)
         ok = diff < 5e-6 and count_ok
+        # NVLink bytes per rank: the received tokens (bf16) come in on dispatch and go back on combine.
+        wire = int(recv_x.size(0)) * hidden * 2 * 2
         return {"ok": bool(ok), "rel_diff": diff, "recv_tokens": int(recv_x.size(0)), "count_ok": count_ok,
                 "latency_us_mean": round(mean_us, 2), "latency_us_min": round(min_us, 2),
+                "gbps_mean": round(wire / mean_us / 1e3, 1),
                 "tokens": tokens, "hidden": hidden, "topk": topk, "experts": experts}
     finally:
         buffer.destroy()
@@ -104,21 +107,31 @@ def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
         topk_idx = torch.topk(scores, topk, dim=-1, sorted=True)[1].to(torch.int64)
         topk_weights = torch.rand((tokens, topk), dtype=torch.float32, device="cuda", generator=gen)
 
-        def roundtrip():
+        def dispatch():
             recv, _count, handle, _, _ = buffer.low_latency_dispatch(x, topk_idx, tokens, experts,
-                                                                     use_fp8=False,
-                                                                     async_finish=False)
-            combined, _, _ = buffer.low_latency_combine(recv.clone(), topk_idx, topk_weights, handle)
-            return combined
+                                                                     use_fp8=False, async_finish=False)
+            return recv, handle
 
-        combined = roundtrip()
+        # Checked once: the experts' output is the received tokens themselves (copied out of the receive
+        # buffer, which combine reuses), so combined == x * sum(top-k weights).
+        recv, handle = dispatch()
+        combined, _, _ = buffer.low_latency_combine(recv.clone(), topk_idx, topk_weights, handle)
         torch.cuda.synchronize()
         ref = x.float() * topk_weights.sum(dim=1, keepdim=True)
         diff = rel_diff(combined.float(), ref)
+        # Timed: dispatch + combine of a separate "expert output" tensor, as after a grouped GEMM.
+        expert_out = recv.clone()
+
+        def roundtrip():
+            _, handle = dispatch()
+            buffer.low_latency_combine(expert_out, topk_idx, topk_weights, handle)
+
         mean_us, min_us = timed(roundtrip, args.warmup, args.iters)
+        # Bytes on the wire per rank: every (token, expert) pair sends hidden bf16 values each way.
+        wire = tokens * topk * hidden * 2 * 2
         return {"ok": bool(diff < 1e-5), "rel_diff": diff, "latency_us_mean": round(mean_us, 2),
-                "latency_us_min": round(min_us, 2), "tokens": tokens, "hidden": hidden, "topk": topk,
-                "experts": experts}
+                "latency_us_min": round(min_us, 2), "gbps_mean": round(wire / mean_us / 1e3, 1),
+                "tokens": tokens, "hidden": hidden, "topk": topk, "experts": experts}
     finally:
         buffer.destroy()
 
