@@ -96,11 +96,11 @@ def test_scenarios_found():
 
 @pytest.mark.molecule
 def test_image_build_is_idempotent(molecule_image):
-    """A second build with the same recipe is a fast no-op (the session fixture did the first one)."""
-    rc, text, seconds = run_bounded([str(BUILD_IMAGE)], 120, LOG_DIR / "build-image-again.log")
+    """A second build with the same recipe is a no-op (the session fixture did the first one)."""
+    rc, text, _seconds = run_bounded([str(BUILD_IMAGE)], 120, LOG_DIR / "build-image-again.log")
     assert rc == 0, tail(text)
     assert "is up to date" in text and "nothing to do" in text, tail(text)
-    assert seconds < 30, f"an up-to-date image took {seconds:.1f} s to check"
+    assert "debootstrap" not in text, f"rebuilt although the recipe did not change:\n{tail(text)}"
 
 
 @pytest.mark.molecule

@@ -35,8 +35,35 @@ for tool in podman debootstrap timeout flock sha256sum; do
   command -v "$tool" >/dev/null || die "'$tool' is not installed: run scripts/bootstrap.sh (apt: podman runc debootstrap)"
 done
 
-# The recipe hash: any change to this script (packages, image tweaks) or the suite rebuilds the image.
-recipe=$( { cat "${BASH_SOURCE[0]}"; echo "$suite"; printf '%s\n' "${packages[@]}"; } | sha256sum | cut -c1-16)
+# debootstrap and the rootfs it writes need root: sudo when not root (podman itself may run rootless).
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || die "debootstrap needs root: run as root or install sudo"
+  as_root=(sudo -n)
+fi
+
+# Container tweaks: a fresh machine-id per container, apt pointed at the same mirror, no package cache, and
+# the units that cannot work in a container masked so `systemctl is-system-running` can reach `running`.
+customize_rootfs() {
+  local rootfs=$1 unit
+  "${as_root[@]}" truncate -s 0 "$rootfs/etc/machine-id"
+  printf 'deb %s %s main\n' "$mirror" "$suite" | "${as_root[@]}" tee "$rootfs/etc/apt/sources.list" >/dev/null
+  for unit in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
+              systemd-remount-fs.service systemd-modules-load.service sys-kernel-config.mount \
+              sys-kernel-debug.mount sys-kernel-tracing.mount sys-fs-fuse-connections.mount \
+              systemd-firstboot.service systemd-hwdb-update.service apt-daily.timer apt-daily-upgrade.timer; do
+    "${as_root[@]}" ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
+  done
+  "${as_root[@]}" find "$rootfs/var/cache/apt/archives" "$rootfs/var/lib/apt/lists" -type f -delete
+  "${as_root[@]}" find "$rootfs/var/log" -name '*.log' -type f -delete
+}
+# Image settings given to `podman import --change`.
+import_changes=('CMD ["/sbin/init"]' 'ENV container=podman' 'STOPSIGNAL SIGRTMIN+3')
+
+# The recipe hash: the suite, the packages, the tweaks and the image settings (not the mirror, not this
+# script's logging). Any change to them rebuilds the image.
+recipe=$( { echo "$suite"; printf '%s\n' "${packages[@]}" "${import_changes[@]}"; declare -f customize_rootfs; } \
+  | sha256sum | cut -c1-16)
 
 current_recipe() {
   podman image inspect --format '{{ index .Labels "epforge.recipe" }}' "$image" 2>/dev/null || true
@@ -65,7 +92,7 @@ fi
 cache_dir=${XDG_CACHE_HOME:-$HOME/.cache}/epforge/debootstrap
 mkdir -p "$cache_dir"
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/epforge-rootfs.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap '"${as_root[@]}" rm -rf "$work"' EXIT
 rootfs=$work/rootfs
 build_log=$cache_dir/build-$suite.log
 
@@ -73,32 +100,20 @@ start=$(date +%s)
 log "building $image (recipe $recipe) from $mirror $suite; packages: ${packages[*]}"
 log "debootstrap log: $build_log (timeout ${timeout_s}s)"
 include=$(IFS=,; echo "${packages[*]}")
-if ! timeout "$timeout_s" debootstrap --variant=minbase --include="$include" --cache-dir="$cache_dir" \
+if ! "${as_root[@]}" timeout "$timeout_s" debootstrap --variant=minbase --include="$include" --cache-dir="$cache_dir" \
       "$suite" "$rootfs" "$mirror" >"$build_log" 2>&1; then
   tail -n 30 "$build_log" >&2
   die "debootstrap failed or ran past ${timeout_s}s (log above, full log: $build_log)"
 fi
 log "debootstrap done in $(( $(date +%s) - start ))s"
 
-# Container tweaks: a fresh machine-id per container, apt pointed at the same mirror, no docs cache, and the
-# units that cannot work in a container masked so `systemctl is-system-running` can reach `running`.
-: >"$rootfs/etc/machine-id"
-printf 'deb %s %s main\n' "$mirror" "$suite" >"$rootfs/etc/apt/sources.list"
-for unit in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
-            systemd-remount-fs.service systemd-modules-load.service sys-kernel-config.mount \
-            sys-kernel-debug.mount sys-kernel-tracing.mount sys-fs-fuse-connections.mount \
-            systemd-firstboot.service systemd-hwdb-update.service apt-daily.timer apt-daily-upgrade.timer; do
-  ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
-done
-rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*.log
-
+customize_rootfs "$rootfs"
 log "importing into podman"
 old_id=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-tar -C "$rootfs" --numeric-owner -cf - . \
-  | timeout 300 podman import --quiet \
-      --change 'CMD ["/sbin/init"]' \
-      --change 'ENV container=podman' \
-      --change 'STOPSIGNAL SIGRTMIN+3' \
+changes=()
+for change in "${import_changes[@]}"; do changes+=(--change "$change"); done
+"${as_root[@]}" tar -C "$rootfs" --numeric-owner -cf - . \
+  | timeout 300 podman import --quiet "${changes[@]}" \
       --change "LABEL epforge.recipe=$recipe" \
       --change "LABEL epforge.suite=$suite" \
       --message "epforge molecule host: debootstrap $suite minbase + ${packages[*]}" \
