@@ -9,6 +9,7 @@ apt install, nvcc verification), not NVIDIA's packages. Contents, all built here
                               real-format `nvcc --version` (CUDA 12.8 U1: V12.8.93) and the arch lists
   cuda-toolkit-12-9_*.deb     the same for 12.9 (so a test can show the role installs the named package)
   Packages, Release, InRelease  a flat repository ("deb URL /"), InRelease clear-signed with the test key
+  other-keyring.gpg           a keyring with an unrelated key (not part of the index)
 Needs dpkg-deb and gpg on the machine that builds it. Usage: build_fake_cuda_repo.py OUT_DIR
 """
 
@@ -114,6 +115,16 @@ def main() -> None:
             "Architectures: all amd64 arm64\n"
             f"SHA256:\n {hashlib.sha256(packages).hexdigest()} {len(packages)} Packages\n")
         run([*gpg, "--clearsign", "-o", str(out / "InRelease"), str(out / "Release")], env=env)
+        # A keyring with another key, for the "repository not signed by this keyring" case.
+        other = Path(tempfile.mkdtemp(prefix="epforge-gnupg-other-"))
+        try:
+            other_env = dict(os.environ, GNUPGHOME=str(other))
+            run([*gpg, "--quick-gen-key", "epforge molecule unrelated key", "ed25519", "sign", "never"],
+                env=other_env)
+            (out / "other-keyring.gpg").write_bytes(
+                subprocess.run([*gpg, "--export"], env=other_env, check=True, capture_output=True).stdout)
+        finally:
+            shutil.rmtree(other, ignore_errors=True)
     finally:
         shutil.rmtree(gnupg, ignore_errors=True)
     print(f"fake CUDA repository in {out}: {', '.join(d.name for d in debs)}")
