@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "molecule" / "_podman"
@@ -92,6 +93,23 @@ def molecule_image() -> str:
 
 def test_scenarios_found():
     assert "preflight" in SCENARIOS, f"scenarios found: {SCENARIOS}"
+
+
+def test_scenario_and_container_names_are_unique():
+    """`-s NAME` must find the folder's scenario, and podman platform names must not collide: create.yml
+    removes any container of a platform's name before starting it."""
+    owners: dict[str, str] = {}
+    for scenario in SCENARIOS:
+        config = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text()) or {}
+        assert config.get("scenario", {}).get("name", scenario) == scenario, (
+            f"molecule/{scenario}/molecule.yml renames its scenario; keep the folder name"
+        )
+        if config.get("driver", {}).get("name", "podman") != "podman":
+            continue  # localhost scenarios (delegated driver) start no containers
+        for platform in config.get("platforms", []):
+            name = platform["name"]
+            assert name not in owners, f"platform {name} is used by scenarios {owners[name]} and {scenario}"
+            owners[name] = scenario
 
 
 @pytest.mark.molecule
