@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs libibverbs-dev rsync)
+apt_packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs libibverbs-dev rsync gnupg gcc g++ dpkg-dev git)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
