@@ -154,6 +154,7 @@ def test_process_lifecycle(server, tmp_path):
     # The server binds loopback only.
     listening = Path("/proc/net/tcp").read_text()
     assert f"0100007F:{server['settings']['port']:04X}" in listening
+    assert f"00000000:{server['settings']['port']:04X}" not in listening
 
     second = run_module(MODULE, server, tmp_path)
     assert second["_rc"] == 0 and second["changed"] is False and second["pid"] == pid
@@ -243,3 +244,35 @@ def test_taken_port_is_refused_before_a_start(server, tmp_path):
         result = run_module(MODULE, server, tmp_path)
     assert result["failed"] is True and "already taken by another process" in result["msg"]
     assert not Path(server["state_dir"], "standin-test.pid").exists()
+
+
+def test_launcher_redacts_the_key_across_reads_and_long_lines(monkeypatch):
+    import importlib.util  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("epforge_sglang_launch", LAUNCHER)
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    key = KEY.encode()
+    payload = (b"server_args={'api_key': '" + key + b"'}\n" + b"x" * 70000 + key + b"y" * 10
+               + b"\npartial " + key)
+    read_fd, write_fd = os.pipe()
+
+    def writer():
+        # Small writes, so the key is split across reads.
+        for i in range(0, len(payload), 7):
+            os.write(write_fd, payload[i:i + 7])
+        os.close(write_fd)
+
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", type("S", (), {"buffer": out})())
+    thread = threading.Thread(target=writer)
+    thread.start()
+    launcher.copy_redacted(read_fd, key)
+    thread.join()
+    os.close(read_fd)
+    text = out.getvalue()
+    assert key not in text
+    assert text.count(b"<redacted>") == 3
+    assert len(text) == len(payload) - 3 * len(key) + 3 * len(b"<redacted>")
