@@ -159,6 +159,10 @@ def test_process_lifecycle(server, tmp_path):
     second = run_module(MODULE, server, tmp_path)
     assert second["_rc"] == 0 and second["changed"] is False and second["pid"] == pid
 
+    restarted = run_module(MODULE, {**server, "state": "restarted"}, tmp_path)
+    assert restarted["changed"] is True and restarted["restarted"] is True and restarted["pid"] != pid
+    pid = restarted["pid"]
+
     check = run_module(MODULE, {**server, "settings": {**server["settings"], "tp_size": 4}}, tmp_path,
                        check=True, diff=True)
     assert check["changed"] is True and "--tp-size\n4\n" in check["diff"][0]["after"]
@@ -175,6 +179,10 @@ def test_process_lifecycle(server, tmp_path):
     assert not Path(f"/proc/{changed['pid']}/cmdline").exists() or not Path(
         f"/proc/{changed['pid']}/cmdline").read_bytes()
     assert run_module(MODULE, {**server, "state": "stopped"}, tmp_path)["changed"] is False
+    removed = run_module(MODULE, {**server, "state": "absent"}, tmp_path)
+    assert removed["changed"] is True
+    assert not any(Path(server["state_dir"]).iterdir())
+    assert run_module(MODULE, {**server, "state": "absent"}, tmp_path)["changed"] is False
 
 
 def test_process_crash_is_classified_fast(server, tmp_path):
