@@ -59,6 +59,17 @@ options:
     description: Seconds the parser may take (importing SGLang imports torch).
     type: int
     default: 180
+  cache_path:
+    description:
+      - JSON file remembering the last successful check. When the flags, the SGLang version, I(python),
+        I(cache_evidence) and this module's check script are unchanged, the earlier outcome is returned
+        without running the parser (no import of torch and SGLang on a rerun). Not written in check mode.
+      - Failed checks are never remembered.
+    type: path
+  cache_evidence:
+    description: Extra evidence the remembered outcome depends on (the install stamp's hash, for example).
+    type: str
+    default: ""
 author: epforge developers
 """
 
@@ -103,6 +114,10 @@ warnings_sglang:
   returned: success
   type: list
   elements: str
+cached:
+  description: Whether the outcome came from I(cache_path) instead of a run of the parser.
+  returned: success
+  type: bool
 notes:
   description: Findings of epforge about the flags (abbreviated flags that a later release may reject).
   returned: success
@@ -119,6 +134,7 @@ problems:
   elements: str
 """
 
+import hashlib
 import json
 import os
 import re
@@ -305,6 +321,32 @@ def run_parser_batch(python: str, argvs: list[list[str]], *, construct: bool = T
     return results
 
 
+def cache_key_of(argv: list[str], version: str | None, python: str, construct: bool, evidence: str) -> str:
+    """What a remembered outcome depends on: the flags, SGLang's version, the python, the check script."""
+    return hashlib.sha256(json.dumps([argv, version, python, construct, evidence, CHECK_SCRIPT]).encode()
+                          ).hexdigest()
+
+
+def read_cache(path: str, key: str) -> dict | None:
+    """The outcome of an earlier successful check with the same key, else None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data.get("outcome") if isinstance(data, dict) and data.get("key") == key else None
+
+
+def write_cache(path: str, key: str, outcome: dict) -> None:
+    """Remember a successful check (atomically), so an unchanged rerun needs no SGLang import."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump({"key": key, "outcome": outcome}, handle, indent=1, sort_keys=True, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -316,6 +358,8 @@ def main() -> None:
             "use_parser": {"type": "bool", "default": True},
             "construct": {"type": "bool", "default": True},
             "timeout": {"type": "int", "default": 180},
+            "cache_path": {"type": "path"},
+            "cache_evidence": {"type": "str", "default": ""},
         },
         required_one_of=[("settings", "argv")],
         mutually_exclusive=[("settings", "argv")],
@@ -357,6 +401,11 @@ def main() -> None:
         module.exit_json(changed=False, argv=shown_argv, parsed={}, constructed=False, notes=[],
                          warnings_sglang=[], sglang_version=version)
 
+    cache_key = cache_key_of(argv, version, python, params["construct"], params["cache_evidence"])
+    cached = read_cache(params["cache_path"], cache_key) if params["cache_path"] else None
+    if cached is not None:
+        module.exit_json(changed=False, argv=shown_argv, cached=True, **cached)
+
     result = run_parser(python, argv, construct=params["construct"], timeout=params["timeout"])
     if not result["ok"]:
         # The output can echo argv: hide any api key the raw argv carried.
@@ -370,9 +419,12 @@ def main() -> None:
         module.fail_json(msg=f"{what} (sglang {version}): {result['parser_error']}",
                          cmd=result["cmd"], rc=result["rc"], log_tail=tail(output),
                          parser_error=result["parser_error"], argv=shown_argv, sglang_version=version)
-    module.exit_json(changed=False, argv=shown_argv, sglang_version=result["sglang_version"],
-                     parsed=result["parsed"], constructed=result["constructed"], notes=result["notes"],
-                     warnings_sglang=result["warnings"], seconds=result["seconds"])
+    outcome = {"sglang_version": result["sglang_version"], "parsed": result["parsed"],
+               "constructed": result["constructed"], "notes": result["notes"],
+               "warnings_sglang": result["warnings"]}
+    if params["cache_path"] and not module.check_mode:
+        write_cache(params["cache_path"], cache_key, outcome)
+    module.exit_json(changed=False, argv=shown_argv, cached=False, seconds=result["seconds"], **outcome)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 import pytest
+import sglang_flags_check
 import sglang_install
 from ansible.module_utils.epforge_sglang_args import (
     FLAG_ORDER,
@@ -335,3 +336,23 @@ def test_flags_check_never_returns_the_api_key():
     rc, res = run_module("sglang_flags_check", {"python": "/x", "use_parser": False,
                                                 "argv": ["--model-path", "m", "--api-key", "TOPSECRET"]})
     assert rc == 0 and "TOPSECRET" not in json.dumps(res)
+
+
+def test_flags_check_remembered_outcome_needs_the_same_evidence(tmp_path):
+    # sys.executable has no SGLang: any answer without an error came from the remembered outcome.
+    cache = tmp_path / "flags.json"
+    outcome = {"sglang_version": "0.5.23", "parsed": {"tp_size": 8}, "constructed": True, "notes": [],
+               "warnings_sglang": []}
+    key = sglang_flags_check.cache_key_of(MOTIVATING_ARGV_0523, "0.5.23", sys.executable, True, "stamp-1")
+    sglang_flags_check.write_cache(str(cache), key, outcome)
+    args = {"python": sys.executable, "settings": MOTIVATING, "sglang_version": "0.5.23",
+            "cache_path": str(cache), "cache_evidence": "stamp-1"}
+    rc, res = run_module("sglang_flags_check", args)
+    assert rc == 0, res
+    assert res["cached"] is True and res["parsed"] == {"tp_size": 8}
+    # Another install (evidence) or other flags: SGLang must be asked (and here it is missing).
+    for change in ({"cache_evidence": "stamp-2"}, {"settings": {**MOTIVATING, "tp_size": 4}}):
+        rc, res = run_module("sglang_flags_check", {**args, **change})
+        assert rc != 0 and "SGLang's parser failed" in res["msg"], res
+        assert "No module named 'sglang'" in res["log_tail"]
+    assert json.loads(cache.read_text())["key"] == key

@@ -298,16 +298,23 @@ def run_role(tmp_path: Path, python: str, server: dict, *, check: bool = False, 
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
     out = json.loads(proc.stdout[proc.stdout.index("{"):])
-    changed, failures = [], []
+    changed, failures, results = [], [], {}
     for play in out["plays"]:
         for task in play["tasks"]:
             for host, res in task["hosts"].items():
+                results[(host, task["task"]["name"])] = res
                 if res.get("changed"):
                     changed.append((host, task["task"]["name"]))
                 if res.get("failed"):
                     failures.append(res.get("msg", ""))
     return {"rc": proc.returncode, "seconds": time.monotonic() - started, "changed": changed,
-            "failures": failures, "stats": out.get("stats", {})}
+            "failures": failures, "stats": out.get("stats", {}), "results": results}
+
+
+def flags_result(run: dict, host: str = "localhost") -> dict:
+    """The result of the role's parser task on host."""
+    name = f"sglang : Validate the server settings with the parser of SGLang {SGLANG_VERSION}"
+    return run["results"][(host, name)]
 
 
 def test_role_installs_validates_and_reruns_with_no_change(sglang_env, tmp_path):
@@ -321,11 +328,21 @@ def test_role_installs_validates_and_reruns_with_no_change(sglang_env, tmp_path)
     assert fact["server_flags"]["argv"] == MOTIVATING_ARGV
     assert (tmp_path / "state" / "sglang.stamp.json").exists()
     assert "sglang_install" in (tmp_path / "log" / "sglang-install.log").read_text()
+    assert flags_result(first)["cached"] is False
 
     second = run_role(tmp_path, python, MOTIVATING, name="second")
     assert second["rc"] == 0, second["failures"]
     assert second["changed"] == []
     assert second["stats"]["localhost"]["changed"] == 0
+    # Nothing changed, so neither pip nor SGLang's parser ran again: the remembered outcome was returned.
+    assert flags_result(second)["cached"] is True
+    assert flags_result(second)["parsed"] == flags_result(first)["parsed"]
+
+    # Other settings are checked by SGLang again, not answered from the remembered outcome.
+    third = run_role(tmp_path, python, {**MOTIVATING, "cuda_graph_max_bs": 16}, name="third")
+    assert third["rc"] == 0, third["failures"]
+    assert flags_result(third)["cached"] is False
+    assert flags_result(third)["parsed"]["cuda_graph_max_bs_decode"] == 16
 
 
 def test_role_refuses_bad_settings_with_sglangs_message(sglang_env, tmp_path):
