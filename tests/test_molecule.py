@@ -76,7 +76,16 @@ def run_bounded(
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
-    return "\n".join(text.splitlines()[-lines:])
+    """The last lines, preceded by the first Ansible failure when it lies before them."""
+    all_lines = text.splitlines()
+    start = max(0, len(all_lines) - lines)
+    first_failure = next(
+        (i for i, line in enumerate(all_lines) if line.startswith(("fatal:", "failed:", "[ERROR]"))), None
+    )
+    head = []
+    if first_failure is not None and first_failure < start:
+        head = [*all_lines[first_failure : min(first_failure + 20, start)], "[...]"]
+    return "\n".join(head + all_lines[start:])
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +152,8 @@ def test_molecule_scenario(scenario, request, record_property, tmp_path):
         "--scenario-name",
         scenario,
     ]
-    rc, text, seconds = run_bounded(argv, SCENARIO_TIMEOUT, LOG_DIR / f"{scenario}.log", tmp_path)
+    log = LOG_DIR / f"{scenario}.log"
+    rc, text, seconds = run_bounded(argv, SCENARIO_TIMEOUT, log, tmp_path)
     record_property("duration_s", round(seconds, 1))
     if rc is None:
         # The containers outlive a killed run: remove them so the next run starts clean.
@@ -151,7 +161,8 @@ def test_molecule_scenario(scenario, request, record_property, tmp_path):
         run_bounded(destroy, 120, LOG_DIR / f"{scenario}-destroy.log", tmp_path)
         pytest.fail(f"molecule test -s {scenario} ran past {SCENARIO_TIMEOUT} s; output tail:\n{tail(text)}")
     assert rc == 0, (
-        f"molecule test -s {scenario} failed (rc {rc}) after {seconds:.0f} s; output tail:\n{tail(text)}"
+        f"molecule test -s {scenario} failed (rc {rc}) after {seconds:.0f} s "
+        f"(full log: {log.relative_to(ROOT)}); output tail:\n{tail(text)}"
     )
     # The shared sequence must really have converged twice (idempotence) and verified.
     for step in ("create", "converge", "idempotence", "verify", "destroy"):
