@@ -34,7 +34,8 @@ options:
     type: path
     required: true
   gpu_count:
-    description: GPUs on the host (from C(epforge_gpu_facts)); 0 skips with the reason, -1 lets the script find out.
+    description:
+      - GPUs on the host (from C(epforge_gpu_facts)); 0 skips with the reason, -1 lets the script find out.
     type: int
     default: -1
   gpus:
@@ -116,7 +117,8 @@ options:
   backend:
     description:
       - C(nccl) on GPUs (what serving uses). C(gloo) runs the same probe on CPU processes, without CUDA
-        graphs, to exercise the whole path on a host without a GPU (tests); its figures say nothing about GPUs.
+        graphs, to exercise the whole path on a host without a GPU (tests); its figures say nothing about
+        GPUs.
     type: str
     choices: [nccl, gloo]
     default: nccl
@@ -172,7 +174,8 @@ ansible_facts:
           type: list
           elements: dict
           sample:
-            - {variant: default, op: allreduce, mode: eager, tokens: 1, mean_us: 23.1, median_us: 22.4, p99_us: 31.0}
+            - {variant: default, op: allreduce, mode: graph, tokens: 1, mean_us: 11.0, median_us: 11.0,
+               p99_us: 11.3}
         estimate:
           description: >-
             Per variant, mode and token count, the communication microseconds of one decode step with TP
@@ -207,7 +210,8 @@ def model_spec(model: dict | None) -> dict:
         if not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 0:
             raise ValueError(f"model {key} must be an integer >= 0, got {spec[key]!r}")
     if spec["moe_layers"] > spec["num_layers"]:
-        raise ValueError(f"model moe_layers ({spec['moe_layers']}) cannot exceed num_layers ({spec['num_layers']})")
+        raise ValueError(f"model moe_layers ({spec['moe_layers']}) cannot exceed num_layers "
+                         f"({spec['num_layers']})")
     return spec
 
 
@@ -242,7 +246,8 @@ def estimate(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict
 
 
 def inputs_hash(params: dict, script_sha: str) -> str:
-    keys = ("backend", "gpus", "world_size", "tokens", "hidden", "dtype", "iters", "warmup", "graph_calls", "cuda_graphs",
+    keys = ("backend", "gpus", "world_size", "tokens", "hidden", "dtype", "iters", "warmup", "graph_calls",
+            "cuda_graphs",
             "variants", "env", "python")
     stamp = {k: params[k] for k in keys}
     stamp["script_sha256"] = script_sha
@@ -398,10 +403,12 @@ def main() -> None:
         if raw is not None and p["output_dir"]:
             atomic_write(os.path.join(p["output_dir"], f"collective-probe-{variant['name']}.json"), raw)
         if rc == NO_GPU_RC and raw is not None and raw.get("status") == "skipped":
-            module.exit_json(changed=False, skipped=True, measured=False, msg=raw.get("reason", "no usable GPU"))
+            module.exit_json(changed=False, skipped=True, measured=False,
+                             msg=raw.get("reason", "no usable GPU"))
         if rc != 0 or raw is None or raw.get("status") != "ok":
             reason = (raw or {}).get("reason") or ("timed out" if rc == 124 else f"exit code {rc}")
-            module.fail_json(msg=f"collective probe variant {variant['name']} failed: {reason}", cmd=argv, rc=rc,
+            module.fail_json(msg=f"collective probe variant {variant['name']} failed: {reason}", cmd=argv,
+                             rc=rc,
                              log_tail=tail_file(p["log_path"]), log_path=p["log_path"],
                              probe=raw, variant=variant)
         record["variants"][variant["name"]] = {

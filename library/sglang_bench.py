@@ -94,8 +94,15 @@ options:
     type: path
     default: /var/log/epforge/sglang-bench.log
   fact_path:
-    description: Local fact file to append this run to (for example C(/etc/ansible/facts.d/epforge_bench.fact)).
+    description:
+      - Local fact file to append this run to (for example C(/etc/ansible/facts.d/epforge_bench.fact)).
     type: path
+  record_success:
+    description:
+      - Append a successful run to O(fact_path). False records failures only (a warm-up run: its failure is
+        the run's failure, its figures are not a measurement).
+    type: bool
+    default: true
   history_max:
     description: Entries the history keeps (the oldest beyond it are dropped).
     type: int
@@ -218,6 +225,7 @@ def main() -> None:
             "log_path": {"type": "path", "default": "/var/log/epforge/sglang-bench.log"},
             "fact_path": {"type": "path"},
             "history_max": {"type": "int", "default": 50},
+            "record_success": {"type": "bool", "default": True},
             "record": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
@@ -248,7 +256,8 @@ def main() -> None:
                       ready_check_timeout=p["ready_check_timeout"], extra_args=p["extra_args"])
     if module.check_mode:
         module.exit_json(changed=True, argv=argv, msg=f"would run workload {workload['name']} against "
-                         f"{p['base_url']}" + (f" and append it to {p['fact_path']}" if p["fact_path"] else ""))
+                         f"{p['base_url']}"
+                         + (f" and append it to {p['fact_path']}" if p["fact_path"] else ""))
 
     context = dict(p["record"])
     if "server" in context:
@@ -319,7 +328,8 @@ def main() -> None:
     mismatch = check_record_matches(record, workload)
     if mismatch:
         finish_failed("bench_serving ran another workload than asked: " + "; ".join(mismatch),
-                      "workload_mismatch", "the client's recorded workload differs from the request", rc, output,
+                      "workload_mismatch", "the client's recorded workload differs from the request", rc,
+                      output,
                       result_file=result_file)
     failed_requests = workload["num_prompts"] - int(figures["completed"])
     figures["failed_requests"] = failed_requests
@@ -332,13 +342,14 @@ def main() -> None:
     entry.update(status="ok", figures=figures, client_recorded=record_workload(record),
                  server_version=(record.get("server_info") or {}).get("version"))
     history_length = None
-    if p["fact_path"]:
+    if p["fact_path"] and p["record_success"]:
         try:
             history_length = len(record_run(p["fact_path"], entry, p["history_max"])["history"])
         except (BenchError, OSError) as exc:
             module.fail_json(msg=f"benchmark ran but could not be recorded in {p['fact_path']}: {exc}",
                              figures=figures, ansible_facts={"epforge_bench_result": entry})
-    module.exit_json(changed=True, argv=argv, figures=figures, result_file=result_file, seconds=round(seconds, 2),
+    module.exit_json(changed=True, argv=argv, figures=figures, result_file=result_file,
+                     seconds=round(seconds, 2),
                      history_length=history_length, ansible_facts={"epforge_bench_result": entry},
                      msg=(f"{workload['name']}: {figures['output_throughput']:.1f} output tok/s, "
                           f"TTFT median {figures['ttft_median_ms']:.1f} ms, TPOT median "

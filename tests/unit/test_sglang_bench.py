@@ -1,0 +1,162 @@
+"""sglang_bench module end to end: SGLang's REAL bench_serving client (sglang 0.5.23, in a venv built once by
+tests/fixtures/bench_serving/bench_env.py) against the SGLang stand-in server (tests/sglang_standin, a TEST
+DOUBLE), with a local tokenizer; real processes, real HTTP, real files. Plus the failure paths (server down, a
+client that hangs past the timeout, a client that writes a cut-off line) and the history they leave."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = ROOT / "library" / "sglang_bench.py"
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
+import bench_env  # noqa: E402
+
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+WORKLOAD = {"name": "smoke", "input_len": 64, "output_len": 16, "num_prompts": 8, "max_concurrency": 4}
+
+
+def run_module(args: dict, tmp_path: Path, *, check: bool = False, timeout: float = 600) -> dict:
+    import subprocess  # noqa: PLC0415
+
+    payload = {**args, "_ansible_check_mode": check}
+    args_file = tmp_path / f"args-{time.monotonic_ns()}.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(MODULE), str(args_file)], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    result["_rc"] = proc.returncode
+    result["_stdout"] = proc.stdout
+    return result
+
+
+@pytest.fixture(scope="session")
+def client(tmp_path_factory):
+    """(python of the bench client venv, local tokenizer directory)."""
+    log = tmp_path_factory.mktemp("client") / "build.log"
+    with open(log, "ab") as handle:
+        python = bench_env.bench_client_python(log=handle)
+    tok = bench_env.make_tokenizer_with(python, tmp_path_factory.mktemp("tok") / "tokenizer")
+    return python, tok
+
+
+@pytest.fixture
+def standin(client, tmp_path):
+    _, tok = client
+    proc, url = bench_env.start_standin(str(tok), log_path=tmp_path / "standin.log")
+    yield url
+    bench_env.stop(proc)
+
+
+def base_args(client, tmp_path, url):
+    python, tok = client
+    return {"python": str(python), "base_url": url, "tokenizer": str(tok), "workload": WORKLOAD,
+            "work_dir": str(tmp_path / "bench"), "log_path": str(tmp_path / "log" / "bench.log"),
+            "fact_path": str(tmp_path / "facts" / "epforge_bench.fact"), "timeout": 300,
+            "record": {"label": "tp1-standin", "server": {"model_path": str(tok), "tp_size": 1},
+                       "stack": {"name": "cu130"}}}
+
+
+def test_real_client_against_standin_records_and_appends(client, standin, tmp_path):
+    args = base_args(client, tmp_path, standin)
+    first = run_module(args, tmp_path)
+    assert first["_rc"] == 0, first.get("msg")
+    assert first["changed"] is True
+    # the figures are exactly what the client wrote to its result file
+    raw = json.loads(Path(first["result_file"]).read_text().strip().splitlines()[-1])
+    figures = first["figures"]
+    assert figures["completed"] == 8 and figures["failed_requests"] == 0
+    assert figures["output_throughput"] == raw["output_throughput"] > 0
+    assert figures["tpot_median_ms"] == raw["median_tpot_ms"] > 0
+    assert figures["e2e_p99_ms"] == raw["p99_e2e_latency_ms"]
+    assert raw["total_output_tokens"] == 8 * 16 and raw["total_input_tokens"] == 8 * 64
+    assert raw["random_range_ratio"] == 1.0 and raw["tag"] == "smoke"
+    entry = first["ansible_facts"]["epforge_bench_result"]
+    assert entry["status"] == "ok" and entry["label"] == "tp1-standin"
+    assert entry["server"]["tp_size"] == 1 and entry["stack"]["name"] == "cu130"
+    assert entry["server_version"] == "0.0.0+standin"
+
+    second = run_module(args, tmp_path)
+    assert second["_rc"] == 0 and second["history_length"] == 2
+    fact = json.loads(Path(args["fact_path"]).read_text())
+    assert [e["id"] for e in fact["history"]] == [entry["id"], second["ansible_facts"]["epforge_bench_result"]["id"]]
+    assert fact["last_ok"]["id"] == fact["last"]["id"] and fact["runs"] == 2
+
+    # check mode runs nothing and writes nothing
+    checked = run_module(args, tmp_path, check=True)
+    assert checked["changed"] is True and "would run" in checked["msg"]
+    assert json.loads(Path(args["fact_path"]).read_text())["runs"] == 2
+
+
+def test_server_down_fails_classified_and_keeps_history(client, tmp_path):
+    args = base_args(client, tmp_path, f"http://127.0.0.1:{bench_env.free_port()}")
+    fact_path = Path(args["fact_path"])
+    fact_path.parent.mkdir(parents=True)
+    earlier = {"schema": 1, "runs": 1, "failures": 0, "history_max": 50, "last": {"id": "old", "status": "ok"},
+               "last_ok": {"id": "old", "status": "ok"}, "history": [{"id": "old", "status": "ok"}]}
+    fact_path.write_text(json.dumps(earlier))
+    result = run_module({**args, "ready_check_timeout": 2}, tmp_path)
+    assert result["_rc"] != 0 and result["failed"] is True
+    assert result["failure_class"] in ("server_not_ready", "connection_refused")
+    assert result["log_tail"]  # the client's own words
+    fact = json.loads(fact_path.read_text())
+    assert [e["id"] for e in fact["history"]][0] == "old" and len(fact["history"]) == 2
+    assert fact["last"]["status"] == "failed" and fact["last_ok"]["id"] == "old"
+    assert fact["last"]["error"]["class"] == result["failure_class"]
+
+
+FAKE_CLIENT = """
+import sys, time
+args = sys.argv[1:]
+out = args[args.index("--output-file") + 1]
+mode = {mode!r}
+if mode == "truncated":
+    line = open({fixture!r}).read().strip()
+    open(out, "w").write(line[: len(line) // 2])
+    print("benchmark done (cut-off result line written)")
+elif mode == "hang":
+    print("waiting forever", flush=True)
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize(("mode", "klass"), [("truncated", "incomplete_result"), ("hang", "timeout")])
+def test_cut_off_result_and_hung_client_fail(mode, klass, tmp_path):
+    """A client TEST DOUBLE (client_module) that writes half a real result line, or never ends."""
+    pkg = tmp_path / "fakeclient"
+    pkg.mkdir()
+    fixture = ROOT / "tests" / "fixtures" / "bench_serving" / "plain-random-ids.jsonl"
+    (pkg / "fakebench.py").write_text(FAKE_CLIENT.format(mode=mode, fixture=str(fixture)))
+    args = {"python": sys.executable, "base_url": "http://127.0.0.1:9", "workload": WORKLOAD,
+            "client_module": "fakebench", "env": {"PYTHONPATH": str(pkg)}, "timeout": 3,
+            "work_dir": str(tmp_path / "bench"), "log_path": str(tmp_path / "bench.log"),
+            "fact_path": str(tmp_path / "epforge_bench.fact")}
+    started = time.monotonic()
+    result = run_module(args, tmp_path)
+    assert result["_rc"] != 0 and result["failure_class"] == klass
+    assert time.monotonic() - started < 30
+    assert "not complete JSON" in result["msg"] if mode == "truncated" else "timed out" in result["log_tail"]
+    fact = json.loads((tmp_path / "epforge_bench.fact").read_text())
+    assert fact["last"]["status"] == "failed" and fact["failures"] == 1
+
+
+def test_bad_input_is_refused_before_running(tmp_path):
+    result = run_module({"python": "python3", "base_url": "127.0.0.1:30000",
+                         "workload": {"dataset": "sharegpt", "num_prompts": 0},
+                         "fact_path": str(tmp_path / "f.fact")}, tmp_path)
+    assert result["_rc"] != 0
+    assert "absolute path" in result["msg"] and "http://" in result["msg"]
+    assert "download" in result["msg"] and "num_prompts must be >= 1" in result["msg"]
+    assert not (tmp_path / "f.fact").exists()
