@@ -4,7 +4,7 @@ Every test here needs a real SGLang: a venv with the stack's torch (from this ma
 SGLang installed by module sglang_install in parser-only mode (`--no-deps` plus the role's
 sglang_parser_deps). The venv is built once and cached under .cache/sglang-parser/<key> (gitignored, the
 key holds the SGLang, torch and Python versions and a hash of the parser deps); a fresh machine builds it in
-a few minutes (torch about 1.5 min and 5.4 GB, SGLang and its parser deps about 40 s and 0.3 GB).
+about 3 minutes (torch about 1.5 min and 5.4 GB, SGLang and its parser deps about 1.5 min and 0.36 GB).
 EPFORGE_SGLANG_PYTHON=/path/to/python uses an existing environment with the stack's SGLang instead.
 """
 
