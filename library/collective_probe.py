@@ -194,8 +194,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import run_logged, tail_file
 
 NO_GPU_RC = 3
-MODEL_DEFAULTS = {"name": "Kimi-K2.5 (DeepSeek-V3 layout)", "num_layers": 61, "moe_layers": 60,
-                  "allreduce_per_layer": 2, "a2a_per_moe_layer": 2, "ep_attention_allreduce_per_layer": 1}
+MODEL_DEFAULTS = {
+    "name": "Kimi-K2.5 (DeepSeek-V3 layout)",
+    "num_layers": 61,
+    "moe_layers": 60,
+    "allreduce_per_layer": 2,
+    "a2a_per_moe_layer": 2,
+    "ep_attention_allreduce_per_layer": 1,
+}
 
 
 def model_spec(model: dict | None) -> dict:
@@ -205,13 +211,19 @@ def model_spec(model: dict | None) -> dict:
     if unknown:
         raise ValueError(f"unknown model keys {unknown}: known are {sorted(MODEL_DEFAULTS)}")
     spec.update({k: v for k, v in (model or {}).items() if v is not None})
-    for key in ("num_layers", "moe_layers", "allreduce_per_layer", "a2a_per_moe_layer",
-                "ep_attention_allreduce_per_layer"):
+    for key in (
+        "num_layers",
+        "moe_layers",
+        "allreduce_per_layer",
+        "a2a_per_moe_layer",
+        "ep_attention_allreduce_per_layer",
+    ):
         if not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 0:
             raise ValueError(f"model {key} must be an integer >= 0, got {spec[key]!r}")
     if spec["moe_layers"] > spec["num_layers"]:
-        raise ValueError(f"model moe_layers ({spec['moe_layers']}) cannot exceed num_layers "
-                         f"({spec['num_layers']})")
+        raise ValueError(
+            f"model moe_layers ({spec['moe_layers']}) cannot exceed num_layers ({spec['num_layers']})"
+        )
     return spec
 
 
@@ -231,24 +243,42 @@ def estimate(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict
             continue
         a2a = by_key[(variant, mode, tokens, "all_to_all")]
         tp_us = model["num_layers"] * model["allreduce_per_layer"] * ar
-        ep_us = (dense * model["allreduce_per_layer"] * ar
-                 + model["moe_layers"] * (model["ep_attention_allreduce_per_layer"] * ar
-                                          + model["a2a_per_moe_layer"] * a2a))
-        rows.append({
-            "variant": variant, "mode": mode, "tokens": tokens,
-            "allreduce_us": ar, "all_to_all_us": a2a,
-            "tp_calls": model["num_layers"] * model["allreduce_per_layer"],
-            "tp_us": round(tp_us, 1), "ep_us": round(ep_us, 1),
-            "cheaper": "ep" if ep_us < tp_us else "tp",
-            "ep_over_tp": round(ep_us / tp_us, 3) if tp_us > 0 else None,
-        })
+        ep_us = dense * model["allreduce_per_layer"] * ar + model["moe_layers"] * (
+            model["ep_attention_allreduce_per_layer"] * ar + model["a2a_per_moe_layer"] * a2a
+        )
+        rows.append(
+            {
+                "variant": variant,
+                "mode": mode,
+                "tokens": tokens,
+                "allreduce_us": ar,
+                "all_to_all_us": a2a,
+                "tp_calls": model["num_layers"] * model["allreduce_per_layer"],
+                "tp_us": round(tp_us, 1),
+                "ep_us": round(ep_us, 1),
+                "cheaper": "ep" if ep_us < tp_us else "tp",
+                "ep_over_tp": round(ep_us / tp_us, 3) if tp_us > 0 else None,
+            }
+        )
     return rows
 
 
 def inputs_hash(params: dict, script_sha: str) -> str:
-    keys = ("backend", "gpus", "world_size", "tokens", "hidden", "dtype", "iters", "warmup", "graph_calls",
-            "cuda_graphs",
-            "variants", "env", "python")
+    keys = (
+        "backend",
+        "gpus",
+        "world_size",
+        "tokens",
+        "hidden",
+        "dtype",
+        "iters",
+        "warmup",
+        "graph_calls",
+        "cuda_graphs",
+        "variants",
+        "env",
+        "python",
+    )
     stamp = {k: params[k] for k in keys}
     stamp["script_sha256"] = script_sha
     return hashlib.sha256(json.dumps(stamp, sort_keys=True, default=str).encode()).hexdigest()
@@ -257,12 +287,34 @@ def inputs_hash(params: dict, script_sha: str) -> str:
 def probe_argv(params: dict, out_file: str) -> list[str]:
     gloo = params["backend"] == "gloo"
     modes = "eager,graph" if params["cuda_graphs"] and not gloo else "eager"
-    return [params["python"], params["script"], "--world-size", str(params["world_size"]),
-            "--tokens", ",".join(str(t) for t in params["tokens"]), "--hidden", str(params["hidden"]),
-            "--dtype", params["dtype"], "--modes", modes, "--iters", str(params["iters"]),
-            "--warmup", str(params["warmup"]), "--graph-calls", str(params["graph_calls"]),
-            "--timeout", str(params["timeout"]), "--out", out_file,
-            "--backend", params["backend"], "--device", "cpu" if gloo else "cuda"]
+    return [
+        params["python"],
+        params["script"],
+        "--world-size",
+        str(params["world_size"]),
+        "--tokens",
+        ",".join(str(t) for t in params["tokens"]),
+        "--hidden",
+        str(params["hidden"]),
+        "--dtype",
+        params["dtype"],
+        "--modes",
+        modes,
+        "--iters",
+        str(params["iters"]),
+        "--warmup",
+        str(params["warmup"]),
+        "--graph-calls",
+        str(params["graph_calls"]),
+        "--timeout",
+        str(params["timeout"]),
+        "--out",
+        out_file,
+        "--backend",
+        params["backend"],
+        "--device",
+        "cpu" if gloo else "cuda",
+    ]
 
 
 def validate_variants(variants: list[dict]) -> list[dict]:
@@ -325,9 +377,14 @@ def main() -> None:
             "warmup": {"type": "int", "default": 20},
             "graph_calls": {"type": "int", "default": 10},
             "cuda_graphs": {"type": "bool", "default": True},
-            "variants": {"type": "list", "elements": "dict",
-                         "default": [{"name": "default", "env": {}},
-                                     {"name": "nccl_p2p_disabled", "env": {"NCCL_P2P_DISABLE": "1"}}]},
+            "variants": {
+                "type": "list",
+                "elements": "dict",
+                "default": [
+                    {"name": "default", "env": {}},
+                    {"name": "nccl_p2p_disabled", "env": {"NCCL_P2P_DISABLE": "1"}},
+                ],
+            },
             "env": {"type": "dict", "default": {}},
             "model": {"type": "dict", "default": {}},
             "timeout": {"type": "float", "default": 300},
@@ -359,32 +416,58 @@ def main() -> None:
         module.fail_json(msg="bad collective_probe input: " + "; ".join(problems), problems=problems)
 
     if p["gpu_count"] == 0 and p["backend"] == "nccl":
-        module.exit_json(changed=False, skipped=True, measured=False,
-                         msg="no GPU on this host (epforge_gpu_facts.gpu_count is 0): nothing to probe")
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            measured=False,
+            msg="no GPU on this host (epforge_gpu_facts.gpu_count is 0): nothing to probe",
+        )
     if p["gpu_count"] == 1 and p["backend"] == "nccl":
-        module.exit_json(changed=False, skipped=True, measured=False,
-                         msg="one GPU on this host: a collective needs at least 2 ranks")
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            measured=False,
+            msg="one GPU on this host: a collective needs at least 2 ranks",
+        )
     if not os.path.isfile(p["script"]):
         module.fail_json(msg=f"probe script {p['script']} is missing: the collective_probe role installs it")
     with open(p["script"], "rb") as handle:
         script_sha = hashlib.sha256(handle.read()).hexdigest()
     digest = inputs_hash(dict(p, variants=variants), script_sha)
     previous = read_fact(p["fact_path"])
-    if (not p["force"] and previous.get("inputs_sha256") == digest and previous.get("status") == "ok"):
-        module.exit_json(changed=False, skipped=False, measured=False,
-                         msg="measurement for these inputs already recorded (force=true measures again)",
-                         ansible_facts={"epforge_collective_probe": previous})
+    if not p["force"] and previous.get("inputs_sha256") == digest and previous.get("status") == "ok":
+        module.exit_json(
+            changed=False,
+            skipped=False,
+            measured=False,
+            msg="measurement for these inputs already recorded (force=true measures again)",
+            ansible_facts={"epforge_collective_probe": previous},
+        )
     if module.check_mode:
-        module.exit_json(changed=True, skipped=False, measured=False,
-                         msg="would measure " + ", ".join(v["name"] for v in variants))
+        module.exit_json(
+            changed=True,
+            skipped=False,
+            measured=False,
+            msg="would measure " + ", ".join(v["name"] for v in variants),
+        )
 
     os.makedirs(os.path.dirname(p["log_path"]) or ".", exist_ok=True)
     if p["output_dir"]:
         os.makedirs(p["output_dir"], exist_ok=True)
-    record = {"status": "ok", "inputs_sha256": digest, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                     time.gmtime()),
-              "hidden": p["hidden"], "dtype": p["dtype"], "tokens": p["tokens"], "iters": p["iters"],
-              "graph_calls": p["graph_calls"], "gpus": p["gpus"], "model": model, "variants": {}, "table": []}
+    record = {
+        "status": "ok",
+        "inputs_sha256": digest,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "hidden": p["hidden"],
+        "dtype": p["dtype"],
+        "tokens": p["tokens"],
+        "iters": p["iters"],
+        "graph_calls": p["graph_calls"],
+        "gpus": p["gpus"],
+        "model": model,
+        "variants": {},
+        "table": [],
+    }
     for variant in variants:
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in p["env"].items()})
@@ -393,8 +476,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="epforge-probe-") as tmp:
             out_file = os.path.join(tmp, "probe.json")
             argv = probe_argv(p, out_file)
-            rc, seconds = run_logged(argv, p["log_path"], env=env, timeout=p["timeout"] + 60,
-                                     header=f"collective probe, variant {variant['name']}")
+            rc, seconds = run_logged(
+                argv,
+                p["log_path"],
+                env=env,
+                timeout=p["timeout"] + 60,
+                header=f"collective probe, variant {variant['name']}",
+            )
             try:
                 with open(out_file, encoding="utf-8") as handle:
                     raw = json.load(handle)
@@ -403,28 +491,49 @@ def main() -> None:
         if raw is not None and p["output_dir"]:
             atomic_write(os.path.join(p["output_dir"], f"collective-probe-{variant['name']}.json"), raw)
         if rc == NO_GPU_RC and raw is not None and raw.get("status") == "skipped":
-            module.exit_json(changed=False, skipped=True, measured=False,
-                             msg=raw.get("reason", "no usable GPU"))
+            module.exit_json(
+                changed=False, skipped=True, measured=False, msg=raw.get("reason", "no usable GPU")
+            )
         if rc != 0 or raw is None or raw.get("status") != "ok":
             reason = (raw or {}).get("reason") or ("timed out" if rc == 124 else f"exit code {rc}")
-            module.fail_json(msg=f"collective probe variant {variant['name']} failed: {reason}", cmd=argv,
-                             rc=rc,
-                             log_tail=tail_file(p["log_path"]), log_path=p["log_path"],
-                             probe=raw, variant=variant)
+            module.fail_json(
+                msg=f"collective probe variant {variant['name']} failed: {reason}",
+                cmd=argv,
+                rc=rc,
+                log_tail=tail_file(p["log_path"]),
+                log_path=p["log_path"],
+                probe=raw,
+                variant=variant,
+            )
         record["variants"][variant["name"]] = {
-            "env": variant["env"], "nccl": raw.get("nccl", ""), "torch": raw.get("torch", ""),
-            "gpu_name": raw.get("gpu_name", ""), "world_size": raw.get("world_size"),
-            "seconds": round(seconds, 1), "errors": raw.get("errors", []),
+            "env": variant["env"],
+            "nccl": raw.get("nccl", ""),
+            "torch": raw.get("torch", ""),
+            "gpu_name": raw.get("gpu_name", ""),
+            "world_size": raw.get("world_size"),
+            "seconds": round(seconds, 1),
+            "errors": raw.get("errors", []),
         }
         for row in raw.get("results", []):
-            record["table"].append({"variant": variant["name"], **{k: row[k] for k in (
-                "op", "mode", "tokens", "bytes", "mean_us", "median_us", "p99_us", "min_us")}})
+            record["table"].append(
+                {
+                    "variant": variant["name"],
+                    **{
+                        k: row[k]
+                        for k in ("op", "mode", "tokens", "bytes", "mean_us", "median_us", "p99_us", "min_us")
+                    },
+                }
+            )
     record["estimate"] = estimate(record["table"], model)
     if p["fact_path"]:
         atomic_write(p["fact_path"], record)
-    module.exit_json(changed=True, skipped=False, measured=True,
-                     msg=f"measured {len(record['table'])} rows over {len(variants)} variant(s)",
-                     ansible_facts={"epforge_collective_probe": record})
+    module.exit_json(
+        changed=True,
+        skipped=False,
+        measured=True,
+        msg=f"measured {len(record['table'])} rows over {len(variants)} variant(s)",
+        ansible_facts={"epforge_collective_probe": record},
+    )
 
 
 if __name__ == "__main__":

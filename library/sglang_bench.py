@@ -212,8 +212,11 @@ def main() -> None:
             "workload": {"type": "dict", "default": {}},
             "tokenizer": {"type": "str", "default": ""},
             "model": {"type": "str", "default": ""},
-            "backend": {"type": "str", "default": "sglang",
-                        "choices": ["sglang", "sglang-native", "sglang-oai", "sglang-oai-chat"]},
+            "backend": {
+                "type": "str",
+                "default": "sglang",
+                "choices": ["sglang", "sglang-native", "sglang-oai", "sglang-oai-chat"],
+            },
             "client_module": {"type": "str", "default": "sglang.bench_serving"},
             "api_key": {"type": "str", "no_log": True},
             "env": {"type": "dict", "default": {}},
@@ -251,13 +254,25 @@ def main() -> None:
         module.fail_json(msg="bad sglang_bench input: " + "; ".join(problems), problems=problems)
 
     result_file = os.path.join(p["work_dir"], f"{workload['name']}.last.jsonl")
-    argv = bench_argv(p["python"], p["base_url"].rstrip("/"), workload, result_file, tokenizer=p["tokenizer"],
-                      model=p["model"], backend=p["backend"], module=p["client_module"],
-                      ready_check_timeout=p["ready_check_timeout"], extra_args=p["extra_args"])
+    argv = bench_argv(
+        p["python"],
+        p["base_url"].rstrip("/"),
+        workload,
+        result_file,
+        tokenizer=p["tokenizer"],
+        model=p["model"],
+        backend=p["backend"],
+        module=p["client_module"],
+        ready_check_timeout=p["ready_check_timeout"],
+        extra_args=p["extra_args"],
+    )
     if module.check_mode:
-        module.exit_json(changed=True, argv=argv, msg=f"would run workload {workload['name']} against "
-                         f"{p['base_url']}"
-                         + (f" and append it to {p['fact_path']}" if p["fact_path"] else ""))
+        module.exit_json(
+            changed=True,
+            argv=argv,
+            msg=f"would run workload {workload['name']} against "
+            f"{p['base_url']}" + (f" and append it to {p['fact_path']}" if p["fact_path"] else ""),
+        )
 
     context = dict(p["record"])
     if "server" in context:
@@ -273,18 +288,34 @@ def main() -> None:
     }
 
     def finish_failed(msg: str, failure_class: str, explanation: str, rc, output: str, **extra) -> None:
-        entry.update(status="failed", figures=None,
-                     error={"class": failure_class, "reason": explanation, "msg": msg, "rc": rc,
-                            "log_tail": tail(output, 15)})
+        entry.update(
+            status="failed",
+            figures=None,
+            error={
+                "class": failure_class,
+                "reason": explanation,
+                "msg": msg,
+                "rc": rc,
+                "log_tail": tail(output, 15),
+            },
+        )
         history_length = None
         if p["fact_path"]:
             try:
                 history_length = len(record_run(p["fact_path"], entry, p["history_max"])["history"])
             except (BenchError, OSError) as exc:
                 msg += f" (and the failure could not be recorded: {exc})"
-        module.fail_json(msg=msg, cmd=argv, rc=rc, failure_class=failure_class, log_path=p["log_path"],
-                         log_tail=tail(output, LOG_TAIL_LINES), history_length=history_length,
-                         ansible_facts={"epforge_bench_result": entry}, **extra)
+        module.fail_json(
+            msg=msg,
+            cmd=argv,
+            rc=rc,
+            failure_class=failure_class,
+            log_path=p["log_path"],
+            log_tail=tail(output, LOG_TAIL_LINES),
+            history_length=history_length,
+            ansible_facts={"epforge_bench_result": entry},
+            **extra,
+        )
 
     try:
         os.makedirs(p["work_dir"], exist_ok=True)
@@ -301,15 +332,26 @@ def main() -> None:
     env.update({str(k): str(v) for k, v in p["env"].items()})
     if p["api_key"]:
         env["OPENAI_API_KEY"] = p["api_key"]
-    rc, seconds = run_logged(argv, p["log_path"], env=env, timeout=p["timeout"],
-                             header=f"bench_serving workload {workload['name']}")
+    rc, seconds = run_logged(
+        argv,
+        p["log_path"],
+        env=env,
+        timeout=p["timeout"],
+        header=f"bench_serving workload {workload['name']}",
+    )
     output = read_new_log(p["log_path"], log_offset)
     entry["seconds"] = round(seconds, 2)
 
     if rc != 0:
         failure_class, explanation = classify_failure(output, rc)
-        finish_failed(f"bench_serving failed ({failure_class}: {explanation}), rc {rc}", failure_class,
-                      explanation, rc, output, seconds=round(seconds, 2))
+        finish_failed(
+            f"bench_serving failed ({failure_class}: {explanation}), rc {rc}",
+            failure_class,
+            explanation,
+            rc,
+            output,
+            seconds=round(seconds, 2),
+        )
     try:
         with open(result_file, encoding="utf-8") as handle:
             records = parse_result_lines(handle.read())
@@ -319,41 +361,77 @@ def main() -> None:
         failure_class, explanation = classify_failure(output, rc)
         if failure_class == "client_failed":
             failure_class, explanation = "no_result", "the client exited 0 but wrote no result file"
-        finish_failed(f"bench_serving wrote no result file ({failure_class}: {explanation})", failure_class,
-                      explanation, rc, output, seconds=round(seconds, 2))
+        finish_failed(
+            f"bench_serving wrote no result file ({failure_class}: {explanation})",
+            failure_class,
+            explanation,
+            rc,
+            output,
+            seconds=round(seconds, 2),
+        )
     except (BenchError, OSError) as exc:
-        finish_failed(f"bench_serving result is incomplete: {exc}", "incomplete_result",
-                      "the result file is missing figures or holds a cut-off line", rc, output,
-                      result_file=result_file)
+        finish_failed(
+            f"bench_serving result is incomplete: {exc}",
+            "incomplete_result",
+            "the result file is missing figures or holds a cut-off line",
+            rc,
+            output,
+            result_file=result_file,
+        )
     mismatch = check_record_matches(record, workload)
     if mismatch:
-        finish_failed("bench_serving ran another workload than asked: " + "; ".join(mismatch),
-                      "workload_mismatch", "the client's recorded workload differs from the request", rc,
-                      output,
-                      result_file=result_file)
+        finish_failed(
+            "bench_serving ran another workload than asked: " + "; ".join(mismatch),
+            "workload_mismatch",
+            "the client's recorded workload differs from the request",
+            rc,
+            output,
+            result_file=result_file,
+        )
     failed_requests = workload["num_prompts"] - int(figures["completed"])
     figures["failed_requests"] = failed_requests
     if failed_requests > p["max_failed_requests"]:
         entry["figures"] = figures
-        finish_failed(f"{failed_requests} of {workload['num_prompts']} requests failed (max_failed_requests "
-                      f"{p['max_failed_requests']})", "requests_failed",
-                      "the server answered some requests with errors", rc, output, result_file=result_file)
+        finish_failed(
+            f"{failed_requests} of {workload['num_prompts']} requests failed (max_failed_requests "
+            f"{p['max_failed_requests']})",
+            "requests_failed",
+            "the server answered some requests with errors",
+            rc,
+            output,
+            result_file=result_file,
+        )
 
-    entry.update(status="ok", figures=figures, client_recorded=record_workload(record),
-                 server_version=(record.get("server_info") or {}).get("version"))
+    entry.update(
+        status="ok",
+        figures=figures,
+        client_recorded=record_workload(record),
+        server_version=(record.get("server_info") or {}).get("version"),
+    )
     history_length = None
     if p["fact_path"] and p["record_success"]:
         try:
             history_length = len(record_run(p["fact_path"], entry, p["history_max"])["history"])
         except (BenchError, OSError) as exc:
-            module.fail_json(msg=f"benchmark ran but could not be recorded in {p['fact_path']}: {exc}",
-                             figures=figures, ansible_facts={"epforge_bench_result": entry})
-    module.exit_json(changed=True, argv=argv, figures=figures, result_file=result_file,
-                     seconds=round(seconds, 2),
-                     history_length=history_length, ansible_facts={"epforge_bench_result": entry},
-                     msg=(f"{workload['name']}: {figures['output_throughput']:.1f} output tok/s, "
-                          f"TTFT median {figures['ttft_median_ms']:.1f} ms, TPOT median "
-                          f"{figures['tpot_median_ms']:.2f} ms ({figures['completed']} requests)"))
+            module.fail_json(
+                msg=f"benchmark ran but could not be recorded in {p['fact_path']}: {exc}",
+                figures=figures,
+                ansible_facts={"epforge_bench_result": entry},
+            )
+    module.exit_json(
+        changed=True,
+        argv=argv,
+        figures=figures,
+        result_file=result_file,
+        seconds=round(seconds, 2),
+        history_length=history_length,
+        ansible_facts={"epforge_bench_result": entry},
+        msg=(
+            f"{workload['name']}: {figures['output_throughput']:.1f} output tok/s, "
+            f"TTFT median {figures['ttft_median_ms']:.1f} ms, TPOT median "
+            f"{figures['tpot_median_ms']:.2f} ms ({figures['completed']} requests)"
+        ),
+    )
 
 
 if __name__ == "__main__":

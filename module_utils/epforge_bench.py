@@ -51,9 +51,19 @@ FIGURE_KEYS = {
 # compare should be. (accept_length is None without speculative decoding; max_output_tokens_per_s is
 # missing in older releases.)
 REQUIRED_FIGURES = (
-    "completed", "duration_s", "request_throughput", "output_throughput", "total_throughput",
-    "ttft_median_ms", "ttft_p99_ms", "tpot_median_ms", "tpot_p99_ms", "itl_median_ms", "itl_p99_ms",
-    "e2e_median_ms", "e2e_p99_ms",
+    "completed",
+    "duration_s",
+    "request_throughput",
+    "output_throughput",
+    "total_throughput",
+    "ttft_median_ms",
+    "ttft_p99_ms",
+    "tpot_median_ms",
+    "tpot_p99_ms",
+    "itl_median_ms",
+    "itl_p99_ms",
+    "e2e_median_ms",
+    "e2e_p99_ms",
 )
 
 # Workload keys, their types and bounds. A workload is a named, reproducible load: a dataset that needs no
@@ -80,19 +90,22 @@ class BenchError(Exception):
 
 # --------------------------------------------------------------------------------------------- workload
 
+
 def normalize_workload(workload: dict | None) -> dict:
     """Defaults merged under `workload`, validated; raises BenchError naming every problem."""
     merged = dict(WORKLOAD_DEFAULTS)
     unknown = sorted(set(workload or {}) - set(WORKLOAD_DEFAULTS))
     merged.update({k: v for k, v in (workload or {}).items() if v is not None})
-    problems = [f"unknown workload key '{k}' (known: {', '.join(sorted(WORKLOAD_DEFAULTS))})"
-                for k in unknown]
+    problems = [
+        f"unknown workload key '{k}' (known: {', '.join(sorted(WORKLOAD_DEFAULTS))})" for k in unknown
+    ]
     if not isinstance(merged["name"], str) or not _NAME_RE.match(merged["name"]):
         problems.append(f"workload name {merged['name']!r} must be 1-64 letters, digits, '.', '_' or '-'")
     if merged["dataset"] not in DATASETS_WITHOUT_DOWNLOAD:
         problems.append(
             f"dataset {merged['dataset']!r} is not supported: use one of "
-            f"{', '.join(DATASETS_WITHOUT_DOWNLOAD)} (other bench_serving datasets download data)")
+            f"{', '.join(DATASETS_WITHOUT_DOWNLOAD)} (other bench_serving datasets download data)"
+        )
     for key in ("input_len", "output_len", "num_prompts", "max_concurrency", "seed", "warmup_requests"):
         value = merged[key]
         try:
@@ -108,8 +121,10 @@ def normalize_workload(workload: dict | None) -> dict:
     try:
         merged["range_ratio"] = float(merged["range_ratio"])
         if not 0.0 <= merged["range_ratio"] <= 1.0:
-            problems.append(f"workload range_ratio must be within 0..1, got {merged['range_ratio']} "
-                            "(1.0 gives every request exactly input_len/output_len tokens)")
+            problems.append(
+                f"workload range_ratio must be within 0..1, got {merged['range_ratio']} "
+                "(1.0 gives every request exactly input_len/output_len tokens)"
+            )
     except (TypeError, ValueError):
         problems.append(f"workload range_ratio must be a number, got {merged['range_ratio']!r}")
     rate = merged["request_rate"]
@@ -123,8 +138,10 @@ def normalize_workload(workload: dict | None) -> dict:
         if math.isinf(value) and value > 0:
             merged["request_rate"] = "inf"
         elif value <= 0:
-            problems.append("workload request_rate must be > 0 requests/s or 'inf' (all at once, bounded by "
-                            "max_concurrency)")
+            problems.append(
+                "workload request_rate must be > 0 requests/s or 'inf' (all at once, bounded by "
+                "max_concurrency)"
+            )
         else:
             merged["request_rate"] = value
     if problems:
@@ -132,27 +149,53 @@ def normalize_workload(workload: dict | None) -> dict:
     return merged
 
 
-def bench_argv(python: str, base_url: str, workload: dict, output_file: str, *, tokenizer: str = "",
-               model: str = "", backend: str = "sglang", module: str = "sglang.bench_serving",
-               ready_check_timeout: int = 60, extra_args: list[str] | None = None) -> list[str]:
+def bench_argv(
+    python: str,
+    base_url: str,
+    workload: dict,
+    output_file: str,
+    *,
+    tokenizer: str = "",
+    model: str = "",
+    backend: str = "sglang",
+    module: str = "sglang.bench_serving",
+    ready_check_timeout: int = 60,
+    extra_args: list[str] | None = None,
+) -> list[str]:
     """argv of `python -m sglang.bench_serving` for a normalized workload (never a shell string)."""
     w = workload
     argv = [
-        python, "-m", module,
-        "--backend", backend,
-        "--base-url", base_url,
-        "--dataset-name", w["dataset"],
-        "--random-input-len", str(w["input_len"]),
-        "--random-output-len", str(w["output_len"]),
-        "--random-range-ratio", _num(w["range_ratio"]),
-        "--num-prompts", str(w["num_prompts"]),
-        "--max-concurrency", str(w["max_concurrency"]),
-        "--request-rate", _num(w["request_rate"]),
-        "--seed", str(w["seed"]),
-        "--warmup-requests", str(w["warmup_requests"]),
-        "--ready-check-timeout-sec", str(int(ready_check_timeout)),
-        "--output-file", output_file,
-        "--tag", w["name"],
+        python,
+        "-m",
+        module,
+        "--backend",
+        backend,
+        "--base-url",
+        base_url,
+        "--dataset-name",
+        w["dataset"],
+        "--random-input-len",
+        str(w["input_len"]),
+        "--random-output-len",
+        str(w["output_len"]),
+        "--random-range-ratio",
+        _num(w["range_ratio"]),
+        "--num-prompts",
+        str(w["num_prompts"]),
+        "--max-concurrency",
+        str(w["max_concurrency"]),
+        "--request-rate",
+        _num(w["request_rate"]),
+        "--seed",
+        str(w["seed"]),
+        "--warmup-requests",
+        str(w["warmup_requests"]),
+        "--ready-check-timeout-sec",
+        str(int(ready_check_timeout)),
+        "--output-file",
+        output_file,
+        "--tag",
+        w["name"],
         "--disable-tqdm",
     ]
     if tokenizer:
@@ -171,6 +214,7 @@ def _num(value) -> str:
 
 # ---------------------------------------------------------------------------------------------- parsing
 
+
 def parse_result_lines(text: str) -> list[dict]:
     """Every JSON object of a bench_serving --output-file (one per line).
 
@@ -187,7 +231,8 @@ def parse_result_lines(text: str) -> list[dict]:
         except ValueError as exc:
             raise BenchError(
                 f"result line {number} of {len(lines)} is not complete JSON ({exc.msg} at column "
-                f"{exc.colno}): the client was cut off while writing; line starts {line[:80]!r}") from exc
+                f"{exc.colno}): the client was cut off while writing; line starts {line[:80]!r}"
+            ) from exc
         if not isinstance(record, dict):
             raise BenchError(f"result line {number} is JSON but not an object: {line[:80]!r}")
         records.append(record)
@@ -208,8 +253,10 @@ def extract_figures(record: dict) -> dict:
         figures[name] = value
     missing = [n for n in REQUIRED_FIGURES if figures.get(n) is None]
     if missing:
-        raise BenchError("result record is incomplete: missing or non-numeric "
-                         + ", ".join(f"{n} ({FIGURE_KEYS[n]})" for n in missing))
+        raise BenchError(
+            "result record is incomplete: missing or non-numeric "
+            + ", ".join(f"{n} ({FIGURE_KEYS[n]})" for n in missing)
+        )
     if figures["accept_length"] is not None and figures["accept_length"] <= 0:
         figures["accept_length"] = None
     return {k: _finite(v) for k, v in figures.items()}
@@ -264,21 +311,33 @@ SECRET_KEY_RE = re.compile(r"(api[_-]?key|token|secret|password|passwd|credentia
 
 def redact(settings: dict | None) -> dict:
     """Server settings for the record: values of secret-looking keys (also inside env) replaced."""
+
     def walk(value):
         if isinstance(value, dict):
-            return {k: ("<redacted>" if SECRET_KEY_RE.search(str(k)) and v not in (None, "") else walk(v))
-                    for k, v in value.items()}
+            return {
+                k: ("<redacted>" if SECRET_KEY_RE.search(str(k)) and v not in (None, "") else walk(v))
+                for k, v in value.items()
+            }
         if isinstance(value, list):
             return [walk(v) for v in value]
         return value
+
     return walk(copy.deepcopy(settings or {}))
 
 
 # ---------------------------------------------------------------------------------------------- history
 
+
 def empty_fact(history_max: int) -> dict:
-    return {"schema": HISTORY_SCHEMA, "runs": 0, "failures": 0, "history_max": history_max,
-            "last": None, "last_ok": None, "history": []}
+    return {
+        "schema": HISTORY_SCHEMA,
+        "runs": 0,
+        "failures": 0,
+        "history_max": history_max,
+        "last": None,
+        "last_ok": None,
+        "history": [],
+    }
 
 
 def load_fact(path: str, history_max: int) -> dict:
@@ -297,11 +356,15 @@ def load_fact(path: str, history_max: int) -> dict:
     try:
         fact = json.loads(text) if text.strip() else None
     except ValueError as exc:
-        raise BenchError(f"{path} is not valid JSON ({exc.msg}); it was left untouched: move it aside to "
-                         "start a new history, or repair it") from exc
+        raise BenchError(
+            f"{path} is not valid JSON ({exc.msg}); it was left untouched: move it aside to "
+            "start a new history, or repair it"
+        ) from exc
     if not isinstance(fact, dict) or not isinstance(fact.get("history"), list):
-        raise BenchError(f"{path} is not an epforge benchmark fact (no 'history' list); it was left "
-                         "untouched: move it aside to start a new history")
+        raise BenchError(
+            f"{path} is not an epforge benchmark fact (no 'history' list); it was left "
+            "untouched: move it aside to start a new history"
+        )
     return fact
 
 
@@ -392,21 +455,44 @@ def record_run(path: str, entry: dict, history_max: int) -> dict:
 
 # (class, regex, plain explanation) checked in order against the client's output.
 FAILURE_SIGNATURES = (
-    ("client_not_installed", re.compile(r"No module named '?(sglang|aiohttp|transformers|torch|triton)"),
-     "the bench client's environment lacks SGLang or one of the packages bench_serving imports"),
-    ("tokenizer_missing", re.compile(r"(Can't load tokenizer|Repository Not Found|is not a local folder and "
-                                     r"is not a valid model identifier|We couldn't connect to)"),
-     "bench_serving could not load a tokenizer offline: pass a local tokenizer directory"),
-    ("server_not_ready", re.compile(r"Server at \S+ is not ready"),
-     "the server did not answer /v1/models within the ready-check timeout"),
-    ("connection_refused", re.compile(r"(Connection refused|ClientConnectorError|Cannot connect to host)"),
-     "nothing listens at the server URL (server stopped or crashed)"),
-    ("warmup_failed", re.compile(r"(Warmup failed|Initial test run failed)"),
-     "the warm-up request failed: the server rejects or cannot serve the workload"),
-    ("unauthorized", re.compile(r"(401|403)\b.*(Unauthorized|Forbidden)|Invalid API key", re.IGNORECASE),
-     "the server requires an API key the client did not send"),
-    ("server_error", re.compile(r"(Internal Server Error|\b500\b|CUDA out of memory|NCCL error)"),
-     "the server failed while serving requests"),
+    (
+        "client_not_installed",
+        re.compile(r"No module named '?(sglang|aiohttp|transformers|torch|triton)"),
+        "the bench client's environment lacks SGLang or one of the packages bench_serving imports",
+    ),
+    (
+        "tokenizer_missing",
+        re.compile(
+            r"(Can't load tokenizer|Repository Not Found|is not a local folder and "
+            r"is not a valid model identifier|We couldn't connect to)"
+        ),
+        "bench_serving could not load a tokenizer offline: pass a local tokenizer directory",
+    ),
+    (
+        "server_not_ready",
+        re.compile(r"Server at \S+ is not ready"),
+        "the server did not answer /v1/models within the ready-check timeout",
+    ),
+    (
+        "connection_refused",
+        re.compile(r"(Connection refused|ClientConnectorError|Cannot connect to host)"),
+        "nothing listens at the server URL (server stopped or crashed)",
+    ),
+    (
+        "warmup_failed",
+        re.compile(r"(Warmup failed|Initial test run failed)"),
+        "the warm-up request failed: the server rejects or cannot serve the workload",
+    ),
+    (
+        "unauthorized",
+        re.compile(r"(401|403)\b.*(Unauthorized|Forbidden)|Invalid API key", re.IGNORECASE),
+        "the server requires an API key the client did not send",
+    ),
+    (
+        "server_error",
+        re.compile(r"(Internal Server Error|\b500\b|CUDA out of memory|NCCL error)"),
+        "the server failed while serving requests",
+    ),
 )
 
 

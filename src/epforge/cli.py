@@ -1,12 +1,12 @@
 """epforge: the controller-side command line.
 
-  epforge run site|sweep|PLAYBOOK [-i INVENTORY] [-e KEY=VALUE|@FILE] [--limit HOSTS] [-v]
-      Runs the playbook through ansible-runner, streaming one line per task and host result; ends with each
-      host's benchmark result and sweep outcomes (read from the run's events and set_stats).
-  epforge report [-i INVENTORY] [--limit HOSTS] [-e ...] [--from DIR] [-o OUT]
-      Collects the epforge local facts of every host (setup's ansible_local, through ansible-runner), saves them
-      under OUT/facts/HOST/, and renders OUT/report.md and OUT/report.html with tables and PNG plots.
-      --from DIR renders facts saved earlier (DIR/HOST/epforge_NAME.fact) without contacting any host.
+epforge run site|sweep|PLAYBOOK [-i INVENTORY] [-e KEY=VALUE|@FILE] [--limit HOSTS] [-v]
+    Runs the playbook through ansible-runner, streaming one line per task and host result; ends with each
+    host's benchmark result and sweep outcomes (read from the run's events and set_stats).
+epforge report [-i INVENTORY] [--limit HOSTS] [-e ...] [--from DIR] [-o OUT]
+    Collects the epforge local facts of every host (setup's ansible_local, through ansible-runner), saves them
+    under OUT/facts/HOST/, and renders OUT/report.md and OUT/report.html with tables and PNG plots.
+    --from DIR renders facts saved earlier (DIR/HOST/epforge_NAME.fact) without contacting any host.
 """
 
 from __future__ import annotations
@@ -39,29 +39,41 @@ def summarize_run(result: runner.RunResult) -> list[str]:
     for host in hosts:
         facts = result.facts.get(host, {})
         counts = result.counts.get(host, {})
-        lines.append(f"{host}: ok={counts.get('ok', 0)} changed={counts.get('changed', 0)} "
-                     f"failed={counts.get('failures', 0)} unreachable={counts.get('dark', 0)}")
+        lines.append(
+            f"{host}: ok={counts.get('ok', 0)} changed={counts.get('changed', 0)} "
+            f"failed={counts.get('failures', 0)} unreachable={counts.get('dark', 0)}"
+        )
         bench = facts.get("epforge_bench_result")
         if bench:
             f = bench.get("figures") or {}
             if bench.get("status") == "ok":
-                lines.append(f"  benchmark {bench.get('label')}: {f.get('output_throughput', 0):.1f} output tok/s, "
-                             f"TTFT median {f.get('ttft_median_ms', 0):.1f} ms, TPOT median "
-                             f"{f.get('tpot_median_ms', 0):.2f} ms")
+                lines.append(
+                    f"  benchmark {bench.get('label')}: {f.get('output_throughput', 0):.1f} output tok/s, "
+                    f"TTFT median {f.get('ttft_median_ms', 0):.1f} ms, TPOT median "
+                    f"{f.get('tpot_median_ms', 0):.2f} ms"
+                )
             else:
-                lines.append(f"  benchmark {bench.get('label')}: {bench.get('status')} "
-                             f"({(bench.get('error') or {}).get('class', '')})")
+                lines.append(
+                    f"  benchmark {bench.get('label')}: {bench.get('status')} "
+                    f"({(bench.get('error') or {}).get('class', '')})"
+                )
     sweep = result.stats.get("epforge_sweep") if isinstance(result.stats, dict) else None
-    per_host = {h: d.get("epforge_sweep") for h, d in (result.stats or {}).items()
-                if isinstance(d, dict) and d.get("epforge_sweep")}
+    per_host = {
+        h: d.get("epforge_sweep")
+        for h, d in (result.stats or {}).items()
+        if isinstance(d, dict) and d.get("epforge_sweep")
+    }
     if sweep and not per_host:
         per_host = {"(run)": sweep}
     for host, outcomes in per_host.items():
         lines.append(f"sweep on {host}:")
         for o in outcomes:
             figures = o.get("figures") or {}
-            tail = (f"{figures.get('output_throughput', 0):.1f} tok/s" if o.get("outcome") == "ok"
-                    else f"{o.get('class', '')}: {str(o.get('reason', ''))[:160]}")
+            tail = (
+                f"{figures.get('output_throughput', 0):.1f} tok/s"
+                if o.get("outcome") == "ok"
+                else f"{o.get('class', '')}: {str(o.get('reason', ''))[:160]}"
+            )
             lines.append(f"  {o.get('name')}: {o.get('outcome')} - {tail}")
     return lines
 
@@ -70,10 +82,13 @@ def cmd_run(args) -> int:
     playbook = PLAYBOOKS.get(args.what, args.what)
     extravars = runner.parse_extravars(args.extra_vars)
     started = time.monotonic()
-    result = runner.run_playbook(playbook, inventory=args.inventory, extravars=extravars, limit=args.limit,
-                                 verbose=args.verbose)
-    print(f"\n{args.what}: {result.status} (rc {result.rc}) in {time.monotonic() - started:.0f} s; "
-          f"artifacts in {result.private_data_dir}")
+    result = runner.run_playbook(
+        playbook, inventory=args.inventory, extravars=extravars, limit=args.limit, verbose=args.verbose
+    )
+    print(
+        f"\n{args.what}: {result.status} (rc {result.rc}) in {time.monotonic() - started:.0f} s; "
+        f"artifacts in {result.private_data_dir}"
+    )
     for line in summarize_run(result):
         print(line)
     for failure in result.failures:
@@ -88,8 +103,14 @@ def collect_facts(args) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     playbook = workdir / "collect.yml"
     playbook.write_text(COLLECT_PLAYBOOK)
-    result = runner.run_playbook(playbook, inventory=args.inventory, extravars=runner.parse_extravars(args.extra_vars),
-                                 limit=args.limit, verbose=args.verbose, out=sys.stderr)
+    result = runner.run_playbook(
+        playbook,
+        inventory=args.inventory,
+        extravars=runner.parse_extravars(args.extra_vars),
+        limit=args.limit,
+        verbose=args.verbose,
+        out=sys.stderr,
+    )
     hosts = {}
     for host, facts in result.facts.items():
         collected = from_ansible_local(facts.get("ansible_local") or {})
@@ -124,13 +145,16 @@ def cmd_report(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="epforge", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="epforge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run site, sweep or a playbook through ansible-runner")
     run.add_argument("what", help="site, sweep, or a playbook path")
     report = sub.add_parser("report", help="render a Markdown + HTML report from the hosts' facts")
-    report.add_argument("-o", "--output", default="reports/latest", help="output directory (default %(default)s)")
+    report.add_argument(
+        "-o", "--output", default="reports/latest", help="output directory (default %(default)s)"
+    )
     report.add_argument("--from", dest="from_dir", help="render saved facts (DIR/HOST/epforge_NAME.fact)")
     report.add_argument("--title", default="epforge report")
     for p in (run, report):

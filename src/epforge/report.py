@@ -1,5 +1,5 @@
-"""Render what epforge recorded on the hosts (local facts epforge_bench, epforge_sweep, epforge_collective, ...)
-into a Markdown and an HTML report with tables and PNG plots.
+"""Render what epforge recorded on the hosts (local facts epforge_bench, epforge_sweep, epforge_collective,
+...) into a Markdown and an HTML report with tables and PNG plots.
 
 Input: {host: {fact_name: fact}} where fact_name is the local fact's name without the `epforge_` prefix
 (bench, sweep, collective, preflight, ...), as `epforge report` collects it from ansible_local or reads it
@@ -16,12 +16,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
 
 
 # ------------------------------------------------------------------------------------------------ input
+
 
 def load_fact_dir(directory: str | Path) -> dict[str, dict]:
     """Facts saved as DIR/HOST/epforge_NAME.fact (or .json) -> {host: {NAME: fact}}."""
@@ -34,7 +35,7 @@ def load_fact_dir(directory: str | Path) -> dict[str, dict]:
         for path in sorted(host_dir.iterdir()):
             if path.suffix not in (".fact", ".json") or not path.stem.startswith("epforge_"):
                 continue
-            facts[path.stem[len("epforge_"):]] = json.loads(path.read_text())
+            facts[path.stem[len("epforge_") :]] = json.loads(path.read_text())
         if facts:
             hosts[host_dir.name] = facts
     return hosts
@@ -42,7 +43,7 @@ def load_fact_dir(directory: str | Path) -> dict[str, dict]:
 
 def from_ansible_local(ansible_local: dict) -> dict:
     """ansible_local (setup's local facts) -> {NAME: fact} for the epforge_* facts."""
-    return {k[len("epforge_"):]: v for k, v in (ansible_local or {}).items() if k.startswith("epforge_")}
+    return {k[len("epforge_") :]: v for k, v in (ansible_local or {}).items() if k.startswith("epforge_")}
 
 
 def save_fact_dir(hosts: dict[str, dict], directory: str | Path) -> None:
@@ -55,6 +56,7 @@ def save_fact_dir(hosts: dict[str, dict], directory: str | Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- tables
 
+
 def configuration_rows(hosts: dict[str, dict]) -> list[dict]:
     """One row per host and configuration: the sweep's outcome when there was a sweep, else the last
     benchmark entry of each label in the history."""
@@ -63,19 +65,32 @@ def configuration_rows(hosts: dict[str, dict]) -> list[dict]:
         sweep = (facts.get("sweep") or {}).get("configurations") or []
         if sweep:
             for outcome in sweep:
-                rows.append({"host": host, "name": outcome.get("name", "?"), "outcome": outcome.get("outcome", "?"),
-                             "figures": outcome.get("figures") or {},
-                             "reason": outcome.get("class") or outcome.get("reason") or "",
-                             "detail": outcome.get("reason") or ""})
+                rows.append(
+                    {
+                        "host": host,
+                        "name": outcome.get("name", "?"),
+                        "outcome": outcome.get("outcome", "?"),
+                        "figures": outcome.get("figures") or {},
+                        "reason": outcome.get("class") or outcome.get("reason") or "",
+                        "detail": outcome.get("reason") or "",
+                    }
+                )
             continue
         last_by_label: dict[str, dict] = {}
         for entry in (facts.get("bench") or {}).get("history") or []:
             last_by_label[entry.get("label", "?")] = entry
         for label, entry in last_by_label.items():
             error = entry.get("error") or {}
-            rows.append({"host": host, "name": label, "outcome": entry.get("status", "?"),
-                         "figures": entry.get("figures") or {}, "reason": error.get("class", ""),
-                         "detail": error.get("msg", "")})
+            rows.append(
+                {
+                    "host": host,
+                    "name": label,
+                    "outcome": entry.get("status", "?"),
+                    "figures": entry.get("figures") or {},
+                    "reason": error.get("class", ""),
+                    "detail": error.get("msg", ""),
+                }
+            )
     return rows
 
 
@@ -90,37 +105,76 @@ def fmt(value, digits: int = 1) -> str:
 
 
 def config_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    head = ["host", "configuration", "outcome", "output tok/s", "total tok/s", "req/s", "TTFT med/p99 ms",
-            "TPOT med/p99 ms", "ITL med/p99 ms", "E2E med/p99 ms", "accept len", "reason"]
+    head = [
+        "host",
+        "configuration",
+        "outcome",
+        "output tok/s",
+        "total tok/s",
+        "req/s",
+        "TTFT med/p99 ms",
+        "TPOT med/p99 ms",
+        "ITL med/p99 ms",
+        "E2E med/p99 ms",
+        "accept len",
+        "reason",
+    ]
     body = []
     for r in rows:
         f = r["figures"]
-        body.append([r["host"], r["name"], r["outcome"], fmt(f.get("output_throughput")),
-                     fmt(f.get("total_throughput")), fmt(f.get("request_throughput"), 2)]
-                    + [f"{fmt(f.get(k + '_median_ms'))} / {fmt(f.get(k + '_p99_ms'))}" for k, _ in LATENCIES]
-                    + [fmt(f.get("accept_length"), 2), r["reason"]])
+        body.append(
+            [
+                r["host"],
+                r["name"],
+                r["outcome"],
+                fmt(f.get("output_throughput")),
+                fmt(f.get("total_throughput")),
+                fmt(f.get("request_throughput"), 2),
+            ]
+            + [f"{fmt(f.get(k + '_median_ms'))} / {fmt(f.get(k + '_p99_ms'))}" for k, _ in LATENCIES]
+            + [fmt(f.get("accept_length"), 2), r["reason"]]
+        )
     return head, body
 
 
 def history_table(hosts: dict[str, dict], last: int = 20) -> tuple[list[str], list[list[str]]]:
-    head = ["host", "when (UTC)", "label", "status", "output tok/s", "TTFT med ms", "TPOT med ms", "workload",
-            "stack"]
+    head = [
+        "host",
+        "when (UTC)",
+        "label",
+        "status",
+        "output tok/s",
+        "TTFT med ms",
+        "TPOT med ms",
+        "workload",
+        "stack",
+    ]
     body = []
     for host, facts in hosts.items():
         for e in ((facts.get("bench") or {}).get("history") or [])[-last:]:
             f = e.get("figures") or {}
             w = e.get("workload") or {}
             stack = e.get("stack") or {}
-            body.append([host, str(e.get("timestamp", "")).replace("T", " ").rstrip("Z"), e.get("label", ""),
-                         e.get("status", "") + (f" ({e['error']['class']})" if e.get("error") else ""),
-                         fmt(f.get("output_throughput")), fmt(f.get("ttft_median_ms")), fmt(f.get("tpot_median_ms"), 2),
-                         f"{w.get('name', '')} in{w.get('input_len', '')}/out{w.get('output_len', '')} "
-                         f"c{w.get('max_concurrency', '')} n{w.get('num_prompts', '')}",
-                         stack.get("name", "") if isinstance(stack, dict) else str(stack)])
+            body.append(
+                [
+                    host,
+                    str(e.get("timestamp", "")).replace("T", " ").rstrip("Z"),
+                    e.get("label", ""),
+                    e.get("status", "") + (f" ({e['error']['class']})" if e.get("error") else ""),
+                    fmt(f.get("output_throughput")),
+                    fmt(f.get("ttft_median_ms")),
+                    fmt(f.get("tpot_median_ms"), 2),
+                    f"{w.get('name', '')} in{w.get('input_len', '')}/out{w.get('output_len', '')} "
+                    f"c{w.get('max_concurrency', '')} n{w.get('num_prompts', '')}",
+                    stack.get("name", "") if isinstance(stack, dict) else str(stack),
+                ]
+            )
     return head, body
 
 
-def probe_tables(hosts: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]], list[str], list[list[str]]]]:
+def probe_tables(
+    hosts: dict[str, dict],
+) -> list[tuple[str, list[str], list[list[str]], list[str], list[list[str]]]]:
     out = []
     for host, facts in hosts.items():
         probe = facts.get("collective") or {}
@@ -132,34 +186,59 @@ def probe_tables(hosts: dict[str, dict]) -> list[tuple[str, list[str], list[list
         cells: dict[tuple, dict] = {}
         for r in table:
             cells.setdefault((r["variant"], r["op"], r["mode"]), {})[r["tokens"]] = r
-        body = [[v, op, mode, *[fmt((cells[(v, op, mode)].get(t) or {}).get("mean_us")) for t in tokens]]
-                for (v, op, mode) in sorted(cells)]
+        body = [
+            [v, op, mode, *[fmt((cells[(v, op, mode)].get(t) or {}).get("mean_us")) for t in tokens]]
+            for (v, op, mode) in sorted(cells)
+        ]
         est_head = ["variant", "mode", "tokens", "TP per step (ms)", "EP per step (ms)", "EP/TP", "cheaper"]
-        est_body = [[e["variant"], e["mode"], str(e["tokens"]), fmt(e["tp_us"] / 1000, 2), fmt(e["ep_us"] / 1000, 2),
-                     fmt(e.get("ep_over_tp"), 2), e["cheaper"].upper()] for e in probe.get("estimate") or []]
+        est_body = [
+            [
+                e["variant"],
+                e["mode"],
+                str(e["tokens"]),
+                fmt(e["tp_us"] / 1000, 2),
+                fmt(e["ep_us"] / 1000, 2),
+                fmt(e.get("ep_over_tp"), 2),
+                e["cheaper"].upper(),
+            ]
+            for e in probe.get("estimate") or []
+        ]
         gpus = probe.get("variants", {})
         first = next(iter(gpus.values()), {}) if gpus else {}
-        title = (f"{host}: {first.get('world_size', '?')}x {first.get('gpu_name', '?')}, NCCL {first.get('nccl', '?')},"
-                 f" torch {first.get('torch', '?')}, measured {probe.get('measured_at', '?')}")
+        title = (
+            f"{host}: {first.get('world_size', '?')}x {first.get('gpu_name', '?')}, "
+            f"NCCL {first.get('nccl', '?')},"
+            f" torch {first.get('torch', '?')}, measured {probe.get('measured_at', '?')}"
+        )
         out.append((title, head, body, est_head, est_body))
     return out
 
 
 # ---------------------------------------------------------------------------------------------- plots
 
+
 def plot_throughput(rows: list[dict], path: Path) -> Path | None:
     if not rows:
         return None
-    labels = [f"{r['name']}\n({r['host']})" if len({x['host'] for x in rows}) > 1 else r["name"] for r in rows]
+    labels = [
+        f"{r['name']}\n({r['host']})" if len({x["host"] for x in rows}) > 1 else r["name"] for r in rows
+    ]
     values = [float(r["figures"].get("output_throughput") or 0.0) for r in rows]
     colors = {"ok": "#2e7d32", "failed": "#c62828", "refused": "#ef6c00"}
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4.2))
     bars = ax.bar(range(len(rows)), values, color=[colors.get(r["outcome"], "#757575") for r in rows])
-    top = max(values + [1.0])
+    top = max([*values, 1.0])
     for bar, r, v in zip(bars, rows, values, strict=True):
         text = f"{v:.0f}" if r["outcome"] == "ok" else r["outcome"]
-        ax.text(bar.get_x() + bar.get_width() / 2, max(v, 0) + top * 0.02, text, ha="center", va="bottom",
-                fontsize=8, rotation=0)
+        ax.text(
+            bar.get_x() + bar.get_width() / 2,
+            max(v, 0) + top * 0.02,
+            text,
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            rotation=0,
+        )
     ax.set_xticks(range(len(rows)), labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("output tokens/s")
     ax.set_ylim(0, top * 1.18)
@@ -230,11 +309,20 @@ def plot_probe(probe: dict, path: Path, title: str) -> Path | None:
     for ax, mode in zip(axes[0], modes, strict=True):
         for i, variant in enumerate(variants):
             for op in ("allreduce", "all_to_all"):
-                pts = sorted((r["tokens"], r["mean_us"]) for r in table
-                             if r["mode"] == mode and r["variant"] == variant and r["op"] == op)
+                pts = sorted(
+                    (r["tokens"], r["mean_us"])
+                    for r in table
+                    if r["mode"] == mode and r["variant"] == variant and r["op"] == op
+                )
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], styles[op], marker=markers[op],
-                            color=palette[i % len(palette)], label=f"{op}, {variant}")
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        styles[op],
+                        marker=markers[op],
+                        color=palette[i % len(palette)],
+                        label=f"{op}, {variant}",
+                    )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(tokens, [str(t) for t in tokens])
@@ -252,6 +340,7 @@ def plot_probe(probe: dict, path: Path, title: str) -> Path | None:
 
 
 # --------------------------------------------------------------------------------------------- writers
+
 
 def md_table(head: list[str], body: list[list[str]]) -> str:
     esc = [[c.replace("|", "\\|").replace("\n", " ") for c in row] for row in [head, *body]]
@@ -273,11 +362,13 @@ def html_table(head: list[str], body: list[list[str]]) -> str:
 
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}tr.failed td{background:#fdecea}
-tr.refused td{background:#fff3e0}tr.ok td:nth-child(3){color:#2e7d32}img{max-width:100%;border:1px solid #ddd}"""
+tr.refused td{background:#fff3e0}tr.ok td:nth-child(3){color:#2e7d32}
+img{max-width:100%;border:1px solid #ddd}"""
 
 
-def render(hosts: dict[str, dict], out_dir: str | Path, title: str = "epforge report",
-           generated: str = "") -> dict:
+def render(
+    hosts: dict[str, dict], out_dir: str | Path, title: str = "epforge report", generated: str = ""
+) -> dict:
     """Write report.md, report.html and PNG plots into out_dir; return what was written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -293,31 +384,48 @@ def render(hosts: dict[str, dict], out_dir: str | Path, title: str = "epforge re
     probes = probe_tables(hosts)
     for host, facts in hosts.items():
         if (facts.get("collective") or {}).get("table"):
-            made = plot_probe(facts["collective"], out / f"collective-{host}.png",
-                              f"NCCL per-call latency on {host}")
+            made = plot_probe(
+                facts["collective"], out / f"collective-{host}.png", f"NCCL per-call latency on {host}"
+            )
             if made:
                 images.append((f"Collective probe on {host}", made))
 
     md = [f"# {title}", ""]
     if generated:
         md += [f"Generated {generated} from the local facts of {len(hosts)} host(s): {', '.join(hosts)}.", ""]
-    html_parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                  f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    html_parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+    ]
     if generated:
-        html_parts.append(f"<p>Generated {html.escape(generated)} from the local facts of {len(hosts)} host(s): "
-                          f"{html.escape(', '.join(hosts))}.</p>")
+        html_parts.append(
+            f"<p>Generated {html.escape(generated)} from the local facts of {len(hosts)} host(s): "
+            f"{html.escape(', '.join(hosts))}.</p>"
+        )
     sections = []
     if rows:
-        sections.append(("Configurations", "Outcome and figures per configuration (the sweep's outcomes where a "
-                         "sweep ran, else the last benchmark of each label).", [config_table(rows)]))
+        sections.append(
+            (
+                "Configurations",
+                "Outcome and figures per configuration (the sweep's outcomes where a "
+                "sweep ran, else the last benchmark of each label).",
+                [config_table(rows)],
+            )
+        )
     history = history_table(hosts)
     if history[1]:
-        sections.append(("Benchmark history", "The most recent entries of each host's epforge_bench history.",
-                         [history]))
+        sections.append(
+            ("Benchmark history", "The most recent entries of each host's epforge_bench history.", [history])
+        )
     for probe_title, head, body, est_head, est_body in probes:
-        sections.append((f"Collective probe: {probe_title}", "Mean latency per call; the estimate multiplies "
-                         "by the model's layer counts (TP: allreduces; EP: all-to-alls + attention allreduces).",
-                         [(head, body), (est_head, est_body)]))
+        sections.append(
+            (
+                f"Collective probe: {probe_title}",
+                "Mean latency per call; the estimate multiplies "
+                "by the model's layer counts (TP: allreduces; EP: all-to-alls + attention allreduces).",
+                [(head, body), (est_head, est_body)],
+            )
+        )
     for heading, text, tables in sections:
         md += [f"## {heading}", "", text, ""]
         html_parts.append(f"<h2>{html.escape(heading)}</h2><p>{html.escape(text)}</p>")
@@ -329,13 +437,20 @@ def render(hosts: dict[str, dict], out_dir: str | Path, title: str = "epforge re
         html_parts.append("<h2>Plots</h2>")
         for caption, path in images:
             md += [f"![{caption}]({path.name})", ""]
-            html_parts.append(f"<h3>{html.escape(caption)}</h3><img src='{html.escape(path.name)}' "
-                              f"alt='{html.escape(caption)}'>")
+            html_parts.append(
+                f"<h3>{html.escape(caption)}</h3><img src='{html.escape(path.name)}' "
+                f"alt='{html.escape(caption)}'>"
+            )
     if not sections:
         md += ["No epforge benchmark, sweep or probe facts were found on these hosts.", ""]
         html_parts.append("<p>No epforge benchmark, sweep or probe facts were found on these hosts.</p>")
     html_parts.append("</body></html>")
     (out / "report.md").write_text("\n".join(md))
     (out / "report.html").write_text("\n".join(html_parts))
-    return {"markdown": str(out / "report.md"), "html": str(out / "report.html"),
-            "images": [str(p) for _, p in images], "configurations": len(rows), "hosts": list(hosts)}
+    return {
+        "markdown": str(out / "report.md"),
+        "html": str(out / "report.html"),
+        "images": [str(p) for _, p in images],
+        "configurations": len(rows),
+        "hosts": list(hosts),
+    }

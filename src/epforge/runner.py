@@ -18,7 +18,8 @@ import ansible_runner
 
 
 def project_root() -> Path:
-    """The epforge checkout (ansible.cfg, site.yml, roles/): $EPFORGE_HOME, else this package's checkout, else cwd."""
+    """The epforge checkout (ansible.cfg, site.yml, roles/): $EPFORGE_HOME, else this package's checkout,
+    else the working directory."""
     env = os.environ.get("EPFORGE_HOME")
     if env:
         return Path(env).resolve()
@@ -32,10 +33,10 @@ def project_root() -> Path:
 class RunResult:
     rc: int
     status: str
-    facts: dict = field(default_factory=dict)        # host -> ansible_facts gathered from events
-    stats: dict = field(default_factory=dict)        # set_stats data (per host, or "_run")
-    failures: list = field(default_factory=list)     # {host, task, msg}
-    counts: dict = field(default_factory=dict)       # host -> {ok, changed, failed, skipped, unreachable}
+    facts: dict = field(default_factory=dict)  # host -> ansible_facts gathered from events
+    stats: dict = field(default_factory=dict)  # set_stats data (per host, or "_run")
+    failures: list = field(default_factory=list)  # {host, task, msg}
+    counts: dict = field(default_factory=dict)  # host -> {ok, changed, failed, skipped, unreachable}
     private_data_dir: str = ""
 
 
@@ -80,10 +81,14 @@ class Progress:
                 msg_line = msg[0][:300] if msg else ""
                 self.say(f"    {'failed (ignored)' if ignored else 'FAILED'}: {host} - {msg_line}")
                 if not ignored:
-                    self.result.failures.append({"host": host, "task": self._task, "msg": str(res.get("msg", ""))})
+                    self.result.failures.append(
+                        {"host": host, "task": self._task, "msg": str(res.get("msg", ""))}
+                    )
             elif kind == "runner_on_unreachable":
                 self.say(f"    UNREACHABLE: {host} - {res.get('msg', '')}")
-                self.result.failures.append({"host": host, "task": self._task, "msg": str(res.get("msg", ""))})
+                self.result.failures.append(
+                    {"host": host, "task": self._task, "msg": str(res.get("msg", ""))}
+                )
             else:
                 self.say(f"    skipped: {host}")
         elif kind == "runner_on_ok_debug":  # pragma: no cover - not an ansible event, kept for symmetry
@@ -95,18 +100,30 @@ class Progress:
                 for h, n in (data.get(key) or {}).items():
                     counts.setdefault(h, {})[key] = n
             self.result.counts = counts
-        if kind == "runner_on_ok" and self.verbose is False and data.get("task_action") in (
-                "ansible.builtin.debug", "debug") and res.get("msg"):
+        if (
+            kind == "runner_on_ok"
+            and self.verbose is False
+            and data.get("task_action") in ("ansible.builtin.debug", "debug")
+            and res.get("msg")
+        ):
             # the summary play's message is the run's plain-language outcome: show it
             msg = res["msg"]
-            for line in (msg if isinstance(msg, list) else [msg]):
+            for line in msg if isinstance(msg, list) else [msg]:
                 self.say(f"      {line}")
         return True
 
 
-def run_playbook(playbook: str | Path, *, inventory: str | None = None, extravars: dict | None = None,
-                 limit: str | None = None, out=None, verbose: bool = False,
-                 private_data_dir: str | None = None, extra_cmdline: str = "") -> RunResult:
+def run_playbook(
+    playbook: str | Path,
+    *,
+    inventory: str | None = None,
+    extravars: dict | None = None,
+    limit: str | None = None,
+    out=None,
+    verbose: bool = False,
+    private_data_dir: str | None = None,
+    extra_cmdline: str = "",
+) -> RunResult:
     """Run one playbook of the project with ansible-runner; stream progress to out; collect results."""
     root = project_root()
     playbook = Path(playbook)
@@ -119,16 +136,27 @@ def run_playbook(playbook: str | Path, *, inventory: str | None = None, extravar
         inv = str(Path(inv).resolve())
     pdd = private_data_dir or tempfile.mkdtemp(prefix="epforge-run-")
     progress = Progress(out=out, verbose=verbose)
-    envvars = {"ANSIBLE_CONFIG": str(root / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(root / "roles"),
-               "ANSIBLE_LIBRARY": str(root / "library"), "ANSIBLE_MODULE_UTILS": str(root / "module_utils"),
-               "ANSIBLE_NOCOLOR": "1"}
+    envvars = {
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(root / "roles"),
+        "ANSIBLE_LIBRARY": str(root / "library"),
+        "ANSIBLE_MODULE_UTILS": str(root / "module_utils"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
     # the ansible-playbook of this environment, also when the environment is not activated
     bindir = str(Path(sys.executable).parent)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
     runner = ansible_runner.run(
-        private_data_dir=pdd, project_dir=str(root), playbook=str(playbook), inventory=inv,
-        extravars=extravars or {}, limit=limit, envvars=envvars, quiet=True, event_handler=progress,
+        private_data_dir=pdd,
+        project_dir=str(root),
+        playbook=str(playbook),
+        inventory=inv,
+        extravars=extravars or {},
+        limit=limit,
+        envvars=envvars,
+        quiet=True,
+        event_handler=progress,
         cmdline=extra_cmdline or None,
     )
     result = progress.result

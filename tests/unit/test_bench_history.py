@@ -1,5 +1,5 @@
-"""epforge_bench: parser of bench_serving's real result lines, workload validation, and the append-only history
-fact (atomic writes that survive a writer killed mid-write)."""
+"""epforge_bench: parser of bench_serving's real result lines, workload validation, and the append-only
+history fact (atomic writes that survive a writer killed mid-write)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ FIX = ROOT / "tests" / "fixtures" / "bench_serving"
 
 # ---------------------------------------------------------------------------------------------- parser
 
+
 def test_parses_real_plain_line():
     records = parse_result_lines((FIX / "plain-random-ids.jsonl").read_text())
     assert len(records) == 1
@@ -48,8 +49,15 @@ def test_parses_real_plain_line():
     assert figures["accept_length"] is None  # not speculative
     # the client writes request_rate as a bare Infinity; the workload view turns it into a string
     assert raw["request_rate"] == float("inf")
-    assert check_record_matches(raw, normalize_workload(
-        {"name": "smoke", "input_len": 64, "output_len": 16, "num_prompts": 8, "max_concurrency": 4})) == []
+    assert (
+        check_record_matches(
+            raw,
+            normalize_workload(
+                {"name": "smoke", "input_len": 64, "output_len": 16, "num_prompts": 8, "max_concurrency": 4}
+            ),
+        )
+        == []
+    )
 
 
 def test_parses_two_appended_speculative_lines():
@@ -89,6 +97,7 @@ def test_workload_mismatch_is_reported():
 
 # -------------------------------------------------------------------------------------------- workload
 
+
 def test_workload_defaults_and_argv():
     w = normalize_workload({"name": "c32", "max_concurrency": 32, "request_rate": 8})
     assert w["dataset"] == "random-ids" and w["range_ratio"] == 1.0 and w["seed"] == 42
@@ -105,17 +114,20 @@ def test_workload_defaults_and_argv():
     assert normalize_workload({"request_rate": 2.5})["request_rate"] == 2.5
 
 
-@pytest.mark.parametrize(("workload", "message"), [
-    ({"dataset": "sharegpt"}, "download"),
-    ({"input_len": 0}, "input_len must be >= 1"),
-    ({"num_prompts": "many"}, "num_prompts must be an integer"),
-    ({"range_ratio": 1.5}, "range_ratio must be within 0..1"),
-    ({"request_rate": 0}, "request_rate must be > 0"),
-    ({"request_rate": "fast"}, "request_rate must be a number"),
-    ({"name": "has space"}, "workload name"),
-    ({"concurrency": 4}, "unknown workload key 'concurrency'"),
-    ({"max_concurrency": True}, "max_concurrency must be an integer"),
-])
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        ({"dataset": "sharegpt"}, "download"),
+        ({"input_len": 0}, "input_len must be >= 1"),
+        ({"num_prompts": "many"}, "num_prompts must be an integer"),
+        ({"range_ratio": 1.5}, "range_ratio must be within 0..1"),
+        ({"request_rate": 0}, "request_rate must be > 0"),
+        ({"request_rate": "fast"}, "request_rate must be a number"),
+        ({"name": "has space"}, "workload name"),
+        ({"concurrency": 4}, "unknown workload key 'concurrency'"),
+        ({"max_concurrency": True}, "max_concurrency must be an integer"),
+    ],
+)
 def test_bad_workload_names_the_problem(workload, message):
     with pytest.raises(BenchError, match=message):
         normalize_workload(workload)
@@ -123,25 +135,38 @@ def test_bad_workload_names_the_problem(workload, message):
 
 def test_failure_classes():
     assert classify_failure("", 124)[0] == "timeout"
-    assert classify_failure("aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host", 1)[0] == \
-        "connection_refused"
+    assert (
+        classify_failure("aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host", 1)[0]
+        == "connection_refused"
+    )
     assert classify_failure("ModuleNotFoundError: No module named 'aiohttp'", 1)[0] == "client_not_installed"
     assert classify_failure("OSError: Can't load tokenizer for '/x'", 1)[0] == "tokenizer_missing"
-    assert classify_failure("Server at http://127.0.0.1:1/v1/models is not ready. Exiting.", 1)[0] == \
-        "server_not_ready"
+    assert (
+        classify_failure("Server at http://127.0.0.1:1/v1/models is not ready. Exiting.", 1)[0]
+        == "server_not_ready"
+    )
     assert classify_failure("something else", 1)[0] == "client_failed"
 
 
 def test_redact_hides_secret_values_only():
-    settings = {"model_path": "/m", "api_key": "sk-1", "env": {"HF_TOKEN": "hf_x", "NCCL_P2P_LEVEL": "SYS"},
-                "tp_size": 8}
+    settings = {
+        "model_path": "/m",
+        "api_key": "sk-1",
+        "env": {"HF_TOKEN": "hf_x", "NCCL_P2P_LEVEL": "SYS"},
+        "tp_size": 8,
+    }
     clean = redact(settings)
-    assert clean == {"model_path": "/m", "api_key": "<redacted>",
-                     "env": {"HF_TOKEN": "<redacted>", "NCCL_P2P_LEVEL": "SYS"}, "tp_size": 8}
+    assert clean == {
+        "model_path": "/m",
+        "api_key": "<redacted>",
+        "env": {"HF_TOKEN": "<redacted>", "NCCL_P2P_LEVEL": "SYS"},
+        "tp_size": 8,
+    }
     assert settings["api_key"] == "sk-1"  # the input is not changed
 
 
 # --------------------------------------------------------------------------------------------- history
+
 
 def entry(i: int, status: str = "ok") -> dict:
     return {"id": f"e{i}", "status": status, "label": "tp8", "figures": {"output_throughput": float(i)}}
@@ -211,8 +236,11 @@ def test_history_survives_writers_killed_mid_write(tmp_path):
     seen_runs = 1
     kills = 0
     for round_no in range(12):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(ROOT / "module_utils"), str(path)],
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(ROOT / "module_utils"), str(path)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(0.05 + 0.037 * round_no)  # a different phase of the write loop each round
         proc.send_signal(signal.SIGKILL)

@@ -31,8 +31,13 @@ def run_module(args: dict, tmp_path: Path, *, check: bool = False, timeout: floa
     payload = {**args, "_ansible_check_mode": check}
     args_file = tmp_path / f"args-{time.monotonic_ns()}.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(MODULE), str(args_file)], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(MODULE), str(args_file)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -62,11 +67,21 @@ def standin(client, tmp_path):
 
 def base_args(client, tmp_path, url):
     python, tok = client
-    return {"python": str(python), "base_url": url, "tokenizer": str(tok), "workload": WORKLOAD,
-            "work_dir": str(tmp_path / "bench"), "log_path": str(tmp_path / "log" / "bench.log"),
-            "fact_path": str(tmp_path / "facts" / "epforge_bench.fact"), "timeout": 300,
-            "record": {"label": "tp1-standin", "server": {"model_path": str(tok), "tp_size": 1},
-                       "stack": {"name": "cu130"}}}
+    return {
+        "python": str(python),
+        "base_url": url,
+        "tokenizer": str(tok),
+        "workload": WORKLOAD,
+        "work_dir": str(tmp_path / "bench"),
+        "log_path": str(tmp_path / "log" / "bench.log"),
+        "fact_path": str(tmp_path / "facts" / "epforge_bench.fact"),
+        "timeout": 300,
+        "record": {
+            "label": "tp1-standin",
+            "server": {"model_path": str(tok), "tp_size": 1},
+            "stack": {"name": "cu130"},
+        },
+    }
 
 
 def test_real_client_against_standin_records_and_appends(client, standin, tmp_path):
@@ -91,7 +106,10 @@ def test_real_client_against_standin_records_and_appends(client, standin, tmp_pa
     second = run_module(args, tmp_path)
     assert second["_rc"] == 0 and second["history_length"] == 2
     fact = json.loads(Path(args["fact_path"]).read_text())
-    assert [e["id"] for e in fact["history"]] == [entry["id"], second["ansible_facts"]["epforge_bench_result"]["id"]]
+    assert [e["id"] for e in fact["history"]] == [
+        entry["id"],
+        second["ansible_facts"]["epforge_bench_result"]["id"],
+    ]
     assert fact["last_ok"]["id"] == fact["last"]["id"] and fact["runs"] == 2
 
     # check mode runs nothing and writes nothing
@@ -104,15 +122,22 @@ def test_server_down_fails_classified_and_keeps_history(client, tmp_path):
     args = base_args(client, tmp_path, f"http://127.0.0.1:{bench_env.free_port()}")
     fact_path = Path(args["fact_path"])
     fact_path.parent.mkdir(parents=True)
-    earlier = {"schema": 1, "runs": 1, "failures": 0, "history_max": 50, "last": {"id": "old", "status": "ok"},
-               "last_ok": {"id": "old", "status": "ok"}, "history": [{"id": "old", "status": "ok"}]}
+    earlier = {
+        "schema": 1,
+        "runs": 1,
+        "failures": 0,
+        "history_max": 50,
+        "last": {"id": "old", "status": "ok"},
+        "last_ok": {"id": "old", "status": "ok"},
+        "history": [{"id": "old", "status": "ok"}],
+    }
     fact_path.write_text(json.dumps(earlier))
     result = run_module({**args, "ready_check_timeout": 2}, tmp_path)
     assert result["_rc"] != 0 and result["failed"] is True
     assert result["failure_class"] in ("server_not_ready", "connection_refused")
     assert result["log_tail"]  # the client's own words
     fact = json.loads(fact_path.read_text())
-    assert [e["id"] for e in fact["history"]][0] == "old" and len(fact["history"]) == 2
+    assert next(e["id"] for e in fact["history"]) == "old" and len(fact["history"]) == 2
     assert fact["last"]["status"] == "failed" and fact["last_ok"]["id"] == "old"
     assert fact["last"]["error"]["class"] == result["failure_class"]
 
@@ -139,10 +164,17 @@ def test_cut_off_result_and_hung_client_fail(mode, klass, tmp_path):
     pkg.mkdir()
     fixture = ROOT / "tests" / "fixtures" / "bench_serving" / "plain-random-ids.jsonl"
     (pkg / "fakebench.py").write_text(FAKE_CLIENT.format(mode=mode, fixture=str(fixture)))
-    args = {"python": sys.executable, "base_url": "http://127.0.0.1:9", "workload": WORKLOAD,
-            "client_module": "fakebench", "env": {"PYTHONPATH": str(pkg)}, "timeout": 3,
-            "work_dir": str(tmp_path / "bench"), "log_path": str(tmp_path / "bench.log"),
-            "fact_path": str(tmp_path / "epforge_bench.fact")}
+    args = {
+        "python": sys.executable,
+        "base_url": "http://127.0.0.1:9",
+        "workload": WORKLOAD,
+        "client_module": "fakebench",
+        "env": {"PYTHONPATH": str(pkg)},
+        "timeout": 3,
+        "work_dir": str(tmp_path / "bench"),
+        "log_path": str(tmp_path / "bench.log"),
+        "fact_path": str(tmp_path / "epforge_bench.fact"),
+    }
     started = time.monotonic()
     result = run_module(args, tmp_path)
     assert result["_rc"] != 0 and result["failure_class"] == klass
@@ -153,9 +185,15 @@ def test_cut_off_result_and_hung_client_fail(mode, klass, tmp_path):
 
 
 def test_bad_input_is_refused_before_running(tmp_path):
-    result = run_module({"python": "python3", "base_url": "127.0.0.1:30000",
-                         "workload": {"dataset": "sharegpt", "num_prompts": 0},
-                         "fact_path": str(tmp_path / "f.fact")}, tmp_path)
+    result = run_module(
+        {
+            "python": "python3",
+            "base_url": "127.0.0.1:30000",
+            "workload": {"dataset": "sharegpt", "num_prompts": 0},
+            "fact_path": str(tmp_path / "f.fact"),
+        },
+        tmp_path,
+    )
     assert result["_rc"] != 0
     assert "absolute path" in result["msg"] and "http://" in result["msg"]
     assert "download" in result["msg"] and "num_prompts must be >= 1" in result["msg"]

@@ -1,7 +1,8 @@
-"""playbooks/sweep.yml end to end on this machine: five configurations, each checked against the known-issues
-table, launched and verified by the sglang_server role (process manager, the SGLang stand-in: a TEST DOUBLE told
-to crash for one configuration), benchmarked by the sglang_benchmark role with SGLang's REAL bench_serving client,
-and stopped. One configuration crashes, one is refused by the table; the sweep goes on and records every outcome.
+"""playbooks/sweep.yml end to end on this machine: five configurations, each checked against the
+known-issues table, launched and verified by the sglang_server role (process manager, the SGLang stand-in:
+a TEST DOUBLE told to crash for one configuration), benchmarked by the sglang_benchmark role with SGLang's
+REAL bench_serving client, and stopped. One configuration crashes, one is refused by the table; the sweep
+goes on and records every outcome.
 
 The server role creates its unprivileged service account: this test uses `epforge-sweep-test` and removes it.
 """
@@ -35,18 +36,32 @@ SERVER_PYTHON = shutil.which("python3", path="/usr/bin:/usr/local/bin") or "/usr
 def sweep_configurations(tok: str) -> list[dict]:
     return [
         {"name": "tp-baseline", "server": {}},
-        {"name": "tp-eagle3-speculative",
-         "server": {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": tok,
-                    "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4},
-         "env": {"SGLANG_STANDIN_ACCEPT_LENGTH": "2.5"}},
+        {
+            "name": "tp-eagle3-speculative",
+            "server": {
+                "speculative_algorithm": "EAGLE3",
+                "speculative_draft_model_path": tok,
+                "speculative_num_steps": 3,
+                "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": 4,
+            },
+            "env": {"SGLANG_STANDIN_ACCEPT_LENGTH": "2.7"},
+        },
         # the stand-in is told to crash the way SGLang does on a host without DeepEP
-        {"name": "ep-deepep-low-latency",
-         "server": {"moe_a2a_backend": "deepep", "deepep_mode": "low_latency"},
-         "env": {"SGLANG_STANDIN_CRASH_AFTER": "0.2",
-                 "SGLANG_STANDIN_CRASH_LINE": "ModuleNotFoundError: No module named 'deep_ep'"}},
+        {
+            "name": "ep-deepep-low-latency",
+            "server": {"moe_a2a_backend": "deepep", "deepep_mode": "low_latency"},
+            "env": {
+                "SGLANG_STANDIN_CRASH_AFTER": "0.2",
+                "SGLANG_STANDIN_CRASH_LINE": "ModuleNotFoundError: No module named 'deep_ep'",
+            },
+        },
         {"name": "tp-nccl-tree", "server": {}, "env": {"NCCL_ALGO": "Tree"}},
-        {"name": "tp-nccl-p2p-sys-ll", "server": {}, "env": {"NCCL_P2P_LEVEL": "SYS",
-                                                             "NCCL_PROTO": "LL,LL128,Simple"}},
+        {
+            "name": "tp-nccl-p2p-sys-ll",
+            "server": {},
+            "env": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple"},
+        },
     ]
 
 
@@ -81,37 +96,60 @@ def test_sweep_records_ok_refused_and_failed(client, base_dir):
     port = bench_env.free_port()
     facts = base_dir / "facts"
     extra = {
-        "epforge_facts_dir": str(facts), "epforge_log_dir": str(base_dir / "log"),
+        "epforge_facts_dir": str(facts),
+        "epforge_log_dir": str(base_dir / "log"),
         "epforge_state_dir": str(base_dir / "state"),
         "epforge_server": {"model_path": str(tok), "port": port, "tp_size": 1},
-        "sglang_server_manager": "process", "sglang_server_user": USER, "sglang_server_group": USER,
-        "sglang_server_python": SERVER_PYTHON, "sglang_server_require_gpu": False, "sglang_server_limits": {},
-        "sglang_server_home": str(base_dir / "home"), "sglang_server_launcher_dir": str(base_dir / "lib"),
+        "sglang_server_manager": "process",
+        "sglang_server_user": USER,
+        "sglang_server_group": USER,
+        "sglang_server_python": SERVER_PYTHON,
+        "sglang_server_require_gpu": False,
+        "sglang_server_limits": {},
+        "sglang_server_home": str(base_dir / "home"),
+        "sglang_server_launcher_dir": str(base_dir / "lib"),
         "sglang_server_env_file": str(base_dir / "etc" / "sglang-server.env"),
         "sglang_server_env": {"PYTHONPATH": str(bench_env.STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.3"},
-        "sglang_server_timeout": 30, "sglang_server_poll_interval": 0.1, "sglang_server_verify_openai_api": "none",
-        "sglang_benchmark_python": str(python), "sglang_benchmark_require_gpu": False,
-        "sglang_benchmark_warmup": False, "sglang_benchmark_timeout": 300,
-        "sglang_benchmark_workload": {"name": "sweep-smoke", "input_len": 64, "output_len": 16, "num_prompts": 8,
-                                      "max_concurrency": 4},
+        "sglang_server_timeout": 30,
+        "sglang_server_poll_interval": 0.1,
+        "sglang_server_verify_openai_api": "none",
+        "sglang_benchmark_python": str(python),
+        "sglang_benchmark_require_gpu": False,
+        "sglang_benchmark_warmup": False,
+        "sglang_benchmark_timeout": 300,
+        "sglang_benchmark_workload": {
+            "name": "sweep-smoke",
+            "input_len": 64,
+            "output_len": 16,
+            "num_prompts": 8,
+            "max_concurrency": 4,
+        },
         "sglang_benchmark_sweep": sweep_configurations(str(tok)),
     }
     vars_file = base_dir / "vars.json"
     vars_file.write_text(json.dumps(extra))
     started = time.monotonic()
-    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-e", f"@{vars_file}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1200, check=False)
+    proc = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-e", f"@{vars_file}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     elapsed = time.monotonic() - started
     (base_dir.parent / f"{base_dir.name}-playbook.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
-    outcomes = {o["name"]: o for o in json.loads((facts / "epforge_sweep.fact").read_text())["configurations"]}
+    outcomes = {
+        o["name"]: o for o in json.loads((facts / "epforge_sweep.fact").read_text())["configurations"]
+    }
     assert list(outcomes) == [c["name"] for c in extra["sglang_benchmark_sweep"]]
     for name in ("tp-baseline", "tp-eagle3-speculative", "tp-nccl-p2p-sys-ll"):
         assert outcomes[name]["outcome"] == "ok", outcomes[name]
         assert outcomes[name]["figures"]["completed"] == 8
         assert outcomes[name]["figures"]["output_throughput"] > 0
-    assert outcomes["tp-eagle3-speculative"]["figures"]["accept_length"] == 2.5
+    assert outcomes["tp-eagle3-speculative"]["figures"]["accept_length"] == 2.7
     assert outcomes["tp-baseline"]["figures"]["accept_length"] is None
     crashed = outcomes["ep-deepep-low-latency"]
     assert crashed["outcome"] == "failed" and crashed["stage"] == "sglang_server"

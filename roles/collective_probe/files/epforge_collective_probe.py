@@ -60,8 +60,13 @@ def free_port() -> int:
 def summarize(samples_us: list[float]) -> dict:
     ordered = sorted(samples_us)
     p99 = ordered[min(len(ordered) - 1, max(0, round(0.99 * len(ordered)) - 1))]
-    return {"mean_us": round(statistics.fmean(ordered), 2), "median_us": round(statistics.median(ordered), 2),
-            "p99_us": round(p99, 2), "min_us": round(ordered[0], 2), "samples": len(ordered)}
+    return {
+        "mean_us": round(statistics.fmean(ordered), 2),
+        "median_us": round(statistics.median(ordered), 2),
+        "p99_us": round(p99, 2),
+        "min_us": round(ordered[0], 2),
+        "samples": len(ordered),
+    }
 
 
 def worker(rank: int, args, port: int, queue) -> None:
@@ -76,9 +81,13 @@ def worker(rank: int, args, port: int, queue) -> None:
             device = torch.device("cuda", rank)
         else:
             device = torch.device("cpu")
-        dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=args.world_size,
-                                **({"device_id": device} if use_cuda else {}))
+        dist.init_process_group(
+            args.backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=args.world_size,
+            **({"device_id": device} if use_cuda else {}),
+        )
         world = args.world_size
         dtype = getattr(torch, args.dtype)
         tokens_list = [int(t) for t in args.tokens.split(",") if t.strip()]
@@ -114,8 +123,13 @@ def worker(rank: int, args, port: int, queue) -> None:
                         samples = []
                         if mode == "eager":
                             if use_cuda:
-                                events = [(torch.cuda.Event(enable_timing=True),
-                                           torch.cuda.Event(enable_timing=True)) for _ in range(args.iters)]
+                                events = [
+                                    (
+                                        torch.cuda.Event(enable_timing=True),
+                                        torch.cuda.Event(enable_timing=True),
+                                    )
+                                    for _ in range(args.iters)
+                                ]
                                 for start, end in events:
                                     start.record()
                                     call()
@@ -144,8 +158,10 @@ def worker(rank: int, args, port: int, queue) -> None:
                                 graph.replay()
                             torch.cuda.synchronize()
                             dist.barrier()
-                            events = [(torch.cuda.Event(enable_timing=True),
-                                       torch.cuda.Event(enable_timing=True)) for _ in range(args.iters)]
+                            events = [
+                                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                                for _ in range(args.iters)
+                            ]
                             for start, end in events:
                                 start.record()
                                 graph.replay()
@@ -155,11 +171,18 @@ def worker(rank: int, args, port: int, queue) -> None:
                             del graph
                         else:
                             raise ValueError(f"unknown mode {mode}")
-                        result["results"].append({"op": op, "mode": mode, "tokens": tokens, "bytes": nbytes,
-                                                  **summarize(samples)})
+                        result["results"].append(
+                            {"op": op, "mode": mode, "tokens": tokens, "bytes": nbytes, **summarize(samples)}
+                        )
                     except Exception as exc:
-                        result["errors"].append({"op": op, "mode": mode, "tokens": tokens,
-                                                 "error": f"{type(exc).__name__}: {exc}"})
+                        result["errors"].append(
+                            {
+                                "op": op,
+                                "mode": mode,
+                                "tokens": tokens,
+                                "error": f"{type(exc).__name__}: {exc}",
+                            }
+                        )
                         if use_cuda:
                             torch.cuda.synchronize()
                     sync()
@@ -199,10 +222,19 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.time()
     nccl_env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}
-    base = {"probe": "epforge_collective_probe", "version": 1, "hidden": args.hidden, "dtype": args.dtype,
-            "iters": args.iters, "warmup": args.warmup, "graph_calls": args.graph_calls,
-            "backend": args.backend, "device": args.device, "env": nccl_env,
-            "all_to_all_layout": "each rank sends every rank one [tokens x hidden] block"}
+    base = {
+        "probe": "epforge_collective_probe",
+        "version": 1,
+        "hidden": args.hidden,
+        "dtype": args.dtype,
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "graph_calls": args.graph_calls,
+        "backend": args.backend,
+        "device": args.device,
+        "env": nccl_env,
+        "all_to_all_layout": "each rank sends every rank one [tokens x hidden] block",
+    }
     try:
         import torch  # noqa: PLC0415 - a missing torch is reported as JSON
         import torch.multiprocessing as mp  # noqa: PLC0415
@@ -212,20 +244,40 @@ def main(argv=None) -> int:
     if args.device == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            emit({**base, "status": "skipped", "reason": "no usable CUDA device (torch.cuda.is_available() "
-                  f"is False; torch {torch.__version__}, built for CUDA {torch.version.cuda})"}, args.out)
+            emit(
+                {
+                    **base,
+                    "status": "skipped",
+                    "reason": "no usable CUDA device (torch.cuda.is_available() "
+                    f"is False; torch {torch.__version__}, built for CUDA {torch.version.cuda})",
+                },
+                args.out,
+            )
             return NO_GPU_RC
         if args.world_size == 0:
             args.world_size = count
         if args.world_size > count:
-            emit({**base, "status": "failed",
-                  "reason": f"world size {args.world_size} > {count} visible GPUs"}, args.out)
+            emit(
+                {
+                    **base,
+                    "status": "failed",
+                    "reason": f"world size {args.world_size} > {count} visible GPUs",
+                },
+                args.out,
+            )
             return 1
     elif args.world_size == 0:
         args.world_size = 2
     if args.world_size < 2:
-        emit({**base, "status": "skipped", "world_size": args.world_size,
-              "reason": "one GPU: no collective to measure (needs at least 2 ranks)"}, args.out)
+        emit(
+            {
+                **base,
+                "status": "skipped",
+                "world_size": args.world_size,
+                "reason": "one GPU: no collective to measure (needs at least 2 ranks)",
+            },
+            args.out,
+        )
         return NO_GPU_RC
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -250,21 +302,39 @@ def main(argv=None) -> int:
         for proc in procs:
             if proc.is_alive():
                 proc.kill()
-        reason = (f"timed out after {args.timeout} s" if isinstance(exc, TimeoutError) else str(exc))
-        emit({**base, "status": "failed", "world_size": args.world_size, "reason": reason,
-              "ranks_reported": len(rank_results)}, args.out)
+        reason = f"timed out after {args.timeout} s" if isinstance(exc, TimeoutError) else str(exc)
+        emit(
+            {
+                **base,
+                "status": "failed",
+                "world_size": args.world_size,
+                "reason": reason,
+                "ranks_reported": len(rank_results),
+            },
+            args.out,
+        )
         return 1
     for proc in procs:
         proc.join(timeout=30)
     rank_results.sort(key=lambda r: r["rank"])
     fatal = [r for r in rank_results if r.get("fatal")]
     rows, errors = merge(rank_results)
-    payload = {**base, "world_size": args.world_size, "results": rows, "errors": errors,
-               "torch": rank_results[0].get("torch", ""), "nccl": rank_results[0].get("nccl", ""),
-               "gpu_name": rank_results[0].get("gpu_name", ""), "seconds": round(time.time() - started, 1)}
+    payload = {
+        **base,
+        "world_size": args.world_size,
+        "results": rows,
+        "errors": errors,
+        "torch": rank_results[0].get("torch", ""),
+        "nccl": rank_results[0].get("nccl", ""),
+        "gpu_name": rank_results[0].get("gpu_name", ""),
+        "seconds": round(time.time() - started, 1),
+    }
     if fatal:
-        payload.update(status="failed", reason=f"rank {fatal[0]['rank']}: {fatal[0]['fatal']}",
-                       traceback=fatal[0].get("traceback", ""))
+        payload.update(
+            status="failed",
+            reason=f"rank {fatal[0]['rank']}: {fatal[0]['fatal']}",
+            traceback=fatal[0].get("traceback", ""),
+        )
         emit(payload, args.out)
         return 1
     payload["status"] = "ok" if rows else "failed"
