@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: collective_probe
 short_description: Measure NCCL allreduce vs all_to_all latency at decode sizes and estimate TP vs EP cost
 description:
-  - Runs epforge's probe script (shipped by the C(collective_probe) role) with the ML env's python: one
+  - Runs epforge's probe script (shipped by the C(collective_probe) role) with the ML env's python - one
     process per GPU, bf16 tensors of [tokens x hidden] (hidden 7168, tokens 1/8/64/512 by default),
     C(all_reduce) and C(all_to_all_single), eager and captured in CUDA graphs. Each variant (a set of
     environment variables such as C(NCCL_P2P_DISABLE=1) or C(NCCL_P2P_LEVEL=SYS)) is one bounded run; its
@@ -18,7 +18,7 @@ description:
     time of one decode step with tensor parallelism (allreduces) and with expert parallelism (all-to-all
     dispatch and combine), per variant, mode and token count, so a user sees before a long server launch
     whether EP pays on this interconnect.
-  - A host without a usable GPU (O(gpu_count=0), or the script finding none) is not an error: the module
+  - A host without a usable GPU (O(gpu_count=0), or the script finding none) is not an error - the module
     returns C(skipped=true) with the reason and changes nothing.
   - Idempotent by evidence. With O(fact_path), the inputs (GPU list, variants, sizes, script hash) are
     hashed; when the fact holds results for the same hash and O(force) is false nothing is run and
@@ -91,8 +91,8 @@ options:
   model:
     description:
       - Layer counts for the per-step estimate. Keys (all optional) C(name), C(num_layers) (61),
-        C(moe_layers) (60), C(allreduce_per_layer) (2, TP: after attention and after the MLP/MoE),
-        C(a2a_per_moe_layer) (2, EP: dispatch and combine), C(ep_attention_allreduce_per_layer)
+        C(moe_layers) (60), C(allreduce_per_layer) (2, TP - after attention and after the MLP/MoE),
+        C(a2a_per_moe_layer) (2, EP - dispatch and combine), C(ep_attention_allreduce_per_layer)
         (1 when attention stays tensor-parallel, 0 with DP attention).
     type: dict
     default: {}

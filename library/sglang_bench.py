@@ -10,7 +10,7 @@ module: sglang_bench
 short_description: Run SGLang's bench_serving with a named workload and return (and record) its figures
 description:
   - Runs C(python -m sglang.bench_serving) (SGLang's own client; epforge has no load generator) from the
-    environment of O(python) against O(base_url), with a named workload (O(workload)): the C(random-ids)
+    environment of O(python) against O(base_url), with a named workload (O(workload)) - the C(random-ids)
     dataset (token ids drawn from the tokenizer's vocabulary, no download), fixed input/output lengths
     (range ratio 1.0), a number of prompts, a maximum concurrency, a request rate and a seed. The argv is a
     list, never a shell string; the client's output is appended to O(log_path); O(timeout) bounds it.
@@ -22,10 +22,10 @@ description:
     writes no result, writes an incomplete one, or when more than O(max_failed_requests) requests failed.
   - With O(fact_path) every run, succeeded or failed, is appended to a local fact holding the last result
     and a bounded history (O(history_max) entries), written atomically (temp file, fsync, rename, under a
-    lock): an interrupted write leaves the previous history intact and a failed run never removes entries.
+    lock) - an interrupted write leaves the previous history intact and a failed run never removes entries.
   - A benchmark run is a state change by nature (it measures now, and appends to the history), so a run
     reports C(changed=true). Check mode runs nothing, writes nothing and reports C(changed=true).
-  - bench_serving needs a tokenizer offline: O(tokenizer) (a local directory) or the model path the
+  - bench_serving needs a tokenizer offline - O(tokenizer) (a local directory) or the model path the
     server reports. C(HF_HUB_OFFLINE=1) is set for the client unless O(env) says otherwise.
 options:
   python:
@@ -99,7 +99,7 @@ options:
     type: path
   record_success:
     description:
-      - Append a successful run to O(fact_path). False records failures only (a warm-up run: its failure is
+      - Append a successful run to O(fact_path). False records failures only (a warm-up run - its failure is
         the run's failure, its figures are not a measurement).
     type: bool
     default: true

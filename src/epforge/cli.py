@@ -57,14 +57,8 @@ def summarize_run(result: runner.RunResult) -> list[str]:
                     f"  benchmark {bench.get('label')}: {bench.get('status')} "
                     f"({(bench.get('error') or {}).get('class', '')})"
                 )
-    sweep = result.stats.get("epforge_sweep") if isinstance(result.stats, dict) else None
-    per_host = {
-        h: d.get("epforge_sweep")
-        for h, d in (result.stats or {}).items()
-        if isinstance(d, dict) and d.get("epforge_sweep")
-    }
-    if sweep and not per_host:
-        per_host = {"(run)": sweep}
+    sweep = (result.stats or {}).get("epforge_sweep")
+    per_host = sweep if isinstance(sweep, dict) else ({"(run)": sweep} if sweep else {})
     for host, outcomes in per_host.items():
         lines.append(f"sweep on {host}:")
         for o in outcomes:
@@ -91,8 +85,10 @@ def cmd_run(args) -> int:
     )
     for line in summarize_run(result):
         print(line)
+    # failures a block rescued (the sweep's failed configurations) are outcomes, not run failures
     for failure in result.failures:
-        print(f"FAILED {failure['host']} / {failure['task']}: {failure['msg'][:300]}")
+        if result.counts.get(failure["host"], {}).get("failures", 0) > 0:
+            print(f"FAILED {failure['host']} / {failure['task']}: {failure['msg'][:300]}")
     return 0 if result.rc == 0 else (result.rc or 1)
 
 

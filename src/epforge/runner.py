@@ -7,6 +7,7 @@ the playbook_on_stats event (`artifact_data`).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -108,6 +109,11 @@ class Progress:
         ):
             # the summary play's message is the run's plain-language outcome: show it
             msg = res["msg"]
+            if isinstance(msg, str) and msg.startswith("[") and msg.endswith("]"):
+                try:
+                    msg = ast.literal_eval(msg)
+                except (ValueError, SyntaxError):
+                    pass
             for line in msg if isinstance(msg, list) else [msg]:
                 self.say(f"      {line}")
         return True

@@ -107,10 +107,11 @@ RUN_PLAYBOOK = """---
       ansible.builtin.set_stats:
         data:
           epforge_sweep:
-            - {name: tp-baseline, outcome: ok, figures: {output_throughput: 1234.5}}
-            - {name: tp-nccl-tree, outcome: refused, class: nccl_algo_tree_with_cuda_graphs, reason: Tree}
-        per_host: true
-        aggregate: false
+            localhost:
+              - {name: tp-baseline, outcome: ok, figures: {output_throughput: 1234.5}}
+              - {name: tp-nccl-tree, outcome: refused, class: nccl_algo_tree_with_cuda_graphs, reason: Tree}
+        per_host: false
+        aggregate: true
     - name: A failure that is ignored
       ansible.builtin.command: /bin/false
       changed_when: false

@@ -1,0 +1,168 @@
+"""Role sglang_benchmark in a play after role sglang_server (process manager, the SGLang stand-in: a TEST
+DOUBLE), with SGLang's REAL bench_serving client: the play ends with ansible_local.epforge_bench holding the
+result and the history; a second run appends (never loses); a run against a stopped server appends a failure
+record and the play goes on when sglang_benchmark_fail_on_error is false.
+
+The server role creates its unprivileged service account: this test uses `epforge-bench-test` and removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
+import bench_env  # noqa: E402
+
+USER = "epforge-bench-test"
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+SERVER_PYTHON = shutil.which("python3", path="/usr/bin:/usr/local/bin") or "/usr/bin/python3"
+
+PLAY = """---
+- name: Serve and benchmark
+  hosts: localhost
+  gather_facts: false
+  roles:
+    - role: sglang_server
+      vars:
+        sglang_server_state: "{{ 'started' if serve | bool else 'stopped' }}"
+    - role: sglang_benchmark
+  post_tasks:
+    - name: Read the local facts back
+      ansible.builtin.setup:
+        gather_subset: ['!all', '!min', 'local']
+        fact_path: "{{ epforge_facts_dir }}"
+        filter: ansible_local
+    - name: Save what the host now holds, and the run's step summary
+      ansible.builtin.copy:
+        dest: "{{ held_file }}"
+        mode: "0644"
+        content: "{{ {'bench': ansible_local.epforge_bench, 'steps': epforge_steps} | to_json }}"
+"""
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    log = tmp_path_factory.mktemp("client") / "build.log"
+    with open(log, "ab") as handle:
+        python = bench_env.bench_client_python(log=handle)
+    return python
+
+
+@pytest.fixture
+def base_dir():
+    path = Path(tempfile.mkdtemp(prefix="epforge-bench-role-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+    subprocess.run(["userdel", USER], capture_output=True, check=False)
+    subprocess.run(["groupdel", USER], capture_output=True, check=False)
+
+
+def play(base: Path, extra: dict, *, serve: bool) -> tuple[subprocess.CompletedProcess, dict]:
+    playbook = base / "play.yml"
+    playbook.write_text(PLAY)
+    vars_file = base / "vars.json"
+    held_file = base / "held.json"
+    held_file.unlink(missing_ok=True)
+    vars_file.write_text(json.dumps({**extra, "serve": serve, "held_file": str(held_file)}))
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    proc = subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            str(ROOT / "inventory" / "local.yml"),
+            str(playbook),
+            "-e",
+            f"@{vars_file}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env=env,
+    )
+    held = json.loads(held_file.read_text()) if held_file.exists() else {"bench": {}, "steps": []}
+    return proc, held
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
+def test_role_records_and_appends_and_survives_a_failed_run(client, base_dir):
+    tok = bench_env.make_tokenizer_with(client, base_dir / "tokenizer")
+    port = bench_env.free_port()
+    extra = {
+        "epforge_facts_dir": str(base_dir / "facts"),
+        "epforge_log_dir": str(base_dir / "log"),
+        "epforge_state_dir": str(base_dir / "state"),
+        "epforge_server": {"model_path": str(tok), "port": port, "tp_size": 1},
+        "sglang_server_manager": "process",
+        "sglang_server_user": USER,
+        "sglang_server_group": USER,
+        "sglang_server_python": SERVER_PYTHON,
+        "sglang_server_require_gpu": False,
+        "sglang_server_limits": {},
+        "sglang_server_home": str(base_dir / "home"),
+        "sglang_server_launcher_dir": str(base_dir / "lib"),
+        "sglang_server_env_file": str(base_dir / "etc" / "sglang-server.env"),
+        "sglang_server_env": {"PYTHONPATH": str(bench_env.STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.3"},
+        "sglang_server_timeout": 30,
+        "sglang_server_verify_openai_api": "none",
+        "sglang_benchmark_python": str(client),
+        "sglang_benchmark_require_gpu": False,
+        "sglang_benchmark_label": "tp1-standin",
+        "sglang_benchmark_workload": {
+            "name": "role-smoke",
+            "input_len": 64,
+            "output_len": 16,
+            "num_prompts": 8,
+            "max_concurrency": 4,
+        },
+        "sglang_benchmark_warmup_workload": {
+            "name": "warmup",
+            "input_len": 32,
+            "output_len": 4,
+            "num_prompts": 2,
+            "max_concurrency": 2,
+        },
+    }
+    first, out1 = play(base_dir, extra, serve=True)
+    held = out1["bench"]
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert held["runs"] == 1 and len(held["history"]) == 1
+    assert held["last"]["status"] == "ok" and held["last"]["label"] == "tp1-standin"
+    assert held["last"]["figures"]["completed"] == 8
+    assert held["last"]["stack"]["name"] == "cu130" and held["last"]["stack"]["sglang"] == "0.5.23"
+    assert held["last"]["workload"]["input_len"] == 64
+    step = next(x for x in out1["steps"] if x["step"] == "sglang_benchmark")
+    assert step["status"] == "done" and step["detail"].startswith("tp1-standin:")
+
+    second, out2 = play(base_dir, extra, serve=True)
+    held2 = out2["bench"]
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert [e["id"] for e in held2["history"][:1]] == [held["history"][0]["id"]]
+    assert held2["runs"] == 2 and len(held2["history"]) == 2
+
+    # the server is stopped (the role in the third play): the benchmark fails, is recorded, and
+    # (fail_on_error false) the play goes on
+    third, out3 = play(
+        base_dir,
+        {**extra, "sglang_benchmark_fail_on_error": False, "sglang_benchmark_ready_check_timeout": 2},
+        serve=False,
+    )
+    assert third.returncode == 0, third.stdout[-4000:]
+    held3 = out3["bench"]
+    assert held3["runs"] == 3 and held3["failures"] == 1
+    assert [e["id"] for e in held3["history"][:2]] == [e["id"] for e in held2["history"]]
+    assert held3["last"]["status"] == "failed" and held3["last_ok"]["id"] == held2["last"]["id"]
+    assert held3["last"]["error"]["class"] in ("server_not_ready", "connection_refused")
+    failed = next(x for x in out3["steps"] if x["step"] == "sglang_benchmark")
+    assert failed["status"] == "failed" and held3["last"]["error"]["class"] in failed["detail"]
