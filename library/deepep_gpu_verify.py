@@ -13,6 +13,10 @@ description:
   - C(normal) mode is DeepEP's intranode path (needs NVLink between the GPUs); C(low_latency) uses the NVSHMEM
     kernels SGLang's decode path (and PCIe hosts) use.
   - Fails when any mode gives a wrong result, naming the mode, the error and the log tail.
+  - DeepEP's normal mode needs NVLink between the GPUs (DeepEP issue 216). With O(normal_needs_nvlink) the
+    module reads C(nvidia-smi topo -m) first and, when the GPUs taking part are not all NVLink-connected (a
+    PCIe host such as 8x RTX PRO 6000), drops C(normal) with the reason in RV(skipped_modes) instead of
+    letting it hang; C(low_latency) works over PCIe peer access.
   - A measurement changes nothing on the host (changed is always false); in check mode it does not run.
 options:
   python:
@@ -49,6 +53,14 @@ options:
     description: Seconds before the run is killed.
     type: int
     default: 480
+  normal_needs_nvlink:
+    description: Drop C(normal) mode when C(nvidia-smi topo -m) shows a non-NVLink pair among the GPUs used.
+    type: bool
+    default: true
+  nvidia_smi:
+    description: The nvidia-smi to read the topology with.
+    type: path
+    default: nvidia-smi
 author: epforge developers
 """
 
@@ -67,6 +79,11 @@ result:
   description: The script's JSON (per mode - ok, rel_diff, latency_us_mean, latency_us_min, sizes).
   returned: success
   type: dict
+skipped_modes:
+  description: Modes not run, with the reason (for example normal mode on GPUs without NVLink).
+  returned: success
+  type: dict
+  sample: {normal: "GPU0-GPU1 is PHB, not NVLink: DeepEP normal mode needs NVLink ..."}
 seconds:
   description: Wall time of the run.
   returned: success
@@ -75,9 +92,11 @@ seconds:
 
 import json
 import os
+import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail_file
+from ansible.module_utils.epforge_deepep import non_nvlink_pairs
 
 
 def main() -> None:
@@ -92,12 +111,31 @@ def main() -> None:
             "log_path": {"type": "path", "required": True},
             "environment": {"type": "dict", "default": {}},
             "timeout": {"type": "int", "default": 480},
+            "normal_needs_nvlink": {"type": "bool", "default": True},
+            "nvidia_smi": {"type": "path", "default": "nvidia-smi"},
         },
         supports_check_mode=True,
     )
     p = module.params
+    modes = list(p["modes"])
+    skipped: dict[str, str] = {}
+    if "normal" in modes and p["normal_needs_nvlink"] and not module.check_mode:
+        try:
+            topo = subprocess.run([p["nvidia_smi"], "topo", "-m"], capture_output=True, text=True, timeout=60,
+                                  check=False)
+            bad = non_nvlink_pairs(topo.stdout, p["num_processes"]) if topo.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            bad = None  # no topology to read: nothing is concluded, the round trip itself will tell
+        if bad:
+            pairs = ", ".join(f"{a}-{b} is {link}" for a, b, link in bad)
+            skipped["normal"] = (f"{pairs}, not NVLink: DeepEP normal mode needs NVLink between all GPUs; "
+                                 "SGLang must use --deepep-mode low_latency on this host")
+            modes.remove("normal")
+    if not modes:
+        reasons = "; ".join(f"{m}: {r}" for m, r in skipped.items())
+        module.fail_json(msg=f"no DeepEP mode left to verify: {reasons}", skipped_modes=skipped)
     argv = [p["python"], p["script"], "--num-processes", str(p["num_processes"]), "--modes",
-            ",".join(p["modes"]), "--out", p["result_path"]]
+            ",".join(modes), "--out", p["result_path"]]
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: the GPU round trip is not "
                                                           "run", cmd=argv)
@@ -125,7 +163,7 @@ def main() -> None:
         module.fail_json(msg="DeepEP round trip failed: " + (result.get("error") or "; ".join(
             f"{m}: {e}" for m, e in bad.items())), cmd=argv, rc=rc, result=result,
             log_tail=tail_file(p["log_path"]), log_path=p["log_path"])
-    module.exit_json(changed=False, result=result, seconds=round(seconds, 1), cmd=argv)
+    module.exit_json(changed=False, result=result, seconds=round(seconds, 1), cmd=argv, skipped_modes=skipped)
 
 
 if __name__ == "__main__":

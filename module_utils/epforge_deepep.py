@@ -11,6 +11,8 @@ import json
 import os
 import re
 
+from ansible.module_utils.epforge_nvidia import parse_topology
+
 # Bumped when the role's build recipe changes in a way that changes the wheel: every cached wheel rebuilds.
 RECIPE_VERSION = 1
 
@@ -169,6 +171,28 @@ def find_header(name: str, folders: list[str]) -> str | None:
         if os.path.isfile(candidate):
             return candidate
     return None
+
+
+def non_nvlink_pairs(topo_text: str, num_gpus: int) -> list[tuple[str, str, str]] | None:
+    """GPU pairs among GPU0..GPU(num_gpus-1) that `nvidia-smi topo -m` does not show as NVLink (NV#).
+
+    [] when all pairs are NVLink, None when the matrix cannot be read (then nothing is concluded).
+    Uses the project's topology parser (module_utils/epforge_nvidia.py).
+    """
+    try:
+        topology = parse_topology(topo_text)
+    except ValueError:
+        return None
+    gpus = topology["gpus"][:num_gpus]
+    if len(gpus) < num_gpus:
+        return None
+    bad = []
+    for i, first in enumerate(gpus):
+        for second in gpus[i + 1:]:
+            link = topology["matrix"][first][second]
+            if not link.startswith("NV"):
+                bad.append((first, second, link))
+    return bad
 
 
 def classify_build_log(text: str) -> str | None:

@@ -23,6 +23,7 @@ from ansible.module_utils.epforge_deepep import (
     classify_build_log,
     classify_source,
     include_path,
+    non_nvlink_pairs,
     sass_arch,
     setup_py_version,
     tree_hash,
@@ -282,3 +283,59 @@ def test_deepep_gpu_verify_check_mode_runs_nothing(tmp_path):
         "result_path": str(tmp_path / "r.json"),
         "log_path": str(tmp_path / "gv.log")}, check=True)
     assert rc == 0 and res.get("skipped") and not (tmp_path / "gv.log").exists()
+
+
+# ---- normal mode needs NVLink: real `nvidia-smi topo -m` captures (tests/fixtures/nvidia-smi) ----
+
+TOPO = ROOT / "tests" / "fixtures" / "nvidia-smi"
+
+
+def test_nvlink_pairs_from_real_topologies():
+    assert non_nvlink_pairs((TOPO / "h200x2-topo.txt").read_text(), 2) == []
+    pcie = (TOPO / "public-8x4090-pcie-node-sys-topo.txt").read_text()
+    assert non_nvlink_pairs(pcie, 2) == [("GPU0", "GPU1", "PHB")]
+    assert len(non_nvlink_pairs(pcie, 8)) == 28
+    assert non_nvlink_pairs((TOPO / "h200x2-topo.txt").read_text(), 4) is None  # only 2 GPUs there
+    assert non_nvlink_pairs("not a matrix", 2) is None
+
+
+def fake_smi(tmp_path: Path, capture: str) -> Path:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat '{TOPO / capture}'\n")
+    smi.chmod(0o755)
+    return smi
+
+
+MODES_SCRIPT = r'''
+import json, sys
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+modes = args["--modes"].split(",")
+res = {"ok": True, "modes": {m: {"ok": True, "latency_us_mean": 1.0} for m in modes}}
+open(args["--out"], "w").write(json.dumps(res))
+'''
+
+
+@pytest.mark.parametrize(("capture", "ran", "skipped"), [
+    ("h200x2-topo.txt", ["normal", "low_latency"], []),
+    ("public-8x4090-pcie-node-sys-topo.txt", ["low_latency"], ["normal"]),
+])
+def test_gpu_verify_drops_normal_mode_without_nvlink(tmp_path, capture, ran, skipped):
+    script = tmp_path / "rt.py"
+    script.write_text(MODES_SCRIPT)
+    rc, res = run_module("deepep_gpu_verify", {
+        "python": sys.executable, "script": str(script), "result_path": str(tmp_path / "r.json"),
+        "log_path": str(tmp_path / "gv.log"), "nvidia_smi": str(fake_smi(tmp_path, capture))})
+    assert rc == 0, res
+    assert sorted(res["result"]["modes"]) == sorted(ran)
+    assert sorted(res["skipped_modes"]) == skipped
+    if skipped:
+        assert "GPU0-GPU1 is PHB, not NVLink" in res["skipped_modes"]["normal"]
+        assert "--deepep-mode low_latency" in res["skipped_modes"]["normal"]
+
+
+def test_gpu_verify_fails_when_no_mode_is_left(tmp_path):
+    rc, res = run_module("deepep_gpu_verify", {
+        "python": sys.executable, "script": str(tmp_path / "rt.py"), "result_path": str(tmp_path / "r.json"),
+        "log_path": str(tmp_path / "gv.log"), "modes": ["normal"],
+        "nvidia_smi": str(fake_smi(tmp_path, "public-8x4090-pcie-node-sys-topo.txt"))})
+    assert rc != 0 and "no DeepEP mode left" in res["msg"]
