@@ -132,7 +132,6 @@ log_path:
 import glob
 import os
 import shutil
-import tarfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_build import (
@@ -145,6 +144,7 @@ from ansible.module_utils.epforge_build import (
     find_wheels,
     make_manifest,
     publish_dir,
+    safe_extract,
     staging_dir,
     write_json_atomic,
 )
@@ -180,8 +180,7 @@ def stage_source(source: str, dest: str) -> str:
                         ignore=shutil.ignore_patterns(*TREE_EXCLUDE_DIRS, "*.egg-info", "*.so", "*.o",
                                                       "*.pyc"))
         return dest
-    with tarfile.open(source) as archive:
-        archive.extractall(dest, filter="data")
+    safe_extract(source, dest)
     inner = os.path.join(dest, "src")
     return inner if os.path.isdir(inner) else dest
 

@@ -95,7 +95,7 @@ import tempfile
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import file_sha256, source_kind, tree_files, tree_hash
+from ansible.module_utils.epforge_build import file_sha256, safe_extract, source_kind, tree_files, tree_hash
 from ansible.module_utils.epforge_common import tail
 
 
@@ -156,8 +156,7 @@ def git_resolve(module, p, base):
         if rc != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             module.fail_json(msg="git archive failed", cmd=argv, rc=rc, log_tail=tail(err or out))
-        with tarfile.open(tar_path) as archive:
-            archive.extractall(os.path.join(tmp, "tree"), filter="data")
+        safe_extract(tar_path, os.path.join(tmp, "tree"))
         os.rename(os.path.join(tmp, "tree"), tree)
         shutil.rmtree(tmp, ignore_errors=True)
         changed = True
@@ -179,9 +178,8 @@ def unpack(module, path, base):
                             module.fail_json(msg=f"archive {path} holds a path outside its root: {member}")
                     archive.extractall(tmp)  # noqa: S202  (every member checked above)
             else:
-                with tarfile.open(path) as archive:
-                    archive.extractall(tmp, filter="data")
-        except (OSError, tarfile.TarError, zipfile.BadZipFile) as err:
+                safe_extract(path, tmp)
+        except (OSError, ValueError, tarfile.TarError, zipfile.BadZipFile) as err:
             shutil.rmtree(tmp, ignore_errors=True)
             module.fail_json(msg=f"cannot unpack {path}: {err}")
         os.rename(tmp, dest)

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import stat
+import tarfile
 import tempfile
 import zipfile
 
@@ -156,6 +157,32 @@ def tree_hash(root: str) -> str:
             mode = "x" if os.stat(full).st_mode & stat.S_IXUSR else "-"
         digest.update(f"{rel}\0{mode}\0{content}\n".encode())
     return digest.hexdigest()
+
+
+def safe_extract(archive_path: str, dest: str) -> None:
+    """Unpack a tar archive refusing members that escape dest (absolute paths, '..', links out of it).
+
+    Uses tarfile's 'data' filter where the Python has it (3.11.4+, 3.12); Debian bookworm's 3.11.2 does not,
+    so the same checks are made here first.
+    """
+    root = os.path.realpath(dest)
+    with tarfile.open(archive_path) as archive:
+        members = archive.getmembers()
+        for member in members:
+            target = os.path.realpath(os.path.join(root, member.name))
+            if target != root and not target.startswith(root + os.sep):
+                raise ValueError(f"archive member {member.name} lies outside the destination")
+            if member.issym() or member.islnk():
+                link_base = os.path.dirname(target) if member.issym() else root
+                link = os.path.realpath(os.path.join(link_base, member.linkname))
+                if not link.startswith(root + os.sep):
+                    raise ValueError(f"archive member {member.name} links outside the destination")
+            if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+                raise ValueError(f"archive member {member.name} is a device or fifo")
+        if hasattr(tarfile, "data_filter"):
+            archive.extractall(dest, members=members, filter="data")
+        else:
+            archive.extractall(dest, members=members)  # noqa: S202  (every member checked above)
 
 
 # ---------------------------------------------------------------- stamps and atomic files

@@ -8,6 +8,7 @@ Molecule scenario molecule/toolchain.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -500,3 +501,28 @@ def test_plan_keys_and_installed_state(tmp_path):
     assert res["installed"] is False and "missing" in res["reason"]
     rc, res = run_module("cuda_extension_plan", {**args, "cuda_home": str(tmp_path)})
     assert rc != 0 and "cuda_toolkit" in res["msg"]
+
+
+def test_safe_extract_refuses_escaping_members(tmp_path):
+    good = tmp_path / "good.tar.gz"
+    make_tree(tmp_path / "tree")
+    with tarfile.open(good, "w:gz") as archive:
+        archive.add(tmp_path / "tree", arcname="src")
+    eb.safe_extract(str(good), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "src" / "setup.py").exists()
+    (tmp_path / "evil.txt").write_text("x")
+    cases = (("../evil.txt", tarfile.REGTYPE), ("/etc/evil", tarfile.REGTYPE), ("link", tarfile.SYMTYPE))
+    for name, kind in cases:
+        bad = tmp_path / "bad.tar"
+        with tarfile.open(bad, "w") as archive:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            if kind == tarfile.SYMTYPE:
+                info.linkname = "/etc/passwd"
+                archive.addfile(info)
+            else:
+                data = b"x"
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+        with pytest.raises(ValueError, match="outside the destination"):
+            eb.safe_extract(str(bad), str(tmp_path / "out2"))
