@@ -226,13 +226,15 @@ def plot_throughput(rows: list[dict], path: Path) -> Path | None:
     values = [float(r["figures"].get("output_throughput") or 0.0) for r in rows]
     colors = {"ok": "#2e7d32", "failed": "#c62828", "refused": "#ef6c00"}
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4.2))
-    bars = ax.bar(range(len(rows)), values, color=[colors.get(r["outcome"], "#757575") for r in rows])
     top = max([*values, 1.0])
+    # a configuration without figures (failed, refused) gets a short stub in its colour, labelled
+    heights = [v if r["outcome"] == "ok" else top * 0.03 for r, v in zip(rows, values, strict=True)]
+    bars = ax.bar(range(len(rows)), heights, color=[colors.get(r["outcome"], "#757575") for r in rows])
     for bar, r, v in zip(bars, rows, values, strict=True):
         text = f"{v:.0f}" if r["outcome"] == "ok" else r["outcome"]
         ax.text(
             bar.get_x() + bar.get_width() / 2,
-            max(v, 0) + top * 0.02,
+            bar.get_height() + top * 0.02,
             text,
             ha="center",
             va="bottom",
