@@ -7,7 +7,8 @@ delegate_to), fetched into the controller cache - and then installs it on every 
 --no-deps), checks its SASS (sm_120) and imports it. Target: N hosts take <= 1.3x the time of 1 host.
 
 The containers get the toolchain by bind mounts, not by installing it N times (5.4 GB of torch each):
-  /usr (read-only; this machine is Debian bookworm like the image: gcc/g++, system libraries),
+  /usr and /etc/alternatives (read-only; this machine is Debian bookworm like the image: gcc/g++, system
+  libraries),
   the Python the venv was made from (read-only), the CUDA 13.0 toolkit (read-only) and the torch venv as an
   overlay (podman `:O`: every host installs the wheel into its own copy-on-write layer; the host's venv is
   not touched). The toolkit and venv are those of the Molecule scenario `toolchain`
@@ -74,7 +75,9 @@ def base_python() -> str:
 
 
 def start(names: list[str]) -> None:
-    mounts = ["-v", "/usr:/usr:ro", "-v", f"{CUDA_HOME}:{CUDA_HOME}:ro", "-v", f"{VENV}:{VENV}:O"]
+    # /etc/alternatives: Debian's c++/cc links in /usr/bin point there.
+    mounts = ["-v", "/usr:/usr:ro", "-v", "/etc/alternatives:/etc/alternatives:ro",
+              "-v", f"{CUDA_HOME}:{CUDA_HOME}:ro", "-v", f"{VENV}:{VENV}:O"]
     home = base_python()
     if not home.startswith("/usr/"):
         mounts += ["-v", f"{home}:{home}:ro"]

@@ -127,6 +127,11 @@ log_path:
   description: The build log.
   returned: always
   type: str
+error_lines:
+  description: On a failed build, the log lines that name the cause (compiler errors, missing tools).
+  returned: failure
+  type: list
+  elements: str
 """
 
 import glob
@@ -141,6 +146,7 @@ from ansible.module_utils.epforge_build import (
     build_env,
     cache_entry,
     clean_stale_staging,
+    error_lines,
     find_wheels,
     make_manifest,
     publish_dir,
@@ -148,7 +154,7 @@ from ansible.module_utils.epforge_build import (
     staging_dir,
     write_json_atomic,
 )
-from ansible.module_utils.epforge_common import fail_cmd, run_logged
+from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail_file
 
 
 def available_memory() -> int | None:
@@ -181,8 +187,11 @@ def stage_source(source: str, dest: str) -> str:
                                                       "*.pyc"))
         return dest
     safe_extract(source, dest)
-    inner = os.path.join(dest, "src")
-    return inner if os.path.isdir(inner) else dest
+    # cuda_extension_source packs the tree under one top-level "src/" (the tree may have its own src/).
+    entries = os.listdir(dest)
+    if len(entries) == 1 and os.path.isdir(os.path.join(dest, entries[0])):
+        return os.path.join(dest, entries[0])
+    return dest
 
 
 def main() -> None:
@@ -246,8 +255,10 @@ def main() -> None:
         result["seconds"] = round(seconds, 1)
         if rc != 0:
             why = f"timed out after {p['timeout']} s" if rc == 124 else f"failed (rc {rc})"
-            fail_cmd(module, f"building {p['name']} {why} after {seconds:.0f} s; full log: {log}", argv, rc,
-                     log_path=log, **without_log(result))
+            causes = error_lines(tail_file(log, lines=5000, max_bytes=2 * 1024 * 1024))
+            cause = f"; first error lines: {' | '.join(causes[:3])}" if causes else ""
+            msg = f"building {p['name']} {why} after {seconds:.0f} s{cause}; full log: {log}"
+            fail_cmd(module, msg, argv, rc, log_path=log, error_lines=causes, **without_log(result))
         wheels = find_wheels(wheel_dir)
         if len(wheels) != 1:
             fail_cmd(module, f"the build of {p['name']} produced {len(wheels)} wheels, expected 1", argv, rc,

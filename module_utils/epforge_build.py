@@ -328,6 +328,35 @@ def dist_info_version(site_dir: str, dist: str) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- build failures
+
+ERROR_LINE_RE = re.compile(
+    r"(\berror\b|\bfatal\b|not found|No such file|undefined reference|Killed signal|out of memory|"
+    r"Unsupported gpu architecture|requires|refuses|mismatch)", re.IGNORECASE)
+# pip -v prints its setup.py shim (which mentions errors) and its own summary: not the cause.
+ERROR_NOISE_RE = re.compile(
+    r"(ImportError as error|ERROR: Can not execute|subprocess-exited-with-error|Failed building wheel|"
+    r"Failed to build|originates from a subprocess|error: command .* failed with exit code|"
+    r"^\s*(raise|File \"|subprocess\.CalledProcessError)|Running setup\.py clean)", re.IGNORECASE)
+
+
+def error_lines(log_text: str, limit: int = 15) -> list[str]:
+    """The lines of a build log that name the cause (compiler errors, missing tools), first ones first.
+
+    Only the last build in the log counts (after its last '=== ' header line).
+    """
+    marker = log_text.rfind("\n=== ")
+    section = log_text[marker + 1:] if marker >= 0 else log_text
+    found = []
+    for line in section.splitlines():
+        text = line.strip()
+        if text and ERROR_LINE_RE.search(text) and not ERROR_NOISE_RE.search(text) and text not in found:
+            found.append(text[:400])
+            if len(found) >= limit:
+                break
+    return found
+
+
 # ---------------------------------------------------------------- build settings
 
 def auto_max_jobs(cpus: int | None, mem_bytes: int | None, cap: int = 16, gib_per_job: float = 3.0) -> int:

@@ -381,6 +381,8 @@ def test_killed_build_leaves_no_entry_and_the_next_run_cleans_up(toolchain):
 
 
 def test_build_from_a_source_tarball(toolchain, tmp_path):
+    # The tree has its own src/ (the canary's src layout): only the archive's top-level src/ is unwrapped.
+    (Path(toolchain["source"]) / "src" / "pkg").mkdir(parents=True)
     tarball = tmp_path / "src.tar.gz"
     with tarfile.open(tarball, "w:gz") as archive:
         archive.add(toolchain["source"], arcname="src")
@@ -526,3 +528,27 @@ def test_safe_extract_refuses_escaping_members(tmp_path):
                 archive.addfile(info, io.BytesIO(data))
         with pytest.raises(ValueError, match="outside the destination"):
             eb.safe_extract(str(bad), str(tmp_path / "out2"))
+
+
+def test_error_lines_find_the_cause_not_pips_noise():
+    log = "\n".join([
+        "=== 2026-11-30T12:00:00 cuda_extension canary key old: ...",
+        "error: an older build's failure",
+        "=== 2026-11-30T13:00:00 cuda_extension canary key new: ...",
+        "      /bin/sh: 1: c++: not found",
+        "          except ImportError as error:",
+        '              "ERROR: Can not execute `setup.py` since setuptools is not available in "',
+        "  error: subprocess-exited-with-error",
+        "csrc/k.cu(3): error: identifier \"x\" is undefined",
+        "  ERROR: Failed building wheel for epforge-canary",
+    ])
+    assert eb.error_lines(log) == ["/bin/sh: 1: c++: not found",
+                                   'csrc/k.cu(3): error: identifier "x" is undefined']
+
+
+def test_failed_build_message_names_the_cause(toolchain):
+    args = {**toolchain, "key": "k1", "build_env": {"FAKE_MODE": "fail"}}
+    rc, res = run_module("cuda_extension_build", args)
+    assert rc != 0
+    assert "first error lines: error: nvcc fatal : Unsupported gpu architecture 'compute_999'" in res["msg"]
+    assert res["error_lines"] == ["error: nvcc fatal : Unsupported gpu architecture 'compute_999'"]
