@@ -135,9 +135,12 @@ def main() -> int:
     finally:
         bench_env.stop(proc)
     ratio = statistics.median(p["ratio"] for p in pairs)
+    delta = statistics.median(p["module_s"] - p["direct_s"] for p in pairs)
     summary = {
         "pairs": pairs,
         "median_ratio": ratio,
+        "median_delta_s": round(delta, 2),
+        "ratio_range": [min(p["ratio"] for p in pairs), max(p["ratio"] for p in pairs)],
         "target": 1.05,
         "meets_target": ratio <= 1.05,
         "figures_ok": all(
@@ -148,7 +151,8 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     print(
-        f"median wall-time ratio sglang_bench / direct bench_serving: {ratio:.3f} (target <= 1.05); "
+        f"median wall-time ratio sglang_bench / direct bench_serving: {ratio:.3f} (target <= 1.05; pairs "
+        f"{summary['ratio_range'][0]:.3f}..{summary['ratio_range'][1]:.3f}), median extra {delta:.2f} s; "
         f"figures consistent: {summary['figures_ok']}"
     )
     if args.json:
