@@ -305,9 +305,11 @@ def main() -> None:
         rc, output = 124, "timed out after 600 s"
     marked = [line for line in output.splitlines() if line.startswith("EPFORGE_SGLANG_VERIFY ")]
     if rc != 0 or not marked:
-        fail_cmd(module, "SGLang was installed but does not import (import sglang, sglang.srt.server_args); "
-                         "in parser-only mode a dependency may be missing from sglang_parser_deps",
-                 verify, rc or 1, output=output, log_path=log_path)
+        missing_module = re.findall(r"No module named '([^'.]+)", output)
+        hint = (f"; add the package that provides '{missing_module[-1]}' to sglang_parser_deps (parser_deps)"
+                if missing_module and inputs["mode"] == "parser-only" else "")
+        fail_cmd(module, "SGLang was installed but does not import (import sglang, sglang.srt.server_args)"
+                 + hint, verify, rc or 1, output=output, log_path=log_path)
     imported = json.loads(marked[-1].split(" ", 1)[1])["version"]
     if imported != params["version"]:
         module.fail_json(msg=f"SGLang imports as {imported}, not {params['version']}: another sglang shadows "

@@ -27,10 +27,12 @@ from ansible.module_utils.epforge_sglang_args import build_server_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
-ROLE_DEFAULTS = yaml.safe_load((ROOT / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+ROLE_VARS = yaml.safe_load((ROOT / "roles" / "sglang" / "vars" / "main.yml").read_text())
 SGLANG_VERSION = STACK["sglang"]["version"]
 TORCH_PIN = f"torch=={STACK['torch']['version']}"
-PARSER_DEPS = ROLE_DEFAULTS["sglang_parser_deps"]
+# The role's measured list for the stack's release (vars/main.yml; 0.5.23's is the common list).
+assert ROLE_VARS["__sglang_parser_deps_measured"][SGLANG_VERSION] == "{{ __sglang_parser_deps_common }}"
+PARSER_DEPS = ROLE_VARS["__sglang_parser_deps_common"]
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 RUNNER = (
     "import runpy, sys, ansible.module_utils as mu; "
@@ -375,6 +377,9 @@ def test_role_derives_multinode_settings_from_the_group(sglang_env, tmp_path):
     run = run_role(tmp_path, sglang_env["python"], server, name="multi", hosts=hosts, group="nodes",
                    state=sglang_env["state"])
     assert run["rc"] == 0, run["failures"]
+    # The role's default parser deps are the list the cached venv was built with: its stamp matched.
+    installs = [name for _, name in run["changed"] if name.startswith("sglang : Install SGLang")]
+    assert installs == [], run["changed"]
     for rank, host in enumerate(hosts):
         fact = json.loads((tmp_path / f"facts-{host}" / "epforge_sglang.fact").read_text())
         assert fact["server_flags"]["nnodes"] == 2
