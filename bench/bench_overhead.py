@@ -97,6 +97,11 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--json", default="")
+    parser.add_argument(
+        "--token-delay-ms",
+        default="10",
+        help="stand-in milliseconds per generated token (a server that takes time, like a real one)",
+    )
     args = parser.parse_args()
     python = bench_env.bench_client_python()
     work = Path(tempfile.mkdtemp(prefix="epforge-overhead-"))
@@ -110,7 +115,9 @@ def main() -> int:
             "max_concurrency": 16,
         }
     )
-    proc, url = bench_env.start_standin(str(tok), log_path=work / "standin.log")
+    proc, url = bench_env.start_standin(
+        str(tok), log_path=work / "standin.log", env={"SGLANG_STANDIN_TOKEN_DELAY_MS": args.token_delay_ms}
+    )
     pairs = []
     try:
         for i in range(args.pairs):
@@ -148,6 +155,7 @@ def main() -> int:
             for p in pairs
         ),
         "workload": workload,
+        "token_delay_ms": args.token_delay_ms,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     print(
