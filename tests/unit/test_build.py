@@ -552,3 +552,24 @@ def test_failed_build_message_names_the_cause(toolchain):
     assert rc != 0
     assert "first error lines: error: nvcc fatal : Unsupported gpu architecture 'compute_999'" in res["msg"]
     assert res["error_lines"] == ["error: nvcc fatal : Unsupported gpu architecture 'compute_999'"]
+
+
+def test_record_writes_stamp_and_merges_the_fact_idempotently(tmp_path):
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "epforge_cuda_extensions.fact").write_text(json.dumps({"deep_ep": {"key": "d1"}}))
+    stamp = {"name": "canary", "key": "k1", "so_files": ["/x/_C.so"], "inputs": {"archs": ["12.0"]}}
+    entry = {k: v for k, v in stamp.items() if k != "inputs"}
+    args = {"name": "canary", "state_dir": str(tmp_path / "state"), "stamp": stamp, "facts_dir": str(facts),
+            "entry": entry}
+    rc, res = run_module("cuda_extension_record", args, check=True)
+    assert rc == 0 and res["changed"] is True and not (tmp_path / "state").exists()
+    rc, res = run_module("cuda_extension_record", args)
+    assert rc == 0 and res["changed"] is True
+    assert json.loads((tmp_path / "state" / "canary.stamp.json").read_text()) == stamp
+    fact = json.loads((facts / "epforge_cuda_extensions.fact").read_text())
+    assert fact == {"deep_ep": {"key": "d1"}, "canary": entry}
+    rc, res = run_module("cuda_extension_record", args)
+    assert rc == 0 and res["changed"] is False
+    rc, res = run_module("cuda_extension_record", {**args, "stamp": None})  # a no-op run: stamp untouched
+    assert rc == 0 and res["changed"] is False
