@@ -290,7 +290,8 @@ def main() -> None:
     def finish_failed(msg: str, failure_class: str, explanation: str, rc, output: str, **extra) -> None:
         entry.update(
             status="failed",
-            figures=None,
+            # figures stay only where the client finished (requests_failed): they show how far it got
+            figures=entry.get("figures"),
             error={
                 "class": failure_class,
                 "reason": explanation,
