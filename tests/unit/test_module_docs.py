@@ -1,0 +1,31 @@
+"""Every project module's DOCUMENTATION / EXAMPLES / RETURN renders with ansible-doc, as users read them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
+ANSIBLE_DOC = Path(sys.executable).parent / "ansible-doc"
+
+
+def test_there_are_modules_to_check():
+    assert "nvidia_gpu_facts" in MODULES and len(MODULES) >= 20
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_ansible_doc_renders(name):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(ANSIBLE_DOC), "-M", str(ROOT / "library"), name], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout
+    assert f"({ROOT / 'library' / name}.py)" in text or name in text.splitlines()[0]
+    for section in ("OPTIONS", "EXAMPLES", "RETURN VALUES"):
+        assert section in text, f"{name}: ansible-doc shows no {section}"
+    assert "[WARNING]" not in proc.stderr, proc.stderr[-2000:]
