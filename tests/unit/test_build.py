@@ -15,42 +15,22 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import zipfile
 from pathlib import Path
 
+import moduletools
 import pytest
 from ansible.module_utils import epforge_build as eb
+from moduletools import module_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "build"
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 REAL_NVCC = "/usr/local/cuda-13.0/bin/nvcc"
 
 
-def module_argv(module: str, args: dict, check: bool = False) -> tuple[list[str], str]:
-    payload = {**args, "_ansible_check_mode": check}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
-    return [sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"), handle.name], handle.name
-
-
 def run_module(module: str, args: dict, check: bool = False, timeout: int = 120) -> tuple[int, dict]:
-    """Run a module file the way Ansible does (a JSON args file); return (rc, parsed result)."""
-    argv, args_file = module_argv(module, args, check)
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    finally:
-        os.unlink(args_file)
-    try:
-        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    return moduletools.run_module(module, args, check=check, timeout=timeout)
 
 
 # ------------------------------------------------------------------ keys

@@ -7,36 +7,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from collective_probe import estimate, inputs_hash, model_spec, validate_variants
+from moduletools import run_module_in
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "collective_probe.py"
 SCRIPT = ROOT / "roles" / "collective_probe" / "files" / "epforge_collective_probe.py"
 FIX = ROOT / "tests" / "fixtures" / "collective_probe"
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 
 
 def run_module(args: dict, tmp_path: Path, *, check: bool = False) -> dict:
-    args_file = tmp_path / f"args-{time.monotonic_ns()}.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}))
-    proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(MODULE), str(args_file)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["_rc"] = proc.returncode
-    return result
+    return run_module_in(tmp_path, MODULE, args, check=check, timeout=600)
 
 
 def test_estimate_from_the_h200_capture():

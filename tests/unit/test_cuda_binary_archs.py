@@ -8,14 +8,13 @@ stack's nvidia-cuda-cuobjdump wheel, downloaded once into .cache/epforge-tests/ 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
+import moduletools
 import pytest
 import yaml
 from ansible.module_utils.epforge_cuda import (
@@ -193,27 +192,8 @@ def binaries(tmp_path_factory):
     return out
 
 
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
-
-
 def run_module(args: dict, module: str = "cuda_binary_archs", check: bool = False) -> tuple[int, dict]:
-    """Run a module file the way Ansible does (a JSON args file), return (rc, parsed result)."""
-    payload = {**args, "_ansible_check_mode": check}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
-    try:
-        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
-                               handle.name], capture_output=True, text=True, timeout=600, check=False)
-    finally:
-        os.unlink(handle.name)
-    try:
-        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    return moduletools.run_module(module, args, check=check, timeout=600)
 
 
 @pytest.mark.build

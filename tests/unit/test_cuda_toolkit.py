@@ -15,12 +15,12 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from pathlib import Path
 
 import cuda_toolkit_pypi
+import moduletools
 import pytest
 import yaml
 from ansible.module_utils.epforge_cuda import (
@@ -38,11 +38,6 @@ ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "cuobjdump"
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 # Role tasks that run on the controller only (no module call on the host).
 CONTROLLER_ACTIONS = {"ansible.builtin.set_fact", "ansible.builtin.assert", "ansible.builtin.include_tasks",
                       "ansible.builtin.import_tasks", "ansible.builtin.debug", "ansible.builtin.fail",
@@ -52,19 +47,7 @@ CONTROLLER_ACTIONS = {"ansible.builtin.set_fact", "ansible.builtin.assert", "ans
 
 
 def run_module(module: str, args: dict, check: bool = False, diff: bool = False) -> tuple[int, dict]:
-    """Run library/<module>.py the way Ansible does (a JSON args file); return (rc, parsed result)."""
-    payload = {**args, "_ansible_check_mode": check, "_ansible_diff": diff}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
-    try:
-        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
-                               handle.name], capture_output=True, text=True, timeout=900, check=False)
-    finally:
-        os.unlink(handle.name)
-    try:
-        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    return moduletools.run_module(module, args, check=check, diff=diff, timeout=900)
 
 
 def run_role(tmp_path: Path, role_vars: dict, *, check: bool = False, name: str = "run") -> dict:

@@ -4,13 +4,11 @@ tests/deepep_fake_src, a real git), real interpreters and real processes."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+import moduletools
 import pytest
 from ansible.module_utils.epforge_deepep import (
     SUPPORTED,
@@ -35,26 +33,9 @@ FIX = ROOT / "tests" / "fixtures" / "deepep"
 sys.path.insert(0, str(ROOT / "tests" / "deepep_fake_src"))
 import make_fake_deepep  # noqa: E402
 
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
-
 
 def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
-    """Run a library/ module as Ansible does (JSON args file); return (rc, result)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}, handle)
-    try:
-        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
-                               handle.name], capture_output=True, text=True, timeout=600, check=False)
-    finally:
-        os.unlink(handle.name)
-    try:
-        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    return moduletools.run_module(module, args, check=check, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,6 @@ release."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,26 +13,14 @@ from ansible.module_utils.epforge_flashinfer import (
     flashinfer_arch_list,
     parse_nvcc_version,
 )
+from moduletools import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "flashinfer"
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 
 
 def run(args: dict) -> tuple[int, dict]:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": args}, handle)
-    try:
-        module = str(ROOT / "library" / "flashinfer_arch_rule.py")
-        proc = subprocess.run([sys.executable, "-c", RUNNER, module, handle.name], capture_output=True,
-                              text=True, timeout=120, check=False)
-    finally:
-        os.unlink(handle.name)
-    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_module("flashinfer_arch_rule", args)
 
 
 def fake_cuda(tmp_path: Path, release: str) -> Path:

@@ -9,12 +9,10 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from unittest import mock
 
 import epforge_known_issues as module_under_test
 import pytest
 import yaml
-from ansible.module_utils import basic
 from ansible.module_utils.epforge_known_issues import (
     TableError,
     base_arch,
@@ -26,6 +24,7 @@ from ansible.module_utils.epforge_known_issues import (
     validate_table,
 )
 from ansible.module_utils.testing import patch_module_args
+from moduletools import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text())
@@ -384,32 +383,8 @@ def test_adjustments_chain_until_nothing_changes():
 # ---------------------------------------------------------------- the module
 
 
-class Exited(Exception):
-    pass
-
-
-class Failed(Exception):
-    pass
-
-
 def run_module(args: dict) -> tuple[str, dict]:
-    def exit_json(self, **kwargs):
-        raise Exited(kwargs)
-
-    def fail_json(self, **kwargs):
-        raise Failed(kwargs)
-
-    warnings: list[str] = []
-    with patch_module_args(args), mock.patch.multiple(
-            basic.AnsibleModule, exit_json=exit_json, fail_json=fail_json,
-            warn=lambda self, text: warnings.append(text)):
-        try:
-            module_under_test.main()
-        except Exited as done:
-            return "exit", {**done.args[0], "_warnings": warnings}
-        except Failed as failed:
-            return "fail", failed.args[0]
-    raise AssertionError("the module returned without exit_json or fail_json")
+    return run_main(module_under_test, args, capture_warnings=True)
 
 
 def test_module_fails_on_an_error_row_with_problem_and_remedy():

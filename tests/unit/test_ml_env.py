@@ -7,36 +7,16 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 from ansible.module_utils import epforge_build as eb
+from moduletools import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 REAL_VENV = Path("/opt/epforge-molecule/ml-env")
 HAS_REAL_TORCH = any((REAL_VENV / "lib").glob("python3*/site-packages/torch-2.14.1*.dist-info"))
 PACKAGES = ["setuptools", "wheel", "ninja", "packaging"]
-
-
-def run_module(module: str, args: dict, check: bool = False, timeout: int = 120) -> tuple[int, dict]:
-    """Run a module file the way Ansible does (a JSON args file); return (rc, parsed result)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}, handle)
-    try:
-        argv = [sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"), handle.name]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    finally:
-        os.unlink(handle.name)
-    try:
-        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
 
 
 def base_args(tmp_path: Path, venv: Path) -> dict:

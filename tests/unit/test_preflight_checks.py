@@ -12,13 +12,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from unittest import mock
 
 import epforge_preflight_checks as checks_module
 import pytest
 import yaml
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from epforge_preflight_checks import (
     GIB,
     disk_check,
@@ -28,6 +25,7 @@ from epforge_preflight_checks import (
     python_check,
     run_python,
 )
+from moduletools import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
@@ -183,30 +181,8 @@ def test_gpu_runtime():
 # ---------------------------------------------------------------- the module, in process
 
 
-class Exited(Exception):
-    pass
-
-
-class Failed(Exception):
-    pass
-
-
 def run_module(args: dict) -> tuple[str, dict]:
-    def exit_json(self, **kwargs):
-        raise Exited(kwargs)
-
-    def fail_json(self, **kwargs):
-        raise Failed(kwargs)
-
-    with patch_module_args(args), mock.patch.multiple(basic.AnsibleModule, exit_json=exit_json,
-                                                      fail_json=fail_json):
-        try:
-            checks_module.main()
-        except Exited as done:
-            return "exit", done.args[0]
-        except Failed as failed:
-            return "fail", failed.args[0]
-    raise AssertionError("the module returned without exit_json or fail_json")
+    return run_main(checks_module, args)
 
 
 def test_module_on_this_machine(tmp_path):
@@ -332,12 +308,16 @@ def fact_file(tmp_path: Path) -> Path:
     return tmp_path / "facts" / FACT
 
 
+NO_SERVER = {"epforge_server": {}}
+
+
 def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     path = no_gpu_path()
-    rc, report = play(tmp_path, {}, path, check=True)
+    # The localhost inventory requests a DeepEP server; this test is about a host asked for nothing.
+    rc, report = play(tmp_path, NO_SERVER, path, check=True)
     assert rc == 0 and not fact_file(tmp_path).exists()  # check mode changes nothing
 
-    rc, report = play(tmp_path, {}, path)
+    rc, report = play(tmp_path, NO_SERVER, path)
     assert rc == 0, failure(report)
     assert report["stats"]["localhost"]["changed"] == 2  # the facts dir and the fact file
     fact = json.loads(fact_file(tmp_path).read_text())
@@ -359,7 +339,7 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     assert "no GPU (nvidia-smi not found on PATH), so sglang_server, sglang_benchmark" in step["detail"]
     first = fact_file(tmp_path).read_bytes()
 
-    rc, report = play(tmp_path, {}, path)
+    rc, report = play(tmp_path, NO_SERVER, path)
     assert rc == 0 and report["stats"]["localhost"]["changed"] == 0
     assert fact_file(tmp_path).read_bytes() == first
 

@@ -3,34 +3,20 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import python_import_check as pic
+from moduletools import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 NO_GPU_HERE = not os.path.exists("/dev/nvidiactl")
 
 
 def run(args: dict, check: bool = False) -> tuple[int, dict]:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}, handle)
-    try:
-        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / "python_import_check.py"),
-                               handle.name], capture_output=True, text=True, timeout=300, check=False)
-    finally:
-        os.unlink(handle.name)
-    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_module("python_import_check", args, check=check, timeout=300)
 
 
 @pytest.fixture

@@ -7,11 +7,9 @@ The parser of the installed SGLang itself is exercised in test_sglang_flags_real
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import tempfile
 
+import moduletools
 import pytest
 import sglang_flags_check
 import sglang_install
@@ -26,7 +24,7 @@ from ansible.module_utils.epforge_sglang_args import (
     validate_settings,
     with_defaults,
 )
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES
 
 SGLANG_FIX = FIXTURES / "sglang"
 OPTIONS_0523 = json.loads((SGLANG_FIX / "sglang-0.5.23-options.json").read_text())
@@ -255,24 +253,8 @@ def test_requirement_helpers():
     assert sglang_install.normalize("Flashinfer_Python") == "flashinfer-python"
 
 
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
-
-
 def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
-    """Run library/<module>.py the way Ansible does (a JSON args file); return (rc, parsed result)."""
-    payload = {**args, "_ansible_check_mode": check, "_ansible_diff": True}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
-    try:
-        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
-                               handle.name], capture_output=True, text=True, timeout=120, check=False)
-    finally:
-        os.unlink(handle.name)
-    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    return moduletools.run_module(module, args, check=check, diff=True)
 
 
 def _install_args(tmp_path, **over):

@@ -11,40 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
+from moduletools import run_module_in
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "sglang_bench.py"
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
 import bench_env  # noqa: E402
 
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 WORKLOAD = {"name": "smoke", "input_len": 64, "output_len": 16, "num_prompts": 8, "max_concurrency": 4}
 
 
 def run_module(args: dict, tmp_path: Path, *, check: bool = False, timeout: float = 600) -> dict:
-    import subprocess  # noqa: PLC0415
-
-    payload = {**args, "_ansible_check_mode": check}
-    args_file = tmp_path / f"args-{time.monotonic_ns()}.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
-    proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(MODULE), str(args_file)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    try:
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
-    result["_rc"] = proc.returncode
-    result["_stdout"] = proc.stdout
-    return result
+    return run_module_in(tmp_path, MODULE, args, check=check, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

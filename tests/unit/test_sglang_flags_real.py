@@ -16,10 +16,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import moduletools
 import pytest
 import sglang_flags_check
 import yaml
@@ -34,11 +34,6 @@ TORCH_PIN = f"torch=={STACK['torch']['version']}"
 assert ROLE_VARS["__sglang_parser_deps_measured"][SGLANG_VERSION] == "{{ __sglang_parser_deps_common }}"
 PARSER_DEPS = ROLE_VARS["__sglang_parser_deps_common"]
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 
 pytestmark = pytest.mark.build
 
@@ -65,19 +60,7 @@ MOTIVATING_ARGV = [
 
 
 def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
-    """Run library/<module>.py the way Ansible does (a JSON args file); return (rc, parsed result)."""
-    payload = {**args, "_ansible_check_mode": check, "_ansible_diff": True}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump({"ANSIBLE_MODULE_ARGS": payload}, handle)
-    try:
-        proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / f"{module}.py"),
-                               handle.name], capture_output=True, text=True, timeout=1800, check=False)
-    finally:
-        os.unlink(handle.name)
-    try:
-        return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+    return moduletools.run_module(module, args, check=check, diff=True, timeout=1800)
 
 
 def install_args(python: str, state: Path, **over) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from ansible.module_utils.epforge_unit import (
     render_unit,
     split_exec_start,
 )
+from moduletools import run_module_in
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "sglang_server.py"
@@ -30,30 +30,10 @@ LAUNCHER = ROOT / "roles" / "sglang_server" / "files" / "epforge_sglang_launch.p
 STANDIN = ROOT / "tests" / "sglang_standin"
 KEY = "sk-test-6f1d0c9e-never-print-me"
 
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
-
 
 def run_module(module: Path, args: dict, tmp_path: Path, *, check: bool = False, diff: bool = False,
                timeout: float = 120) -> dict:
-    """Run an Ansible module file the way Ansible does (JSON args file), return its parsed result."""
-    payload = dict(args)
-    payload["_ansible_check_mode"] = check
-    payload["_ansible_diff"] = diff
-    args_file = tmp_path / f"args-{time.monotonic_ns()}.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(module), str(args_file)], capture_output=True,
-                          text=True, timeout=timeout, check=False)
-    try:
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
-    result["_rc"] = proc.returncode
-    result["_stdout"] = proc.stdout
-    return result
+    return run_module_in(tmp_path, module, args, check=check, diff=diff, timeout=timeout)
 
 
 def free_port() -> int:

@@ -1,0 +1,112 @@
+"""Run the project's Ansible modules in tests: as a file, the way Ansible runs it (a JSON args file, the
+result on the last line of stdout), or in process with exit_json/fail_json caught."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from unittest import mock
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+ROOT = Path(__file__).resolve().parents[1]
+# The child Python finds module_utils/ as ansible.module_utils, as with ansible.cfg's module_utils setting.
+RUNNER = (
+    "import runpy, sys, ansible.module_utils as mu; "
+    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def module_file(module: str | Path) -> Path:
+    """A module name means library/<name>.py; a Path is the module file itself."""
+    return module if isinstance(module, Path) else ROOT / "library" / f"{module}.py"
+
+
+def module_argv(module: str | Path, args: dict, *, check: bool = False, diff: bool = False,
+                args_dir: Path | None = None) -> tuple[list[str], str]:
+    """Write the JSON args file (in args_dir, else a temp file the caller removes); return (argv, path)."""
+    text = json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_diff": diff}})
+    if args_dir is None:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+            handle.write(text)
+        args_file = handle.name
+    else:
+        args_file = str(args_dir / f"args-{time.monotonic_ns()}.json")
+        Path(args_file).write_text(text)
+    return [sys.executable, "-c", RUNNER, str(module_file(module)), args_file], args_file
+
+
+def run_module_proc(module: str | Path, args: dict, *, check: bool = False, diff: bool = False,
+                    timeout: float = 120, args_dir: Path | None = None
+                    ) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a module file the way Ansible does; return (the finished process, its parsed result).
+
+    The args file goes to args_dir and stays there, or to a temp file removed afterwards."""
+    argv, args_file = module_argv(module, args, check=check, diff=diff, args_dir=args_dir)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    finally:
+        if args_dir is None:
+            os.unlink(args_file)
+    try:
+        return proc, json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+
+
+def run_module(module: str | Path, args: dict, *, check: bool = False, diff: bool = False,
+               timeout: float = 120) -> tuple[int, dict]:
+    """Run a module file the way Ansible does (a JSON args file); return (rc, parsed result)."""
+    proc, result = run_module_proc(module, args, check=check, diff=diff, timeout=timeout)
+    return proc.returncode, result
+
+
+def run_module_in(tmp_path: Path, module: str | Path, args: dict, *, check: bool = False, diff: bool = False,
+                  timeout: float = 120) -> dict:
+    """As run_module, the args file left in tmp_path; the result carries `_rc` and `_stdout`."""
+    proc, result = run_module_proc(module, args, check=check, diff=diff, timeout=timeout, args_dir=tmp_path)
+    result["_rc"] = proc.returncode
+    result["_stdout"] = proc.stdout
+    return result
+
+
+class Exited(Exception):
+    pass
+
+
+class Failed(Exception):
+    pass
+
+
+def run_main(module: ModuleType, args: dict, *, capture_warnings: bool = False) -> tuple[str, dict]:
+    """Call module.main() in process with these args; return ("exit" or "fail", the result).
+
+    capture_warnings: module.warn() texts go to the exit result's `_warnings` instead of the module."""
+
+    def exit_json(self, **kwargs):
+        raise Exited(kwargs)
+
+    def fail_json(self, **kwargs):
+        raise Failed(kwargs)
+
+    warnings: list[str] = []
+    patches = {"exit_json": exit_json, "fail_json": fail_json}
+    if capture_warnings:
+        patches["warn"] = lambda self, text: warnings.append(text)
+    with patch_module_args(args), mock.patch.multiple(basic.AnsibleModule, **patches):
+        try:
+            module.main()
+        except Exited as done:
+            return "exit", ({**done.args[0], "_warnings": warnings} if capture_warnings else done.args[0])
+        except Failed as failed:
+            return "fail", failed.args[0]
+    raise AssertionError("the module returned without exit_json or fail_json")
