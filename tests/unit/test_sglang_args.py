@@ -31,34 +31,9 @@ OPTIONS_0523 = json.loads((SGLANG_FIX / "sglang-0.5.23-options.json").read_text(
 OPTIONS_0510 = set((SGLANG_FIX / "sglang-0.5.10.post1-options.txt").read_text().split())
 
 # The motivating configuration: Kimi-K2.5 on 8 GPUs, EP over DeepEP low-latency, EAGLE3 speculative decoding.
-MOTIVATING = {
-    "model_path": "/models/Kimi-K2.5",
-    "tp_size": 8,
-    "ep_size": 8,
-    "moe_a2a_backend": "deepep",
-    "deepep_mode": "low_latency",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_draft_model_path": "/models/Kimi-K2.5-eagle3",
-    "speculative_num_steps": 3,
-    "speculative_eagle_topk": 1,
-    "speculative_num_draft_tokens": 4,
-    "cuda_graph_max_bs": 32,
-}
-MOTIVATING_ARGV_0523 = [
-    "--model-path", "/models/Kimi-K2.5",
-    "--host", "127.0.0.1",
-    "--port", "30000",
-    "--tp-size", "8",
-    "--ep-size", "8",
-    "--moe-a2a-backend", "deepep",
-    "--deepep-mode", "low_latency",
-    "--speculative-algorithm", "EAGLE3",
-    "--speculative-draft-model-path", "/models/Kimi-K2.5-eagle3",
-    "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1",
-    "--speculative-num-draft-tokens", "4",
-    "--cuda-graph-max-bs-decode", "32",
-]
+_MOTIVATING = json.loads((SGLANG_FIX / "motivating.json").read_text())
+MOTIVATING = _MOTIVATING["settings"]
+MOTIVATING_ARGV_0523 = _MOTIVATING["argv_0523"]
 
 
 def test_motivating_configuration_renders_exact_argv_for_0523():

@@ -37,26 +37,9 @@ PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
 pytestmark = pytest.mark.build
 
-MOTIVATING = {
-    "model_path": "/models/Kimi-K2.5",
-    "tp_size": 8,
-    "ep_size": 8,
-    "moe_a2a_backend": "deepep",
-    "deepep_mode": "low_latency",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_draft_model_path": "/models/Kimi-K2.5-eagle3",
-    "speculative_num_steps": 3,
-    "speculative_eagle_topk": 1,
-    "speculative_num_draft_tokens": 4,
-    "cuda_graph_max_bs": 32,
-}
-MOTIVATING_ARGV = [
-    "--model-path", "/models/Kimi-K2.5", "--host", "127.0.0.1", "--port", "30000",
-    "--tp-size", "8", "--ep-size", "8", "--moe-a2a-backend", "deepep", "--deepep-mode", "low_latency",
-    "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/Kimi-K2.5-eagle3",
-    "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-    "--cuda-graph-max-bs-decode", "32",
-]
+_MOTIVATING = json.loads((ROOT / "tests" / "fixtures" / "sglang" / "motivating.json").read_text())
+MOTIVATING = _MOTIVATING["settings"]
+MOTIVATING_ARGV = _MOTIVATING["argv_0523"]
 
 
 def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
