@@ -50,6 +50,10 @@ ARCH_MIN_CUDA = {
 FAMILY_SUFFIX_MIN_CUDA = (12, 9)
 VALID_METHODS = ("nvidia_repo", "pypi", "existing")
 ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
+# A package override is an exact pin (name==version): it replaces what SGLang's own metadata pins.
+PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
+# Distributions an override must never name: they are the stack's torch build (pip would swap it).
+TORCH_DISTS = ("torch",)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -128,6 +132,8 @@ def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
             f"torch {torch.get('version')}: pip would replace torch; choose a matching pair"
         )
 
+    problems += check_package_overrides(sglang)
+
     method = spec["cuda"].get("default_method", "")
     if method not in VALID_METHODS:
         problems.append(f"cuda.default_method '{method}' is not one of {', '.join(VALID_METHODS)}")
@@ -163,6 +169,27 @@ def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
             )
         if suffix == "f" and cuda_t[:2] < FAMILY_SUFFIX_MIN_CUDA:
             problems.append(f"arch {arch} (family target) needs CUDA >= 12.9; use {base}a with CUDA {cuda}")
+    return problems
+
+
+def check_package_overrides(sglang: dict) -> list[str]:
+    """sglang.package_overrides: a list of exact pins, none of them torch (the stack's torch stays)."""
+    overrides = sglang.get("package_overrides", [])
+    if not isinstance(overrides, list):
+        return ["sglang.package_overrides must be a list of pins such as transformers==5.12.1"]
+    problems = []
+    for req in overrides:
+        match = PIN_RE.match(str(req).strip())
+        if not match:
+            problems.append(
+                f"sglang.package_overrides entry '{req}' is not an exact pin NAME==VERSION: an override "
+                "replaces SGLang's own pin, so it must name one version"
+            )
+        elif re.sub(r"[-_.]+", "-", match.group(1)).lower() in TORCH_DISTS:
+            problems.append(
+                f"sglang.package_overrides entry '{req}' would replace the stack's torch: change "
+                "torch.version (and sglang.requires_torch) instead"
+            )
     return problems
 
 

@@ -14,7 +14,7 @@ def load(name: str) -> dict:
     return yaml.safe_load((ROOT / "stacks" / f"{name}.yml").read_text())["epforge_stack_spec"]
 
 
-@pytest.mark.parametrize("name", ["cu128", "cu130"])
+@pytest.mark.parametrize("name", ["cu128", "cu130", "cu130-torch211"])
 def test_shipped_stacks_are_coherent(name):
     assert check_stack(load(name), name) == []
 
@@ -42,6 +42,34 @@ def test_default_index_torch_build_must_match_declared_cuda():
     assert any("default PyPI index is built for CUDA 12.8" in p for p in problems)
     spec["torch"]["index_url"] = "https://example.invalid/whl/cu130"
     assert check_stack(spec, "cu130") == []
+
+
+def test_cu130_torch211_holds_the_sglang_0516_pins():
+    """Pins from sglang 0.5.16's METADATA (see the stack header); overrides for a transformers 5.17 image."""
+    spec = load("cu130-torch211")
+    assert (spec["torch"]["version"], spec["torch"]["cuda"]) == ("2.11.0", "13.0")
+    assert spec["sglang"]["version"] == "0.5.16"
+    assert spec["sglang"]["kernel_package"] == "sglang-kernel==0.4.5"
+    assert spec["flashinfer"]["version"] == "0.6.14"
+    assert (spec["deepep"]["ref"], spec["deepep"]["commit"]) == ("v1.2.1", "9af0e0d")
+    assert "prebuilt_wheel" not in spec["deepep"]  # 0.5.16 does not depend on sgl-deep-ep
+    assert (spec["nvshmem"]["package"], spec["nvshmem"]["version"]) == ("nvidia-nvshmem-cu13", "3.4.5")
+    assert spec["sglang"]["package_overrides"] == ["transformers==5.12.1", "tokenizers==0.22.2"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["transformers>=5.12"], "is not an exact pin NAME==VERSION"),
+        (["Torch==2.14.1"], "would replace the stack's torch"),
+        ("transformers==5.12.1", "must be a list"),
+    ],
+)
+def test_package_overrides_must_be_exact_pins_and_never_torch(overrides, expected):
+    spec = load("cu130-torch211")
+    spec["sglang"]["package_overrides"] = overrides
+    (problem,) = check_stack(spec, "cu130-torch211")
+    assert expected in problem
 
 
 def test_pypi_method_refused_for_cuda12():
