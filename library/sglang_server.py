@@ -21,7 +21,9 @@ description:
   - Then it polls O(health_path) at a bounded rate until it answers 200, at most O(timeout) seconds. A
     server that exits, fails or enters an automatic restart ends the wait within one poll interval, with
     the log tail and, when the log matches a known failure signature
-    (C(module_utils/epforge_signatures.py)), its classification and remedy.
+    (C(module_utils/epforge_signatures.py)), its classification and remedy; a log that matches none is
+    reported as C(unclassified) with its final exception line (for example
+    C(ModuleNotFoundError: No module named 'flashinfer')).
   - Finally it reads C(/get_server_info) (falling back to C(/server_info)) and compares the running
     settings with the requested ones (O(settings_check)).
   - Idempotent. Same settings and a healthy server report C(changed=false); changed settings restart the
@@ -234,7 +236,9 @@ server_info:
   returned: when started and not in check mode
   type: dict
 classification:
-  description: Known failure signatures found in the log (id, summary, remedy, source, line), primary first.
+  description: >-
+    Known failure signatures found in the log (id, summary, remedy, source, line), primary first; when none
+    matches, one entry with id C(unclassified) whose line is the log's final exception line.
   returned: on failure
   type: list
   elements: dict
@@ -269,7 +273,7 @@ from ansible.module_utils.epforge_sglang_args import (
     validate_settings,
     with_defaults,
 )
-from ansible.module_utils.epforge_signatures import classify, describe
+from ansible.module_utils.epforge_signatures import describe, explain_failure
 from ansible.module_utils.epforge_unit import (
     UnitError,
     mask_secrets,
@@ -492,7 +496,7 @@ class Server:
             self.result["ready_at"] = round(time.time(), 3)
             return
         text = self.log_text()
-        classes = classify(text)
+        classes = explain_failure(text)
         log_tail = tail(redact(text, [self.api_key]), self.p["log_tail_lines"])
         if outcome["reason"] == "died":
             msg = f"SGLang server {self.name} stopped while starting ({outcome['detail']})"

@@ -23,7 +23,8 @@ SIGNATURES: list[dict] = [
                    "(SGLang's torch_symm_mem table knows compute capability 9 and 10 only)",
         "remedy": "remove --enable-torch-symm-mem (enable_torch_symm_mem: false); the feature also needs "
                   "NVLink multicast, which PCIe-only hosts lack",
-        "source": "sglang srt/distributed/device_communicators/torch_symm_mem.py; stack-facts.md",
+        "source": "sglang python/sglang/srt/distributed/device_communicators/torch_symm_mem.py "
+                  "(TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES in all_reduce_utils.py)",
     },
     {
         "id": "torch_symm_mem_keyerror",
@@ -32,7 +33,8 @@ SIGNATURES: list[dict] = [
                    "(SGLang's torch_symm_mem table knows 9 and 10 only)",
         "remedy": "remove --enable-torch-symm-mem (enable_torch_symm_mem: false); the feature also needs "
                   "NVLink multicast, which PCIe-only hosts lack",
-        "source": "sglang srt/distributed/device_communicators/torch_symm_mem.py; stack-facts.md",
+        "source": "sglang python/sglang/srt/distributed/device_communicators/torch_symm_mem.py "
+                  "(TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES in all_reduce_utils.py)",
     },
     {
         "id": "flashinfer_no_target_arch",
@@ -50,6 +52,15 @@ SIGNATURES: list[dict] = [
         "remedy": "run the deepep role for this host (it builds DeepEP for the host's arch), or set "
                   "moe_a2a_backend: none",
         "source": "sglang srt/layers/moe/token_dispatcher/deepep.py imports deep_ep",
+    },
+    {
+        # Any other missing module: the summary and remedy name the package and the role that installs it
+        # (MODULE_PROVIDERS), filled in by classify() from the module name in the matching line.
+        "id": "python_module_missing",
+        "patterns": [r"(?:ModuleNotFoundError|ImportError): No module named '?([\w.]+)'?"],
+        "summary": "the Python module {module} is not installed in the server's environment",
+        "remedy": "{remedy}",
+        "source": "Python import system (ModuleNotFoundError); package names from the stack files (stacks/)",
     },
     {
         "id": "deep_ep_no_gpu",
@@ -151,6 +162,45 @@ SIGNATURES: list[dict] = [
     },
 ]
 
+# Import name (top-level package) -> (the distribution that provides it, how epforge installs it).
+# The package names are those of the stack files (stacks/cu130.yml, stacks/cu128.yml) and of SGLang's
+# own dependencies (its wheel METADATA).
+MODULE_PROVIDERS: dict[str, tuple[str, str]] = {
+    "torch": ("torch", "role ml_env installs it (the stack's torch build)"),
+    "sglang": ("sglang", "role sglang installs it"),
+    "sgl_kernel": ("sglang-kernel", "role sglang installs it with SGLang (stack sglang.kernel_package)"),
+    "flashinfer": ("flashinfer-python", "role flashinfer installs it (stack flashinfer.package)"),
+    "deep_ep": ("DeepEP (deep_ep)", "role deepep builds it"),
+    "deep_gemm": ("sgl-deep-gemm", "no epforge role installs it; add it with the sglang role's extra "
+                                    "packages, or leave the deep_gemm MoE runner off"),
+    "triton": ("triton", "it comes with torch (role ml_env)"),
+    "xgrammar": ("xgrammar", "an SGLang dependency: rerun role sglang"),
+    "transformers": ("transformers", "an SGLang dependency: rerun role sglang"),
+    "IPython": ("ipython", "an SGLang dependency (sglang/utils.py imports IPython.display): "
+                           "rerun role sglang"),
+}
+
+
+def module_provider(module: str) -> tuple[str, str]:
+    """(distribution, how epforge installs it) for an import name such as 'flashinfer.sampling'."""
+    top = module.split(".", 1)[0]
+    if top in MODULE_PROVIDERS:
+        return MODULE_PROVIDERS[top]
+    return (f"the package that provides {top}",
+            "no epforge role installs it: add it to the server environment (or rerun role sglang if it is "
+            "an SGLang dependency)")
+
+
+def _fill(row: dict, match: re.Match) -> tuple[str, str]:
+    """summary and remedy of a row, with {module}/{remedy} filled from the matching line."""
+    if row["id"] != "python_module_missing":
+        return row["summary"], row["remedy"]
+    module = match.group(1)
+    package, how = module_provider(module)
+    return (row["summary"].format(module=module),
+            f"install {package} into the server's environment: {how}")
+
+
 _COMPILED: list[tuple[dict, list[re.Pattern], list[re.Pattern]]] = [
     (row, [re.compile(p) for p in row["patterns"]], [re.compile(p) for p in row.get("requires", [])])
     for row in SIGNATURES
@@ -174,14 +224,55 @@ def classify(text: str | None) -> list[dict]:
         if requires and not all(r.search(text) for r in requires):
             continue
         for line in lines:
-            if any(p.search(line) for p in patterns):
+            match = next((m for m in (p.search(line) for p in patterns) if m), None)
+            if match:
+                summary, remedy = _fill(row, match)
                 found.append({
-                    "id": row["id"], "summary": row["summary"], "remedy": row["remedy"],
+                    "id": row["id"], "summary": summary, "remedy": remedy,
                     "source": row["source"], "line": line.strip()[:300],
                 })
                 seen.add(row["id"])
                 break
     return found
+
+
+# The last line of a Python traceback: `[module.]Name: message` (or a bare Name), at the start of a line
+# after any log prefix such as "[2026-11-30 10:00:05 TP0] ".
+_LOG_PREFIX = re.compile(r"^\s*(?:\[[^\]]*\]\s*)+")
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)(?::\s.*)?$"
+)
+
+
+def final_exception_line(text: str | None) -> str:
+    """The last exception line in a log (e.g. "ModuleNotFoundError: No module named 'flashinfer'"), or ''."""
+    last = ""
+    for line in (text or "").splitlines():
+        candidate = _LOG_PREFIX.sub("", line).strip()
+        if _EXCEPTION_LINE.match(candidate):
+            last = candidate
+    return last[:300]
+
+
+def explain_failure(text: str | None) -> list[dict]:
+    """classify(text), or when no signature matches one `unclassified` entry naming the log's final
+    exception line (or saying that there is none), so a failure never ends without a reason."""
+    found = classify(text)
+    if found:
+        return found
+    line = final_exception_line(text)
+    if line:
+        summary = f"no known failure signature matched; the log's final exception is: {line}"
+    else:
+        summary = "no known failure signature matched and the log holds no exception line"
+    return [{
+        "id": "unclassified",
+        "summary": summary,
+        "remedy": "read the log tail (log_path) around that line; if it is a recurring failure, add a row to "
+                  "module_utils/epforge_signatures.py",
+        "source": "the server log",
+        "line": line,
+    }]
 
 
 def describe(classes: list[dict]) -> str:

@@ -181,6 +181,22 @@ def test_process_crash_is_classified_fast(server, tmp_path):
     assert KEY not in result["_stdout"]
 
 
+def test_unknown_crash_names_its_final_exception_line(server, tmp_path):
+    line = "ModuleNotFoundError: No module named 'sglang_no_such_helper'"
+    env = {**server["settings"]["env"], "SGLANG_STANDIN_CRASH_AFTER": "0.3",
+           "SGLANG_STANDIN_CRASH_LINE": "AssertionError: forward_deepgemm_masked is deprecated"}
+    result = run_module(MODULE, {**server, "settings": {**server["settings"], "env": env}}, tmp_path)
+    assert result["failed"] is True and result["reason"] == "died"
+    assert result["classification"][0]["id"] == "unclassified"
+    assert result["classification"][0]["line"] == "AssertionError: forward_deepgemm_masked is deprecated"
+    assert ("[unclassified] no known failure signature matched; the log's final exception is: "
+            "AssertionError: forward_deepgemm_masked is deprecated") in result["msg"]
+    env["SGLANG_STANDIN_CRASH_LINE"] = line
+    result = run_module(MODULE, {**server, "settings": {**server["settings"], "env": env}}, tmp_path)
+    assert result["classification"][0]["id"] == "python_module_missing"
+    assert "sglang_no_such_helper" in result["msg"]
+
+
 def test_process_hang_times_out_bounded(server, tmp_path):
     env = {**server["settings"]["env"], "SGLANG_STANDIN_HANG": "1"}
     args = {**server, "timeout": 2, "poll_interval": 0.2, "settings": {**server["settings"], "env": env}}

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import pytest
 from ansible.module_utils.epforge_http import MIN_POLL_INTERVAL, redact, wait_until
-from ansible.module_utils.epforge_signatures import SIGNATURES, classify, describe
+from ansible.module_utils.epforge_signatures import (
+    SIGNATURES,
+    classify,
+    describe,
+    explain_failure,
+    final_exception_line,
+)
 
 NOISE = """[2026-11-30 10:00:01] server_args=ServerArgs(model_path='/models/Kimi-K2.5', tp_size=8)
 [2026-11-30 10:00:05 TP0] Load weight begin. avail mem=94.12 GB
@@ -22,6 +28,7 @@ CASES = [
 KeyError: 12"""),
     ("flashinfer_no_target_arch", "RuntimeError: FlashInfer requires GPUs with sm75 or higher"),
     ("deep_ep_missing", "ModuleNotFoundError: No module named 'deep_ep'"),
+    ("python_module_missing", "ModuleNotFoundError: No module named 'flashinfer'"),
     ("deep_ep_no_gpu", "ImportError: The NVIDIA driver does not expose a usable CUDA device"),
     ("no_kernel_image", "torch.AcceleratorError: CUDA error: no kernel image is available for execution "
                         "on the device"),
@@ -73,6 +80,53 @@ def test_primary_is_the_specific_signature():
     assert describe(found).startswith("[torch_symm_mem_keyerror]")
     assert "enable-torch-symm-mem" in describe(found)
     assert describe([]) == ""
+
+
+def test_missing_module_names_the_package_and_the_role():
+    found = classify(NOISE + "  File \"/venv/sglang/srt/layers/sampler.py\", line 12\n"
+                     "ModuleNotFoundError: No module named 'flashinfer.sampling'\n")
+    assert found[0]["id"] == "python_module_missing"
+    assert "flashinfer.sampling" in found[0]["summary"]
+    assert "flashinfer-python" in found[0]["remedy"] and "role flashinfer" in found[0]["remedy"]
+    other = classify("ModuleNotFoundError: No module named 'orjson'")[0]
+    assert "orjson" in other["summary"] and "no epforge role installs it" in other["remedy"]
+    # deep_ep keeps its own, more specific row
+    assert classify("ModuleNotFoundError: No module named 'deep_ep'")[0]["id"] == "deep_ep_missing"
+
+
+# Shape of an SGLang 0.5.16 scheduler crash (logger prefix on the first line, traceback under it); the
+# assertion text is the one in sglang 0.5.16's DeepEP MoE path.
+UNKNOWN_CRASH = NOISE + """[2026-11-30 10:04:00 TP1] Scheduler hit an exception: Traceback (most recent call \
+last):
+  File "/venv/sglang/srt/managers/scheduler.py", line 2561, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)
+  File "/venv/sglang/srt/layers/moe/ep_moe/layer.py", line 402, in forward_deepgemm_masked
+    assert False, "forward_deepgemm_masked is deprecated"
+AssertionError: forward_deepgemm_masked is deprecated
+
+[2026-11-30 10:04:01] Received sigquit from a child process. It usually means the child failed.
+"""
+
+
+def test_unknown_crash_names_its_final_exception_line():
+    assert classify(UNKNOWN_CRASH) == []
+    assert final_exception_line(UNKNOWN_CRASH) == "AssertionError: forward_deepgemm_masked is deprecated"
+    [entry] = explain_failure(UNKNOWN_CRASH)
+    assert entry["id"] == "unclassified"
+    assert entry["line"] == "AssertionError: forward_deepgemm_masked is deprecated"
+    assert describe([entry]).startswith("[unclassified] no known failure signature matched; the log's final "
+                                        "exception is: AssertionError: forward_deepgemm_masked is deprecated")
+    # the last of several exceptions wins (a chained traceback ends with the one that killed the process)
+    chained = "ValueError: first\nDuring handling of the above exception, another exception occurred:\n" \
+              "[2026-11-30 10:04:00 TP0] torch.distributed.DistStoreError: timed out after 600 s\n"
+    assert final_exception_line(chained) == "torch.distributed.DistStoreError: timed out after 600 s"
+
+
+def test_a_log_without_exception_still_says_it_is_unclassified():
+    [entry] = explain_failure(NOISE + "Killed\n")
+    assert entry["id"] == "unclassified" and entry["line"] == ""
+    assert "holds no exception line" in entry["summary"]
+    assert explain_failure("KeyError: 12")[0]["id"] == "torch_symm_mem_keyerror"
 
 
 class FakeClock:
