@@ -18,12 +18,12 @@ description:
     start limits, output appended to O(log_path) or the journal), reloads systemd and starts or restarts
     the unit. With O(manager=process) (hosts without systemd) it starts a daemonized process with a
     pidfile and the same log file.
-  - Then it polls O(health_path) at a bounded rate until it answers 200, at most O(timeout) seconds. A
+  - "Then it polls O(health_path) at a bounded rate until it answers 200, at most O(timeout) seconds. A
     server that exits, fails or enters an automatic restart ends the wait within one poll interval, with
     the log tail and, when the log matches a known failure signature
     (C(module_utils/epforge_signatures.py)), its classification and remedy; a log that matches none is
     reported as C(unclassified) with its final exception line (for example
-    C(ModuleNotFoundError: No module named 'flashinfer')).
+    C(ModuleNotFoundError: No module named 'flashinfer'))."
   - Finally it reads C(/get_server_info) (falling back to C(/server_info)) and compares the running
     settings with the requested ones (O(settings_check)).
   - Idempotent. Same settings and a healthy server report C(changed=false); changed settings restart the
