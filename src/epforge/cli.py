@@ -69,6 +69,10 @@ def summarize_run(result: runner.RunResult) -> list[str]:
                 else f"{o.get('class', '')}: {str(o.get('reason', ''))[:160]}"
             )
             lines.append(f"  {o.get('name')}: {o.get('outcome')} - {tail}")
+    # last: what each host's run did and did not do (playbooks/summary.yml), as ansible-playbook prints it
+    for host in sorted(result.steps):
+        lines.append(f"steps on {host}:")
+        lines.extend(f"  {line}" for line in result.steps[host])
     return lines
 
 

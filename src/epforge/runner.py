@@ -38,6 +38,8 @@ class RunResult:
     stats: dict = field(default_factory=dict)  # set_stats data (per host, or "_run")
     failures: list = field(default_factory=list)  # {host, task, msg}
     counts: dict = field(default_factory=dict)  # host -> {ok, changed, failed, skipped, unreachable}
+    # host -> the per-step summary lines of playbooks/summary.yml, as ansible-playbook prints them
+    steps: dict = field(default_factory=dict)
     private_data_dir: str = ""
 
 
@@ -101,22 +103,37 @@ class Progress:
                 for h, n in (data.get(key) or {}).items():
                     counts.setdefault(h, {})[key] = n
             self.result.counts = counts
-        if (
-            kind == "runner_on_ok"
-            and self.verbose is False
-            and data.get("task_action") in ("ansible.builtin.debug", "debug")
-            and res.get("msg")
+        is_debug = data.get("task_action") in ("ansible.builtin.debug", "debug")
+        if kind == "runner_item_on_ok" and is_debug and res.get("msg"):
+            # one loop item of a debug task (the summary play loops over epforge_steps): show its message as
+            # ansible-playbook does, and keep the step lines for the end of the run
+            if not self._task_printed:
+                self.say(f"  TASK {self._task}")
+                self._task_printed = True
+            lines = message_lines(res["msg"])
+            for line in lines:
+                self.say(f"      {line}")
+            item = res.get("item")
+            if isinstance(item, dict) and {"step", "status"} <= set(item):
+                self.result.steps.setdefault(host, []).extend(lines)
+        elif (
+            kind == "runner_on_ok" and not self.verbose and is_debug and res.get("msg")
+            and "results" not in res
         ):
-            # the summary play's message is the run's plain-language outcome: show it
-            msg = res["msg"]
-            if isinstance(msg, str) and msg.startswith("[") and msg.endswith("]"):
-                try:
-                    msg = ast.literal_eval(msg)
-                except (ValueError, SyntaxError):
-                    pass
-            for line in msg if isinstance(msg, list) else [msg]:
+            # a plain debug message (not a loop's closing "All items completed") is the run's plain outcome
+            for line in message_lines(res["msg"]):
                 self.say(f"      {line}")
         return True
+
+
+def message_lines(msg) -> list[str]:
+    """A debug task's msg (a string, a list, or a list rendered as a string) -> its lines."""
+    if isinstance(msg, str) and msg.startswith("[") and msg.endswith("]"):
+        try:
+            msg = ast.literal_eval(msg)
+        except (ValueError, SyntaxError):
+            pass
+    return [str(line) for line in (msg if isinstance(msg, list) else [msg])]
 
 
 def run_playbook(

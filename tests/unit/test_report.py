@@ -5,12 +5,14 @@ stand-in, and the real 2x H200 collective probe fact), `epforge report` collecti
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "tests" / "fixtures" / "bench_serving" / "report-facts"
@@ -149,3 +151,38 @@ def test_extravars_parsing(items, expected, tmp_path):
     assert parse_extravars([f"@{yml}"]) == {"epforge_server": {"tp_size": 8}}
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_extravars(["novalue"])
+
+
+# Steps as the roles record them (details shaped like a run of site.yml on this GPU-less machine; the folded
+# YAML of the roles leaves newlines and runs of spaces that the summary play collapses).
+STEPS = [
+    {"step": "preflight", "status": "done", "detail": "Host fits stack cu130 (6 checks passed);\n no GPU"},
+    {"step": "deepep", "status": "skipped", "detail": "source unreachable:  github.com   not reachable"},
+    {"step": "sglang_server", "status": "skipped", "detail": "no GPU on this host"},
+]
+
+
+def test_run_ends_with_the_step_summary_ansible_playbook_prints(tmp_path):
+    """`epforge run` on the real playbooks/summary.yml ends with the same per-step lines as ansible-playbook
+    (not with the loop's closing "All items completed")."""
+    steps = json.dumps(STEPS)
+    proc = epforge("run", "playbooks/summary.yml", "-e", f"epforge_steps={steps}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    playbook = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/local.yml",
+         "playbooks/summary.yml", "-e", json.dumps({"epforge_steps": STEPS})],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()),
+             "ANSIBLE_NOCOLOR": "1"},
+    )
+    assert playbook.returncode == 0, playbook.stdout + playbook.stderr
+    # ansible.cfg prints results as YAML: "ok: [localhost] => (item=STEP) => " then "    msg: LINE"
+    printed = [yaml.safe_load(m) for m in re.findall(r"^\s+msg: (.*)$", playbook.stdout, re.M)]
+    assert printed == [
+        "DONE  preflight: Host fits stack cu130 (6 checks passed); no GPU",
+        "SKIPPED  deepep: source unreachable: github.com not reachable",
+        "SKIPPED  sglang_server: no GPU on this host",
+    ]
+    lines = proc.stdout.rstrip("\n").splitlines()
+    assert lines[-4:] == ["steps on localhost:", *[f"  {line}" for line in printed]]
+    assert "All items completed" not in proc.stdout
