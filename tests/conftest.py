@@ -1,16 +1,124 @@
-"""Make the project's Ansible modules and module_utils importable the way Ansible loads them."""
+"""Make the project's Ansible modules and module_utils importable the way Ansible loads them; provide what
+tests need through session fixtures (never from another test having run first); enforce the skip rule.
+
+The skip rule (docs/testing.md): a test may skip only when it needs a GPU or GitHub, which this machine may
+lack. Such a skip's reason starts with SKIP_GPU or SKIP_GITHUB; any other skip is turned into a failure, so
+the test command (scripts/test.sh) fails on it. Everything else a test needs (a CUDA 13 nvcc, a venv with
+torch, SGLang's bench client) a fixture below builds when it is absent.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import ansible.module_utils
+import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
+# Built test prerequisites that a fresh clone on the same machine may reuse.
+CACHE = ROOT / ".cache" / "epforge-tests"
 
 # `from ansible.module_utils.epforge_x import ...` resolves to module_utils/epforge_x.py, as with
 # ansible.cfg's module_utils setting; library/ modules import as plain modules.
 ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 sys.path.insert(0, str(ROOT / "library"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
+
+SKIP_GPU = "GPU:"
+SKIP_GITHUB = "GitHub:"
+ALLOWED_SKIPS = (SKIP_GPU, SKIP_GITHUB)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skip whose reason is not a GPU's or GitHub's is a failure: the test lacked a fixture."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report)
+        if not reason.startswith(ALLOWED_SKIPS):
+            report.outcome = "failed"
+            report.longrepr = (
+                f"skipped for a reason that is neither a GPU's nor GitHub's: {reason!r}. Only tests that "
+                f"need a GPU or GitHub may skip (reason starting {SKIP_GPU!r} or {SKIP_GITHUB!r}); give the "
+                "test what it needs through a fixture in tests/conftest.py (docs/testing.md)."
+            )
+
+
+def cu130_spec() -> dict:
+    return yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
+
+
+@pytest.fixture(scope="session")
+def cuda13_nvcc() -> str:
+    """A real CUDA 13 nvcc: $EPFORGE_TEST_NVCC, /usr/local/cuda-13.0, else a CUDA_HOME assembled by the
+    project's own cuda_toolkit_pypi module into the test cache (about 10 s and 2 GB of wheels, once)."""
+    for candidate in (os.environ.get("EPFORGE_TEST_NVCC"), "/usr/local/cuda-13.0/bin/nvcc",
+                      str(CACHE / "cuda-13.0" / "bin" / "nvcc")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    spec = cu130_spec()
+    args = {"prefix": str(CACHE / "cuda-13.0"), "cuda_version": spec["cuda"]["version"],
+            "packages": spec["cuda"]["pypi_packages"], "wheel_dir": str(CACHE / "wheels"),
+            "log_path": str(CACHE / "cuda-13.0.log")}
+    import moduletools  # noqa: PLC0415 - test support, importable once pytest put tests/ on sys.path
+
+    rc, result = moduletools.run_module("cuda_toolkit_pypi", args, timeout=1800)
+    assert rc == 0, f"assembling a test CUDA_HOME failed: {result.get('msg')} (log {args['log_path']})"
+    return result["nvcc"]
+
+
+@pytest.fixture(scope="session")
+def cuda13_home(cuda13_nvcc) -> Path:
+    return Path(cuda13_nvcc).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def bench_client_python(tmp_path_factory) -> Path:
+    """Python of a venv with SGLang's real bench_serving client and the stack's torch (cu130 build, CPU use):
+    built once under ~/.cache/epforge/ by tests/fixtures/bench_serving/bench_env.py, then reused."""
+    import bench_env  # noqa: PLC0415 - tests/fixtures/bench_serving, put on sys.path above
+
+    log = tmp_path_factory.mktemp("bench-client") / "build.log"
+    with open(log, "ab") as handle:
+        return bench_env.bench_client_python(log=handle)
+
+
+# The toolchain Molecule scenario's venv: reused when present (no second torch download), else built.
+MOLECULE_ML_ENV = Path("/opt/epforge-molecule/ml-env")
+
+
+def has_torch(venv: Path, version: str) -> bool:
+    return any((venv / "lib").glob(f"python3*/site-packages/torch-{version}*.dist-info"))
+
+
+@pytest.fixture(scope="session")
+def torch_venv() -> Path:
+    """A venv with the cu130 stack's torch (2.14.1, CUDA 13 build) and the ml_env build packages: the
+    toolchain scenario's when it exists, else one built by the project's ml_env_torch module into the test
+    cache (torch and NVIDIA's CUDA 13 wheels: about 4 GB, minutes, once)."""
+    torch = cu130_spec()["torch"]
+    if has_torch(MOLECULE_ML_ENV, torch["version"]):
+        return MOLECULE_ML_ENV
+    venv = CACHE / "ml-env"
+    args = {"path": str(venv), "torch_version": torch["version"], "torch_cuda": "13.0",
+            "toolkit_cuda": "13.0",
+            "archs": ["12.0"], "packages": ["setuptools", "wheel", "ninja", "packaging"],
+            "log_path": str(CACHE / "ml-env.log"), "stamp_path": str(CACHE / "ml-env.stamp.json"),
+            "base_python": sys.executable, "timeout": 3000}
+    import moduletools  # noqa: PLC0415 - as above
+
+    rc, result = moduletools.run_module("ml_env_torch", args, timeout=3600)
+    assert rc == 0, f"building the test torch venv failed: {result.get('msg')} (log {args['log_path']})"
+    return venv

@@ -26,7 +26,6 @@ from moduletools import module_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "build"
-REAL_NVCC = "/usr/local/cuda-13.0/bin/nvcc"
 
 
 def run_module(module: str, args: dict, check: bool = False, timeout: int = 120) -> tuple[int, dict]:
@@ -450,8 +449,7 @@ def test_source_dir_and_archive_revisions(tmp_path):
 
 # ------------------------------------------------------------------ the plan module (real nvcc)
 
-@pytest.mark.skipif(not os.path.exists(REAL_NVCC), reason="needs CUDA 13.0 nvcc at /usr/local/cuda-13.0")
-def test_plan_keys_and_installed_state(tmp_path):
+def test_plan_keys_and_installed_state(cuda13_home, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
@@ -461,7 +459,7 @@ def test_plan_keys_and_installed_state(tmp_path):
     so.write_bytes(b"\x7fELF")
     args = {"name": "fake_ext", "source": "/src", "source_kind": "dir", "revision": "sha256:abc",
             "archs": ["12.0"], "python": str(venv / "bin" / "python"),
-            "cuda_home": str(Path(REAL_NVCC).parents[1]),
+            "cuda_home": str(cuda13_home),
             "state_dir": str(tmp_path / "state"), "facts_dir": str(tmp_path / "facts")}
     rc, res = run_module("cuda_extension_plan", args)
     assert rc == 0, res

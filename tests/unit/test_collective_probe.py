@@ -132,11 +132,9 @@ def test_no_gpu_is_a_skip_not_a_failure(tmp_path):
     assert "absolute path" in bad["msg"] and "tokens" in bad["msg"] and "world_size 1" in bad["msg"]
 
 
-def test_script_reports_missing_cuda_as_skip(tmp_path):
+def test_script_reports_missing_cuda_as_skip(bench_client_python, tmp_path):
     """Where torch is importable but no CUDA device exists, the script says so (exit 3, status skipped)."""
-    python = Path.home() / ".cache" / "epforge" / "bench-client-venv" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no python with torch here (the bench client venv, built by test_sglang_bench, has one)")
+    python = bench_client_python  # a python with torch (the bench client venv, built when absent)
     proc = subprocess.run(
         [str(python), str(SCRIPT), "--out", str(tmp_path / "o.json")],
         capture_output=True,
@@ -149,11 +147,9 @@ def test_script_reports_missing_cuda_as_skip(tmp_path):
     assert out["status"] == "skipped" and "no usable CUDA device" in out["reason"]
 
 
-def test_module_and_script_on_cpu_processes(tmp_path):
+def test_module_and_script_on_cpu_processes(bench_client_python, tmp_path):
     """The whole module path with real rank processes (gloo): measures, writes the fact; rerun changed=0."""
-    python = Path.home() / ".cache" / "epforge" / "bench-client-venv" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no python with torch here (the bench client venv, built by test_sglang_bench, has one)")
+    python = bench_client_python  # a python with torch (the bench client venv, built when absent)
     args = {
         "python": str(python),
         "script": str(SCRIPT),

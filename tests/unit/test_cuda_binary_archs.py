@@ -1,9 +1,10 @@
 """cuda_binary_archs: the cuobjdump parser and the arch rules on captured outputs, and the module itself on
 kernels compiled here with a real nvcc and read with a real cuobjdump.
 
-Tools: nvcc from $EPFORGE_TEST_NVCC, /usr/local/cuda-13.0 or a CUDA_HOME this test assembles once with the
-cuda_toolkit_pypi module (.cache/epforge-tests/cuda-13.0); cuobjdump from $EPFORGE_TEST_CUOBJDUMP or the
-stack's nvidia-cuda-cuobjdump wheel, downloaded once into .cache/epforge-tests/ (pip, about 2 s).
+Tools: nvcc from the session fixture cuda13_nvcc (tests/conftest.py: $EPFORGE_TEST_NVCC,
+/usr/local/cuda-13.0 or a CUDA_HOME assembled once with the cuda_toolkit_pypi module); cuobjdump from
+$EPFORGE_TEST_CUOBJDUMP or the stack's nvidia-cuda-cuobjdump wheel, downloaded once into
+.cache/epforge-tests/ (pip, about 2 s).
 """
 
 from __future__ import annotations
@@ -62,22 +63,6 @@ def ensure_cuobjdump() -> str:
         tmp.chmod(0o755)
         tmp.rename(target)
     return str(target)
-
-
-def ensure_nvcc() -> str:
-    """A real CUDA 13 nvcc: $EPFORGE_TEST_NVCC, /usr/local/cuda-13.0, else a CUDA_HOME assembled by the
-    project's own cuda_toolkit_pypi module into the test cache (about 10 s, once)."""
-    for candidate in (os.environ.get("EPFORGE_TEST_NVCC"), "/usr/local/cuda-13.0/bin/nvcc",
-                      str(CACHE / "cuda-13.0" / "bin" / "nvcc")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    spec = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
-    args = {"prefix": str(CACHE / "cuda-13.0"), "cuda_version": spec["cuda"]["version"],
-            "packages": spec["cuda"]["pypi_packages"], "wheel_dir": str(CACHE / "wheels"),
-            "log_path": str(CACHE / "cuda-13.0.log")}
-    rc, result = run_module(args, module="cuda_toolkit_pypi")
-    assert rc == 0, f"assembling a test CUDA_HOME failed: {result.get('msg')}"
-    return result["nvcc"]
 
 
 # ------------------------------------------------------------------------------------------------ parser
@@ -172,9 +157,9 @@ def test_check_required_reports_and_ptx_switch():
 
 
 @pytest.fixture(scope="module")
-def binaries(tmp_path_factory):
+def binaries(cuda13_nvcc, tmp_path_factory):
     """Real binaries compiled here: SASS sm_90 only, SASS sm_120 (.so), PTX compute_90 only, sm_120a."""
-    nvcc = ensure_nvcc()
+    nvcc = cuda13_nvcc
     out = tmp_path_factory.mktemp("kernels")
     src = out / "k.cu"
     src.write_text(KERNEL)

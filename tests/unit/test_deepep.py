@@ -101,7 +101,7 @@ def test_classify_source_on_the_stand_in_and_others():
 
 
 @pytest.mark.skipif(not (ROOT / "third_party" / "DeepEP" / "setup.py").exists(),
-                    reason="no fetched DeepEP checkout in third_party/DeepEP")
+                    reason="GitHub: no fetched DeepEP checkout in third_party/DeepEP (git clone from GitHub)")
 def test_classify_real_deepep_v1_2_1():
     text = (ROOT / "third_party" / "DeepEP" / "setup.py").read_text()
     assert classify_source(text, set())[0] == SUPPORTED

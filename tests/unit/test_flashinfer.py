@@ -93,7 +93,6 @@ def test_module_without_nvcc(tmp_path):
     assert rc != 0 and "no nvcc" in res["msg"]
 
 
-@pytest.mark.skipif(not Path("/usr/local/cuda-13.0/bin/nvcc").exists(), reason="no CUDA 13.0 nvcc here")
-def test_module_with_the_real_nvcc():
-    rc, res = run({"cuda_home": "/usr/local/cuda-13.0", "arch_list": ["12.0"]})
+def test_module_with_the_real_nvcc(cuda13_home):
+    rc, res = run({"cuda_home": str(cuda13_home), "arch_list": ["12.0"]})
     assert rc == 0 and res["nvcc_version"] == "13.0"

@@ -1,5 +1,6 @@
-"""Module ml_env_torch: bad input refused before anything changes, the stamp short-cut, and (where the
-molecule venv with torch 2.14.1 exists) the real verification of torch's CUDA version and arch list."""
+"""Module ml_env_torch: bad input refused before anything changes, the stamp short-cut, and (on the venv with
+torch 2.14.1 that the session fixture torch_venv provides) the real verification of torch's CUDA version and
+arch list."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from ansible.module_utils import epforge_build as eb
 from moduletools import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
-REAL_VENV = Path("/opt/epforge-molecule/ml-env")
-HAS_REAL_TORCH = any((REAL_VENV / "lib").glob("python3*/site-packages/torch-2.14.1*.dist-info"))
 PACKAGES = ["setuptools", "wheel", "ninja", "packaging"]
 
 
@@ -76,9 +75,8 @@ def test_matching_stamp_means_no_work_and_no_torch_import(tmp_path, fake_venv):
     assert "pip install torch==2.14.1" in res["actions"]
 
 
-@pytest.mark.skipif(not HAS_REAL_TORCH, reason=f"needs torch 2.14.1 in {REAL_VENV} (scenario toolchain)")
-def test_real_torch_is_verified_once_then_stamped(tmp_path):
-    args = {**base_args(tmp_path, REAL_VENV), "base_python": "python3"}
+def test_real_torch_is_verified_once_then_stamped(torch_venv, tmp_path):
+    args = {**base_args(tmp_path, torch_venv), "base_python": "python3"}
     rc, res = run_module("ml_env_torch", args, timeout=300)
     assert rc == 0, res
     assert res["verified"] is True and res["actions"] == ["verify torch"]

@@ -504,7 +504,7 @@ def test_real_run_on_this_machine_without_nvidia_smi():
     path = f"{VENV_BIN}:/usr/bin:/bin"
     searched = [*path.split(":"), "/sbin", "/usr/sbin", "/usr/local/sbin"]  # where get_bin_path looks
     if any(os.path.exists(f"{d}/nvidia-smi") for d in searched):
-        pytest.skip("this machine has an nvidia-smi; the test is about a host without one")
+        pytest.skip("GPU: this machine has an nvidia-smi; the test is about a host without one")
     result = ansible_adhoc(path=path)
     facts = result["ansible_facts"]["epforge_gpu_facts"]
     assert not result.get("failed") and result["changed"] is False

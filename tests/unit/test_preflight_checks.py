@@ -264,7 +264,7 @@ def no_gpu_path() -> str:
     path = f"{VENV_BIN}:/usr/bin:/bin"
     searched = [*path.split(":"), "/sbin", "/usr/sbin", "/usr/local/sbin"]
     if any(os.path.exists(f"{d}/nvidia-smi") for d in searched):
-        pytest.skip("this machine has an nvidia-smi; the test is about a host without one")
+        pytest.skip("GPU: this machine has an nvidia-smi; the test is about a host without one")
     return path
 
 

@@ -55,7 +55,7 @@ def test_undefined_symbol_is_broken(pkgs):
     assert rc != 0 and res["status"] == "broken" and "undefined symbol" in res["msg"]
 
 
-@pytest.mark.skipif(not NO_GPU_HERE, reason="this host has an NVIDIA device")
+@pytest.mark.skipif(not NO_GPU_HERE, reason="GPU: this host has an NVIDIA device (the test is about none)")
 def test_no_gpu_is_told_apart_and_allowed_or_not(pkgs):
     env = {"PYTHONPATH": str(pkgs)}
     rc, res = run({"python": sys.executable, "name": "needs_gpu", "environment": env})

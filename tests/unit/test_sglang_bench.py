@@ -26,11 +26,9 @@ def run_module(args: dict, tmp_path: Path, *, check: bool = False, timeout: floa
 
 
 @pytest.fixture(scope="session")
-def client(tmp_path_factory):
+def client(bench_client_python, tmp_path_factory):
     """(python of the bench client venv, local tokenizer directory)."""
-    log = tmp_path_factory.mktemp("client") / "build.log"
-    with open(log, "ab") as handle:
-        python = bench_env.bench_client_python(log=handle)
+    python = bench_client_python
     tok = bench_env.make_tokenizer_with(python, tmp_path_factory.mktemp("tok") / "tokenizer")
     return python, tok
 

@@ -50,11 +50,8 @@ PLAY = """---
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    log = tmp_path_factory.mktemp("client") / "build.log"
-    with open(log, "ab") as handle:
-        python = bench_env.bench_client_python(log=handle)
-    return python
+def client(bench_client_python):
+    return bench_client_python
 
 
 @pytest.fixture

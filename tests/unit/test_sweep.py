@@ -66,10 +66,8 @@ def sweep_configurations(tok: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    log = tmp_path_factory.mktemp("client") / "build.log"
-    with open(log, "ab") as handle:
-        python = bench_env.bench_client_python(log=handle)
+def client(bench_client_python, tmp_path_factory):
+    python = bench_client_python
     tok = bench_env.make_tokenizer_with(python, tmp_path_factory.mktemp("tok") / "tokenizer")
     return python, tok
 
