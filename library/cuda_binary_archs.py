@@ -130,13 +130,9 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_arch import arch_sort_key, check_required, parse_arch
 from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_cuda import (
-    arch_sort_key,
-    check_required,
-    parse_arch,
-    parse_cuobjdump_listing,
-)
+from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
 
 GLOB_CHARS = set("*?[")
 

@@ -140,11 +140,11 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_arch import arch_list
 from ansible.module_utils.epforge_build import (
     NAME_RE,
     dist_info_version,
     input_key,
-    normalize_archs,
     parse_nvcc_version,
     python_tag,
     read_json,
@@ -182,7 +182,7 @@ def main() -> None:
     if not NAME_RE.match(p["name"]):
         module.fail_json(msg=f"extension name '{p['name']}' may hold only letters, digits, '_', '.', '-'")
     try:
-        archs = normalize_archs(p["archs"])
+        archs = arch_list(p["archs"])
     except ValueError as err:
         module.fail_json(msg=f"archs: {err}")
 

@@ -111,7 +111,8 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_cuda import nvcc_missing_archs, parse_gpu_list, parse_nvcc_release, stamp_of
+from ansible.module_utils.epforge_arch import nvcc_missing_archs
+from ansible.module_utils.epforge_cuda import parse_gpu_list, parse_nvcc_release, stamp_of
 from ansible.module_utils.epforge_stack import version_tuple
 
 

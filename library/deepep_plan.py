@@ -109,13 +109,13 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_arch import sass_name
 from ansible.module_utils.epforge_deepep import (
     RECIPE_VERSION,
     DeepEPError,
     build_flags,
     find_header,
     include_path,
-    sass_arch,
 )
 
 PROBE = r"""
@@ -210,7 +210,7 @@ def main() -> None:
         flags = build_flags(p["arch_list"], nvshmem=nvshmem["source"] != "none",
                             disable_sm90_features=p["disable_sm90_features"],
                             aggressive_ptx=p["aggressive_ptx"])
-        sass = [sass_arch(a) for a in p["arch_list"]]
+        sass = [sass_name(a) for a in p["arch_list"]]
     except DeepEPError as exc:
         module.fail_json(msg=str(exc), nvshmem=nvshmem)
     if nvshmem["source"] == "nvshmem_dir":

@@ -105,7 +105,8 @@ import subprocess
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_known_issues import base_arch, stack_summary, version_tuple
+from ansible.module_utils.epforge_arch import base_arch
+from ansible.module_utils.epforge_known_issues import stack_summary, version_tuple
 
 GIB = 1024**3
 DEFAULT_GPU_STEPS = ("sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify")

@@ -132,13 +132,12 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_arch import arch_list, torch_arch_missing
 from ansible.module_utils.epforge_build import (
     cuda_major,
     dist_info_version,
     input_key,
-    normalize_archs,
     read_json,
-    torch_arch_missing,
     write_json_atomic,
 )
 from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
@@ -216,7 +215,7 @@ def main() -> None:
                  f"version. Choose a torch build for CUDA {toolkit_major}.x (index_url) or a CUDA "
                  f"{torch_major}.x toolkit. Nothing was changed."), **result)
     try:
-        archs = normalize_archs(p["archs"])
+        archs = arch_list(p["archs"])
     except ValueError as err:
         module.fail_json(msg=f"archs: {err}", **result)
 

@@ -18,6 +18,8 @@ import tarfile
 import tempfile
 import zipfile
 
+from ansible.module_utils.epforge_arch import torch_arch_list
+
 KEY_LENGTH = 20
 # Paths that never belong to a source's identity: build products, VCS metadata, caches.
 TREE_EXCLUDE_DIRS = {".git", ".hg", ".svn", "build", "dist", "__pycache__", ".eggs", ".pytest_cache",
@@ -26,7 +28,6 @@ TREE_EXCLUDE_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".egg-info")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar", ".zip")
 GIT_URL_RE = re.compile(r"^(https?://|git://|ssh://|git@|file://).+|.+\.git/?$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
 NVCC_RE = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
 
 
@@ -40,52 +41,6 @@ def canonical_json(data) -> str:
 def input_key(inputs: dict, length: int = KEY_LENGTH) -> str:
     """The cache key of a build: sha256 of the canonical JSON of every input, shortened."""
     return hashlib.sha256(canonical_json(inputs).encode()).hexdigest()[:length]
-
-
-def normalize_archs(archs) -> list[str]:
-    """Accept '9.0;12.0', '9.0 12.0', ['12.0', '9.0'] -> ['9.0', '12.0'] (sorted, unique).
-
-    Raises ValueError naming the first entry that is no arch.
-    """
-    if isinstance(archs, str):
-        items = re.split(r"[;,\s]+", archs.strip())
-    else:
-        items = [str(a).strip() for a in archs or []]
-    items = [a for a in items if a]
-    for arch in items:
-        if not ARCH_RE.match(arch):
-            raise ValueError(f"'{arch}' is not an arch such as 9.0, 12.0 or 12.0a")
-    if not items:
-        raise ValueError("the arch list is empty: name at least one target such as 12.0")
-
-    def order(arch: str):
-        major, minor, suffix = ARCH_RE.match(arch).groups()
-        return int(major), int(minor), suffix
-
-    return sorted(set(items), key=order)
-
-
-def torch_arch_list_env(archs) -> str:
-    """TORCH_CUDA_ARCH_LIST value for a list of archs."""
-    return ";".join(normalize_archs(archs))
-
-
-def sm_name(arch: str) -> str:
-    """'12.0' -> 'sm_120', '12.0a' -> 'sm_120a'."""
-    major, minor, suffix = ARCH_RE.match(arch).groups()
-    return f"sm_{major}{minor}{suffix}"
-
-
-def torch_arch_missing(torch_arch_list, targets) -> list[str]:
-    """Targets that torch.cuda.get_arch_list() does not cover (an 'a'/'f' target is covered by its base)."""
-    have = set(torch_arch_list or [])
-    missing = []
-    for arch in normalize_archs(targets):
-        major, minor, _suffix = ARCH_RE.match(arch).groups()
-        base = f"sm_{major}{minor}"
-        if not ({base, sm_name(arch)} & have):
-            missing.append(arch)
-    return missing
 
 
 def cuda_major(version: str) -> int | None:
@@ -374,7 +329,7 @@ def build_env(base: dict, *, cuda_home: str, archs, max_jobs: int, extra_env: di
     env["CUDA_HOME"] = cuda_home
     env["CUDA_PATH"] = cuda_home
     env["PATH"] = os.pathsep.join([os.path.join(cuda_home, "bin"), env.get("PATH", "/usr/bin:/bin")])
-    env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list_env(archs)
+    env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(archs)
     env["MAX_JOBS"] = str(max_jobs)
     if include_dirs:
         parts = [str(d) for d in include_dirs] + ([env["CPATH"]] if env.get("CPATH") else [])

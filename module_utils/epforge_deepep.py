@@ -11,6 +11,7 @@ import json
 import os
 import re
 
+from ansible.module_utils.epforge_arch import ArchError, torch_arch_list
 from ansible.module_utils.epforge_nvidia import parse_topology
 
 # Bumped when the role's build recipe changes in a way that changes the wheel: every cached wheel rebuilds.
@@ -60,26 +61,6 @@ def setup_py_version(setup_py: str) -> str | None:
     return match.group(1) if match else None
 
 
-def arch_list_string(arch_list: list[str]) -> str:
-    """TORCH_CUDA_ARCH_LIST as torch reads it ("9.0", "9.0;12.0")."""
-    cleaned = [str(a).strip() for a in arch_list if str(a).strip()]
-    if not cleaned:
-        raise DeepEPError("the arch list is empty: set deepep_arch_list (or the stack's arch_list), e.g. "
-                          "['12.0']")
-    for arch in cleaned:
-        if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", arch):
-            raise DeepEPError(f"arch '{arch}' is not a TORCH_CUDA_ARCH_LIST entry such as 9.0, 12.0 or 12.0a")
-    return ";".join(cleaned)
-
-
-def sass_arch(arch: str) -> str:
-    """The SASS name cuobjdump reports for a TORCH_CUDA_ARCH_LIST entry: 12.0a -> sm_120, 9.0 -> sm_90."""
-    match = re.fullmatch(r"(\d+)\.(\d+)[af]?(\+PTX)?", arch.strip())
-    if not match:
-        raise DeepEPError(f"arch '{arch}' is not a TORCH_CUDA_ARCH_LIST entry")
-    return f"sm_{match.group(1)}{match.group(2)}"
-
-
 def build_flags(arch_list: list[str], *, nvshmem: bool, disable_sm90_features: bool,
                 aggressive_ptx: bool) -> dict:
     """The environment DeepEP v1.x's setup.py reads, after applying its own rules, or DeepEPError.
@@ -89,7 +70,10 @@ def build_flags(arch_list: list[str], *, nvshmem: bool, disable_sm90_features: b
     - any TORCH_CUDA_ARCH_LIST other than exactly "9.0" asserts DISABLE_AGGRESSIVE_PTX_INSTRS=1
       (`.L1::no_allocate` loads are only safe on sm_90); unset, the variable defaults to 1.
     """
-    archs = arch_list_string(arch_list)
+    try:
+        archs = torch_arch_list(arch_list)
+    except ArchError as exc:
+        raise DeepEPError(f"{exc}: set deepep_arch_list (or the stack's arch_list), e.g. ['12.0']") from exc
     if disable_sm90_features and nvshmem:
         raise DeepEPError(
             "DISABLE_SM90_FEATURES cannot be combined with NVSHMEM: DeepEP's setup.py asserts that "
@@ -107,13 +91,6 @@ def build_flags(arch_list: list[str], *, nvshmem: bool, disable_sm90_features: b
         "DISABLE_SM90_FEATURES": "1" if disable_sm90_features else "0",
     }
     return env
-
-
-def wheel_accepts(found_sass: list[str], arch_list: list[str]) -> tuple[bool, list[str]]:
-    """Whether a prebuilt binary with these SASS archs serves every target arch: (ok, missing)."""
-    have = {a.strip() for a in found_sass}
-    missing = sorted({sass_arch(a) for a in arch_list} - have)
-    return not missing, missing
 
 
 def tree_hash(root: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.epforge_arch import PTX_SUFFIX, ArchError, arch_list, require_arch, sass_name
+
 
 class FlashInferArchError(ValueError):
     """An arch list FlashInfer's JIT cannot build with this nvcc: the message names the remedy."""
@@ -18,14 +20,7 @@ def parse_nvcc_version(text: str) -> tuple[int, int] | None:
     return None
 
 
-def _split(arch: str) -> tuple[int, int, str]:
-    match = re.fullmatch(r"(\d+)\.(\d+)([af]?)", arch.strip())
-    if not match:
-        raise FlashInferArchError(f"arch '{arch}' is not an entry such as 9.0, 12.0, 12.0a or 12.0f")
-    return int(match.group(1)), int(match.group(2)), match.group(3)
-
-
-def flashinfer_arch_list(arch_list: list[str], nvcc: tuple[int, int]) -> tuple[str, list[str]]:
+def flashinfer_arch_list(archs: list[str], nvcc: tuple[int, int]) -> tuple[str, list[str]]:
     """FLASHINFER_CUDA_ARCH_LIST for these targets and this nvcc, and the SASS names to expect.
 
     The rule for sm_12x (flashinfer #3675, vLLM #50705): FlashInfer 0.6.x with a CUDA 12.8 nvcc logs
@@ -34,13 +29,16 @@ def flashinfer_arch_list(arch_list: list[str], nvcc: tuple[int, int]) -> tuple[s
     picks the family target 12.0f); with nvcc 12.8 only the arch-specific spelling 12.0a works; anything
     else is refused here, with the remedy, before FlashInfer is asked.
     """
-    if not arch_list:
-        raise FlashInferArchError("the arch list is empty: set flashinfer_arch_list (or the stack's "
-                                  "arch_list)")
+    try:
+        entries = arch_list(archs)
+        if any(entry.endswith(PTX_SUFFIX) for entry in entries):
+            raise ArchError("FLASHINFER_CUDA_ARCH_LIST takes no '+PTX' entries")
+    except ArchError as exc:
+        raise FlashInferArchError(f"{exc}: set flashinfer_arch_list (or the stack's arch_list)") from exc
     out: list[str] = []
     sass: list[str] = []
-    for arch in arch_list:
-        major, minor, suffix = _split(str(arch))
+    for arch in entries:
+        major, minor, suffix = require_arch(arch)
         if major == 12:
             if nvcc < (12, 8):
                 raise FlashInferArchError(
@@ -63,8 +61,8 @@ def flashinfer_arch_list(arch_list: list[str], nvcc: tuple[int, int]) -> tuple[s
                     "or use a CUDA >= 12.9 toolkit")
         elif major >= 10 and nvcc < (12, 8):
             raise FlashInferArchError(f"nvcc {nvcc[0]}.{nvcc[1]} cannot compile for sm_{major}{minor}")
-        out.append(f"{major}.{minor}{suffix}")
-        sass.append(f"sm_{major}{minor}")
+        out.append(arch)
+        sass.append(sass_name(arch))
     return " ".join(out), sass
 
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 import copy
 import re
 
+from ansible.module_utils.epforge_arch import base_arch
+
 SEVERITIES = ("error", "warning", "adjust")
 ROW_KEYS = ("id", "title", "severity", "condition", "consequence", "remedy", "source")
 FACT_ROOTS = ("gpu", "target", "stack", "server")
@@ -45,7 +47,6 @@ OPERATORS = SCALAR_OPS + LIST_OPS + FACT_OPS
 SECRET_KEYS = ("api_key",)
 SECRET_ENV_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL)", re.IGNORECASE)
 _MISSING = object()
-_ARCH_RE = re.compile(r"^\s*(?:sm_?)?(\d+)\.?(\d)([af]?)\s*$", re.IGNORECASE)
 _TRUE_TEXT = ("1", "true", "yes", "on")
 _FALSE_TEXT = ("0", "false", "no", "off", "")
 
@@ -63,14 +64,6 @@ def version_tuple(text) -> tuple[int, ...]:
             break
         parts.append(int(match.group(0)))
     return tuple(parts)
-
-
-def base_arch(arch) -> str | None:
-    """'12.0a' / '12.0f' / '12.0' / 'sm_120' / '120' -> '12.0'; None for text that is no arch."""
-    match = _ARCH_RE.match(str(arch))
-    if not match:
-        return None
-    return f"{int(match.group(1))}.{match.group(2)}"
 
 
 def to_bool(value) -> bool | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.epforge_arch import PTX_SUFFIX, ArchError, arch_list, base_arch, require_arch
+
 REQUIRED_KEYS = {
     "name": str,
     "cuda": dict,
@@ -49,7 +51,6 @@ ARCH_MIN_CUDA = {
 # Family-specific targets ("12.0f") arrived with CUDA 12.9.
 FAMILY_SUFFIX_MIN_CUDA = (12, 9)
 VALID_METHODS = ("nvidia_repo", "pypi", "existing")
-ARCH_RE = re.compile(r"^(\d+)\.(\d+)([af]?)$")
 # A package override is an exact pin (name==version): it replaces what SGLang's own metadata pins.
 PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 # Distributions an override must never name: they are the stack's torch build (pip would swap it).
@@ -65,21 +66,6 @@ def version_tuple(text: str) -> tuple[int, ...]:
             break
         parts.append(int(match.group(0)))
     return tuple(parts)
-
-
-def split_arch(arch: str) -> tuple[str, str] | None:
-    """'12.0a' -> ('12.0', 'a'); returns None for text that is no arch."""
-    match = ARCH_RE.match(str(arch).strip())
-    if not match:
-        return None
-    return f"{match.group(1)}.{match.group(2)}", match.group(3)
-
-
-def arch_to_sm(arch: str) -> str:
-    """'12.0' -> 'sm_120', '12.0a' -> 'sm_120a' (the name cuobjdump prints)."""
-    base, suffix = split_arch(arch) or (arch, "")
-    major, minor = base.split(".")
-    return f"sm_{major}{minor}{suffix}"
 
 
 def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
@@ -157,11 +143,15 @@ def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
     if not spec["arch_list"]:
         problems.append("arch_list is empty: name the GPU archs the binaries must carry (e.g. '12.0')")
     for arch in spec["arch_list"]:
-        parts = split_arch(arch)
-        if parts is None:
-            problems.append(f"arch_list entry '{arch}' is not an arch such as 9.0, 12.0 or 12.0a")
+        try:
+            arch_list([arch])
+        except ArchError as exc:
+            problems.append(f"stack arch_list: {exc}")
             continue
-        base, suffix = parts
+        if str(arch).endswith(PTX_SUFFIX):
+            problems.append(f"stack arch_list entry '{arch}': the stack names SASS targets, without '+PTX'")
+            continue
+        base, suffix = base_arch(arch), require_arch(arch)[2]
         need = ARCH_MIN_CUDA.get(base)
         if need and cuda_t[:2] < need:
             problems.append(

@@ -22,6 +22,7 @@ from pathlib import Path
 import moduletools
 import pytest
 from ansible.module_utils import epforge_build as eb
+from ansible.module_utils.epforge_arch import torch_arch_missing
 from moduletools import module_argv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,23 +70,11 @@ def test_every_input_changes_the_key(field, value):
     assert eb.input_key({**BASE_INPUTS, field: value}) != eb.input_key(BASE_INPUTS)
 
 
-def test_normalize_archs_sorts_numerically_and_dedups():
-    assert eb.normalize_archs("12.0;9.0 10.0,9.0") == ["9.0", "10.0", "12.0"]
-    assert eb.normalize_archs(["12.0a", "12.0"]) == ["12.0", "12.0a"]
-    assert eb.torch_arch_list_env(["12.0", "9.0"]) == "9.0;12.0"
-
-
-@pytest.mark.parametrize("bad", ["sm_120", "12", "12.0x", ""])
-def test_normalize_archs_refuses_non_archs(bad):
-    with pytest.raises(ValueError, match="arch"):
-        eb.normalize_archs([bad] if bad else [])
-
-
 def test_torch_arch_coverage_against_a_real_torch_probe():
     probe = json.loads((FIXTURES / "torch-2.14.1-cu130-probe.json").read_text())
-    assert eb.torch_arch_missing(probe["archs"], ["12.0", "9.0"]) == []
-    assert eb.torch_arch_missing(probe["archs"], ["12.0a"]) == []  # the base sm_120 covers it
-    assert eb.torch_arch_missing(probe["archs"], ["10.3", "12.1", "12.0"]) == ["10.3", "12.1"]
+    assert torch_arch_missing(probe["archs"], ["12.0", "9.0"]) == []
+    assert torch_arch_missing(probe["archs"], ["12.0a", "12.0f"]) == []  # the base sm_120 covers them
+    assert torch_arch_missing(probe["archs"], ["10.3", "12.1", "12.0"]) == ["10.3", "12.1"]
     assert eb.cuda_major(probe["cuda"]) == 13
 
 

@@ -18,15 +18,7 @@ from pathlib import Path
 import moduletools
 import pytest
 import yaml
-from ansible.module_utils.epforge_cuda import (
-    check_required,
-    dotted,
-    parse_arch,
-    parse_cuobjdump_listing,
-    ptx_satisfies,
-    sass_satisfies,
-    sm_name,
-)
+from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "cuobjdump"
@@ -98,59 +90,6 @@ def test_parse_host_only_and_archive():
     assert host == {"sass": [], "ptx": [], "entries": 0, "host_only": True}
     archive = parse_cuobjdump_listing(fixture("archive-sm90-ptx90.a.txt"))
     assert (archive["sass"], archive["ptx"]) == (["sm_90"], ["sm_90"])
-
-
-@pytest.mark.parametrize(("text", "expected"), [
-    ("12.0", (12, 0, "")), ("12.0a", (12, 0, "a")), ("12.0f", (12, 0, "f")), ("sm_120", (12, 0, "")),
-    ("sm_120a", (12, 0, "a")), ("compute_90", (9, 0, "")), ("sm_90a", (9, 0, "a")), ("10.3", (10, 3, "")),
-    ("SM_100", (10, 0, "")), ("lto_120", (12, 0, "")),
-])
-def test_parse_arch_spellings(text, expected):
-    assert parse_arch(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "twelve", "12", "120", "sm_", "12.0x", "sm_120b", "1"])
-def test_parse_arch_rejects(text):
-    assert parse_arch(text) is None
-
-
-def test_arch_names_round_trip():
-    assert sm_name((12, 0, "a")) == "sm_120a"
-    assert dotted((12, 0, "")) == "12.0"
-
-
-def test_sass_rules():
-    r120, r120a, r120f = parse_arch("12.0"), parse_arch("12.0a"), parse_arch("12.0f")
-    # sm_120a runs on a 12.0 GPU: it covers a plain 12.0 requirement
-    assert sass_satisfies(parse_arch("sm_120a"), r120)
-    assert sass_satisfies(parse_arch("sm_120"), r120)
-    assert not sass_satisfies(parse_arch("sm_90"), r120)
-    assert not sass_satisfies(parse_arch("sm_121"), r120)
-    # 12.0a wants arch-specific code
-    assert not sass_satisfies(parse_arch("sm_120"), r120a)
-    assert sass_satisfies(parse_arch("sm_120a"), r120a)
-    # family: generic/family cubins (both printed sm_120), not the arch-specific one
-    assert sass_satisfies(parse_arch("sm_120"), r120f)
-    assert not sass_satisfies(parse_arch("sm_120a"), r120f)
-
-
-def test_ptx_rules():
-    assert ptx_satisfies(parse_arch("sm_90"), parse_arch("12.0"))  # JIT forward
-    assert not ptx_satisfies(parse_arch("sm_120"), parse_arch("9.0"))  # never backward
-    assert not ptx_satisfies(parse_arch("sm_90a"), parse_arch("12.0"))  # arch-specific PTX stays put
-    assert ptx_satisfies(parse_arch("sm_120a"), parse_arch("12.0"))
-    assert not ptx_satisfies(parse_arch("sm_90"), parse_arch("12.0a"))
-
-
-def test_check_required_reports_and_ptx_switch():
-    sass, ptx = ["sm_90"], ["sm_90"]
-    assert check_required(sass, ptx, ["12.0"]) == {"missing": ["12.0"], "covered": {}}
-    assert check_required(sass, ptx, ["12.0"], accept_ptx=True) == {"missing": [],
-                                                                     "covered": {"12.0": "ptx sm_90"}}
-    assert check_required(["sm_90", "sm_120a"], [], ["sm_120", "9.0"])["covered"] == {
-        "sm_120": "sass sm_120a", "9.0": "sass sm_90"}
-    with pytest.raises(ValueError, match="not a GPU arch"):
-        check_required(sass, ptx, ["twelve"])
 
 
 # ------------------------------------------------------------------------------------------------ module

@@ -23,9 +23,9 @@ import cuda_toolkit_pypi
 import moduletools
 import pytest
 import yaml
+from ansible.module_utils.epforge_arch import nvcc_missing_archs
 from ansible.module_utils.epforge_cuda import (
     driver_api_symbols,
-    nvcc_missing_archs,
     package_name,
     parse_gpu_list,
     parse_nvcc_release,

@@ -10,22 +10,20 @@ from pathlib import Path
 
 import moduletools
 import pytest
+from ansible.module_utils.epforge_arch import check_required
 from ansible.module_utils.epforge_deepep import (
     SUPPORTED,
     UNKNOWN,
     UNSUPPORTED_V2,
     DeepEPError,
-    arch_list_string,
     build_flags,
     build_key,
     classify_build_log,
     classify_source,
     include_path,
     non_nvlink_pairs,
-    sass_arch,
     setup_py_version,
     tree_hash,
-    wheel_accepts,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,15 +65,6 @@ def test_sm90_features_off_refused_with_nvshmem_allowed_without():
     assert env["DISABLE_SM90_FEATURES"] == "1"
 
 
-def test_arch_list_spelling():
-    assert arch_list_string(["9.0", " 12.0 "]) == "9.0;12.0"
-    assert arch_list_string(["12.0a"]) == "12.0a"
-    for bad in ([], ["sm_120"], ["12"], ["12.0;9.0"]):
-        with pytest.raises(DeepEPError):
-            arch_list_string(bad)
-    assert [sass_arch(a) for a in ("9.0", "12.0a", "10.0+PTX")] == ["sm_90", "sm_120", "sm_100"]
-
-
 def test_prebuilt_wheel_acceptance_from_captured_sass_lists():
     def sass(name):
         text = (FIX / name).read_text()
@@ -83,10 +72,12 @@ def test_prebuilt_wheel_acceptance_from_captured_sass_lists():
 
     sgl = sass("cuobjdump-list-elf-sgl-deep-ep-0.1.2.post1.txt")
     assert sgl == ["sm_100", "sm_103", "sm_90"]
-    assert wheel_accepts(sgl, ["12.0"]) == (False, ["sm_120"])
-    assert wheel_accepts(sgl, ["9.0", "10.0"]) == (True, [])
+    # the one coverage rule (module_utils/epforge_arch.py), as cuda_binary_archs applies it to a wheel
+    assert check_required(sgl, [], ["12.0"])["missing"] == ["12.0"]
+    assert check_required(sgl, [], ["9.0", "10.0"])["missing"] == []
     built = sass("cuobjdump-list-elf-deep_ep_cpp-v1.2.1-sm120.txt")
-    assert wheel_accepts(built, ["12.0"]) == (True, [])
+    assert check_required(built, [], ["12.0"])["missing"] == []
+    assert check_required(built, [], ["12.0a"])["missing"] == ["12.0a"]  # plain sm_120 is no 12.0a build
 
 
 def test_classify_source_on_the_stand_in_and_others():

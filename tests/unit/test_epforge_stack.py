@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import yaml
-from ansible.module_utils.epforge_stack import arch_to_sm, check_stack, split_arch, version_tuple
+from ansible.module_utils.epforge_stack import check_stack, version_tuple
 from conftest import ROOT
 
 
@@ -109,6 +109,3 @@ def test_version_and_arch_helpers():
     assert version_tuple("570.124.06") == (570, 124, 6)
     assert version_tuple("12.8") == (12, 8)
     assert version_tuple("0.5.10.post1") == (0, 5, 10)
-    assert split_arch("12.0a") == ("12.0", "a")
-    assert split_arch("sm_120") is None
-    assert arch_to_sm("12.0") == "sm_120" and arch_to_sm("12.0a") == "sm_120a"

@@ -51,7 +51,7 @@ def test_rule_nvcc_12_8_needs_12_0a():
     with pytest.raises(FlashInferArchError, match="sm75") as err:
         flashinfer_arch_list(["12.0"], (12, 8))
     assert "['12.0a']" in str(err.value) and ">= 12.9" in str(err.value)
-    assert flashinfer_arch_list(["12.0a"], (12, 8)) == ("12.0a", ["sm_120"])
+    assert flashinfer_arch_list(["12.0a"], (12, 8)) == ("12.0a", ["sm_120a"])  # compute_120a,code=sm_120a
     with pytest.raises(FlashInferArchError, match=r"nvcc >= 12\.9"):
         flashinfer_arch_list(["12.1a"], (12, 8))
     with pytest.raises(FlashInferArchError, match=r"12\.0f"):
@@ -80,7 +80,7 @@ def test_module_with_a_12_8_nvcc_refuses_plain_12_0(tmp_path):
     rc, res = run({"cuda_home": str(home), "arch_list": ["12.0"]})
     assert rc != 0 and res["nvcc_version"] == "12.8" and "sm75" in res["msg"] and "12.0a" in res["msg"]
     rc, res = run({"cuda_home": str(home), "arch_list": ["12.0a"]})
-    assert rc == 0 and res["arch_list"] == "12.0a" and res["sass_archs"] == ["sm_120"]
+    assert rc == 0 and res["arch_list"] == "12.0a" and res["sass_archs"] == ["sm_120a"]
 
 
 def test_module_with_a_13_0_nvcc(tmp_path):

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from ansible.module_utils.epforge_known_issues import (
     TableError,
-    base_arch,
     build_context,
     evaluate,
     format_adjustment,
@@ -317,14 +316,6 @@ def test_truthy_accepts_yaml_and_extra_vars_booleans(value, expected):
 def test_truthy_does_not_match_text_that_is_no_boolean():
     assert matches({"fact": "server.flag", "truthy": True}, context(flag="maybe")) is False
     assert matches({"fact": "server.flag", "truthy": False}, context(flag="maybe")) is False
-
-
-@pytest.mark.parametrize(("arch", "base"), [
-    ("12.0", "12.0"), ("12.0a", "12.0"), ("12.0f", "12.0"), ("sm_120", "12.0"), ("120", "12.0"),
-    ("9.0", "9.0"), ("sm_90a", "9.0"), ("10.3", "10.3"), ("gpu", None),
-])
-def test_base_arch(arch, base):
-    assert base_arch(arch) == base
 
 
 def row(**overrides) -> dict:
