@@ -1,0 +1,283 @@
+#!/usr/bin/python
+"""Ansible module: a deterministic random-weight MoE checkpoint (Hugging Face layout) and its tokenizer."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: smoke_model
+short_description: Write a deterministic random-weight Qwen3-MoE checkpoint and a matching tokenizer
+description:
+  - Writes, without any hub access, a Hugging Face model directory that SGLang and transformers load -
+    C(config.json) (C(Qwen3MoeForCausalLM)), C(generation_config.json), one bf16 C(model.safetensors) in the
+    per-expert layout (C(model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight), router
+    C(model.layers.N.mlp.gate.weight), attention C(q/k/v/o_proj) with C(q_norm)/C(k_norm), norms,
+    C(embed_tokens), C(lm_head)) and a byte-level BPE tokenizer (C(tokenizer.json),
+    C(tokenizer_config.json)) trained with the C(tokenizers) library on fixed built-in text - so server
+    settings (TP, EP, DeepEP, CUDA graphs) can be rehearsed before real weights are fetched.
+  - Deterministic - the same settings give byte-identical files (values from numpy's PCG64 bit generator
+    seeded per tensor from O(seed) and the tensor name).
+  - The writing runs in O(python), which needs C(numpy) and C(tokenizers) (no torch, no safetensors - the
+    file is assembled by hand). A python lacking them is refused before anything changes.
+  - A manifest (C(epforge-smoke-model.json)) holds the settings' key and each file's size and sha256; when
+    it matches, nothing is written (changed=false).
+  - Written into a temp directory next to O(path) and renamed into place, so a killed run leaves no half
+    model. An existing O(path) that is not a smoke model (no manifest) is refused, never replaced.
+  - Check mode reports whether the model would be written, with a diff of the key.
+options:
+  path:
+    description: Model directory to write (what C(epforge_server.model_path) points to).
+    type: path
+    required: true
+  python:
+    description: Interpreter that writes the files (the ML env's python); needs numpy and tokenizers.
+    type: path
+    required: true
+  architecture:
+    description: Model class in C(config.json).
+    type: str
+    default: Qwen3MoeForCausalLM
+    choices: [Qwen3MoeForCausalLM]
+  num_hidden_layers:
+    description: Decoder layers (every one a MoE layer).
+    type: int
+    default: 2
+  hidden_size:
+    description:
+      - Model width. DeepEP v1.2.1's low-latency kernels accept only 2048, 2560, 4096, 5120, 6144, 7168 and
+        8192; another size writes the model but warns and returns C(deepep_low_latency_hidden=false).
+    type: int
+    default: 2048
+  num_attention_heads:
+    description: Query heads.
+    type: int
+    default: 16
+  num_key_value_heads:
+    description: Key/value heads (O(num_attention_heads) must be a multiple).
+    type: int
+    default: 4
+  head_dim:
+    description: Width of one attention head.
+    type: int
+    default: 128
+  num_experts:
+    description: Routed experts per layer.
+    type: int
+    default: 16
+  num_experts_per_tok:
+    description: Experts each token is routed to (top-k).
+    type: int
+    default: 4
+  moe_intermediate_size:
+    description: Inner width of one expert.
+    type: int
+    default: 256
+  vocab_size:
+    description: Embedding rows; the tokenizer is trained and padded to exactly this size.
+    type: int
+    default: 2048
+  max_position_embeddings:
+    description: Longest sequence the config declares.
+    type: int
+    default: 4096
+  seed:
+    description: Seed of the random weights.
+    type: int
+    default: 0
+  initializer_range:
+    description: Standard deviation of the random weights.
+    type: float
+    default: 0.02
+  timeout:
+    description: Seconds the writer may take.
+    type: int
+    default: 600
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Write the smoke model with the ML env's python
+  smoke_model:
+    path: /opt/epforge/models/smoke-qwen3-moe
+    python: /opt/epforge/ml-env/bin/python
+
+- name: A wider, deeper variant for DeepEP with 8 ranks
+  smoke_model:
+    path: /opt/epforge/models/smoke-qwen3-moe-7168
+    python: /opt/torch/.venv/bin/python3
+    hidden_size: 7168
+    num_hidden_layers: 4
+    num_experts: 64
+    num_experts_per_tok: 8
+"""
+
+RETURN = r"""
+path:
+  description: The model directory.
+  returned: always
+  type: str
+key:
+  description: sha256 of the settings and the writer version (the manifest's key).
+  returned: always
+  type: str
+reason:
+  description: Why the model was (or would be) written, or C(manifest matches).
+  returned: always
+  type: str
+parameters:
+  description: Number of parameters.
+  returned: always
+  type: int
+  sample: 79768064
+bytes:
+  description: Size of the model's files, the manifest excepted.
+  returned: success
+  type: int
+  sample: 159568000
+seconds:
+  description: Time the writer took in this run (0 when nothing was written).
+  returned: success
+  type: float
+files:
+  description: Each file with its size and sha256 (from the manifest).
+  returned: success
+  type: dict
+deepep_low_latency_hidden:
+  description: Whether O(hidden_size) is one DeepEP v1.2.1's low-latency kernels are compiled for.
+  returned: always
+  type: bool
+"""
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from ansible.module_utils import epforge_smoke_model as sm
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_common import tail
+
+SETTING_TYPES = {
+    "architecture": {"type": "str", "default": sm.DEFAULTS["architecture"],
+                     "choices": sorted(sm.ARCHITECTURES)},
+    **{key: {"type": "int", "default": value} for key, value in sm.DEFAULTS.items()
+       if isinstance(value, int) and not isinstance(value, bool)},
+    "initializer_range": {"type": "float", "default": sm.DEFAULTS["initializer_range"]},
+}
+
+
+def read_manifest(path: str) -> dict:
+    try:
+        with open(os.path.join(path, sm.MANIFEST), encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def publish(staging: str, path: str) -> None:
+    """Rename the complete staging dir into place; an older smoke model there is moved aside, then removed."""
+    old = None
+    if os.path.exists(path):
+        old = staging + ".old"
+        os.rename(path, old)
+    os.rename(staging, path)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "python": {"type": "path", "required": True},
+            **SETTING_TYPES,
+            "timeout": {"type": "int", "default": 600},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    path = p["path"].rstrip("/")
+    settings = {key: p[key] for key in sm.DEFAULTS}
+    result = {"changed": False, "path": path, "key": "", "reason": "",
+              "deepep_low_latency_hidden": p["hidden_size"] in sm.DEEPEP_LL_HIDDEN_SIZES}
+
+    problems = sm.settings_problems(settings)
+    if problems:
+        module.fail_json(msg="smoke model settings refused, nothing was written: " + "; ".join(problems),
+                         **result)
+    key = sm.input_key(settings)
+    result.update(key=key, parameters=sm.parameter_count(settings))
+    if not result["deepep_low_latency_hidden"]:
+        module.warn(f"hidden_size {p['hidden_size']} is not one DeepEP v1.2.1's low-latency kernels support "
+                    f"({', '.join(map(str, sm.DEEPEP_LL_HIDDEN_SIZES))}): --moe-a2a-backend deepep will fail "
+                    "with 'Unsupported hidden' on this model")
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        module.fail_json(msg=f"{path} exists and is not a directory: refusing to replace it", **result)
+    if os.path.isdir(path) and os.listdir(path) and not os.path.exists(os.path.join(path, sm.MANIFEST)):
+        module.fail_json(msg=(f"{path} holds files but no {sm.MANIFEST}: it is not a smoke model written by "
+                              "epforge (real weights?), refusing to replace it; choose another path"),
+                         **result)
+
+    matches, reason = sm.manifest_matches(path, key)
+    result["reason"] = reason
+    if matches:
+        manifest = read_manifest(path)
+        result.update(files=manifest.get("files", {}), seconds=0.0,
+                      bytes=sum(f["size"] for f in manifest.get("files", {}).values()))
+        module.exit_json(**result)
+
+    before = read_manifest(path).get("key")
+    result["diff"] = {"before": {"path": path, "key": before}, "after": {"path": path, "key": key}}
+    if module.check_mode:
+        result["changed"] = True
+        module.exit_json(**result)
+
+    if not (os.path.isfile(p["python"]) and os.access(p["python"], os.X_OK)):
+        module.fail_json(msg=(f"python {p['python']} does not exist or is not executable (set "
+                              "smoke_model_python to an interpreter with numpy and tokenizers)"), **result)
+
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, exist_ok=True)
+    prefix = f".{os.path.basename(path)}.tmp-"
+    for stale in os.listdir(parent):  # left by a killed run
+        if stale.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
+    staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    argv = [p["python"], "-", staging, json.dumps(settings, sort_keys=True)]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(argv, input=inspect.getsource(sm), capture_output=True, text=True,
+                              timeout=p["timeout"], check=False)
+    except subprocess.TimeoutExpired as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        module.fail_json(msg=f"writing the smoke model took more than {p['timeout']} s", cmd=argv[:3], rc=124,
+                         log_tail=tail(err.stderr or ""), **result)
+    seconds = round(time.monotonic() - started, 2)
+    if proc.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        missing = []
+        if proc.returncode == 3:
+            try:
+                missing = json.loads(proc.stdout.strip().splitlines()[-1]).get("missing", [])
+            except (ValueError, IndexError, AttributeError):
+                missing = []
+        if missing:
+            module.fail_json(msg=(f"{p['python']} lacks {', '.join(missing)}: install them into that env "
+                                  f"(pip install {' '.join(missing)}) or set smoke_model_python to one that "
+                                  "has them; nothing was written"),
+                             cmd=argv[:3], rc=proc.returncode, **result)
+        module.fail_json(msg="writing the smoke model failed; nothing was replaced", cmd=argv[:3],
+                         rc=proc.returncode, log_tail=tail(proc.stderr or proc.stdout), **result)
+    manifest = json.loads(proc.stdout.strip().splitlines()[-1])
+    publish(staging, path)
+    result.update(changed=True, seconds=seconds, files=manifest["files"],
+                  bytes=sum(f["size"] for f in manifest["files"].values()))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
