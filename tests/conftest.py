@@ -122,3 +122,30 @@ def torch_venv() -> Path:
     rc, result = moduletools.run_module("ml_env_torch", args, timeout=3600)
     assert rc == 0, f"building the test torch venv failed: {result.get('msg')} (log {args['log_path']})"
     return venv
+
+
+# The smoke model's forward-pass test: a small CPU torch with transformers (not the stack's 4 GB CUDA torch).
+TORCH_CPU_NEEDS = ["torch==2.13.*", "transformers>=5,<6", "numpy", "tokenizers", "safetensors"]
+
+
+@pytest.fixture(scope="session")
+def torch_cpu_python() -> str:
+    """An interpreter with torch, transformers, numpy, tokenizers and safetensors: $EPFORGE_TEST_TORCH_PYTHON
+    when set (a GPU image's venv, say), else a venv built once into the test cache with pip
+    (torch==2.13.*: on this machine pip's find-links hold its CPU build, 190 MB; about 1.2 GB installed)."""
+    import subprocess  # noqa: PLC0415 - only this fixture runs commands
+
+    probe = "import torch, transformers, numpy, tokenizers, safetensors"
+    override = os.environ.get("EPFORGE_TEST_TORCH_PYTHON")
+    if override:
+        ok = subprocess.run([override, "-c", probe], capture_output=True, check=False).returncode == 0
+        assert ok, f"EPFORGE_TEST_TORCH_PYTHON={override} lacks one of {TORCH_CPU_NEEDS}"
+        return override
+    venv = CACHE / "torch-cpu-transformers"
+    python = venv / "bin" / "python"
+    if not (python.exists() and subprocess.run([str(python), "-c", probe], capture_output=True,
+                                               check=False).returncode == 0):
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *TORCH_CPU_NEEDS], check=True,
+                       timeout=3600)
+    return str(python)

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import safetensors
 from ansible.module_utils import epforge_smoke_model as sm
 from moduletools import run_module
-
-pytest.importorskip("transformers", reason="transformers is in the test extra (pyproject.toml)")
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer  # the test extra (pyproject.toml) brings it
 
 # Small enough to write in well under a second; hidden 2048 keeps the DeepEP-supported default width.
 TINY = {"num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
@@ -90,7 +89,6 @@ def test_default_checkpoint_loads_with_transformers_and_has_sglangs_names(tmp_pa
 
 
 def test_safetensors_library_reads_the_hand_written_file(tmp_path):
-    safetensors = pytest.importorskip("safetensors", reason="safetensors comes with transformers")
     assert write(tmp_path, **TINY)[0] == 0
     with safetensors.safe_open(str(tmp_path / "model" / "model.safetensors"), framework="numpy") as handle:
         keys = set(handle.keys())

@@ -3,26 +3,18 @@ transformers' AutoModelForCausalLM on CPU with no missing or unexpected weights,
 generation that repeats exactly. Weight statistics show the hand-made bf16 values are what the config says
 (std = initializer_range).
 
-torch comes from a fixture venv (.cache/test-torch-venv, built once: pip installs torch==2.13.* - on this
-machine pip's find-links hold its CPU build, 190 MB - with transformers, numpy, tokenizers and safetensors;
-about 2 min the first time). Set EPFORGE_TEST_TORCH_PYTHON to an interpreter that already has them (a GPU
-image's venv, say) to skip the build. A full torch install is too heavy for the module tests themselves,
-which run with the test venv's python (numpy + tokenizers, no torch): tests/unit/test_smoke_model.py."""
+torch comes from the session fixture torch_cpu_python (tests/conftest.py: a venv built once in the test
+cache, CPU torch 2.13 + transformers; about 9 min on this shared 2-core machine the first time). Set
+EPFORGE_TEST_TORCH_PYTHON to an interpreter that already has them to skip the build. The module tests
+themselves run with the test venv's python (numpy + tokenizers, no torch): tests/unit/test_smoke_model.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
-import pytest
 from moduletools import run_module
 
-ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".cache" / "test-torch-venv"
-NEEDS = ["torch==2.13.*", "transformers>=5,<6", "numpy", "tokenizers", "safetensors"]
 TINY = {"num_hidden_layers": 2, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
         "vocab_size": 512, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 64}
@@ -52,29 +44,11 @@ print(json.dumps({
 """
 
 
-def has_modules(python: Path | str) -> bool:
-    probe = "import torch, transformers, numpy, tokenizers, safetensors"
-    return subprocess.run([str(python), "-c", probe], capture_output=True, check=False).returncode == 0
-
-
-@pytest.fixture(scope="session")
-def torch_python() -> str:
-    override = os.environ.get("EPFORGE_TEST_TORCH_PYTHON")
-    if override:
-        assert has_modules(override), f"EPFORGE_TEST_TORCH_PYTHON={override} lacks one of {NEEDS}"
-        return override
-    python = VENV / "bin" / "python"
-    if not has_modules(python):
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *NEEDS], check=True, timeout=1800)
-    return str(python)
-
-
-def test_transformers_loads_and_runs_the_model_on_cpu(tmp_path, torch_python):
+def test_transformers_loads_and_runs_the_model_on_cpu(tmp_path, torch_cpu_python):
     model = tmp_path / "model"
-    rc, res = run_module("smoke_model", {"path": str(model), "python": torch_python, **TINY}, timeout=300)
+    rc, res = run_module("smoke_model", {"path": str(model), "python": torch_cpu_python, **TINY}, timeout=300)
     assert rc == 0 and res["changed"] is True, res
-    proc = subprocess.run([torch_python, "-c", PROBE, str(model)], capture_output=True, text=True,
+    proc = subprocess.run([torch_cpu_python, "-c", PROBE, str(model)], capture_output=True, text=True,
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
