@@ -47,7 +47,9 @@ SIGNATURES: list[dict] = [
     },
     {
         "id": "deep_ep_missing",
-        "patterns": [r"No module named '?deep_ep'?", r"ModuleNotFoundError: .*deep_ep"],
+        "patterns": [r"No module named '?deep_ep'?", r"ModuleNotFoundError: .*deep_ep",
+                     # SGLang 0.5.16's own message (seen on a real server, tests/fixtures/sglang_h200)
+                     r"DeepEP is not installed"],
         "summary": "--moe-a2a-backend deepep needs the deep_ep package, which is not installed in this env",
         "remedy": "run the deepep role for this host (it builds DeepEP for the host's arch), or set "
                   "moe_a2a_backend: none",
@@ -61,6 +63,17 @@ SIGNATURES: list[dict] = [
         "summary": "the Python module {module} is not installed in the server's environment",
         "remedy": "{remedy}",
         "source": "Python import system (ModuleNotFoundError); package names from the stack files (stacks/)",
+    },
+    {
+        # SGLang asks torch.cuda.set_device for a GPU index the host does not have (tp_size x dp_size or
+        # base_gpu_id beyond the visible GPUs). Seen on a real server: tests/fixtures/sglang_h200.
+        "id": "not_enough_gpus",
+        "patterns": [r"CUDA error: invalid device ordinal", r"GPU device may be out of range"],
+        "summary": "the server asked for a GPU index this host does not have (more ranks than visible GPUs)",
+        "remedy": "set tp_size (x dp_size, and ep_size within it) to at most the GPUs nvidia-smi lists, and "
+                  "check CUDA_VISIBLE_DEVICES in the server env",
+        "source": "CUDA cudaErrorInvalidDevice from torch.cuda.set_device in sglang "
+                  "srt/distributed/bootstrap.py (init_torch_distributed)",
     },
     {
         "id": "deep_ep_no_gpu",
@@ -201,6 +214,13 @@ def _fill(row: dict, match: re.Match) -> tuple[str, str]:
             f"install {package} into the server's environment: {how}")
 
 
+# Lines that name an error but report an optional feature SGLang turned off and went on without, e.g.
+# "OpenAI Responses API (/v1/responses) disabled: OpenAIServingResponses init failed (ModuleNotFoundError:
+# No module named 'openai_harmony')" in every healthy SGLang 0.5.16 log (tests/fixtures/sglang_h200).
+# They never classify a failure.
+BENIGN_LINES = [re.compile(r"\bdisabled\b.*\b(?:ModuleNotFoundError|ImportError)\b"),
+                re.compile(r"Ignore import error when loading")]
+
 _COMPILED: list[tuple[dict, list[re.Pattern], list[re.Pattern]]] = [
     (row, [re.compile(p) for p in row["patterns"]], [re.compile(p) for p in row.get("requires", [])])
     for row in SIGNATURES
@@ -215,7 +235,7 @@ def classify(text: str | None) -> list[dict]:
     """
     if not text:
         return []
-    lines = text.splitlines()
+    lines = [line for line in text.splitlines() if not any(b.search(line) for b in BENIGN_LINES)]
     found: list[dict] = []
     seen: set[str] = set()
     for row, patterns, requires in _COMPILED:

@@ -288,6 +288,10 @@ class Handler(BaseHTTPRequestHandler):
         started = time.time()
         prompt, prompt_tokens = prompt_of(body)
         params = body.get("sampling_params") or {}
+        if int(params.get("max_new_tokens", 16)) < 0:  # SGLang 0.5.16's answer (tests/fixtures/sglang_h200)
+            self.send_json(400, {"error": {"message": "max_new_tokens must be at least 0, got "
+                                                      f"{int(params['max_new_tokens'])}."}})
+            return
         count = max(1, int(params.get("max_new_tokens", 16)))
         tokens = make_tokens(prompt, count)
         rid = body.get("rid") or uuid.uuid4().hex
