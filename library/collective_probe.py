@@ -192,6 +192,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import run_logged, tail_file
+from ansible.module_utils.epforge_files import json_text, read_json, write_atomic
 
 NO_GPU_RC = 3
 MODEL_DEFAULTS = {
@@ -338,28 +339,8 @@ def validate_variants(variants: list[dict]) -> list[dict]:
     return clean
 
 
-def atomic_write(path: str, data: dict) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def read_fact(path: str | None) -> dict:
-    if not path:
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return (read_json(path) if path else None) or {}
 
 
 def main() -> None:
@@ -489,7 +470,8 @@ def main() -> None:
             except (OSError, ValueError):
                 raw = None
         if raw is not None and p["output_dir"]:
-            atomic_write(os.path.join(p["output_dir"], f"collective-probe-{variant['name']}.json"), raw)
+            raw_path = os.path.join(p["output_dir"], f"collective-probe-{variant['name']}.json")
+            write_atomic(raw_path, json_text(raw, indent=1))
         if rc == NO_GPU_RC and raw is not None and raw.get("status") == "skipped":
             module.exit_json(
                 changed=False, skipped=True, measured=False, msg=raw.get("reason", "no usable GPU")
@@ -526,7 +508,7 @@ def main() -> None:
             )
     record["estimate"] = estimate(record["table"], model)
     if p["fact_path"]:
-        atomic_write(p["fact_path"], record)
+        write_atomic(p["fact_path"], json_text(record, indent=1))
     module.exit_json(
         changed=True,
         skipped=False,

@@ -152,9 +152,9 @@ from ansible.module_utils.epforge_build import (
     publish_dir,
     safe_extract,
     staging_dir,
-    write_json_atomic,
 )
 from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail_file
+from ansible.module_utils.epforge_files import write_json_atomic
 
 
 def available_memory() -> int | None:

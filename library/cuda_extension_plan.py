@@ -147,10 +147,10 @@ from ansible.module_utils.epforge_build import (
     input_key,
     parse_nvcc_version,
     python_tag,
-    read_json,
     stamp_matches,
 )
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_files import read_json
 
 PROBE = (
     "import json, platform, sys, sysconfig; print(json.dumps({'major': sys.version_info[0], "

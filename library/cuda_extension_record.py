@@ -67,7 +67,8 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import NAME_RE, read_json, write_json_atomic
+from ansible.module_utils.epforge_build import NAME_RE
+from ansible.module_utils.epforge_files import read_json, write_json_atomic
 
 
 def text(data) -> str:

@@ -97,6 +97,7 @@ import zipfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_build import file_sha256, safe_extract, source_kind, tree_files, tree_hash
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_files import atomic_output
 
 
 def run_git(module, argv, timeout):
@@ -193,13 +194,9 @@ def unpack(module, path, base):
 def make_tarball(tree, target):
     if os.path.exists(target):
         return False
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tar.gz", dir=os.path.dirname(target))
-    os.close(fd)
-    with tarfile.open(tmp, "w:gz") as archive:
+    with atomic_output(target) as tmp, tarfile.open(tmp, "w:gz") as archive:
         for rel in tree_files(tree):
             archive.add(os.path.join(tree, rel), arcname=os.path.join("src", rel), recursive=False)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, target)
     return True
 
 

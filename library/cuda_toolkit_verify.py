@@ -113,6 +113,7 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import nvcc_missing_archs
 from ansible.module_utils.epforge_cuda import parse_gpu_list, parse_nvcc_release, stamp_of
+from ansible.module_utils.epforge_files import read_json, write_atomic
 from ansible.module_utils.epforge_stack import version_tuple
 
 
@@ -122,14 +123,6 @@ def run(argv: list[str]) -> tuple[int, str]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 127, str(exc)
     return proc.returncode, proc.stdout + proc.stderr
-
-
-def read_json(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
 
 
 def main() -> None:
@@ -224,12 +217,7 @@ def main() -> None:
                           "after": after, "before_header": p["fact_path"], "after_header": p["fact_path"]}
         result["changed"] = True
         if not module.check_mode:
-            os.makedirs(os.path.dirname(p["fact_path"]) or ".", exist_ok=True)
-            tmp = p["fact_path"] + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(after)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, p["fact_path"])
+            write_atomic(p["fact_path"], after)
     module.exit_json(ok=True, **result)
 
 

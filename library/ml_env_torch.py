@@ -137,10 +137,9 @@ from ansible.module_utils.epforge_build import (
     cuda_major,
     dist_info_version,
     input_key,
-    read_json,
-    write_json_atomic,
 )
 from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+from ansible.module_utils.epforge_files import read_json, write_json_atomic
 
 VERIFY_SCRIPT = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "

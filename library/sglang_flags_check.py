@@ -143,6 +143,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_files import write_json_atomic
 from ansible.module_utils.epforge_sglang_args import build_server_argv, redact_argv, validate_settings
 
 RESULT_MARK = "EPFORGE_SGLANG_FLAGS_RESULT "
@@ -339,12 +340,7 @@ def read_cache(path: str, key: str) -> dict | None:
 
 def write_cache(path: str, key: str, outcome: dict) -> None:
     """Remember a successful check (atomically), so an unchanged rerun needs no SGLang import."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump({"key": key, "outcome": outcome}, handle, indent=1, sort_keys=True, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, {"key": key, "outcome": outcome}, indent=1, default=str)
 
 
 def main() -> None:

@@ -118,6 +118,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+from ansible.module_utils.epforge_files import write_json_atomic
 
 # Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
 VERSIONS_SCRIPT = r"""
@@ -322,12 +323,7 @@ def main() -> None:
                              f"{after_versions}); see {log_path}", log_path=log_path)
     actions.append(f"verified: import sglang {imported} and sglang.srt.server_args")
 
-    os.makedirs(os.path.dirname(params["stamp_path"]) or ".", exist_ok=True)
-    tmp = params["stamp_path"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(stamp, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(tmp, params["stamp_path"])
+    write_json_atomic(params["stamp_path"], stamp)
     module.exit_json(changed=True, version=imported, installed=after_versions, actions=actions, diff=diff,
                      **result)
 

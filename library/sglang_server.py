@@ -260,11 +260,11 @@ import pwd
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_files import write_atomic
 from ansible.module_utils.epforge_http import get_json, redact, request, wait_until
 from ansible.module_utils.epforge_sglang_args import (
     build_server_argv,
@@ -298,24 +298,6 @@ def read_text(path: str) -> str | None:
             return handle.read()
     except FileNotFoundError:
         return None
-
-
-def write_atomic(path: str, text: str, mode: int, uid: int = 0, gid: int = 0) -> None:
-    """Write a file atomically with its final mode and owner set before it appears."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".epforge-")
-    try:
-        os.fchmod(fd, mode)
-        if os.geteuid() == 0:
-            os.fchown(fd, uid, gid)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def file_size(path: str | None) -> int:

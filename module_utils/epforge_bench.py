@@ -14,8 +14,8 @@ import json
 import math
 import os
 import re
-import tempfile
-import time
+
+from ansible.module_utils.epforge_files import json_text, remove_stale_temps, write_atomic
 
 HISTORY_SCHEMA = 1
 
@@ -386,48 +386,6 @@ def append_entry(fact: dict, entry: dict, history_max: int) -> dict:
     return new
 
 
-def atomic_write_json(path: str, data, mode: int = 0o644) -> None:
-    """Write JSON to path so that a reader sees the old file or the new one, never a part:
-    temp file in the same directory, fsync, rename over, fsync the directory."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    payload = (json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def remove_stale_temps(path: str, older_than_s: float = 60.0) -> list[str]:
-    """Remove temp files an interrupted writer left beside path (they never replace the fact)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    prefix = f".{os.path.basename(path)}.tmp-"
-    removed = []
-    now = time.time()
-    with contextlib.suppress(OSError):
-        for name in os.listdir(directory):
-            full = os.path.join(directory, name)
-            if name.startswith(prefix):
-                with contextlib.suppress(OSError):
-                    if now - os.stat(full).st_mtime >= older_than_s:
-                        os.unlink(full)
-                        removed.append(full)
-    return removed
-
-
 @contextlib.contextmanager
 def locked(path: str):
     """An exclusive lock beside path, so two runs on one host append one after the other."""
@@ -447,7 +405,7 @@ def record_run(path: str, entry: dict, history_max: int) -> dict:
         remove_stale_temps(path)
         fact = load_fact(path, history_max)
         new = append_entry(fact, entry, history_max)
-        atomic_write_json(path, new)
+        write_atomic(path, json_text(new, indent=1))
     return new
 
 

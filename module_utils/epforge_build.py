@@ -19,6 +19,7 @@ import tempfile
 import zipfile
 
 from ansible.module_utils.epforge_arch import torch_arch_list
+from ansible.module_utils.epforge_files import read_json
 
 KEY_LENGTH = 20
 # Paths that never belong to a source's identity: build products, VCS metadata, caches.
@@ -141,40 +142,6 @@ def safe_extract(archive_path: str, dest: str) -> None:
 
 
 # ---------------------------------------------------------------- stamps and atomic files
-
-def read_json(path: str) -> dict | None:
-    """A JSON object from a file, or None when it is missing or unreadable (a broken stamp = no stamp)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_json_atomic(path: str, data: dict, mode: int = 0o644) -> bool:
-    """Write JSON through a temp file + rename; return False (and write nothing) when content is equal."""
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    try:
-        with open(path, encoding="utf-8") as handle:
-            if handle.read() == text:
-                return False
-    except OSError:
-        pass
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return True
-
 
 def stamp_matches(stamp: dict | None, key: str, required_files=()) -> tuple[bool, str]:
     """Whether a stamp proves the work with this key is done; the reason when it does not."""

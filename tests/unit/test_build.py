@@ -23,6 +23,7 @@ import moduletools
 import pytest
 from ansible.module_utils import epforge_build as eb
 from ansible.module_utils.epforge_arch import torch_arch_missing
+from ansible.module_utils.epforge_files import write_json_atomic
 from moduletools import module_argv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,17 +126,6 @@ def test_tree_hash_tracks_content_mode_and_ignores_build_products(tmp_path):
 
 # ------------------------------------------------------------------ stamps and the cache
 
-def test_write_json_atomic_reports_changes_only(tmp_path):
-    path = tmp_path / "s" / "stamp.json"
-    assert eb.write_json_atomic(str(path), {"key": "a"}) is True
-    assert eb.write_json_atomic(str(path), {"key": "a"}) is False
-    assert eb.write_json_atomic(str(path), {"key": "b"}) is True
-    assert eb.read_json(str(path)) == {"key": "b"}
-    assert [p.name for p in path.parent.iterdir()] == ["stamp.json"]  # no temp files left
-    path.write_text("{truncated")
-    assert eb.read_json(str(path)) is None
-
-
 def test_stamp_matches_needs_key_and_files(tmp_path):
     so = tmp_path / "_C.so"
     so.write_bytes(b"\x7fELF")
@@ -171,7 +161,7 @@ def test_publish_is_atomic_and_first_writer_wins(tmp_path):
     parent = tmp_path / "cache" / "fake_ext"
     first = Path(eb.staging_dir(str(parent), "k1"))
     wheel = make_wheel(first)
-    eb.write_json_atomic(str(first / eb.MANIFEST), eb.make_manifest(str(wheel), "k1", {}))
+    write_json_atomic(str(first / eb.MANIFEST), eb.make_manifest(str(wheel), "k1", {}))
     assert eb.cache_entry(str(parent / "k1")) is None
     assert eb.publish_dir(str(first), str(parent / "k1")) is True
     assert eb.cache_entry(str(parent / "k1"))["key"] == "k1"
@@ -366,7 +356,7 @@ def test_cache_publishes_a_fetched_entry_and_refuses_a_bad_one(tmp_path):
     cache = tmp_path / "cache" / "fake_ext"
     incoming = cache / ".incoming-k1"
     wheel = make_wheel(incoming)
-    eb.write_json_atomic(str(incoming / eb.MANIFEST), eb.make_manifest(str(wheel), "k1", {}))
+    write_json_atomic(str(incoming / eb.MANIFEST), eb.make_manifest(str(wheel), "k1", {}))
     rc, res = run_module("cuda_extension_cache", {"src": str(incoming), "cache_dir": str(cache), "key": "k2"})
     assert rc != 0 and "holds key k1, not k2" in res["msg"]
     rc, res = run_module("cuda_extension_cache", {"src": str(incoming), "cache_dir": str(cache), "key": "k1"})
@@ -377,7 +367,7 @@ def test_cache_publishes_a_fetched_entry_and_refuses_a_bad_one(tmp_path):
     wheel = make_wheel(bad)
     manifest = eb.make_manifest(str(wheel), "k3", {})
     manifest["sha256"] = "0" * 64
-    eb.write_json_atomic(str(bad / eb.MANIFEST), manifest)
+    write_json_atomic(str(bad / eb.MANIFEST), manifest)
     rc, res = run_module("cuda_extension_cache", {"src": str(bad), "cache_dir": str(cache), "key": "k3"})
     assert rc != 0 and "no complete build" in res["msg"]
     assert entries(str(cache)) == [".incoming-k3", "k1"]
@@ -456,7 +446,7 @@ def test_plan_keys_and_installed_state(cuda13_home, tmp_path):
     assert res["inputs"]["cuda"] == "13.0.88" and res["inputs"]["torch"] == "2.14.1"
     assert res["inputs"]["python"] == f"cp{sys.version_info[0]}{sys.version_info[1]}"
     key = res["key"]
-    eb.write_json_atomic(str(tmp_path / "state" / "fake_ext.stamp.json"), {"key": key, "so_files": [str(so)]})
+    write_json_atomic(str(tmp_path / "state" / "fake_ext.stamp.json"), {"key": key, "so_files": [str(so)]})
     rc, res = run_module("cuda_extension_plan", args)
     assert res["installed"] is True and res["key"] == key
     rc, res = run_module("cuda_extension_plan", {**args, "archs": ["9.0", "12.0"]})

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import epforge_build as eb
+from ansible.module_utils.epforge_files import write_json_atomic
 from moduletools import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def test_matching_stamp_means_no_work_and_no_torch_import(tmp_path, fake_venv):
     assert rc == 0 and res["changed"] is True and res["reason"] == "no stamp"
     assert res["actions"] == ["verify torch"]  # everything is there: only the proof is missing
     evidence = {"torch": "2.14.1+cu130", "cuda": "13.0", "archs": ["sm_90", "sm_120"]}
-    eb.write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence})
+    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence})
     # No torch module exists in this venv: success proves the stamp decided, not an import.
     rc, res = run_module("ml_env_torch", args)
     assert rc == 0, res

@@ -1,0 +1,93 @@
+"""The one atomic write (module_utils/epforge_files.py) on real files: the mode set before the file appears,
+unique temp names (concurrent writers never share one), no partial file after a failed write, equal content
+not rewritten, stale temps cleared. Kill-safety under a writer process: tests/unit/test_bench_history.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import pytest
+from ansible.module_utils.epforge_files import (
+    atomic_output,
+    read_json,
+    remove_stale_temps,
+    write_atomic,
+    write_json_atomic,
+)
+
+
+def test_write_json_atomic_reports_changes_only(tmp_path):
+    path = tmp_path / "s" / "stamp.json"
+    assert write_json_atomic(str(path), {"key": "a"}) is True
+    mtime = path.stat().st_mtime_ns
+    assert write_json_atomic(str(path), {"key": "a"}) is False
+    assert path.stat().st_mtime_ns == mtime
+    assert write_json_atomic(str(path), {"key": "b"}) is True
+    assert read_json(str(path)) == {"key": "b"}
+    assert path.read_text() == '{\n  "key": "b"\n}\n'
+    assert [p.name for p in path.parent.iterdir()] == ["stamp.json"]  # no temp files left
+    path.write_text("{truncated")
+    assert read_json(str(path)) is None
+    path.write_text("[1, 2]")
+    assert read_json(str(path)) is None  # a stamp or fact is an object
+
+
+def test_mode_is_set_before_the_file_appears(tmp_path):
+    secret = tmp_path / "env"
+    write_atomic(str(secret), "API_KEY=x\n", 0o600)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text() == "API_KEY=x\n"
+    seen = []
+    with atomic_output(str(tmp_path / "unit"), 0o640) as tmp:
+        seen.append(stat.S_IMODE(os.stat(tmp).st_mode))
+        assert not (tmp_path / "unit").exists()
+    assert seen == [0o640] and stat.S_IMODE((tmp_path / "unit").stat().st_mode) == 0o640
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path):
+    path = tmp_path / "fact.json"
+    write_json_atomic(str(path), {"v": 1})
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        write_json_atomic(str(path), {"v": float("nan")})  # NaN is no JSON: refused before writing
+    with pytest.raises(RuntimeError), atomic_output(str(path)) as tmp:
+        open(tmp, "w").write("partial")
+        raise RuntimeError("killed half-way")
+    assert read_json(str(path)) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["fact.json"]
+
+
+def test_concurrent_writers_use_unique_temp_names(tmp_path):
+    """A fixed `.tmp` name would let two writers interleave into one temp file; unique names cannot."""
+    path = tmp_path / "cache.json"
+    errors = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(50):
+                write_json_atomic(str(path), {"writer": n, "i": i, "pad": "x" * 4096})
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    data = read_json(str(path))
+    assert data is not None and data["i"] == 49 and len(data["pad"]) == 4096
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.json"]
+
+
+def test_stale_temps_are_removed_only_when_old(tmp_path):
+    path = tmp_path / "epforge_bench.fact"
+    old = tmp_path / ".epforge_bench.fact.tmp-abc"
+    new = tmp_path / ".epforge_bench.fact.tmp-def"
+    other = tmp_path / ".other.tmp-abc"
+    for f in (old, new, other):
+        f.write_text("partial")
+    os.utime(old, (1, 1))
+    os.utime(other, (1, 1))
+    assert remove_stale_temps(str(path)) == [str(old)]
+    assert new.exists() and other.exists()
