@@ -159,6 +159,7 @@ import time
 from ansible.module_utils import epforge_smoke_model as sm
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_files import read_json
 
 SETTING_TYPES = {
     "architecture": {"type": "str", "default": sm.DEFAULTS["architecture"],
@@ -170,11 +171,7 @@ SETTING_TYPES = {
 
 
 def read_manifest(path: str) -> dict:
-    try:
-        with open(os.path.join(path, sm.MANIFEST), encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return {}
+    return read_json(os.path.join(path, sm.MANIFEST)) or {}
 
 
 def publish(staging: str, path: str) -> None:
