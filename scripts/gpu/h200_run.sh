@@ -1,0 +1,67 @@
+#!/bin/bash
+# epforge's playbooks on the lent one-GPU H200 (device tool kind nvidia-h200), as an air-gapped host that is
+# its own controller. Stages run in the order given, e.g.
+#   bash scripts/gpu/h200_run.sh setup provision serve-nograph serve-graph collect
+# Needs part A of the carried wheels in /root/carry-a (an earlier call of the same warm machine) and part B
+# in .gpu/b (carried by this call); docs/gpu-runs.md (2026-12-01) has the calls. Output: $OUT/h200-*.tgz.
+set -u
+REPO=$PWD
+PY=/opt/torch/.venv/bin/python3
+O=/root/out
+mkdir -p $O
+export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+INV=(-i scripts/gpu/h200-inventory.yml -e @/root/stack-h200.json)
+T0=$(date +%s)
+stamp() { echo "=== $(date -u +%H:%M:%S) +$(( $(date +%s) - T0 )) s: $*"; }
+play() {  # name, ansible-playbook args...
+  local name=$1; shift
+  stamp "playbook $name: $*"
+  local t=$(date +%s)
+  $PY -m ansible.cli.playbook "${INV[@]}" "$@" > $O/play-$name.txt 2>&1
+  local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - t )) s" | tee -a $O/plays.txt
+  grep -E "^(PLAY RECAP|h200 )|FAILED|fatal|summary|^ok:.*msg|Step " $O/play-$name.txt | tail -25
+  return $rc
+}
+for stage in "$@"; do
+  case $stage in
+  setup)
+    test -d /root/carry-a || { echo "COLD MACHINE: part A (/root/carry-a) is missing"; exit 3; }
+    stamp setup
+    $PY -c "import ansible" 2>/dev/null || $PY -m pip install -q --no-index --no-deps --no-compile .gpu/b/ans/*.whl
+    mkdir -p /root/wheelhouse && cp -n /root/carry-a/*.whl .gpu/b/whl/*.whl /root/wheelhouse/
+    # The stack as written, with the lent GPU's arch (sm_90) instead of the target users' 12.0.
+    $PY -c "import json,yaml; s=yaml.safe_load(open('stacks/cu130-torch211.yml'))['epforge_stack_spec']; s['arch_list']=['9.0']; json.dump({'epforge_stack_spec': s}, open('/root/stack-h200.json','w'))"
+    nvidia-smi --query-gpu=index,name,compute_cap,memory.used --format=csv > $O/gpu.csv
+    ;;
+  provision) play provision playbooks/provision.yml ;;
+  serve-nograph) play serve-nograph playbooks/serve.yml playbooks/benchmark.yml playbooks/summary.yml ;;
+  serve-graph) play serve-graph -e @scripts/gpu/h200-server-graph.yml playbooks/serve.yml playbooks/benchmark.yml \
+                 playbooks/summary.yml ;;
+  rerun-graph) play rerun-graph -e @scripts/gpu/h200-server-graph.yml playbooks/serve.yml ;;
+  stop) play stop -e sglang_server_state=stopped playbooks/serve.yml ;;
+  sweep) play sweep -e @scripts/gpu/h200-sweep.yml playbooks/sweep.yml ;;
+  sbs)
+    stamp side-by-side
+    $PY bench/side_by_side.py --python $PY --model /opt/epforge/models/smoke-qwen3-moe --user sglang \
+      --runs 3 --warmups 1 --num-prompts 256 --input-len 256 --output-len 128 --concurrency 64 \
+      --variants hand,module,module-root --workdir /root/sbs --json $O/side-by-side.json -- \
+      --attention-backend triton --grammar-backend none --sampling-backend pytorch \
+      --enforce-disable-flashinfer-allreduce-fusion > $O/side-by-side.txt 2>&1
+    echo "sbs rc=$?"; grep -v '^ ' $O/side-by-side.txt | tail -8
+    ;;
+  collect)
+    stamp collect
+    mkdir -p $O/facts/h200 $O/logs
+    cp /etc/ansible/facts.d/*.fact $O/facts/h200/ 2>/dev/null
+    cp -r /var/log/epforge/. $O/logs/ 2>/dev/null
+    cp /root/sbs/*.log $O/logs/ 2>/dev/null
+    cp ~/.cache/epforge/wheelhouse.log $O/logs/ 2>/dev/null
+    tar czf $OUT/h200-$(date +%H%M%S).tgz -C /root out
+    ls -la $OUT
+    ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+stamp done
