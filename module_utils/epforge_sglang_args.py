@@ -1,9 +1,10 @@
 """The SGLang server flag model: epforge's server settings (a plain dict, `epforge_server` in the inventory)
 rendered as the argv of `python -m sglang.launch_server`.
 
-Pure functions, no SGLang import: the settings are checked here for shape (unknown keys, wrong types) and
-rendered to flags; whether a value is acceptable (a choice, an integer written as a string) is judged by the
-installed SGLang's own parser (library/sglang_flags_check.py), because choices move between releases.
+Pure functions, no SGLang import. SETTINGS_SCHEMA is the one list of the settings epforge knows (kind,
+range, fixed choices); validate_settings checks them against it before anything changes (role preflight,
+module epforge_server_settings) and again before a launch, and renders them to flags. The installed SGLang's
+own parser stays the final judge (library/sglang_flags_check.py), because choices move between releases.
 
 Flag names that moved between SGLang releases are chosen by the SGLang version (`sglang_version`), read from
 the wheels of each release (see FLAG_RENAMES).
@@ -17,35 +18,43 @@ import re
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 30000
 
-# Value kinds: "str" (a string), "int" (an integer; a string is passed through so that SGLang's own parser
-# judges it, e.g. "8" from --extra-vars), "bool" (a flag present when true), "list" (of strings),
-# "dict" (of environment variables).
-SETTINGS_KINDS: dict[str, str] = {
-    "model_path": "str",
-    "served_model_name": "str",
-    "tp_size": "int",
-    "ep_size": "int",
-    "moe_a2a_backend": "str",
-    "deepep_mode": "str",
-    "enable_dp_attention": "bool",
-    "speculative_algorithm": "str",
-    "speculative_draft_model_path": "str",
-    "speculative_num_steps": "int",
-    "speculative_eagle_topk": "int",
-    "speculative_num_draft_tokens": "int",
-    "cuda_graph_max_bs": "int",
-    "disable_cuda_graph": "bool",
-    "disable_custom_all_reduce": "bool",
-    "enable_torch_symm_mem": "bool",
-    "host": "str",
-    "port": "int",
-    "api_key": "str",
-    "extra_args": "list",
-    "env": "dict",
-    "nnodes": "int",
-    "node_rank": "int",
-    "dist_init_addr": "str",
+# The schema of the settings: the one list of keys epforge knows, each with its value kind and, where
+# SGLang's own parser or launch code would refuse or misuse a value, its range or choices.
+# Kinds: "str" (a string), "int" (an integer; an integer written as a string, e.g. "8" from --extra-vars,
+# is accepted), "bool" (a flag present when true), "list" (of strings), "dict" (of environment variables).
+# min/max: inclusive bounds of an int; choices: the values every supported SGLang release accepts (only
+# where they have not moved between releases: moe_a2a_backend's choices did, so SGLang's parser judges it).
+SETTINGS_SCHEMA: dict[str, dict] = {
+    "model_path": {"kind": "str", "help": "a local folder or a Hugging Face repo ID"},
+    "served_model_name": {"kind": "str"},
+    "tp_size": {"kind": "int", "min": 1, "help": "the number of GPUs of the tensor-parallel group"},
+    "ep_size": {"kind": "int", "min": 1, "help": "expert-parallel size, dividing tp_size"},
+    "dp_size": {"kind": "int", "min": 1, "help": "data-parallel size"},
+    "moe_a2a_backend": {"kind": "str", "help": "e.g. none or deepep (the installed SGLang lists the rest)"},
+    "deepep_mode": {"kind": "str", "choices": ("auto", "normal", "low_latency")},
+    "enable_dp_attention": {"kind": "bool"},
+    "speculative_algorithm": {"kind": "str", "help": "e.g. EAGLE3"},
+    "speculative_draft_model_path": {"kind": "str"},
+    "speculative_num_steps": {"kind": "int", "min": 1},
+    "speculative_eagle_topk": {"kind": "int", "min": 1},
+    "speculative_num_draft_tokens": {"kind": "int", "min": 1},
+    "cuda_graph_max_bs": {"kind": "int", "min": 1},
+    "disable_cuda_graph": {"kind": "bool"},
+    "disable_custom_all_reduce": {"kind": "bool"},
+    "enable_torch_symm_mem": {"kind": "bool"},
+    "enable_flashinfer_allreduce_fusion": {"kind": "bool"},
+    "host": {"kind": "str"},
+    "port": {"kind": "int", "min": 1, "max": 65535},
+    "api_key": {"kind": "str"},
+    "extra_args": {"kind": "list"},
+    "env": {"kind": "dict"},
+    "nnodes": {"kind": "int", "min": 1, "help": "the number of hosts of one server"},
+    "node_rank": {"kind": "int", "min": 0, "help": "this host's index, 0..nnodes-1"},
+    "dist_init_addr": {"kind": "str", "help": "HOST:PORT of node 0"},
 }
+
+# The value kind of each setting (derived from the schema; kept as its own name for the callers).
+SETTINGS_KINDS: dict[str, str] = {key: spec["kind"] for key, spec in SETTINGS_SCHEMA.items()}
 
 # Settings that are secrets: never rendered unless asked for, never logged.
 SECRET_KEYS = frozenset({"api_key"})
@@ -61,6 +70,7 @@ FLAG_ORDER: tuple[str, ...] = (
     "port",
     "tp_size",
     "ep_size",
+    "dp_size",
     "nnodes",
     "node_rank",
     "dist_init_addr",
@@ -76,6 +86,7 @@ FLAG_ORDER: tuple[str, ...] = (
     "disable_cuda_graph",
     "disable_custom_all_reduce",
     "enable_torch_symm_mem",
+    "enable_flashinfer_allreduce_fusion",
     "api_key",
 )
 
@@ -127,29 +138,74 @@ def with_defaults(settings: dict | None) -> dict:
     return merged
 
 
+def as_int(value) -> int | None:
+    """value as an integer when it is one (8, "8", " 8 "); None otherwise (True, 8.5, "8x")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.match(r"^\s*[+-]?\d+\s*$", value):
+        return int(value)
+    return None
+
+
+def accepted(key: str) -> str:
+    """What a setting accepts, in words (for messages): 'an integer from 1 to 65535', 'true or false'."""
+    spec = SETTINGS_SCHEMA[key]
+    kind = spec["kind"]
+    if kind == "int":
+        low, high = spec.get("min"), spec.get("max")
+        text = ("an integer" if low is None else
+                f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}")
+    elif kind == "bool":
+        text = "true or false"
+    elif kind == "list":
+        text = "a list of strings, one argv item each (e.g. ['--mem-fraction-static', '0.8'])"
+    elif kind == "dict":
+        text = "a mapping of environment variable names to strings or numbers"
+    elif spec.get("choices"):
+        text = "one of " + ", ".join(spec["choices"])
+    else:
+        text = "a string"
+    return text + (f" ({spec['help']})" if spec.get("help") else "")
+
+
+def _show(value) -> str:
+    return f"{type(value).__name__} {value!r}"[:100]
+
+
 def _kind_problem(key: str, kind: str, value) -> str | None:
-    """A sentence when value does not fit its kind, else None. None values mean 'not set'."""
+    """A sentence when value does not fit its kind, range or choices, else None. None means 'not set'."""
     if value is None:
         return None
-    shown = f"{value!r}"[:80]
+    spec = SETTINGS_SCHEMA[key]
+    shown = _show(value)
     if kind == "str":
-        if isinstance(value, str):
-            return None
-        return f"{key} must be a string, got {type(value).__name__} {shown}"
+        if not isinstance(value, str):
+            return f"{key} must be a string, got {shown}; accepted: {accepted(key)}"
+        choices = spec.get("choices")
+        if choices and value not in choices:
+            close = difflib.get_close_matches(value, choices, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            return f"{key} must be one of {', '.join(choices)}, got {value!r}{hint}"
+        return None
     if kind == "int":
-        # bool is an int in Python, but True would render as "True": refuse it.
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            return (f"{key} must be an integer, got {type(value).__name__} {shown} "
-                    "(write it as a number, e.g. 8)")
+        number = as_int(value)
+        if number is None:
+            # bool is an int in Python, but True would render as "True": refuse it.
+            return (f"{key} must be an integer, got {shown} (write it as a number, e.g. 8); "
+                    f"accepted: {accepted(key)}")
+        low, high = spec.get("min"), spec.get("max")
+        if (low is not None and number < low) or (high is not None and number > high):
+            return f"{key} is out of range, got {value!r}; accepted: {accepted(key)}"
         return None
     if kind == "bool":
         if isinstance(value, bool):
             return None
-        return f"{key} must be a boolean (true/false), got {type(value).__name__} {shown}"
+        return f"{key} must be a boolean (true/false), got {shown}"
     if kind == "list":
         if not isinstance(value, list):
-            return (f"{key} must be a list of strings (one argv item each, e.g. ['--mem-fraction-static', "
-                    f"'0.8']), got {type(value).__name__} {shown}")
+            return f"{key} must be a list of strings, got {shown}; accepted: {accepted(key)}"
         bad = [item for item in value if not isinstance(item, str) or isinstance(item, bool)]
         if bad:
             return f"{key} must hold only strings (quote numbers, e.g. '0.8'), got {bad[0]!r}"
@@ -166,24 +222,72 @@ def _kind_problem(key: str, kind: str, value) -> str | None:
     raise ValueError(f"unknown kind {kind}")
 
 
-def validate_settings(settings, *, require_model: bool = True) -> list[str]:
-    """Shape errors in server settings that can be named before SGLang sees them (empty list: none).
+def _divisors(number: int) -> str:
+    return ", ".join(str(d) for d in range(1, number + 1) if number % d == 0)
 
-    Refuses unknown keys (with the closest known key), values of the wrong type, and incoherent
-    multi-node settings. Whether a value is a valid choice is left to SGLang's parser.
+
+def _relation_problems(settings: dict) -> list[str]:
+    """Problems between settings that SGLang's launch would trip over (each value alone is fine)."""
+    problems: list[str] = []
+    tp = as_int(settings.get("tp_size"))
+    tp = 1 if settings.get("tp_size") is None else tp
+    ep = as_int(settings.get("ep_size"))
+    dp = as_int(settings.get("dp_size"))
+    nnodes = as_int(settings.get("nnodes"))
+    node_rank = as_int(settings.get("node_rank"))
+    if tp is None or tp < 1:
+        return problems     # tp_size itself is refused; relations to it would only repeat that
+    # SGLang places expert-parallel ranks inside the tensor-parallel group
+    # (moe_ep_rank = tp_rank // (tp_size // ep_size), sglang srt/entrypoints/engine.py).
+    if ep is not None and ep >= 1 and (ep > tp or tp % ep):
+        problems.append(f"ep_size {ep} does not divide tp_size {tp}: SGLang splits the tensor-parallel group "
+                        f"into expert-parallel groups; accepted: one of {_divisors(tp)} (deepep wants "
+                        f"ep_size equal to tp_size)")
+    # DP attention shards the attention of the tensor-parallel group (tp_size % dp_size == 0 in SGLang).
+    if settings.get("enable_dp_attention") is True and dp is not None and dp >= 1 and tp % dp:
+        problems.append(f"dp_size {dp} does not divide tp_size {tp} with enable_dp_attention: accepted: one "
+                        f"of {_divisors(tp)}")
+    if nnodes is not None and nnodes >= 1:
+        pipeline = any(isinstance(a, str) and a.split("=", 1)[0] in ("--pp-size", "--pipeline-parallel-size")
+                       for a in settings.get("extra_args") or [])
+        if not pipeline and settings.get("tp_size") is not None and tp % nnodes:
+            problems.append(f"tp_size {tp} cannot be spread evenly over nnodes {nnodes}: SGLang needs "
+                            f"tp_size to be a multiple of nnodes; accepted: nnodes one of {_divisors(tp)}")
+        if nnodes > 1:
+            if not settings.get("dist_init_addr"):
+                problems.append(f"nnodes is {nnodes} but dist_init_addr is not set: every node needs the "
+                                "first node's HOST:PORT (the sglang role derives it from sglang_node_group)")
+            if settings.get("node_rank") is None:
+                problems.append(f"nnodes is {nnodes} but node_rank is not set; accepted: an integer from 0 "
+                                f"to {nnodes - 1}")
+        if node_rank is not None and node_rank >= 0 and node_rank >= nnodes:
+            problems.append(f"node_rank {node_rank} is outside 0..{nnodes - 1} (nnodes {nnodes}); accepted: "
+                            f"an integer from 0 to {nnodes - 1}")
+    return problems
+
+
+def validate_settings(settings, *, require_model: bool = True) -> list[str]:
+    """Shape and range errors in server settings that can be named before SGLang sees them (empty: none).
+
+    Refuses a non-mapping, unknown keys (with the closest known key), values of the wrong type, out of
+    range or outside fixed choices, and settings that contradict each other (ep_size vs tp_size, node_rank
+    vs nnodes). Each message names the setting, the value and what would be accepted. Choices that move
+    between releases (moe_a2a_backend) are left to the installed SGLang's parser (sglang_flags_check).
     """
     if not isinstance(settings, dict):
-        return [f"server settings must be a mapping, got {type(settings).__name__}"]
+        return ["server settings (epforge_server) must be a mapping of setting names to values, e.g. "
+                f"{{model_path: /models/m, tp_size: 8}}, got {_show(settings)}; known settings: "
+                + ", ".join(sorted(SETTINGS_SCHEMA))]
     problems: list[str] = []
     for key in settings:
-        if key not in SETTINGS_KINDS:
-            close = difflib.get_close_matches(str(key), SETTINGS_KINDS, n=1)
+        if key not in SETTINGS_SCHEMA:
+            close = difflib.get_close_matches(str(key), SETTINGS_SCHEMA, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            problems.append(f"unknown server setting '{key}'{hint}; known settings: "
-                            + ", ".join(sorted(SETTINGS_KINDS))
+            problems.append(f"unknown server setting '{key}'{hint} (value {settings[key]!r}); "
+                            "known settings: " + ", ".join(sorted(SETTINGS_SCHEMA))
                             + "; pass other SGLang flags through extra_args")
-    for key, kind in SETTINGS_KINDS.items():
-        problem = _kind_problem(key, kind, settings.get(key))
+    for key, spec in SETTINGS_SCHEMA.items():
+        problem = _kind_problem(key, spec["kind"], settings.get(key))
         if problem:
             problems.append(problem)
     if require_model and not settings.get("model_path"):
@@ -192,19 +296,7 @@ def validate_settings(settings, *, require_model: bool = True) -> list[str]:
         value = settings.get(key)
         if isinstance(value, str) and value != value.strip():
             problems.append(f"{key} has leading or trailing whitespace: {value!r}")
-
-    nnodes = settings.get("nnodes")
-    node_rank = settings.get("node_rank")
-    if isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes > 1:
-        if not settings.get("dist_init_addr"):
-            problems.append(f"nnodes is {nnodes} but dist_init_addr is not set: every node needs the "
-                            "first node's HOST:PORT (the sglang role derives it from sglang_node_group)")
-        if node_rank is None:
-            problems.append(f"nnodes is {nnodes} but node_rank is not set")
-    if (isinstance(nnodes, int) and isinstance(node_rank, int)
-            and not isinstance(nnodes, bool) and not isinstance(node_rank, bool)
-            and not 0 <= node_rank < nnodes):
-        problems.append(f"node_rank {node_rank} is outside 0..{nnodes - 1} (nnodes {nnodes})")
+    problems.extend(_relation_problems(settings))
     dist = settings.get("dist_init_addr")
     if isinstance(dist, str) and dist and not re.match(r"^(\[[0-9A-Fa-f:.]+\]|[^:\s]+):\d+$", dist):
         problems.append(f"dist_init_addr must be HOST:PORT (e.g. 10.0.0.1:25000), got {dist!r}")

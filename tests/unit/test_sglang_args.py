@@ -16,6 +16,7 @@ import sglang_install
 from ansible.module_utils.epforge_sglang_args import (
     FLAG_ORDER,
     SETTINGS_KINDS,
+    SETTINGS_SCHEMA,
     build_server_argv,
     build_server_env,
     flag_name,
@@ -109,15 +110,18 @@ def test_extra_args_appended_verbatim_last():
     assert argv[-2:] == ["--mem-fraction-static", "0.8"]
 
 
-def test_integer_strings_pass_through_for_sglang_to_judge():
-    # "eight" is SGLang's parser's to refuse (its own message); the flag model renders it as written.
-    argv = build_server_argv({"model_path": "m", "tp_size": "eight"})
-    assert argv[argv.index("--tp-size") + 1] == "eight"
+def test_integer_strings_are_accepted_and_rendered_as_written():
+    # "8" from --extra-vars is an integer written as a string; "eight" is refused before SGLang sees it.
+    argv = build_server_argv({"model_path": "m", "tp_size": "8"})
+    assert argv[argv.index("--tp-size") + 1] == "8"
     assert validate_settings({"model_path": "m", "tp_size": "8"}) == []
+    with pytest.raises(ValueError, match="tp_size must be an integer, got str 'eight'"):
+        build_server_argv({"model_path": "m", "tp_size": "eight"})
 
 
 def test_multinode_flags():
-    settings = {"model_path": "m", "nnodes": 2, "node_rank": 1, "dist_init_addr": "10.0.0.1:25000"}
+    settings = {"model_path": "m", "tp_size": 2, "nnodes": 2, "node_rank": 1,
+                "dist_init_addr": "10.0.0.1:25000"}
     assert validate_settings(settings) == []
     argv = build_server_argv(settings)
     assert argv[argv.index("--nnodes") + 1] == "2"
@@ -151,10 +155,75 @@ def test_shape_errors_are_named(settings, expected):
     assert any(expected in problem for problem in problems), problems
 
 
+# The cases of issue 11 and the ranges of the schema: each message names the setting, the value and what
+# would be accepted.
+@pytest.mark.parametrize("settings, expected", [
+    ({"model_path": "/m", "tpsize": 8},
+     "unknown server setting 'tpsize' (did you mean 'tp_size'?) (value 8)"),
+    ({"model_path": "/m", "port": "30000x"},
+     "port must be an integer, got str '30000x' (write it as a number, e.g. 8); accepted: an integer from 1 "
+     "to 65535"),
+    ({"model_path": "/m", "port": 0}, "port is out of range, got 0; accepted: an integer from 1 to 65535"),
+    ({"model_path": "/m", "port": 70000},
+     "port is out of range, got 70000; accepted: an integer from 1 to 65535"),
+    ({"model_path": "/m", "tp_size": 0}, "tp_size is out of range, got 0; accepted: an integer >= 1"),
+    ({"model_path": "/m", "tp_size": "0"}, "tp_size is out of range, got '0'; accepted: an integer >= 1"),
+    ({"model_path": "/m", "ep_size": -1}, "ep_size is out of range, got -1; accepted: an integer >= 1"),
+    ({"model_path": "/m", "dp_size": 0}, "dp_size is out of range, got 0; accepted: an integer >= 1"),
+    ({"model_path": "/m", "nnodes": 0}, "nnodes is out of range, got 0; accepted: an integer >= 1"),
+    ({"model_path": "/m", "node_rank": -1}, "node_rank is out of range, got -1; accepted: an integer >= 0"),
+    ({"model_path": "/m", "cuda_graph_max_bs": 0}, "cuda_graph_max_bs is out of range, got 0"),
+    ({"model_path": "/m", "speculative_num_steps": 0}, "speculative_num_steps is out of range, got 0"),
+    ({"model_path": "/m", "tp_size": 8, "ep_size": 3},
+     "ep_size 3 does not divide tp_size 8: SGLang splits the tensor-parallel group into expert-parallel "
+     "groups; accepted: one of 1, 2, 4, 8"),
+    ({"model_path": "/m", "tp_size": 4, "ep_size": 8}, "ep_size 8 does not divide tp_size 4"),
+    ({"model_path": "/m", "ep_size": 2}, "ep_size 2 does not divide tp_size 1"),
+    ({"model_path": "/m", "tp_size": 8, "dp_size": 3, "enable_dp_attention": True},
+     "dp_size 3 does not divide tp_size 8 with enable_dp_attention"),
+    ({"model_path": "/m", "tp_size": 8, "nnodes": 3, "node_rank": 0, "dist_init_addr": "h:1"},
+     "tp_size 8 cannot be spread evenly over nnodes 3"),
+    ({"model_path": "/m", "nnodes": 2, "node_rank": 2, "dist_init_addr": "h:1"},
+     "node_rank 2 is outside 0..1 (nnodes 2); accepted: an integer from 0 to 1"),
+    ({"model_path": "/m", "deepep_mode": "lowlatency"},
+     "deepep_mode must be one of auto, normal, low_latency, got 'lowlatency' (did you mean 'low_latency'?)"),
+    ({"model_path": "/m", "tp_size": 8.0}, "tp_size must be an integer, got float 8.0"),
+])
+def test_ranges_and_relations_are_named_with_what_is_accepted(settings, expected):
+    problems = validate_settings(settings)
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_good_settings_pass_the_ranges():
+    assert validate_settings({"model_path": "/m", "tp_size": 8, "ep_size": 8, "port": 65535,
+                              "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}) == []
+    assert validate_settings({"model_path": "/m", "tp_size": "8", "ep_size": "4", "port": "30000"}) == []
+    assert validate_settings({"model_path": "/m", "tp_size": 8, "dp_size": 8,
+                              "enable_dp_attention": True}) == []
+    # pipeline parallelism (extra_args) changes how ranks spread over nodes: left to SGLang
+    assert validate_settings({"model_path": "/m", "tp_size": 1, "nnodes": 2, "node_rank": 0,
+                              "dist_init_addr": "h:1", "extra_args": ["--pp-size", "2"]}) == []
+
+
+def test_schema_agrees_with_the_real_sglang_parser():
+    """Every schema key renders to a 0.5.23 option; fixed choices are exactly the parser's choices."""
+    options = OPTIONS_0523["options"]
+    for key in FLAG_ORDER:
+        assert flag_name(key, "0.5.23") in options, key
+    assert tuple(sorted(SETTINGS_SCHEMA["deepep_mode"]["choices"])) == tuple(sorted(
+        options["--deepep-mode"]["choices"]))
+    assert set(SETTINGS_KINDS) == set(SETTINGS_SCHEMA)
+    for key, spec in SETTINGS_SCHEMA.items():
+        assert "min" not in spec or spec["kind"] == "int", key
+        assert "choices" not in spec or spec["kind"] == "str", key
+
+
 def test_build_refuses_what_validate_refuses():
     with pytest.raises(ValueError, match="unknown server setting 'tp_sise'"):
         build_server_argv({"model_path": "m", "tp_sise": 8})
-    assert validate_settings("tp_size=8") == ["server settings must be a mapping, got str"]
+    [problem] = validate_settings("tp=8")
+    assert problem.startswith("server settings (epforge_server) must be a mapping of setting names to "
+                              "values, e.g. {model_path: /models/m, tp_size: 8}, got str 'tp=8'")
 
 
 def test_every_setting_kind_is_rendered_or_documented_as_not_a_flag():
@@ -308,7 +377,7 @@ def test_flags_check_remembered_outcome_needs_the_same_evidence(tmp_path):
     assert rc == 0, res
     assert res["cached"] is True and res["parsed"] == {"tp_size": 8}
     # Another install (evidence) or other flags: SGLang must be asked (and here it is missing).
-    for change in ({"cache_evidence": "stamp-2"}, {"settings": {**MOTIVATING, "tp_size": 4}}):
+    for change in ({"cache_evidence": "stamp-2"}, {"settings": {**MOTIVATING, "tp_size": 4, "ep_size": 4}}):
         rc, res = run_module("sglang_flags_check", {**args, **change})
         assert rc != 0 and "SGLang's parser failed" in res["msg"], res
         assert "No module named 'sglang'" in res["log_tail"]

@@ -1,0 +1,93 @@
+#!/usr/bin/python
+"""Ansible module: refuse malformed SGLang server settings (epforge_server) before anything changes."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: epforge_server_settings
+short_description: Check the shape and ranges of the requested SGLang server settings before anything changes
+description:
+  - Checks the requested server settings (C(epforge_server)) against epforge's flag model
+    (C(module_utils/epforge_sglang_args.py), C(SETTINGS_SCHEMA)) - the one list of keys epforge knows with
+    their kinds, ranges and fixed choices.
+  - "Refuses, naming the setting, the value and what would be accepted: a value that is not a mapping (for
+    example the string C(tp=8)), unknown keys (with the closest known key, e.g. C(tpsize) -> C(tp_size)),
+    values of the wrong type (C(port: 30000x)), values out of range (tp_size, ep_size, dp_size, nnodes >= 1,
+    port 1-65535, node_rank < nnodes) and contradicting settings (ep_size must divide tp_size, as SGLang
+    places expert-parallel ranks inside the tensor-parallel group)."
+  - Role C(preflight) runs it first, before any role installs anything. The installed SGLang's own parser
+    stays the final judge of choices that move between releases (role C(sglang), module
+    C(sglang_flags_check)).
+  - Pure evaluation; it reads nothing on the host and changes nothing, so it behaves the same in check mode.
+  - The value of C(api_key) never appears in results or messages.
+options:
+  settings:
+    description:
+      - The requested server settings, usually C(epforge_server). Any value is accepted here so that a
+        value that is not a mapping is refused with a message about the setting rather than a type error.
+    type: raw
+    required: true
+  require_model:
+    description: Refuse settings without C(model_path).
+    type: bool
+    default: false
+  name:
+    description: The variable name used in messages.
+    type: str
+    default: epforge_server
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Refuse malformed server settings before anything changes
+  epforge_server_settings:
+    settings: "{{ epforge_server }}"
+    require_model: "{{ epforge_server is mapping and epforge_server | length > 0 }}"
+"""
+
+RETURN = r"""
+problems:
+  description: One sentence per problem (empty when the settings are well formed).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "unknown server setting 'tpsize' (did you mean 'tp_size'?) (value 8); known settings: ..."
+keys:
+  description: The settings given (names only), sorted.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_sglang_args import SECRET_KEYS, validate_settings
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "settings": {"type": "raw", "required": True},
+            "require_model": {"type": "bool", "default": False},
+            "name": {"type": "str", "default": "epforge_server"},
+        },
+        supports_check_mode=True,
+    )
+    settings = module.params["settings"]
+    secrets = []
+    if isinstance(settings, dict):
+        secrets = [str(settings[key]) for key in SECRET_KEYS if settings.get(key)]
+    for secret in secrets:
+        module.no_log_values.add(secret)
+    problems = validate_settings(settings, require_model=module.params["require_model"])
+    keys = sorted(str(key) for key in settings) if isinstance(settings, dict) else []
+    if problems:
+        numbered = " ".join(f"({number}) {problem}" for number, problem in enumerate(problems, 1))
+        module.fail_json(msg=f"{module.params['name']} is refused before anything changes: {numbered}",
+                         problems=problems, keys=keys)
+    module.exit_json(changed=False, problems=[], keys=keys)
+
+
+if __name__ == "__main__":
+    main()
