@@ -132,8 +132,8 @@ from ansible.module_utils.epforge_known_issues import (
     evaluate,
     format_adjustment,
     format_finding,
-    secret_values,
 )
+from ansible.module_utils.epforge_secrets import secret_values
 
 
 def main() -> None:

@@ -185,9 +185,9 @@ from ansible.module_utils.epforge_bench import (
     parse_result_lines,
     record_run,
     record_workload,
-    redact,
 )
 from ansible.module_utils.epforge_common import run_logged, tail
+from ansible.module_utils.epforge_secrets import redact
 
 LOG_TAIL_LINES = 30
 

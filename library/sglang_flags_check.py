@@ -144,7 +144,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_files import write_json_atomic
-from ansible.module_utils.epforge_sglang_args import build_server_argv, redact_argv, validate_settings
+from ansible.module_utils.epforge_secrets import redact
+from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
 
 RESULT_MARK = "EPFORGE_SGLANG_FLAGS_RESULT "
 
@@ -391,7 +392,7 @@ def main() -> None:
         argv = build_server_argv(settings, include_secrets=False, sglang_version=version)
     else:
         argv = list(params["argv"])
-    shown_argv = redact_argv(argv)
+    shown_argv = redact(argv)
 
     if not params["use_parser"]:
         module.exit_json(changed=False, argv=shown_argv, parsed={}, constructed=False, notes=[],

@@ -265,7 +265,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_files import write_atomic
-from ansible.module_utils.epforge_http import get_json, redact, request, wait_until
+from ansible.module_utils.epforge_http import get_json, request, wait_until
+from ansible.module_utils.epforge_secrets import redact
 from ansible.module_utils.epforge_sglang_args import (
     build_server_argv,
     build_server_env,

@@ -84,7 +84,8 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_http import auth_headers, get_json, post_json, redact
+from ansible.module_utils.epforge_http import auth_headers, get_json, post_json
+from ansible.module_utils.epforge_secrets import redact
 
 TEXT_SHOWN = 200
 

@@ -306,25 +306,6 @@ def sanitize(value):
     return str(value)
 
 
-SECRET_KEY_RE = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential)", re.IGNORECASE)
-
-
-def redact(settings: dict | None) -> dict:
-    """Server settings for the record: values of secret-looking keys (also inside env) replaced."""
-
-    def walk(value):
-        if isinstance(value, dict):
-            return {
-                k: ("<redacted>" if SECRET_KEY_RE.search(str(k)) and v not in (None, "") else walk(v))
-                for k, v in value.items()
-            }
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        return value
-
-    return walk(copy.deepcopy(settings or {}))
-
-
 # ---------------------------------------------------------------------------------------------- history
 
 

@@ -1,5 +1,5 @@
-"""Small HTTP helpers for talking to an SGLang server from a module: bounded requests, a bounded-rate
-readiness wait, and redaction of secrets in what the server echoes back.
+"""Small HTTP helpers for talking to an SGLang server from a module: bounded requests and a bounded-rate
+readiness wait. Secrets in what the server echoes back: module_utils/epforge_secrets.py.
 
 Standard library only (urllib), so modules run on any managed host without extra packages.
 """
@@ -15,10 +15,6 @@ from collections.abc import Callable
 
 # The wait never polls faster than this (seconds between probes), whatever the caller asks.
 MIN_POLL_INTERVAL = 0.05
-# Keys whose values are secrets wherever they appear in a server's answer.
-SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password", "hf_token"})
-SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password"})
-REDACTED = "<redacted>"
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _DEFAULT = urllib.request.build_opener()
@@ -112,43 +108,3 @@ def wait_until(probe: Callable[[], bool], *, timeout: float, interval: float,
                     "interval": interval, "detail": f"not ready after {timeout:g} s"}
         k = max(k + 1, int((now - start) / interval) + 1)
         sleep(max(0.0, min(start + k * interval, deadline) - now))
-
-
-def redact(value: object, secrets: list[str] | tuple[str, ...] = ()) -> object:
-    """A copy of value with secrets hidden: values of SECRET_KEYS, the argument after a SECRET_FLAGS
-    flag in argv lists, and any occurrence of the given secret strings."""
-    live = [s for s in secrets if s]
-
-    def scrub_text(text: str) -> str:
-        for secret in live:
-            text = text.replace(secret, REDACTED)
-        return text
-
-    def walk(item: object) -> object:
-        if isinstance(item, dict):
-            return {k: (REDACTED if k in SECRET_KEYS and v not in (None, "") else walk(v))
-                    for k, v in item.items()}
-        if isinstance(item, list | tuple):
-            out = []
-            hide_next = False
-            for element in item:
-                if hide_next:
-                    out.append(REDACTED)
-                    hide_next = False
-                    continue
-                if isinstance(element, str):
-                    flag, sep, _ = element.partition("=")
-                    if flag in SECRET_FLAGS:
-                        if sep:
-                            out.append(f"{flag}={REDACTED}")
-                        else:
-                            out.append(element)
-                            hide_next = True
-                        continue
-                out.append(walk(element))
-            return out
-        if isinstance(item, str):
-            return scrub_text(item)
-        return item
-
-    return walk(value)

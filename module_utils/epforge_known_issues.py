@@ -34,6 +34,7 @@ import copy
 import re
 
 from ansible.module_utils.epforge_arch import base_arch
+from ansible.module_utils.epforge_secrets import without_secrets
 
 SEVERITIES = ("error", "warning", "adjust")
 ROW_KEYS = ("id", "title", "severity", "condition", "consequence", "remedy", "source")
@@ -43,9 +44,6 @@ SCALAR_OPS = ("equals", "not_equals", "in", "not_in", "truthy", "present", "gt",
 LIST_OPS = ("any_in", "all_in", "any_not_in")
 FACT_OPS = ("eq_fact", "ne_fact", "gt_fact", "lt_fact")
 OPERATORS = SCALAR_OPS + LIST_OPS + FACT_OPS
-# Settings never copied into results or facts (env entries are matched by name).
-SECRET_KEYS = ("api_key",)
-SECRET_ENV_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL)", re.IGNORECASE)
 _MISSING = object()
 _TRUE_TEXT = ("1", "true", "yes", "on")
 _FALSE_TEXT = ("0", "false", "no", "off", "")
@@ -358,24 +356,6 @@ def matches(cond: dict, context: dict) -> bool:
 
 # ---------------------------------------------------------------- evaluation
 
-def redact(settings: dict) -> dict:
-    """Settings without secrets: api_key and env entries named like tokens, passwords or keys."""
-    clean = {k: copy.deepcopy(v) for k, v in (settings or {}).items() if k not in SECRET_KEYS}
-    if isinstance(clean.get("env"), dict):
-        clean["env"] = {k: v for k, v in clean["env"].items() if not SECRET_ENV_RE.search(str(k))}
-    return clean
-
-
-def secret_values(settings: dict) -> list[str]:
-    """The values redact() leaves out, for a module's no_log_values (so they are masked in its
-    invocation record and any message as well)."""
-    values = [settings.get(key) for key in SECRET_KEYS]
-    env = settings.get("env")
-    if isinstance(env, dict):
-        values += [v for k, v in env.items() if SECRET_ENV_RE.search(str(k))]
-    return [str(v) for v in values if v not in (None, "") and not isinstance(v, bool)]
-
-
 def _finding(row: dict) -> dict:
     return {
         "id": row["id"],
@@ -462,8 +442,8 @@ def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
         # Nested: Ansible takes a module's top-level "warnings" key as its own.
         "findings": {"errors": errors, "warnings": warnings, "adjustments": adjustments},
         "matched": [f["id"] for f in errors + warnings + adjustments],
-        "adjusted_settings": redact(settings),
-        "settings_changes": redact(settings_changes),
+        "adjusted_settings": without_secrets(settings),
+        "settings_changes": without_secrets(settings_changes),
         "context": {"gpu": context["gpu"], "target": context["target"], "stack": context["stack"]},
     }
 

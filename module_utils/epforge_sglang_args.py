@@ -15,6 +15,8 @@ from __future__ import annotations
 import difflib
 import re
 
+from ansible.module_utils.epforge_secrets import is_secret_name
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 30000
 
@@ -57,7 +59,6 @@ SETTINGS_SCHEMA: dict[str, dict] = {
 SETTINGS_KINDS: dict[str, str] = {key: spec["kind"] for key, spec in SETTINGS_SCHEMA.items()}
 
 # Settings that are secrets: never rendered unless asked for, never logged.
-SECRET_KEYS = frozenset({"api_key"})
 
 # Settings that are not flags of launch_server.
 NON_FLAG_KEYS = frozenset({"extra_args", "env"})
@@ -330,7 +331,7 @@ def build_server_argv(settings: dict, include_secrets: bool = False, *,
     merged = with_defaults(settings)
     argv: list[str] = []
     for key in FLAG_ORDER:
-        if key in SECRET_KEYS and not include_secrets:
+        if is_secret_name(key) and not include_secrets:
             continue
         value = merged.get(key)
         if value is None:
@@ -352,24 +353,3 @@ def build_server_env(settings: dict) -> dict[str, str]:
     env = (settings or {}).get("env") or {}
     return {str(name): (str(value).lower() if isinstance(value, bool) else str(value))
             for name, value in env.items()}
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """argv with the value of --api-key (and --admin-api-key) replaced, for logs and results."""
-    redacted: list[str] = []
-    hide_next = False
-    for item in argv:
-        if hide_next:
-            redacted.append("********")
-            hide_next = False
-            continue
-        name = item.split("=", 1)[0]
-        if name in ("--api-key", "--admin-api-key"):
-            if "=" in item:
-                redacted.append(name + "=********")
-            else:
-                redacted.append(item)
-                hide_next = True
-            continue
-        redacted.append(item)
-    return redacted

@@ -13,6 +13,7 @@ import moduletools
 import pytest
 import sglang_flags_check
 import sglang_install
+from ansible.module_utils.epforge_secrets import redact
 from ansible.module_utils.epforge_sglang_args import (
     FLAG_ORDER,
     SETTINGS_KINDS,
@@ -21,7 +22,6 @@ from ansible.module_utils.epforge_sglang_args import (
     build_server_env,
     flag_name,
     parse_version,
-    redact_argv,
     validate_settings,
     with_defaults,
 )
@@ -89,8 +89,8 @@ def test_api_key_only_with_include_secrets():
     assert "--api-key" not in build_server_argv(settings)
     argv = build_server_argv(settings, include_secrets=True)
     assert argv[argv.index("--api-key") + 1] == "s3cret"
-    assert "s3cret" not in redact_argv(argv)
-    assert redact_argv(["--api-key=abc", "--port", "1"]) == ["--api-key=********", "--port", "1"]
+    assert "s3cret" not in redact(argv)
+    assert redact(["--api-key=abc", "--port", "1"]) == ["--api-key=<redacted>", "--port", "1"]
 
 
 def test_booleans_render_as_bare_flags_and_false_or_none_is_left_out():

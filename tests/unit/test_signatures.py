@@ -1,5 +1,5 @@
 """Known failure signatures -> classification (module_utils/epforge_signatures.py), and the bounded
-readiness wait and redaction of module_utils/epforge_http.py.
+readiness wait of module_utils/epforge_http.py.
 
 The log lines below are the error texts named in each signature's `source` (SGLang, FlashInfer, torch,
 NCCL, argparse), set inside the noise of a real launch log; they are not captured from a GPU host."""
@@ -7,7 +7,7 @@ NCCL, argparse), set inside the noise of a real launch log; they are not capture
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.epforge_http import MIN_POLL_INTERVAL, redact, wait_until
+from ansible.module_utils.epforge_http import MIN_POLL_INTERVAL, wait_until
 from ansible.module_utils.epforge_signatures import (
     SIGNATURES,
     classify,
@@ -175,14 +175,3 @@ def test_wait_stops_at_once_on_death_and_at_deadline():
     fake = FakeClock()
     out = wait_until(lambda: False, timeout=1.1, interval=0.5, clock=fake.clock, sleep=fake.sleep)
     assert out["reason"] == "timeout" and fake.now == pytest.approx(1.1)
-
-
-def test_redact_hides_keys_flags_and_values():
-    info = {"api_key": "k3y", "tp_size": 8, "launch_command": "python -m sglang.launch_server --api-key k3y",
-            "argv": ["--api-key", "k3y", "--port", "1"], "nested": [{"admin_api_key": None}],
-            "x": "--api-key=k3y"}
-    out = redact(info, ["k3y"])
-    assert "k3y" not in repr(out)
-    assert out["api_key"] == "<redacted>" and out["tp_size"] == 8
-    assert out["argv"] == ["--api-key", "<redacted>", "--port", "1"]
-    assert out["nested"] == [{"admin_api_key": None}]
