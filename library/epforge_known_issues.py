@@ -18,9 +18,9 @@ description:
     data, never templates or code.
   - Pure evaluation; it reads nothing on the host and changes nothing, so it behaves the same in check mode.
     Role C(preflight) runs it before anything changes; the server role runs it again before a launch.
-  - "Secrets never come back in results or messages: C(api_key) and env entries whose names contain
-    TOKEN, SECRET, PASSWORD, API_KEY, ACCESS_KEY or CREDENTIAL are left out. Apply the adjustments with
-    C(epforge_server | combine(result.settings_changes, recursive=true))."
+  - "Secrets never come back in results or messages: settings and env entries whose names end in api_key,
+    token, secret, password or another word of module_utils/epforge_secrets.py are left out. Apply the
+    adjustments with C(epforge_server | combine(result.settings_changes, recursive=true))."
 options:
   table:
     description:

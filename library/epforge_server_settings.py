@@ -62,7 +62,8 @@ keys:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_sglang_args import SECRET_KEYS, validate_settings
+from ansible.module_utils.epforge_secrets import secret_values
+from ansible.module_utils.epforge_sglang_args import validate_settings
 
 
 def main() -> None:
@@ -75,11 +76,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     settings = module.params["settings"]
-    secrets = []
     if isinstance(settings, dict):
-        secrets = [str(settings[key]) for key in SECRET_KEYS if settings.get(key)]
-    for secret in secrets:
-        module.no_log_values.add(secret)
+        module.no_log_values.update(secret_values(settings))
     problems = validate_settings(settings, require_model=module.params["require_model"])
     keys = sorted(str(key) for key in settings) if isinstance(settings, dict) else []
     if problems:
