@@ -1,0 +1,166 @@
+"""ml_env method existing: module ml_env_existing adopts a python whose torch matches the stack and refuses
+one that does not (another version, another CUDA major, a CPU build, missing archs), changing nothing; and
+the ml_env role in a real play adopts one (rerun changed=0, check mode) and refuses a mismatching one.
+
+The pythons are real venvs holding a fake torch package (tests/fixtures/fake_torch: a real torch install is
+too heavy to make one per case); the real-torch import path is the same PROBE that test_ml_env.py's
+torch_venv case exercises for ml_env_torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from moduletools import run_module
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "fake_torch"))
+from make_fake_torch import make_fake_torch_venv  # noqa: E402
+
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+# torch 2.11.0+cu130 as on the lent H200 image (stack cu130-torch211), arch list of the cu130 builds.
+ARCHS_CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+STACK = {"torch_version": "2.11.0", "torch_cuda": "13.0", "toolkit_cuda": "13.0", "archs": ["12.0"]}
+
+
+@pytest.fixture
+def fake_torch(tmp_path):
+    """make(name, version, cuda, archs) -> python of a venv holding that fake torch."""
+    def make(name: str, version: str = "2.11.0+cu130", cuda: str | None = "13.0",
+             archs: list[str] | None = None) -> Path:
+        return make_fake_torch_venv(tmp_path / name, version, cuda, ARCHS_CU130 if archs is None else archs)
+    return make
+
+
+def tree(path: Path) -> dict:
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))
+            if "__pycache__" not in p.parts}
+
+
+def test_matching_torch_is_adopted_and_nothing_changes(fake_torch):
+    python = fake_torch("image")
+    venv = python.parent.parent
+    before = tree(venv)
+    for check in (False, True):
+        rc, res = run_module("ml_env_existing", {"python": str(python), **STACK}, check=check)
+        assert rc == 0, res
+        assert res["changed"] is False and res["verified"] is True and res["actions"] == []
+        assert res["reason"] == "adopted" and res["python"] == str(python)
+        assert res["torch_version"] == "2.11.0+cu130" and res["torch_cuda"] == "13.0"
+        assert res["torch_arch_list"] == ARCHS_CU130 and res["prefix"] == str(venv)
+        assert res["torch_location"].startswith(str(venv))
+    assert tree(venv) == before
+
+
+@pytest.mark.parametrize(
+    ("torch", "expected"),
+    [
+        ({"version": "2.14.1+cu130"}, "its torch is 2.14.1+cu130, the stack wants 2.11.0"),
+        ({"version": "2.11.0+cu128", "cuda": "12.8"},
+         "its torch 2.11.0+cu128 is built for CUDA 12.8, the stack wants CUDA 13.0 (major 13)"),
+        ({"version": "2.11.0+cpu", "cuda": None}, "is a build without CUDA"),
+        ({"archs": ["sm_90", "sm_100"]}, "does not cover 12.0"),
+    ],
+)
+def test_mismatching_torch_is_refused_naming_both_sides(fake_torch, torch, expected):
+    python = fake_torch("image", **torch)
+    before = tree(python.parent.parent)
+    rc, res = run_module("ml_env_existing", {"python": str(python), **STACK})
+    assert rc != 0 and expected in res["msg"], res["msg"]
+    assert "ml_env method existing refuses" in res["msg"] and "Nothing was changed" in res["msg"]
+    assert tree(python.parent.parent) == before
+
+
+def test_stack_torch_for_another_cuda_major_is_refused_before_python_runs(tmp_path):
+    rc, res = run_module("ml_env_existing", {"python": str(tmp_path / "no-such-python"), **STACK,
+                                             "torch_cuda": "12.8"})
+    assert rc != 0 and "built for CUDA 12.8 but the toolkit is CUDA 13.0" in res["msg"]
+
+
+def test_missing_python_and_python_without_torch_are_refused(tmp_path):
+    rc, res = run_module("ml_env_existing", {"python": str(tmp_path / "nope" / "python"), **STACK})
+    assert rc != 0 and "does not exist or is not executable" in res["msg"]
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    rc, res = run_module("ml_env_existing", {"python": str(tmp_path / "bare" / "bin" / "python"), **STACK})
+    assert rc != 0 and "importing torch" in res["msg"] and "ModuleNotFoundError" in res["log_tail"]
+
+
+PLAY = """---
+- name: Adopt an existing torch env
+  hosts: localhost
+  gather_facts: false
+  roles:
+    - role: ml_env
+  post_tasks:
+    - name: Save what later roles see
+      ansible.builtin.copy:
+        dest: "{{ seen_file }}"
+        mode: "0644"
+        content: "{{ {'python': ml_env_python, 'torch': ml_env_torch_version, 'keep': ml_env_keep,
+                      'steps': epforge_steps} | to_json }}"
+"""
+
+
+def play(tmp_path: Path, python: Path, *extra: str) -> subprocess.CompletedProcess:
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "vars.json").write_text(json.dumps({
+        "epforge_stack": "cu130-torch211", "epforge_facts_dir": str(tmp_path / "facts"),
+        "epforge_log_dir": str(tmp_path / "log"), "epforge_state_dir": str(tmp_path / "state"),
+        "ml_env_method": "existing", "ml_env_existing_python": str(python),
+        "ml_env_path": str(tmp_path / "must-not-exist"), "seen_file": str(tmp_path / "seen.json")}))
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(ROOT / "inventory" / "local.yml"),
+                           str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'vars.json'}", *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False, env=env)
+
+
+def changed(proc: subprocess.CompletedProcess) -> int:
+    match = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", proc.stdout)
+    assert match, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return int(match.group(1))
+
+
+def test_role_adopts_a_matching_env_then_changes_nothing(tmp_path, fake_torch):
+    python = fake_torch("image")
+    first = play(tmp_path, python)
+    assert first.returncode == 0, first.stdout[-3000:]
+    fact = json.loads((tmp_path / "facts" / "epforge_ml_env.fact").read_text())
+    assert fact["method"] == "existing" and fact["python"] == str(python)
+    assert fact["path"] == str(python.parent.parent) and fact["torch_version"] == "2.11.0+cu130"
+    assert fact["torch_cuda"] == "13.0" and fact["torch_arch_list"] == ARCHS_CU130
+    assert fact["keep"] == ["torch==2.11.0"]
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["python"] == str(python) and seen["keep"] == ["torch==2.11.0"]
+    step = next(s for s in seen["steps"] if s["step"] == "ml_env")
+    assert "adopted torch 2.11.0+cu130" in step["detail"]
+    assert "nothing installed or replaced" in step["detail"]
+    assert not (tmp_path / "must-not-exist").exists()
+
+    again = play(tmp_path, python)
+    assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
+    (tmp_path / "seen.json").unlink()
+    dry = play(tmp_path, python, "--check")
+    assert dry.returncode == 0 and changed(dry) == 1  # only the test's own seen file, which check mode skips
+    assert not (tmp_path / "seen.json").exists()
+
+
+def test_role_refuses_a_mismatching_env_before_any_change(tmp_path, fake_torch):
+    python = fake_torch("image", version="2.14.1+cu130")
+    proc = play(tmp_path, python)
+    assert proc.returncode != 0
+    assert "its torch is 2.14.1+cu130, the stack wants 2.11.0" in proc.stdout
+    assert not (tmp_path / "facts").exists() and not (tmp_path / "must-not-exist").exists()
+
+
+def test_role_default_method_venv_still_plans_its_own_venv(tmp_path, fake_torch):
+    """Method venv still runs ml_env_torch: in check mode it plans the venv and creates none."""
+    (tmp_path / "vars-venv.json").write_text(json.dumps({"ml_env_method": "venv"}))
+    proc = play(tmp_path, fake_torch("unused"), "--check", "-e", f"@{tmp_path / 'vars-venv.json'}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "Ensure torch and the build tools in the venv" in proc.stdout
+    assert "Verify and adopt" not in proc.stdout and not (tmp_path / "must-not-exist").exists()
