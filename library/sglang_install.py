@@ -15,7 +15,9 @@ description:
     SGLang with C(--no-deps) plus I(parser_deps), the few packages that importing
     C(sglang.srt.server_args) needs; such an environment can parse flags but cannot serve.
   - I(keep) requirements (the stack's torch) are passed to every pip run, so pip refuses to replace
-    them instead of silently swapping torch.
+    them instead of silently swapping torch. Before installing anything, pip's plan (C(--dry-run --report))
+    is checked too, and a plan that would replace a kept distribution (even by the same version of another
+    build) is refused naming it (C(torch 2.11.0+cu130 -> 2.14.1)).
   - Idempotent by evidence. A stamp (JSON with a hash of the inputs) plus the installed distribution
     versions (read from metadata, no import) decide; when both match nothing runs and nothing is imported.
   - After an install, proves that C(import sglang) and C(import sglang.srt.server_args) work (no GPU
@@ -119,6 +121,7 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
 from ansible.module_utils.epforge_files import write_json_atomic
+from ansible.module_utils.epforge_pip_guard import refuse_replacing
 
 # Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
 VERSIONS_SCRIPT = r"""
@@ -288,6 +291,10 @@ def main() -> None:
                          actions=actions, commands=commands, diff=diff, **result)
 
     env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
+    # Before any install: refuse a plan that would replace the kept torch (an adopted image's above all).
+    for argv in commands:
+        refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=params["timeout"],
+                         result=result)
     for argv in commands:
         rc, seconds = run_logged(argv, log_path, env=env, timeout=params["timeout"],
                                  header="sglang_install")
