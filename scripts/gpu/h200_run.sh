@@ -46,7 +46,7 @@ for stage in "$@"; do
     stamp side-by-side
     $PY bench/side_by_side.py --python $PY --model /opt/epforge/models/smoke-qwen3-moe --user sglang \
       --runs 3 --warmups 1 --num-prompts 256 --input-len 256 --output-len 128 --concurrency 64 \
-      --variants hand,module,module-root --workdir /root/sbs --json $O/side-by-side.json -- \
+      --variants ${SBS_VARIANTS:-hand,module,module-root} --workdir /root/sbs --json $O/side-by-side.json -- \
       --attention-backend triton --grammar-backend none --sampling-backend pytorch \
       --enforce-disable-flashinfer-allreduce-fusion > $O/side-by-side.txt 2>&1
     echo "sbs rc=$?"; grep -v '^ ' $O/side-by-side.txt | tail -8
