@@ -3,8 +3,8 @@ one that does not (another version, another CUDA major, a CPU build, missing arc
 the ml_env role in a real play adopts one (rerun changed=0, check mode) and refuses a mismatching one.
 
 The pythons are real venvs holding a fake torch package (tests/fixtures/fake_torch: a real torch install is
-too heavy to make one per case); the real-torch import path is the same PROBE that test_ml_env.py's
-torch_venv case exercises for ml_env_torch."""
+too heavy to make one per case); one case adopts and refuses the real torch 2.14.1+cu130 of the session
+fixture torch_venv."""
 
 from __future__ import annotations
 
@@ -164,3 +164,16 @@ def test_role_default_method_venv_still_plans_its_own_venv(tmp_path, fake_torch)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "Ensure torch and the build tools in the venv" in proc.stdout
     assert "Verify and adopt" not in proc.stdout and not (tmp_path / "must-not-exist").exists()
+
+
+def test_a_real_torch_is_adopted_or_refused_by_the_stack(torch_venv):
+    """The real torch 2.14.1+cu130 of the torch_venv fixture (tests/conftest.py): adopted for stack cu130's
+    torch, refused for cu130-torch211's 2.11.0."""
+    python = str(torch_venv / "bin" / "python")
+    args = {"python": python, **STACK, "torch_version": "2.14.1"}
+    rc, res = run_module("ml_env_existing", args, timeout=300)
+    assert rc == 0 and res["reason"] == "adopted" and res["changed"] is False, res
+    assert res["torch_version"].startswith("2.14.1") and res["torch_cuda"].startswith("13.")
+    assert "sm_120" in res["torch_arch_list"]
+    rc, res = run_module("ml_env_existing", {"python": python, **STACK}, timeout=300)
+    assert rc != 0 and f"its torch is {res['torch_version']}, the stack wants 2.11.0" in res["msg"]
