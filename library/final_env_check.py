@@ -1,0 +1,451 @@
+#!/usr/bin/python
+"""Ansible module: check the ML env the SGLang server will import, as a whole, after every role ran."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: final_env_check
+short_description: Check which distribution provides each module the server imports and its GPU archs
+description:
+  - Runs after every provisioning role. Inspects the env of O(python) without importing its GPU packages
+    (importlib.metadata's packages_distributions and each distribution's RECORD, with sha256 of the files on
+    disk). For each module the server imports (C(torch), C(sgl_kernel), C(flashinfer), C(deep_ep)) which
+    distributions claim it and which one the import really loads (the one whose RECORD matches the module's
+    origin file).
+  - Lists the SASS and PTX inside each component's binaries with C(cuobjdump) (the rule of module
+    cuda_binary_archs) against O(archs), and says which SGLang features have no kernels for them (for example
+    C(attention_backend fa3) on sm_120, whose FlashAttention 3 binary C(sgl_kernel/flash_ops) is built for
+    sm_90/sm_100 only).
+  - Fails when a feature the requested server settings (O(settings), O(serving)) need lacks one of O(archs).
+  - DeepEP. A full SGLang install brings C(sgl-deep-ep), whose import name C(deep_ep) is also the one a
+    DeepEP v1.x source build installs; the package installed last owns it. With O(deepep_wheel) (the wheel
+    role deepep verified), the distribution that owns C(deep_ep) must be that wheel's, with its files intact.
+    When another one won, O(repair=true) uninstalls the other claimants and reinstalls the verified wheel
+    (C(pip install --no-deps --force-reinstall)); O(repair=false) fails instead.
+  - Read-only except for that repair (changed) and the listing cache O(cache_path) (not a change). Check mode
+    reports the repair it would make.
+options:
+  python:
+    description: The python of the env the server runs in.
+    type: path
+    required: true
+  archs:
+    description: GPU archs the server's kernels must cover (V(12.0), V(9.0), ...), the hosts' GPUs or the
+      stack's arch list on a host without GPU.
+    type: list
+    elements: str
+    required: true
+  settings:
+    description: The requested server settings (C(epforge_server), after preflight's adjustments); the keys
+      C(attention_backend), C(prefill_attention_backend), C(decode_attention_backend), C(moe_a2a_backend)
+      and the same flags in C(extra_args) decide which features are requested.
+    type: dict
+    default: {}
+  serving:
+    description: The env is meant to serve (a full SGLang install), so torch, sgl_kernel and flashinfer are
+      needed by every launch. False for a parser-only env (only explicitly requested features count).
+    type: bool
+    default: true
+  deepep_wheel:
+    description: The DeepEP wheel role deepep verified (a path on the host); empty when DeepEP was not built
+      or chosen by epforge.
+    type: path
+    default: ""
+  repair:
+    description: Reinstall O(deepep_wheel) when another distribution owns C(deep_ep) (else fail).
+    type: bool
+    default: true
+  accept_ptx:
+    description: Count PTX that the driver can JIT-compile for an arch (default SASS only).
+    type: bool
+    default: false
+  cuobjdump:
+    description: Path of C(cuobjdump) (role cuda_toolkit's fact C(cuda_toolkit_cuobjdump)).
+    type: path
+    required: true
+  cache_path:
+    description: JSON file remembering each binary's listing by path, size and modification time, so a rerun
+      does not read gigabytes of unchanged binaries again. Empty disables it.
+    type: path
+    default: ""
+  log_path:
+    description: Log of the repair's pip runs.
+    type: path
+    required: true
+  timeout:
+    description: Seconds allowed for each cuobjdump and pip call.
+    type: int
+    default: 600
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Check the env the server imports against the GPUs' archs
+  final_env_check:
+    python: /opt/epforge/ml-env/bin/python
+    archs: ["12.0"]
+    settings: {moe_a2a_backend: deepep, extra_args: [--attention-backend, triton]}
+    deepep_wheel: /var/lib/epforge/wheels/deep_ep/0123abcd/deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl
+    cuobjdump: /opt/epforge/cuda-13.0/bin/cuobjdump
+    cache_path: /var/lib/epforge/final-env-listings.json
+    log_path: /var/log/epforge/final-env.log
+  register: final_env
+"""
+
+RETURN = r"""
+ok:
+  description: Every requested feature has kernels for every arch.
+  returned: always
+  type: bool
+archs:
+  description: The archs checked.
+  returned: always
+  type: list
+  elements: str
+components:
+  description: Per component (C(torch), C(sgl_kernel), C(sgl_kernel.flash_ops), C(flashinfer), C(deep_ep)),
+    the distribution the import loads, its version, status (C(ok), C(missing_archs), C(jit), C(no_binaries),
+    C(absent), C(unowned)), the SASS and PTX of its binaries, what covers each arch and what is missing.
+  returned: always
+  type: dict
+  sample:
+    deep_ep: {distribution: deep_ep, version: 1.2.1, status: ok, sass: [sm_120], ptx: [],
+              covered: {"12.0": "sass sm_120 (deep_ep_cpp.cpython-311-x86_64-linux-gnu.so)"}, missing: [],
+              claimants: [deep_ep], binaries: [/venv/lib/python3.11/site-packages/deep_ep_cpp.so]}
+features:
+  description: Per SGLang feature, its component, whether the settings request it and whether it has kernels.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{feature: attention_backend fa3, component: sgl_kernel.flash_ops, requested: false, kernels: false,
+            missing: ["12.0"]}]
+deep_ep:
+  description: Which DeepEP the env holds against the verified one (C(expected), C(owner), C(claimants),
+    C(state) C(verified) | C(repaired) | C(would_repair) | C(not_verified_by_epforge) | C(absent)).
+  returned: always
+  type: dict
+actions:
+  description: What the repair did (empty when nothing changed).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_build import read_json, write_json_atomic
+from ansible.module_utils.epforge_common import fail_cmd, run_logged
+from ansible.module_utils.epforge_cuda import parse_arch, parse_cuobjdump_listing
+from ansible.module_utils.epforge_final_env import (
+    COMPONENTS,
+    FEATURES,
+    INSPECT_SCRIPT,
+    component_binaries,
+    coverage,
+    normalize,
+    requested_features,
+    wheel_distribution,
+)
+
+SITE_SCRIPT = (
+    "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))"
+)
+MARK = "EPFORGE_FINAL_ENV "
+
+
+class FinalEnv:
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.cache = (read_json(self.p["cache_path"]) or {}) if self.p["cache_path"] else {}
+        self.cache_dirty = False
+
+    # ------------------------------------------------------------------ reading the env
+    def inspect(self) -> dict:
+        names = sorted(
+            {c["module"] for c in COMPONENTS.values()}
+            | {m for c in COMPONENTS.values() for m in c.get("also", [])}
+        )
+        argv = [self.p["python"], "-c", INSPECT_SCRIPT, json.dumps(names)]
+        rc, out, err = self.module.run_command(argv, environ_update={"PYTHONNOUSERSITE": "1"})
+        marked = [line for line in out.splitlines() if line.startswith(MARK)]
+        if rc != 0 or not marked:
+            fail_cmd(
+                self.module, f"cannot inspect the env of {self.p['python']}", argv, rc or 1, output=out + err
+            )
+        data = json.loads(marked[-1][len(MARK) :])
+        rc, out, err = self.module.run_command([self.p["python"], "-c", SITE_SCRIPT])
+        data["site"] = [os.path.realpath(p) for p in json.loads(out)] if rc == 0 else []
+        return data
+
+    def listing(self, path: str) -> dict:
+        """cuobjdump's SASS/PTX of one binary (epforge_cuda's parser), remembered by path, size and mtime."""
+        stat = os.stat(path)
+        key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+        if key in self.cache:
+            return self.cache[key]
+        argv = [self.p["cuobjdump"], "-lelf", "-lptx", path]
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=self.p["timeout"], check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            fail_cmd(
+                self.module,
+                f"cuobjdump ran past {self.p['timeout']} s on {path}",
+                argv,
+                124,
+                output=exc.stdout or "",
+            )
+        parsed = parse_cuobjdump_listing(proc.stdout + proc.stderr)
+        if proc.returncode != 0 and not parsed["host_only"]:
+            fail_cmd(
+                self.module,
+                f"cuobjdump could not read {path}",
+                argv,
+                proc.returncode,
+                output=proc.stdout + proc.stderr,
+            )
+        result = {"sass": parsed["sass"], "ptx": parsed["ptx"], "host_only": parsed["host_only"]}
+        self.cache[key] = result
+        self.cache_dirty = True
+        return result
+
+    # ------------------------------------------------------------------ DeepEP ownership
+    def deep_ep_state(self, env: dict) -> dict:
+        modules = env["modules"]
+        claims: dict[str, dict] = {}
+        for module_name in ("deep_ep", "deep_ep_cpp"):
+            for claim in (modules.get(module_name) or {}).get("claims", []):
+                agg = claims.setdefault(
+                    normalize(claim["distribution"]),
+                    {"version": claim["version"], "files_changed": 0, "files_missing": 0},
+                )
+                agg["files_changed"] += claim["files_changed"]
+                agg["files_missing"] += claim["files_missing"]
+        owners = [c for c in (modules.get("deep_ep") or {}).get("claims", []) if c["provides_origin"]]
+        owner = normalize(owners[0]["distribution"]) if len(owners) == 1 else ""
+        state = {
+            "claimants": sorted(claims),
+            "owner": owner,
+            "owner_version": claims[owner]["version"] if owner else "",
+            "expected": "",
+            "state": "",
+        }
+        if not self.p["deepep_wheel"]:
+            state["state"] = "absent" if not claims else "not_verified_by_epforge"
+            return state
+        name, version = wheel_distribution(self.p["deepep_wheel"])
+        state["expected"] = f"{name}=={version}"
+        mine = claims.get(name) or {}
+        intact = (
+            mine.get("version") == version
+            and mine.get("files_changed") == 0
+            and mine.get("files_missing") == 0
+        )
+        state["intruders"] = [c for c in sorted(claims) if c != name]
+        state["state"] = "verified" if intact and owner == name and not state["intruders"] else "wrong_owner"
+        return state
+
+    def repair(self, state: dict) -> list[str]:
+        wheel = self.p["deepep_wheel"]
+        what = (
+            f"deep_ep is owned by {state['owner'] or 'no distribution'} ({state['owner_version'] or '-'}), "
+            f"claimed by {', '.join(state['claimants']) or 'none'}; the verified one is {state['expected']}"
+        )
+        if not self.p["repair"]:
+            self.module.fail_json(
+                msg=f"{what}. The server would import a DeepEP that role deepep did not "
+                "verify. Set final_env_repair: true to reinstall the verified wheel.",
+                deep_ep=state,
+            )
+        if not os.path.isfile(wheel):
+            self.module.fail_json(
+                msg=f"{what}, and the verified wheel {wheel} is gone: rerun role deepep", deep_ep=state
+            )
+        # Uninstall first: a claimant's uninstall deletes every file its RECORD lists, including files the
+        # verified wheel shares with it (deep_ep/__init__.py), so the verified wheel goes in last.
+        steps = []
+        if state["intruders"]:
+            steps.append([self.p["python"], "-m", "pip", "uninstall", "-y", *state["intruders"]])
+        steps.append(
+            [
+                self.p["python"],
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--force-reinstall",
+                "--disable-pip-version-check",
+                wheel,
+            ]
+        )
+        actions = [f"{what}: " + " then ".join(" ".join(argv[2:]) for argv in steps)]
+        if self.module.check_mode:
+            return actions
+        env = dict(os.environ, PIP_NO_INPUT="1")
+        for argv in steps:
+            rc, _seconds = run_logged(
+                argv, self.p["log_path"], env=env, timeout=self.p["timeout"], header="final_env_check repair"
+            )
+            if rc != 0:
+                fail_cmd(
+                    self.module,
+                    f"repair of deep_ep failed; see {self.p['log_path']}",
+                    argv,
+                    rc,
+                    log_path=self.p["log_path"],
+                )
+        return actions
+
+    # ------------------------------------------------------------------ components and features
+    def components(self, env: dict, archs: list[str]) -> dict:
+        out = {}
+        for name, spec in COMPONENTS.items():
+            module = env["modules"].get(spec["module"]) or {}
+            owner, binaries = component_binaries(name, env["modules"], env["site"])
+            entry = {
+                "module": spec["module"],
+                "claimants": sorted(c["distribution"] for c in module.get("claims", [])),
+                "distribution": owner["distribution"] if owner else "",
+                "version": owner["version"] if owner else "",
+                "binaries": binaries,
+                "sass": [],
+                "ptx": [],
+                "covered": {},
+                "missing": list(archs),
+            }
+            if not module.get("origin"):
+                entry["status"] = "absent"
+            elif owner is None:
+                entry["status"] = "unowned"
+            elif not binaries:
+                entry["status"] = "jit" if spec.get("jit") else "no_binaries"
+                if spec.get("jit"):
+                    entry["missing"] = []
+            else:
+                listings = {path: self.listing(path) for path in binaries}
+                entry.update(coverage(listings, archs, self.p["accept_ptx"]))
+                entry["status"] = "ok" if not entry["missing"] else "missing_archs"
+            out[name] = entry
+        return out
+
+    def features(self, components: dict) -> list[dict]:
+        requested = {f["feature"] for f in requested_features(self.p["settings"], self.p["serving"])}
+        return [
+            {
+                "feature": f["feature"],
+                "component": f["component"],
+                "requested": f["feature"] in requested,
+                "kernels": not components[f["component"]]["missing"],
+                "missing": components[f["component"]]["missing"],
+                "status": components[f["component"]]["status"],
+            }
+            for f in FEATURES
+        ]
+
+    def run(self) -> None:
+        p = self.p
+        bad = [a for a in p["archs"] if parse_arch(a) is None]
+        if bad or not p["archs"]:
+            self.module.fail_json(msg=f"archs must be GPU archs such as 12.0 or 9.0, got {p['archs']}")
+        if not os.access(p["python"], os.X_OK):
+            self.module.fail_json(msg=f"python {p['python']} is not executable: run role ml_env first")
+        if not os.access(p["cuobjdump"], os.X_OK):
+            self.module.fail_json(msg=f"cuobjdump {p['cuobjdump']} is not executable: run role cuda_toolkit")
+        if p["deepep_wheel"]:
+            try:
+                wheel_distribution(p["deepep_wheel"])
+            except ValueError as exc:
+                self.module.fail_json(msg=str(exc))
+
+        env = self.inspect()
+        deep_ep = self.deep_ep_state(env)
+        actions: list[str] = []
+        if deep_ep["state"] == "wrong_owner":
+            actions = self.repair(deep_ep)
+            if self.module.check_mode:
+                deep_ep["state"] = "would_repair"
+            else:
+                env = self.inspect()
+                after = self.deep_ep_state(env)
+                if after["state"] != "verified":
+                    self.module.fail_json(
+                        msg=f"deep_ep is still not the verified {after['expected']} after the "
+                        f"repair (owner {after['owner']}, claimants {after['claimants']})",
+                        deep_ep=after,
+                        actions=actions,
+                    )
+                deep_ep = dict(after, state="repaired", replaced=deep_ep["owner"])
+        components = self.components(env, list(p["archs"]))
+        if deep_ep["state"] == "would_repair":
+            # check mode: a real run would put the verified wheel (whose SASS role deepep checked) in place
+            components["deep_ep"].update(status="would_repair", missing=[])
+        features = self.features(components)
+        if self.cache_dirty and p["cache_path"] and not self.module.check_mode:
+            write_json_atomic(p["cache_path"], self.cache)
+        result = {
+            "changed": bool(actions),
+            "archs": list(p["archs"]),
+            "components": components,
+            "features": features,
+            "deep_ep": deep_ep,
+            "actions": actions,
+            "python": env["python"],
+        }
+        lacking = [f for f in features if f["requested"] and not f["kernels"]]
+        result["ok"] = not lacking
+        result["warnings_lacking"] = [
+            f"{f['feature']}: no kernels for {', '.join(f['missing'])}" for f in features if not f["kernels"]
+        ]
+        if actions:
+            result["diff"] = {
+                "before": f"deep_ep: {deep_ep.get('replaced', deep_ep['owner'])}\n",
+                "after": f"deep_ep: {deep_ep['expected']}\n",
+            }
+        # Only an env meant to serve fails: a parser-only env (a CPU build host) records what a server there
+        # would lack.
+        if lacking and p["serving"]:
+            lines = []
+            for f in lacking:
+                comp = components[f["component"]]
+                found = ", ".join(comp["sass"]) or "none"
+                lines.append(
+                    f"{f['feature']} needs {f['component']} ({comp['distribution'] or 'not installed'}"
+                    f"{' ' + comp['version'] if comp['version'] else ''}: status {comp['status']}, "
+                    f"SASS {found}), which lacks {', '.join(f['missing'])}"
+                )
+            self.module.fail_json(
+                msg="the requested server settings need kernels this env does not have for "
+                f"{', '.join(p['archs'])}: " + "; ".join(lines),
+                **result,
+            )
+        self.module.exit_json(**result)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "archs": {"type": "list", "elements": "str", "required": True},
+            "settings": {"type": "dict", "default": {}},
+            "serving": {"type": "bool", "default": True},
+            "deepep_wheel": {"type": "path", "default": ""},
+            "repair": {"type": "bool", "default": True},
+            "accept_ptx": {"type": "bool", "default": False},
+            "cuobjdump": {"type": "path", "required": True},
+            "cache_path": {"type": "path", "default": ""},
+            "log_path": {"type": "path", "required": True},
+            "timeout": {"type": "int", "default": 600},
+        },
+        supports_check_mode=True,
+    )
+    FinalEnv(module).run()
+
+
+if __name__ == "__main__":
+    main()
