@@ -77,6 +77,13 @@ options:
     description: Seconds allowed for each cuobjdump and pip call.
     type: int
     default: 600
+  components:
+    description:
+      - Components to check (default all). Role deepep checks only V(deep_ep), so that a DeepEP replaced by
+        an earlier full SGLang install is put back before its own verification.
+    type: list
+    elements: str
+    default: [torch, sgl_kernel, sgl_kernel.flash_ops, flashinfer, deep_ep]
 author: epforge developers
 """
 
@@ -306,6 +313,8 @@ class FinalEnv:
     def components(self, env: dict, archs: list[str]) -> dict:
         out = {}
         for name, spec in COMPONENTS.items():
+            if name not in self.p["components"]:
+                continue
             module = env["modules"].get(spec["module"]) or {}
             owner, binaries = component_binaries(name, env["modules"], env["site"])
             entry = {
@@ -346,10 +355,14 @@ class FinalEnv:
                 "status": components[f["component"]]["status"],
             }
             for f in FEATURES
+            if f["component"] in components
         ]
 
     def run(self) -> None:
         p = self.p
+        unknown = sorted(set(p["components"]) - set(COMPONENTS))
+        if unknown:
+            self.module.fail_json(msg=f"unknown components {unknown}: choose from {sorted(COMPONENTS)}")
         bad = [a for a in p["archs"] if parse_arch(a) is None]
         if bad or not p["archs"]:
             self.module.fail_json(msg=f"archs must be GPU archs such as 12.0 or 9.0, got {p['archs']}")
@@ -441,6 +454,7 @@ def main() -> None:
             "cache_path": {"type": "path", "default": ""},
             "log_path": {"type": "path", "required": True},
             "timeout": {"type": "int", "default": 600},
+            "components": {"type": "list", "elements": "str", "default": list(COMPONENTS)},
         },
         supports_check_mode=True,
     )

@@ -205,6 +205,8 @@ def test_sgl_deep_ep_installed_last_wins_and_the_verified_wheel_is_restored(tmp_
 @pytest.mark.build
 def test_without_repair_the_wrong_deep_ep_fails_naming_both(tmp_path, kit):
     python = make_env(tmp_path, kit, *FULL)
+    unknown = run(tmp_path, kit, python, components=["deep_ep", "vllm"])
+    assert unknown["_rc"] != 0 and "unknown components ['vllm']" in unknown["msg"]
     result = run(
         tmp_path,
         kit,
@@ -276,3 +278,15 @@ def test_settings_and_features():
     names = [f["feature"] for f in requested_features({"moe_a2a_backend": "deepep"}, serving=False)]
     assert names == ["moe_a2a_backend deepep"]
     assert len(requested_features({}, serving=True)) == 3  # torch, sgl_kernel common ops, flashinfer
+
+
+@pytest.mark.build
+def test_role_deepep_puts_its_wheel_back_before_verifying(tmp_path, kit):
+    """What roles/deepep/tasks/verify.yml runs first: only deep_ep, any env (serving false)."""
+    python = make_env(tmp_path, kit, *FULL)
+    args = {"components": ["deep_ep"], "serving": False, "deepep_wheel": str(kit["source_deep_ep"])}
+    fixed = run(tmp_path, kit, python, **args)
+    assert fixed["_rc"] == 0 and fixed["changed"] and set(fixed["components"]) == {"deep_ep"}, fixed
+    assert [f["feature"] for f in fixed["features"]] == ["moe_a2a_backend deepep"]
+    assert imported_build(python) == "source v1.2.1"
+    assert not run(tmp_path, kit, python, **args)["changed"]
