@@ -173,11 +173,11 @@ class FinalEnv:
 
     # ------------------------------------------------------------------ reading the env
     def inspect(self) -> dict:
-        names = sorted(
-            {c["module"] for c in COMPONENTS.values()}
-            | {m for c in COMPONENTS.values() for m in c.get("also", [])}
-        )
-        argv = [self.p["python"], "-c", INSPECT_SCRIPT, json.dumps(names)]
+        chosen = [COMPONENTS[name] for name in self.p["components"]] + [COMPONENTS["deep_ep"]]
+        names = sorted({c["module"] for c in chosen} | {m for c in chosen for m in c.get("also", [])})
+        # every file of DeepEP's distributions is checked against its RECORD (the repair depends on it)
+        deep = [COMPONENTS["deep_ep"]["module"], *COMPONENTS["deep_ep"]["also"]]
+        argv = [self.p["python"], "-c", INSPECT_SCRIPT, json.dumps(names), json.dumps(deep)]
         rc, out, err = self.module.run_command(argv, environ_update={"PYTHONNOUSERSITE": "1"})
         marked = [line for line in out.splitlines() if line.startswith(MARK)]
         if rc != 0 or not marked:

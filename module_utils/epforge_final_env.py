@@ -18,7 +18,9 @@ from ansible.module_utils.epforge_cuda import arch_sort_key, check_required
 # Runs inside the env's python: for each import name, where it would load from (importlib's spec, which does
 # not execute a top-level package), every distribution whose RECORD claims it (importlib.metadata's
 # packages_distributions), and for each claimant whether the files on disk are the ones its RECORD lists
-# (sha256). The claimant whose RECORD matches the module's origin file is the one the server imports.
+# (sha256). The claimant whose RECORD matches the module's origin file is the one the server imports. Every
+# file is hashed only for the modules in argv[2] (DeepEP's, a few MB); for the others (torch, sgl_kernel: GBs)
+# only the origin file.
 INSPECT_SCRIPT = r"""
 import base64, hashlib, importlib.metadata as md, importlib.util, json, os, sys
 
@@ -30,6 +32,7 @@ def file_hash(path):
     return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 wanted = set(json.loads(sys.argv[1]))
+verify_all = set(json.loads(sys.argv[2]))
 owners = {name: set(dists) for name, dists in md.packages_distributions().items() if name in wanted}
 # packages_distributions infers top-level names from .py files only (Python 3.11) when a wheel has no
 # top_level.txt: a top-level extension module (deep_ep_cpp.cpython-311-x86_64-linux-gnu.so) is found here.
@@ -55,7 +58,8 @@ for name in sorted(wanted):
                 missing += 1
                 continue
             ok = True
-            if entry.hash is not None and entry.hash.mode == "sha256":
+            hashed = entry.hash is not None and entry.hash.mode == "sha256"
+            if hashed and (name in verify_all or path == origin):
                 ok = file_hash(path) == "sha256=" + entry.hash.value
                 matched += ok
                 changed += not ok
