@@ -144,9 +144,10 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import read_json, write_json_atomic
+from ansible.module_utils.epforge_arch import parse_arch
 from ansible.module_utils.epforge_common import fail_cmd, run_logged
-from ansible.module_utils.epforge_cuda import parse_arch, parse_cuobjdump_listing
+from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
+from ansible.module_utils.epforge_files import read_json, write_json_atomic
 from ansible.module_utils.epforge_final_env import (
     COMPONENTS,
     FEATURES,

@@ -3,8 +3,8 @@ belong to each component, which SGLang feature needs which component, and whethe
 carry code for the hosts' GPU archs.
 
 Pure functions plus the stdlib-only script that inspects an env without importing its GPU packages. The
-arch rule itself is module_utils/epforge_cuda.py's (parse_cuobjdump_listing, check_required); this file only
-says what to check and what a missing arch means for the server. Used by library/final_env_check.py;
+arch rule is module_utils/epforge_arch.py's (check_required), the cuobjdump parser epforge_cuda.py's; this
+file only says what to check and what a missing arch means for the server. Used by library/final_env_check.py;
 unit-tested in tests/unit/test_final_env.py.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from ansible.module_utils.epforge_cuda import arch_sort_key, check_required
+from ansible.module_utils.epforge_arch import arch_sort_key, check_required
 
 # Runs inside the env's python: for each import name, where it would load from (importlib's spec, which does
 # not execute a top-level package), every distribution whose RECORD claims it (importlib.metadata's

@@ -21,7 +21,7 @@ from pathlib import Path
 import moduletools
 import pytest
 from ansible.module_utils.epforge_final_env import requested_features, setting_values, wheel_distribution
-from test_cuda_binary_archs import KERNEL, ensure_cuobjdump, ensure_nvcc
+from test_cuda_binary_archs import KERNEL, ensure_cuobjdump
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,9 +50,9 @@ def build_wheel(out: Path, name: str, version: str, files: dict[str, bytes]) -> 
 
 
 @pytest.fixture(scope="module")
-def kit(tmp_path_factory):
+def kit(tmp_path_factory, cuda13_nvcc):
     """Kernels compiled here and the wheels that carry them."""
-    nvcc = ensure_nvcc()
+    nvcc = cuda13_nvcc
     out = tmp_path_factory.mktemp("final-env")
     (out / "k.cu").write_text(KERNEL)
     libs = {}
