@@ -191,8 +191,9 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import run_logged, tail_file
+from ansible.module_utils.epforge_common import tail_file
 from ansible.module_utils.epforge_files import json_text, read_json, write_atomic
+from ansible.module_utils.epforge_process import run_logged
 
 NO_GPU_RC = 3
 MODEL_DEFAULTS = {

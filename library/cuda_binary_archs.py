@@ -127,12 +127,12 @@ cuobjdump:
 import fnmatch
 import glob
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import arch_sort_key, check_required, parse_arch
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
+from ansible.module_utils.epforge_process import run_bounded
 
 GLOB_CHARS = set("*?[")
 
@@ -175,16 +175,14 @@ def find_cuobjdump(module: AnsibleModule) -> str | None:
 def list_archs(module: AnsibleModule, cuobjdump: str, path: str) -> dict:
     # -lelf -lptx in one call: the short forms combine (the long forms together print the usage text).
     argv = [cuobjdump, "-lelf", "-lptx", path]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=module.params["timeout"],
-                              check=False)
-    except subprocess.TimeoutExpired as exc:
+    proc = run_bounded(argv, timeout=module.params["timeout"])
+    if proc.timed_out:
         module.fail_json(msg=f"cuobjdump ran past {module.params['timeout']} s on {path}", cmd=argv, rc=124,
-                         log_tail=tail(exc.stdout or ""))
-    output = proc.stdout + proc.stderr
+                         log_tail=tail(proc.output))
+    output = proc.output
     parsed = parse_cuobjdump_listing(output)
-    if proc.returncode != 0 and not parsed["host_only"]:
-        module.fail_json(msg=f"cuobjdump could not read {path}", cmd=argv, rc=proc.returncode,
+    if proc.rc != 0 and not parsed["host_only"]:
+        module.fail_json(msg=f"cuobjdump could not read {path}", cmd=argv, rc=proc.rc,
                          log_tail=tail(output))
     return parsed
 

@@ -153,8 +153,9 @@ from ansible.module_utils.epforge_build import (
     safe_extract,
     staging_dir,
 )
-from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail_file
+from ansible.module_utils.epforge_common import fail_cmd, tail_file
 from ansible.module_utils.epforge_files import write_json_atomic
+from ansible.module_utils.epforge_process import run_logged
 
 
 def available_memory() -> int | None:

@@ -69,7 +69,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_build import wheel_so_members
-from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+from ansible.module_utils.epforge_common import fail_cmd, tail
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 
 SITE_PROBE = "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['platlib']))"
 
@@ -89,7 +90,7 @@ def main() -> None:
     p = module.params
     if not os.path.isfile(p["wheel"]):
         module.fail_json(msg=f"wheel {p['wheel']} does not exist on the host")
-    rc, out, err = module.run_command([p["python"], "-c", SITE_PROBE])
+    rc, out, err, _ = run_bounded([p["python"], "-c", SITE_PROBE], timeout=120)
     if rc != 0:
         module.fail_json(msg=f"{p['python']} does not run", rc=rc, log_tail=tail(err or out))
     site = json.loads(out.strip().splitlines()[-1])
@@ -108,10 +109,10 @@ def main() -> None:
         module.fail_json(msg=f"pip reported success but these files are missing: {absent}", so_files=so_files)
 
     imported = []
-    env = dict(os.environ, **{str(k): str(v) for k, v in p["env"].items()})
+    env = {str(k): str(v) for k, v in p["env"].items()}
     for name in p["imports"]:
         argv = [p["python"], "-c", f"import {name}"]
-        rc, out, err = module.run_command(argv, environ_update=env)
+        rc, out, err, _ = run_bounded(argv, env_update=env, timeout=p["timeout"])
         if rc != 0:
             module.fail_json(msg=f"the installed extension does not import: 'import {name}' failed in "
                                  f"{p['python']}", cmd=argv, rc=rc, log_tail=tail(err or out),

@@ -151,6 +151,7 @@ from ansible.module_utils.epforge_build import (
 )
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_files import read_json
+from ansible.module_utils.epforge_process import run_bounded
 
 PROBE = (
     "import json, platform, sys, sysconfig; print(json.dumps({'major': sys.version_info[0], "
@@ -190,7 +191,7 @@ def main() -> None:
         module.fail_json(msg=f"{p['python']} does not exist: run role ml_env first (or set "
                              "cuda_extension_python to a venv interpreter with torch)")
     argv = [p["python"], "-c", PROBE]
-    rc, out, err = module.run_command(argv)
+    rc, out, err, _ = run_bounded(argv, timeout=300)
     if rc != 0:
         module.fail_json(msg=f"{p['python']} does not run", cmd=argv, rc=rc, log_tail=tail(err or out))
     probe = json.loads(out.strip().splitlines()[-1])
@@ -204,7 +205,7 @@ def main() -> None:
     if not os.path.exists(nvcc):
         module.fail_json(msg=f"{nvcc} does not exist: cuda_home must be a CUDA toolkit with nvcc "
                              "(role cuda_toolkit sets cuda_toolkit_home)", cmd=argv, rc=127)
-    rc, out, err = module.run_command(argv)
+    rc, out, err, _ = run_bounded(argv, timeout=60)
     nvcc_version = parse_nvcc_version(out)
     if rc != 0 or not nvcc_version:
         module.fail_json(msg=f"cannot read the CUDA release from {nvcc} --version", cmd=argv, rc=rc,

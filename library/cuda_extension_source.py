@@ -89,7 +89,6 @@ archive:
 import hashlib
 import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import zipfile
@@ -98,18 +97,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_build import file_sha256, safe_extract, source_kind, tree_files, tree_hash
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_files import atomic_output
+from ansible.module_utils.epforge_process import run_bounded
 
 
 def run_git(module, argv, timeout):
     """Run git with a bound; never prompt for credentials."""
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {timeout} s"
-    except OSError as err:
-        return 127, "", str(err)
-    return proc.returncode, proc.stdout, proc.stderr
+    proc = run_bounded(argv, timeout=timeout, env_update={"GIT_TERMINAL_PROMPT": "0"})
+    return proc.rc, proc.out, proc.err
 
 
 def git_resolve(module, p, base):

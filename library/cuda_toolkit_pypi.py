@@ -133,13 +133,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+from ansible.module_utils.epforge_common import fail_cmd, tail
 from ansible.module_utils.epforge_cuda import (
     TOOLKIT_LINKS,
     driver_api_symbols,
@@ -150,6 +149,7 @@ from ansible.module_utils.epforge_cuda import (
     unversioned_links,
     wheel_root,
 )
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 from ansible.module_utils.epforge_stack import version_tuple
 
 STAMP_NAME = ".epforge-cuda-toolkit.json"
@@ -189,11 +189,8 @@ def read_stamp(prefix: str) -> dict | None:
 
 
 def nvcc_release(nvcc: str) -> tuple[str, str] | None:
-    try:
-        proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_nvcc_release(proc.stdout)
+    proc = run_bounded([nvcc, "--version"], timeout=60)
+    return parse_nvcc_release(proc.out) if proc.rc == 0 else None
 
 
 def extract_wheel(path: str, root: str, dest: str) -> int:
@@ -250,14 +247,13 @@ def build_stub(home: str, cc: str, log_path: str, timeout: int) -> int:
     # unversioned legacy names the real libcuda also exports.
     for defines in ([], ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"], ["-D__CUDA_API_VERSION_INTERNAL"]):
         argv = [cc, "-E", "-P", *defines, "-I", os.path.join(home, "include"), "-x", "c", cuda_h]
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-        except OSError as exc:
-            raise InstallError(f"C compiler '{cc}' not runnable ({exc}): install gcc (apt install gcc) or "
-                               "set link_stub false", argv, 127) from exc
-        if proc.returncode != 0:
-            raise InstallError(f"preprocessing cuda.h failed: {tail(proc.stderr, 10)}", argv, proc.returncode)
-        names.update(driver_api_symbols(proc.stdout))
+        proc = run_bounded(argv, timeout=timeout)
+        if proc.rc == 127:
+            raise InstallError(f"C compiler '{cc}' not runnable ({proc.err}): install gcc (apt install gcc) "
+                               "or set link_stub false", argv, 127)
+        if proc.rc != 0:
+            raise InstallError(f"preprocessing cuda.h failed: {tail(proc.err, 10)}", argv, proc.rc)
+        names.update(driver_api_symbols(proc.out))
     if not names:
         raise InstallError("found no driver API declarations in include/cuda.h")
     source = os.path.join(stubs, "libcuda-stub.c")

@@ -108,21 +108,18 @@ fact:
 
 import json
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import nvcc_missing_archs
 from ansible.module_utils.epforge_cuda import parse_gpu_list, parse_nvcc_release, stamp_of
 from ansible.module_utils.epforge_files import read_json, write_atomic
+from ansible.module_utils.epforge_process import run_bounded
 from ansible.module_utils.epforge_stack import version_tuple
 
 
 def run(argv: list[str]) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 127, str(exc)
-    return proc.returncode, proc.stdout + proc.stderr
+    proc = run_bounded(argv, timeout=120)
+    return proc.rc, proc.output
 
 
 def main() -> None:

@@ -92,11 +92,11 @@ seconds:
 
 import json
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail_file
+from ansible.module_utils.epforge_common import fail_cmd, tail_file
 from ansible.module_utils.epforge_deepep import non_nvlink_pairs
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 
 
 def main() -> None:
@@ -120,12 +120,9 @@ def main() -> None:
     modes = list(p["modes"])
     skipped: dict[str, str] = {}
     if "normal" in modes and p["normal_needs_nvlink"] and not module.check_mode:
-        try:
-            topo = subprocess.run([p["nvidia_smi"], "topo", "-m"], capture_output=True, text=True, timeout=60,
-                                  check=False)
-            bad = non_nvlink_pairs(topo.stdout, p["num_processes"]) if topo.returncode == 0 else None
-        except (OSError, subprocess.TimeoutExpired):
-            bad = None  # no topology to read: nothing is concluded, the round trip itself will tell
+        topo = run_bounded([p["nvidia_smi"], "topo", "-m"], timeout=60)
+        # no topology to read: nothing is concluded, the round trip itself will tell
+        bad = non_nvlink_pairs(topo.out, p["num_processes"]) if topo.rc == 0 else None
         if bad:
             pairs = ", ".join(f"{a}-{b} is {link}" for a, b, link in bad)
             skipped["normal"] = (f"{pairs}, not NVLink: DeepEP normal mode needs NVLink between all GPUs; "

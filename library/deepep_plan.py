@@ -106,7 +106,6 @@ key_extra:
 
 import json
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import sass_name
@@ -117,6 +116,7 @@ from ansible.module_utils.epforge_deepep import (
     find_header,
     include_path,
 )
+from ansible.module_utils.epforge_process import run_bounded
 
 PROBE = r"""
 import importlib.util, json, site, sys, sysconfig
@@ -163,11 +163,11 @@ def main() -> None:
     if not os.path.isdir(p["cuda_home"]):
         module.fail_json(msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or "
                              "set deepep_cuda_home")
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    if proc.returncode != 0:
-        module.fail_json(msg=f"probing the env {p['python']} failed", cmd=argv, rc=proc.returncode,
-                         log_tail=proc.stderr[-2000:])
-    env_info = json.loads(proc.stdout.strip().splitlines()[-1])
+    proc = run_bounded(argv, timeout=120)
+    if proc.rc != 0:
+        module.fail_json(msg=f"probing the env {p['python']} failed", cmd=argv, rc=proc.rc,
+                         log_tail=proc.err[-2000:])
+    env_info = json.loads(proc.out.strip().splitlines()[-1])
 
     # NVSHMEM: an explicit dir wins, else the wheel DeepEP's setup.py would find by itself.
     nvshmem = {"dir": "", "version": "", "source": "none"}

@@ -61,7 +61,6 @@ reason:
 """
 
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_deepep import (
@@ -71,17 +70,14 @@ from ansible.module_utils.epforge_deepep import (
     setup_py_version,
     tree_hash,
 )
+from ansible.module_utils.epforge_process import run_bounded
 
 
 def git_commit(path: str) -> str:
     if not os.path.exists(os.path.join(path, ".git")):
         return ""
-    try:
-        proc = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
+    proc = run_bounded(["git", "-C", path, "rev-parse", "HEAD"], timeout=60)
+    return proc.out.strip() if proc.rc == 0 else ""
 
 
 def main() -> None:

@@ -101,12 +101,12 @@ gpu_runtime:
 
 import os
 import shutil
-import subprocess
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import base_arch
 from ansible.module_utils.epforge_known_issues import stack_summary, version_tuple
+from ansible.module_utils.epforge_process import run_bounded
 
 GIB = 1024**3
 DEFAULT_GPU_STEPS = ("sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify")
@@ -268,14 +268,10 @@ def run_python(python: str) -> tuple[str, str]:
     path = python if os.path.isabs(python) else shutil.which(python)
     if not path or not os.access(path, os.X_OK):
         return "", f"'{python}' not found on PATH"
-    try:
-        proc = subprocess.run([path, *PY_VERSION_ARGV], capture_output=True, text=True, timeout=30,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return "", str(exc)
-    if proc.returncode != 0:
-        return "", f"rc {proc.returncode}: {proc.stderr.strip()[-300:]}"
-    return proc.stdout.strip(), ""
+    proc = run_bounded([path, *PY_VERSION_ARGV], timeout=30)
+    if proc.rc != 0:
+        return "", f"rc {proc.rc}: {proc.err.strip()[-300:]}"
+    return proc.out.strip(), ""
 
 
 def main() -> None:

@@ -54,7 +54,6 @@ nvcc_version:
 """
 
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_flashinfer import (
@@ -62,6 +61,7 @@ from ansible.module_utils.epforge_flashinfer import (
     flashinfer_arch_list,
     parse_nvcc_version,
 )
+from ansible.module_utils.epforge_process import run_bounded
 
 
 def main() -> None:
@@ -78,12 +78,11 @@ def main() -> None:
         module.fail_json(msg=f"no nvcc at {nvcc}: FlashInfer's JIT needs a CUDA toolkit (run cuda_toolkit "
                              "or set "
                              "flashinfer_cuda_home)", cmd=argv, nvcc_version="")
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    version = parse_nvcc_version(proc.stdout)
-    if proc.returncode != 0 or version is None:
+    proc = run_bounded(argv, timeout=60)
+    version = parse_nvcc_version(proc.out)
+    if proc.rc != 0 or version is None:
         module.fail_json(msg=f"could not read the nvcc release from {nvcc} --version", cmd=argv,
-                         rc=proc.returncode,
-                         log_tail=(proc.stdout + proc.stderr)[-2000:], nvcc_version="")
+                         rc=proc.rc, log_tail=proc.output[-2000:], nvcc_version="")
     shown = f"{version[0]}.{version[1]}"
     try:
         arch_value, sass = flashinfer_arch_list(module.params["arch_list"], version)

@@ -103,12 +103,12 @@ libcuda:
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail_file
+from ansible.module_utils.epforge_common import fail_cmd, tail_file
 from ansible.module_utils.epforge_flashinfer import classify_jit_error
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 
 MARK = "EPFORGE_FI_JIT "
 SCRIPT = r"""
@@ -146,10 +146,9 @@ def make_stub(module, stub_dir: str) -> str:
                          "int epforge_libcuda_stub;\n")
         out = os.path.join(tmp, "libcuda.so")
         argv = [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", out, src]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-        if proc.returncode != 0:
-            fail_cmd(module, "could not compile the libcuda.so link stub", argv, proc.returncode,
-                     output=proc.stdout + proc.stderr)
+        proc = run_bounded(argv, timeout=120)
+        if proc.rc != 0:
+            fail_cmd(module, "could not compile the libcuda.so link stub", argv, proc.rc, output=proc.output)
         shutil.move(out, os.path.join(stub_dir, "libcuda.so"))
     return os.path.join(stub_dir, "libcuda.so")
 

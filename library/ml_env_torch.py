@@ -138,8 +138,9 @@ from ansible.module_utils.epforge_build import (
     dist_info_version,
     input_key,
 )
-from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+from ansible.module_utils.epforge_common import fail_cmd, tail
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 
 VERIFY_SCRIPT = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
@@ -290,7 +291,7 @@ def main() -> None:
         result["changed"] = True
 
     argv = [python, "-c", VERIFY_SCRIPT]
-    rc, out, err = module.run_command(argv)
+    rc, out, err, _ = run_bounded(argv, timeout=600)
     if rc != 0:
         module.fail_json(msg=f"importing torch in {venv} failed", cmd=argv, rc=rc, log_tail=tail(err or out),
                          **result)

@@ -26,8 +26,8 @@ options:
     type: path
   timeout:
     description:
-      - Seconds each nvidia-smi call may run before it is stopped (through coreutils C(timeout) when
-        the host has it). A hung driver then reports C(available=false) instead of hanging the play.
+      - Seconds each nvidia-smi call may run before its process group is stopped. A hung driver then
+        reports C(available=false) instead of hanging the play.
     type: int
     default: 60
 author: epforge developers
@@ -125,9 +125,9 @@ from ansible.module_utils.epforge_nvidia import (
     parse_query_csv,
     parse_topology,
 )
+from ansible.module_utils.epforge_process import TIMED_OUT, run_bounded
 
 QUERY_ARGS = [f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
-TIMED_OUT = 124  # the exit status of coreutils' timeout
 
 
 def empty_facts(reason: str) -> dict:
@@ -155,17 +155,12 @@ class NvidiaSmi:
     def __init__(self, module: AnsibleModule, path: str):
         self.module = module
         self.path = path
-        timeout_bin = module.get_bin_path("timeout")
-        seconds = str(module.params["timeout"])
-        self.prefix = [timeout_bin, "--kill-after=5", seconds] if timeout_bin else []
-
-    def argv(self, args: list[str]) -> list[str]:
-        return [*self.prefix, self.path, *args]
+        self.timeout = module.params["timeout"]
 
     def run(self, args: list[str]) -> tuple[list[str], int, str, str]:
-        argv = self.argv(args)
-        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
-        return argv, rc, out or "", err or ""
+        argv = [self.path, *args]
+        rc, out, err, _ = run_bounded(argv, timeout=self.timeout, env_update={"LC_ALL": "C"})
+        return argv, rc, out, err
 
 
 def failure_reason(rc: int, out: str, err: str, timeout: int) -> str:

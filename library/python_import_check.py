@@ -105,10 +105,10 @@ gpu:
 
 import json
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_process import run_bounded
 
 MARK = "EPFORGE_IMPORT_CHECK "
 
@@ -211,19 +211,17 @@ def main() -> None:
     env = dict(os.environ)
     env.update({k: str(v) for k, v in p["environment"].items()})
     shown = [*argv[:1], "-c", "<probe>", *argv[3:]]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=p["timeout"],
-                              check=False)
-    except subprocess.TimeoutExpired:
+    proc = run_bounded(argv, env=env, timeout=p["timeout"])
+    if proc.timed_out:
         module.fail_json(msg=f"importing {p['name']} in {p['python']} did not finish within {p['timeout']} s",
                          cmd=shown, rc=124, status="broken", name=p["name"])
-    result = parse_probe_output(proc.stdout)
+    result = parse_probe_output(proc.out)
     if result is None:
         # The interpreter itself died (segfault in an extension's init, say): that is a broken install.
         module.fail_json(msg=f"importing {p['name']} killed the interpreter {p['python']} (rc "
-                             f"{proc.returncode})",
-                         cmd=shown, rc=proc.returncode, status="broken", name=p["name"],
-                         log_tail=tail(proc.stdout + proc.stderr))
+                             f"{proc.rc})",
+                         cmd=shown, rc=proc.rc, status="broken", name=p["name"],
+                         log_tail=tail(proc.output))
     status = classify(result, p["name"])
     ret = {
         "changed": False,
@@ -250,7 +248,7 @@ def main() -> None:
     }[status]
     ret.pop("changed")
     module.fail_json(msg=f"import {p['name']} failed in {p['python']} [{status}]: {ret['error']} -- {remedy}",
-                     cmd=shown, rc=proc.returncode, traceback_tail=result.get("traceback_tail", ""), **ret)
+                     cmd=shown, rc=proc.rc, traceback_tail=result.get("traceback_tail", ""), **ret)
 
 
 if __name__ == "__main__":

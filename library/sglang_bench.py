@@ -186,7 +186,8 @@ from ansible.module_utils.epforge_bench import (
     record_run,
     record_workload,
 )
-from ansible.module_utils.epforge_common import run_logged, tail
+from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_process import run_logged
 from ansible.module_utils.epforge_secrets import redact
 
 LOG_TAIL_LINES = 30

@@ -138,12 +138,11 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_files import write_json_atomic
+from ansible.module_utils.epforge_process import run_bounded
 from ansible.module_utils.epforge_secrets import redact
 from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
 
@@ -222,14 +221,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def installed_version(python: str, timeout: float = 60) -> tuple[str | None, str]:
     """The sglang distribution version installed for python (from its metadata; no import), and output."""
-    try:
-        proc = subprocess.run([python, "-c", VERSION_SCRIPT], capture_output=True, text=True,
-                              timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return None, str(err)
-    if proc.returncode != 0:
-        return None, proc.stdout + proc.stderr
-    return proc.stdout.strip(), proc.stdout
+    proc = run_bounded([python, "-c", VERSION_SCRIPT], timeout=timeout)
+    if proc.rc != 0:
+        return None, proc.output
+    return proc.out.strip(), proc.out
 
 
 def parser_error_line(output: str) -> str:
@@ -245,19 +240,8 @@ def _run_script(python: str, request: dict, timeout: float) -> tuple[int, str, s
     # Keep SGLang and its imports off the network.
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    started = time.monotonic()
-    try:
-        proc = subprocess.run([python, "-c", CHECK_SCRIPT], input=json.dumps(request), capture_output=True,
-                              text=True, timeout=timeout, env=env, check=False)
-        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as err:
-        rc = 124
-        stdout = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
-        stderr = err.stderr.decode() if isinstance(err.stderr, bytes) else (err.stderr or "")
-        stderr += f"\ntimed out after {timeout} s"
-    except OSError as err:
-        rc, stdout, stderr = 127, "", str(err)
-    return rc, stdout, stderr, round(time.monotonic() - started, 2)
+    proc = run_bounded([python, "-c", CHECK_SCRIPT], input_text=json.dumps(request), timeout=timeout, env=env)
+    return proc.rc, proc.out, proc.err, round(proc.seconds, 2)
 
 
 def _payload(stdout: str) -> dict | None:

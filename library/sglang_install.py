@@ -116,12 +116,12 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+from ansible.module_utils.epforge_common import fail_cmd, tail
 from ansible.module_utils.epforge_files import write_json_atomic
 from ansible.module_utils.epforge_pip_guard import refuse_replacing
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 
 # Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
 VERSIONS_SCRIPT = r"""
@@ -216,7 +216,7 @@ def pip_commands(python: str, inputs: dict) -> list[list[str]]:
 
 def installed_versions(module, python: str, names: list[str]) -> dict:
     argv = [python, "-c", VERSIONS_SCRIPT, json.dumps(names)]
-    rc, out, err = module.run_command(argv)
+    rc, out, err, _ = run_bounded(argv, timeout=300)
     if rc != 0:
         fail_cmd(module, f"cannot read installed versions with {python}: is the ML env there (role ml_env)?",
                  argv, rc, output=out + err)
@@ -305,12 +305,8 @@ def main() -> None:
         actions.append(f"pip ({round(seconds)} s): " + " ".join(argv[4:]))
 
     verify = [python, "-c", VERIFY_SCRIPT]
-    try:
-        proc = subprocess.run(verify, capture_output=True, text=True, timeout=600, check=False,
-                              env=dict(os.environ, HF_HUB_OFFLINE="1"))
-        rc, output = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired:
-        rc, output = 124, "timed out after 600 s"
+    proc = run_bounded(verify, timeout=600, env_update={"HF_HUB_OFFLINE": "1"})
+    rc, output = proc.rc, proc.output
     marked = [line for line in output.splitlines() if line.startswith("EPFORGE_SGLANG_VERIFY ")]
     if rc != 0 or not marked:
         missing_module = re.findall(r"No module named '([^'.]+)", output)

@@ -266,6 +266,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_files import write_atomic
 from ansible.module_utils.epforge_http import get_json, request, wait_until
+from ansible.module_utils.epforge_process import Completed, run_bounded
 from ansible.module_utils.epforge_secrets import redact
 from ansible.module_utils.epforge_sglang_args import (
     build_server_argv,
@@ -575,19 +576,19 @@ class SystemdServer(Server):
                 module.fail_json(msg="systemd is not running on this host (no /run/systemd/system): use "
                                      "manager: process")
 
-    def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def systemctl(self, *args: str, check: bool = True) -> Completed:
         argv = ["systemctl", *args]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-        if check and proc.returncode != 0:
-            self.module.fail_json(msg=f"systemctl {' '.join(args)} failed", cmd=argv, rc=proc.returncode,
-                                  log_tail=tail(proc.stdout + proc.stderr), **self.public_result())
+        proc = run_bounded(argv, timeout=120)
+        if check and proc.rc != 0:
+            self.module.fail_json(msg=f"systemctl {' '.join(args)} failed", cmd=argv, rc=proc.rc,
+                                  log_tail=tail(proc.output), **self.public_result())
         return proc
 
     def show(self) -> dict:
         proc = self.systemctl("show", self.unit, "--property=ActiveState,SubState,NRestarts,MainPID,"
                               "ExecMainStatus,Result,InvocationID,UnitFileState,LoadState", check=False)
         props = {}
-        for line in proc.stdout.splitlines():
+        for line in proc.out.splitlines():
             key, _, value = line.partition("=")
             props[key] = value
         return props
@@ -615,10 +616,8 @@ class SystemdServer(Server):
     def log_text(self) -> str:
         if self.log_path:
             return super().log_text()
-        proc = subprocess.run(["journalctl", "-u", self.unit, f"_SYSTEMD_INVOCATION_ID={self.invocation}",
-                               "-o", "cat", "--no-pager", "-n", "400"],
-                              capture_output=True, text=True, timeout=60, check=False)
-        return proc.stdout
+        return run_bounded(["journalctl", "-u", self.unit, f"_SYSTEMD_INVOCATION_ID={self.invocation}",
+                            "-o", "cat", "--no-pager", "-n", "400"], timeout=60).out
 
     def stop_server(self) -> None:
         self.systemctl("stop", self.unit, check=False)

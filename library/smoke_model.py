@@ -152,7 +152,6 @@ import inspect
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 
@@ -160,6 +159,7 @@ from ansible.module_utils import epforge_smoke_model as sm
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_files import read_json
+from ansible.module_utils.epforge_process import run_bounded
 
 SETTING_TYPES = {
     "architecture": {"type": "str", "default": sm.DEFAULTS["architecture"],
@@ -246,30 +246,28 @@ def main() -> None:
     staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
     argv = [p["python"], "-", staging, json.dumps(settings, sort_keys=True)]
     started = time.monotonic()
-    try:
-        proc = subprocess.run(argv, input=inspect.getsource(sm), capture_output=True, text=True,
-                              timeout=p["timeout"], check=False)
-    except subprocess.TimeoutExpired as err:
+    proc = run_bounded(argv, input_text=inspect.getsource(sm), timeout=p["timeout"])
+    if proc.timed_out:
         shutil.rmtree(staging, ignore_errors=True)
         module.fail_json(msg=f"writing the smoke model took more than {p['timeout']} s", cmd=argv[:3], rc=124,
-                         log_tail=tail(err.stderr or ""), **result)
+                         log_tail=tail(proc.err), **result)
     seconds = round(time.monotonic() - started, 2)
-    if proc.returncode != 0:
+    if proc.rc != 0:
         shutil.rmtree(staging, ignore_errors=True)
         missing = []
-        if proc.returncode == 3:
+        if proc.rc == 3:
             try:
-                missing = json.loads(proc.stdout.strip().splitlines()[-1]).get("missing", [])
+                missing = json.loads(proc.out.strip().splitlines()[-1]).get("missing", [])
             except (ValueError, IndexError, AttributeError):
                 missing = []
         if missing:
             module.fail_json(msg=(f"{p['python']} lacks {', '.join(missing)}: install them into that env "
                                   f"(pip install {' '.join(missing)}) or set smoke_model_python to one that "
                                   "has them; nothing was written"),
-                             cmd=argv[:3], rc=proc.returncode, **result)
+                             cmd=argv[:3], rc=proc.rc, **result)
         module.fail_json(msg="writing the smoke model failed; nothing was replaced", cmd=argv[:3],
-                         rc=proc.returncode, log_tail=tail(proc.stderr or proc.stdout), **result)
-    manifest = json.loads(proc.stdout.strip().splitlines()[-1])
+                         rc=proc.rc, log_tail=tail(proc.err or proc.out), **result)
+    manifest = json.loads(proc.out.strip().splitlines()[-1])
     publish(staging, path)
     result.update(changed=True, seconds=seconds, files=manifest["files"],
                   bytes=sum(f["size"] for f in manifest["files"].values()))

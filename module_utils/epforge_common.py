@@ -1,11 +1,9 @@
-"""Helpers every epforge module shares: bounded commands with a log users can tail, and failures that
-carry the command, its exit code and the last lines of its log."""
+"""Helpers every epforge module shares: failures that carry the command, its exit code and the last lines
+of its log, and log tails. Running commands: module_utils/epforge_process.py."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 
 LOG_TAIL_LINES = 40
 
@@ -29,35 +27,6 @@ def tail_file(path: str, lines: int = LOG_TAIL_LINES, max_bytes: int = 256 * 102
             return tail(handle.read(), lines)
     except OSError:
         return ""
-
-
-def run_logged(argv: list[str], log_path: str, *, env: dict | None = None, cwd: str | None = None,
-               timeout: float | None = None, header: str | None = None) -> tuple[int, float]:
-    """Run argv with stdout+stderr appended to log_path; return (rc, seconds).
-
-    rc is 124 when the timeout ends the command (the convention of coreutils' timeout).
-    The log is appended to, with a header line, so one log can tell a whole build's story.
-    """
-    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-    started = time.monotonic()
-    with open(log_path, "ab") as log:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        log.write(f"\n=== {stamp} {header or ''}\n$ {' '.join(argv)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 15)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-            log.write(f"\n=== timed out after {timeout} s\n".encode())
-            rc = 124
-    return rc, time.monotonic() - started
 
 
 def fail_cmd(module, msg: str, argv: list[str], rc: int, *, output: str | bytes | None = None,

@@ -1,5 +1,5 @@
 """nvidia_gpu_facts: the nvidia-smi parsers (module_utils/epforge_nvidia.py) on real captured outputs and
-on broken copies of them, the module with run_command patched (community.general style), and the
+on broken copies of them, the module with run_bounded patched (community.general style), and the
 module run for real by `ansible` on this machine (no nvidia-smi here) and with a fake nvidia-smi on PATH
 that prints the captures."""
 
@@ -21,6 +21,7 @@ from ansible.module_utils.epforge_nvidia import (
     parse_query_csv,
     parse_topology,
 )
+from ansible.module_utils.epforge_process import Completed
 from ansible.module_utils.testing import patch_module_args
 from conftest import FIXTURES, ROOT
 
@@ -230,7 +231,7 @@ def test_classify_every_branch():
     assert classify_interconnect({"gpus": three, "links": links(NV=1, NODE=2)}) == "mixed"
 
 
-# ---------------------------------------------------------------- the module, run_command patched
+# ---------------------------------------------------------------- the module, run_bounded patched
 
 
 class AnsibleExitJson(Exception):
@@ -256,7 +257,7 @@ def query_for(count: int) -> str:
 
 
 class FakeSmi:
-    """Answers run_command like nvidia-smi would, from fixtures; records every argv."""
+    """Answers run_bounded like nvidia-smi would, from fixtures; records every argv."""
 
     def __init__(self, query=None, header=None, topo=None):
         self.answers = {
@@ -269,10 +270,12 @@ class FakeSmi:
     def __call__(self, argv, **kwargs):
         self.calls.append((list(argv), kwargs))
         if any(arg.startswith("--query-gpu=") for arg in argv):
-            return self.answers["query"]
-        if "topo" in argv:
-            return self.answers["topo"]
-        return self.answers["header"]
+            answer = self.answers["query"]
+        elif "topo" in argv:
+            answer = self.answers["topo"]
+        else:
+            answer = self.answers["header"]
+        return Completed(*answer, 0.01)
 
 
 def bin_path(found: dict):
@@ -288,9 +291,8 @@ def run_module(args: dict, smi: FakeSmi | None = None, found: dict | None = None
     smi = smi or FakeSmi()
     with patch_module_args(args), \
             mock.patch.multiple(basic.AnsibleModule, exit_json=exit_json, fail_json=fail_json,
-                                get_bin_path=bin_path(ON_PATH if found is None else found),
-                                run_command=mock.DEFAULT) as patched:
-        patched["run_command"].side_effect = smi
+                                get_bin_path=bin_path(ON_PATH if found is None else found)), \
+            mock.patch.object(nvidia_gpu_facts, "run_bounded", side_effect=smi):
         try:
             nvidia_gpu_facts.main()
         except AnsibleExitJson as done:
@@ -315,14 +317,14 @@ def test_module_h200_host():
     assert facts["topology"]["links"] == links(NV=1)
     assert facts["archs"] == ["9.0"]
     argvs = [argv for argv, _ in smi.calls]
-    prefix = ["/usr/bin/timeout", "--kill-after=5", "60", "/usr/bin/nvidia-smi"]
+    prefix = ["/usr/bin/nvidia-smi"]
     assert argvs == [
         [*prefix, "--query-gpu=index,name,compute_cap,memory.total,pci.bus_id,uuid,driver_version",
          "--format=csv,noheader,nounits"],
         prefix,
         [*prefix, "topo", "-m"],
     ]
-    assert all(kwargs["environ_update"] == {"LC_ALL": "C"} for _, kwargs in smi.calls)
+    assert all(kwargs == {"timeout": 60, "env_update": {"LC_ALL": "C"}} for _, kwargs in smi.calls)
 
 
 def test_module_check_mode_gathers_the_same():
@@ -458,7 +460,7 @@ def test_module_explicit_path(tmp_path):
     exe.chmod(0o755)
     _, result, smi = run_module({"nvidia_smi_path": str(exe)}, found={})
     assert result["ansible_facts"]["epforge_gpu_facts"]["available"] is True
-    assert smi.calls[0][0][0] == str(exe)  # no timeout binary found: nvidia-smi runs unwrapped
+    assert smi.calls[0][0][0] == str(exe) and smi.calls[0][1]["timeout"] == 60  # bounded without coreutils
 
 
 def test_module_rejects_timeout_below_one():
@@ -534,5 +536,5 @@ def test_real_run_driver_failure_and_malformed_query(tmp_path):
     result = ansible_adhoc(args=f"nvidia_smi_path={tmp_path}/b/bin/nvidia-smi timeout=20", path=path)
     assert result["failed"] is True
     assert "query line 1: index 'index' is not a number" in result["msg"]
-    assert result["cmd"][:3] == ["/usr/bin/timeout", "--kill-after=5", "20"]
+    assert result["cmd"][0] == f"{tmp_path}/b/bin/nvidia-smi"
     assert "143771 MiB" in result["log_tail"]
