@@ -108,12 +108,12 @@ reason:
 
 import json
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import arch_list, torch_arch_missing
 from ansible.module_utils.epforge_build import cuda_major, input_key
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_process import run_bounded
 
 PROBE = (
     "import json, os, sys, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
@@ -180,20 +180,19 @@ def main() -> None:
                               "Nothing was changed."), **result)
 
     argv = [python, "-c", PROBE]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["timeout"], check=False)
-    except subprocess.TimeoutExpired:
+    proc = run_bounded(argv, timeout=p["timeout"])
+    if proc.timed_out:
         module.fail_json(msg=f"importing torch in {python} took more than {p['timeout']} s", cmd=argv, rc=124,
                          **result)
-    if proc.returncode != 0:
+    if proc.rc != 0:
         module.fail_json(msg=(f"ml_env method existing: importing torch with {python} failed, so it cannot "
                               "be adopted (no torch there?). Nothing was changed."),
-                         cmd=argv, rc=proc.returncode, log_tail=tail(proc.stderr or proc.stdout), **result)
+                         cmd=argv, rc=proc.rc, log_tail=tail(proc.err or proc.out), **result)
     try:
-        evidence = json.loads(proc.stdout.strip().splitlines()[-1])
+        evidence = json.loads(proc.out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        module.fail_json(msg="could not read torch's versions", cmd=argv, rc=proc.returncode,
-                         log_tail=tail(proc.stdout), **result)
+        module.fail_json(msg="could not read torch's versions", cmd=argv, rc=proc.rc,
+                         log_tail=tail(proc.out), **result)
     result.update(verified=True, torch_version=evidence["torch"], torch_cuda=evidence.get("cuda"),
                   torch_arch_list=evidence.get("archs") or [], torch_location=evidence.get("location"),
                   prefix=evidence.get("prefix"))

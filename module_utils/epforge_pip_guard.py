@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import tempfile
 
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_files import read_json
+from ansible.module_utils.epforge_process import run_bounded
 
 PROBE = (
     "import json, sys, importlib.metadata as m\n"
@@ -60,11 +61,10 @@ def dry_run_argv(install_argv: list[str], report_path: str) -> list[str]:
 
 
 def installed_versions(python: str, names: list[str], env: dict | None = None) -> dict[str, str]:
-    proc = subprocess.run([python, "-c", PROBE, *names], capture_output=True, text=True, timeout=120,
-                          check=False, env=env)
-    if proc.returncode != 0:
+    proc = run_bounded([python, "-c", PROBE, *names], timeout=120, env=env)
+    if proc.rc != 0:
         return {}
-    return {normalize(k): v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+    return {normalize(k): v for k, v in json.loads(proc.out.strip().splitlines()[-1]).items()}
 
 
 def conflict_lines(pip_output: str, limit: int = 6) -> str:
@@ -87,21 +87,17 @@ def refuse_replacing(module, python: str, install_argv: list[str], keep: list[st
     os.close(fd)
     argv = dry_run_argv(install_argv, report_path)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)
-        with open(report_path, encoding="utf-8") as handle:
-            text = handle.read()
-        report = json.loads(text) if text.strip() else {}
-    except subprocess.TimeoutExpired:
-        module.fail_json(msg=f"pip's plan (dry run) took more than {timeout} s", cmd=argv, rc=124, **result)
-    except ValueError:
-        report = {}
+        proc = run_bounded(argv, timeout=timeout, env=env)
+        report = {} if proc.timed_out else (read_json(report_path) or {})
     finally:
         os.unlink(report_path)
-    if proc.returncode != 0:
+    if proc.timed_out:
+        module.fail_json(msg=f"pip's plan (dry run) took more than {timeout} s", cmd=argv, rc=124, **result)
+    if proc.rc != 0:
         module.fail_json(msg=("pip cannot make a plan that keeps " + ", ".join(keep) + " (the ML env's torch "
                               "stays as it is); nothing was installed. pip says: "
-                              + conflict_lines((proc.stderr or "") + "\n" + (proc.stdout or ""))),
-                         cmd=argv, rc=proc.returncode, log_tail=tail(proc.stderr or proc.stdout), **result)
+                              + conflict_lines(proc.err + "\n" + proc.out)),
+                         cmd=argv, rc=proc.rc, log_tail=tail(proc.err or proc.out), **result)
     replaced = replacements(report, installed, keep)
     if replaced:
         module.fail_json(msg=("refusing: this pip run would replace " + "; ".join(replaced) + " in " + python
