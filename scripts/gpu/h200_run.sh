@@ -11,6 +11,8 @@ O=/root/out
 mkdir -p $O
 export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# No registry here: every pip run (roles without the wheelhouse role too) installs from the carried wheels.
+export PIP_NO_INDEX=1 PIP_FIND_LINKS=/root/wheelhouse
 INV=(-i scripts/gpu/h200-inventory.yml -e @/root/stack-h200.json)
 T0=$(date +%s)
 stamp() { echo "=== $(date -u +%H:%M:%S) +$(( $(date +%s) - T0 )) s: $*"; }
