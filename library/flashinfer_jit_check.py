@@ -112,12 +112,17 @@ from ansible.module_utils.epforge_process import run_bounded, run_logged
 
 MARK = "EPFORGE_FI_JIT "
 SCRIPT = r"""
-import json, sys
+import inspect, json, sys
 from flashinfer.jit.activation import gen_act_and_mul_module
 spec = gen_act_and_mul_module(sys.argv[1])
 path = spec.jit_library_path
 before = path.stat().st_mtime_ns if path.exists() else None
-spec.build()
+# FlashInfer 0.6.x's JitSpec.build(verbose) has no default (0.6.14, seen on an H200); 0.7.x defaults it.
+verbose = inspect.signature(spec.build).parameters.get("verbose")
+if verbose is not None and verbose.default is inspect.Parameter.empty:
+    spec.build(verbose=False)
+else:
+    spec.build()
 after = path.stat().st_mtime_ns if path.exists() else None
 print("EPFORGE_FI_JIT " + json.dumps({"library": str(path), "built": after is not None and after != before,
                                       "exists": after is not None}))
