@@ -141,11 +141,10 @@ actions:
 
 import json
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import parse_arch
-from ansible.module_utils.epforge_common import fail_cmd, run_logged
+from ansible.module_utils.epforge_common import fail_cmd
 from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
 from ansible.module_utils.epforge_final_env import (
@@ -158,6 +157,7 @@ from ansible.module_utils.epforge_final_env import (
     requested_features,
     wheel_distribution,
 )
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 
 SITE_SCRIPT = (
     "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))"
@@ -179,14 +179,14 @@ class FinalEnv:
         # every file of DeepEP's distributions is checked against its RECORD (the repair depends on it)
         deep = [COMPONENTS["deep_ep"]["module"], *COMPONENTS["deep_ep"]["also"]]
         argv = [self.p["python"], "-c", INSPECT_SCRIPT, json.dumps(names), json.dumps(deep)]
-        rc, out, err = self.module.run_command(argv, environ_update={"PYTHONNOUSERSITE": "1"})
+        rc, out, err, _ = run_bounded(argv, timeout=self.p["timeout"], env_update={"PYTHONNOUSERSITE": "1"})
         marked = [line for line in out.splitlines() if line.startswith(MARK)]
         if rc != 0 or not marked:
             fail_cmd(
                 self.module, f"cannot inspect the env of {self.p['python']}", argv, rc or 1, output=out + err
             )
         data = json.loads(marked[-1][len(MARK) :])
-        rc, out, err = self.module.run_command([self.p["python"], "-c", SITE_SCRIPT])
+        rc, out, err, _ = run_bounded([self.p["python"], "-c", SITE_SCRIPT], timeout=self.p["timeout"])
         data["site"] = [os.path.realpath(p) for p in json.loads(out)] if rc == 0 else []
         return data
 
@@ -197,26 +197,18 @@ class FinalEnv:
         if key in self.cache:
             return self.cache[key]
         argv = [self.p["cuobjdump"], "-lelf", "-lptx", path]
-        try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=self.p["timeout"], check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            fail_cmd(
-                self.module,
-                f"cuobjdump ran past {self.p['timeout']} s on {path}",
-                argv,
-                124,
-                output=exc.stdout or "",
-            )
-        parsed = parse_cuobjdump_listing(proc.stdout + proc.stderr)
-        if proc.returncode != 0 and not parsed["host_only"]:
+        proc = run_bounded(argv, timeout=self.p["timeout"])
+        if proc.timed_out:
+            fail_cmd(self.module, f"cuobjdump ran past {self.p['timeout']} s on {path}", argv, 124,
+                     output=proc.output)
+        parsed = parse_cuobjdump_listing(proc.output)
+        if proc.rc != 0 and not parsed["host_only"]:
             fail_cmd(
                 self.module,
                 f"cuobjdump could not read {path}",
                 argv,
-                proc.returncode,
-                output=proc.stdout + proc.stderr,
+                proc.rc,
+                output=proc.output,
             )
         result = {"sass": parsed["sass"], "ptx": parsed["ptx"], "host_only": parsed["host_only"]}
         self.cache[key] = result
