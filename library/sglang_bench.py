@@ -20,6 +20,13 @@ description:
   - Fails with the client's output tail, the command and a classified reason (for example
     C(connection_refused), C(tokenizer_missing), C(timeout), C(incomplete_result)) when the client fails,
     writes no result, writes an incomplete one, or when more than O(max_failed_requests) requests failed.
+    A run that generated no output token at all always fails (C(no_output_tokens)).
+  - A run that completed fewer requests than asked, or generated fewer tokens than asked (bench_serving
+    sends the random datasets with ignore_eos, so it must return num_prompts x output_len tokens; with
+    C(--disable-ignore-eos) in O(extra_args) at least one per request) is recorded with C(status=invalid),
+    its figures, what was expected (C(expected)) and the reasons (C(invalid_reasons)) - never as ok. The
+    module then succeeds with a warning (the figures describe a smaller load than asked; the sweep and
+    C(epforge report) show the run as invalid).
   - With O(fact_path) every run, succeeded or failed, is appended to a local fact holding the last result
     and a bounded history (O(history_max) entries), written atomically (temp file, fsync, rename, under a
     lock) - an interrupted write leaves the previous history intact and a failed run never removes entries.
@@ -164,6 +171,16 @@ history_length:
   description: Entries in the history after this run (with O(fact_path)).
   returned: with fact_path
   type: int
+status:
+  description: C(ok), or C(invalid) when the run completed fewer requests or tokens than asked.
+  returned: success
+  type: str
+invalid_reasons:
+  description: Why the run is invalid (each names the figure, what was asked and what came back).
+  returned: success
+  type: list
+  elements: str
+  sample: ["generated 0 output tokens ..."]
 failure_class:
   description: Classified reason of a failure (C(timeout), C(connection_refused), C(incomplete_result), ...).
   returned: failure
@@ -179,6 +196,7 @@ from ansible.module_utils.epforge_bench import (
     BenchError,
     bench_argv,
     check_record_matches,
+    check_validity,
     classify_failure,
     extract_figures,
     normalize_workload,
@@ -392,6 +410,17 @@ def main() -> None:
         )
     failed_requests = workload["num_prompts"] - int(figures["completed"])
     figures["failed_requests"] = failed_requests
+    status, invalid_reasons, expected = check_validity(figures, workload, p["extra_args"])
+    if status == "failed":
+        entry["figures"] = figures
+        finish_failed(
+            f"bench_serving produced nothing: {invalid_reasons[0]}",
+            "no_output_tokens",
+            "the server answered without generating any token",
+            rc,
+            output,
+            result_file=result_file,
+        )
     if failed_requests > p["max_failed_requests"]:
         entry["figures"] = figures
         finish_failed(
@@ -405,11 +434,16 @@ def main() -> None:
         )
 
     entry.update(
-        status="ok",
+        status=status,
+        expected=expected,
         figures=figures,
         client_recorded=record_workload(record),
         server_version=(record.get("server_info") or {}).get("version"),
     )
+    if status == "invalid":
+        # The figures describe a smaller load than asked: recorded (with the reasons) but never as ok.
+        entry["invalid_reasons"] = invalid_reasons
+        module.warn(f"benchmark {workload['name']} is INVALID: " + "; ".join(invalid_reasons))
     history_length = None
     if p["fact_path"] and p["record_success"]:
         try:
@@ -428,8 +462,11 @@ def main() -> None:
         seconds=round(seconds, 2),
         history_length=history_length,
         ansible_facts={"epforge_bench_result": entry},
+        status=status,
+        invalid_reasons=invalid_reasons,
         msg=(
-            f"{workload['name']}: {figures['output_throughput']:.1f} output tok/s, "
+            ("INVALID (" + "; ".join(invalid_reasons) + "): " if invalid_reasons else "")
+            + f"{workload['name']}: {figures['output_throughput']:.1f} output tok/s, "
             f"TTFT median {figures['ttft_median_ms']:.1f} ms, TPOT median "
             f"{figures['tpot_median_ms']:.2f} ms ({figures['completed']} requests)"
         ),

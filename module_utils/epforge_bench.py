@@ -287,6 +287,45 @@ def check_record_matches(record: dict, workload: dict) -> list[str]:
     return problems
 
 
+def expected_output(workload: dict, extra_args=()) -> dict:
+    """What a run of this workload must produce: every request completed and, because bench_serving sends
+    its random datasets with ignore_eos (unless --disable-ignore-eos), at least
+    num_prompts x output_len x range_ratio generated tokens (exactly num_prompts x output_len at ratio 1.0,
+    sglang/bench_serving.py: output lengths are drawn from [output_len x ratio, output_len])."""
+    ignores_eos = "--disable-ignore-eos" not in [str(a).split("=", 1)[0] for a in extra_args or ()]
+    per_request = max(1, int(workload["output_len"] * float(workload["range_ratio"])))
+    return {
+        "completed": int(workload["num_prompts"]),
+        "min_output_tokens": int(workload["num_prompts"]) * (per_request if ignores_eos else 1),
+        "ignores_eos": ignores_eos,
+    }
+
+
+def check_validity(figures: dict, workload: dict, extra_args=()) -> tuple[str, list[str], dict]:
+    """(status, reasons, expected) of a run that wrote a complete result line.
+
+    status: 'failed' when no token was generated (never a measurement), 'invalid' when fewer requests
+    completed or fewer tokens came back than the workload asked for (the figures then describe another,
+    smaller load), else 'ok'. Each reason names the figure, what was asked and what came back.
+    """
+    expected = expected_output(workload, extra_args)
+    completed = figures.get("completed")
+    tokens = figures.get("total_output_tokens")
+    if not tokens:
+        return ("failed", [f"no output tokens were generated (total_output_tokens {tokens!r}, "
+                           f"{completed!r} of {expected['completed']} requests completed)"], expected)
+    reasons = []
+    if completed is None or completed < expected["completed"]:
+        reasons.append(f"completed {completed} of {expected['completed']} requests")
+    if tokens < expected["min_output_tokens"]:
+        how = (f"num_prompts {workload['num_prompts']} x output_len {workload['output_len']}"
+               + (f" x range_ratio {workload['range_ratio']}" if float(workload["range_ratio"]) < 1 else "")
+               if expected["ignores_eos"] else f"one per request ({workload['num_prompts']})")
+        reasons.append(f"generated {tokens} output tokens, fewer than the {expected['min_output_tokens']} "
+                       f"asked for ({how})")
+    return ("invalid" if reasons else "ok"), reasons, expected
+
+
 def _finite(value):
     if isinstance(value, float) and not math.isfinite(value):
         return "inf" if value > 0 else ("-inf" if value < 0 else None)

@@ -87,8 +87,9 @@ def configuration_rows(hosts: dict[str, dict]) -> list[dict]:
                     "name": label,
                     "outcome": entry.get("status", "?"),
                     "figures": entry.get("figures") or {},
-                    "reason": error.get("class", ""),
-                    "detail": error.get("msg", ""),
+                    # an invalid run (fewer requests or tokens than asked) says why
+                    "reason": error.get("class", "") or "; ".join(entry.get("invalid_reasons") or []),
+                    "detail": error.get("msg", "") or "; ".join(entry.get("invalid_reasons") or []),
                 }
             )
     return rows
@@ -160,7 +161,9 @@ def history_table(hosts: dict[str, dict], last: int = 20) -> tuple[list[str], li
                     host,
                     str(e.get("timestamp", "")).replace("T", " ").rstrip("Z"),
                     e.get("label", ""),
-                    e.get("status", "") + (f" ({e['error']['class']})" if e.get("error") else ""),
+                    e.get("status", "") + (f" ({e['error']['class']})" if e.get("error") else "")
+                    + (f" ({'; '.join(e.get('invalid_reasons') or [])})"
+                       if e.get("status") == "invalid" else ""),
                     fmt(f.get("output_throughput")),
                     fmt(f.get("ttft_median_ms")),
                     fmt(f.get("tpot_median_ms"), 2),
@@ -224,10 +227,11 @@ def plot_throughput(rows: list[dict], path: Path) -> Path | None:
         f"{r['name']}\n({r['host']})" if len({x["host"] for x in rows}) > 1 else r["name"] for r in rows
     ]
     values = [float(r["figures"].get("output_throughput") or 0.0) for r in rows]
-    colors = {"ok": "#2e7d32", "failed": "#c62828", "refused": "#ef6c00"}
+    colors = {"ok": "#2e7d32", "failed": "#c62828", "refused": "#ef6c00", "invalid": "#f9a825"}
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4.2))
     top = max([*values, 1.0])
-    # a configuration without figures (failed, refused) gets a short stub in its colour, labelled
+    # a configuration without valid figures (failed, refused, invalid) gets a short stub in its colour,
+    # labelled
     heights = [v if r["outcome"] == "ok" else top * 0.03 for r, v in zip(rows, values, strict=True)]
     bars = ax.bar(range(len(rows)), heights, color=[colors.get(r["outcome"], "#757575") for r in rows])
     for bar, r, v in zip(bars, rows, values, strict=True):
@@ -244,7 +248,7 @@ def plot_throughput(rows: list[dict], path: Path) -> Path | None:
     ax.set_xticks(range(len(rows)), labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("output tokens/s")
     ax.set_ylim(0, top * 1.18)
-    ax.set_title("Output throughput per configuration (red: failed, orange: refused)")
+    ax.set_title("Output throughput per configuration (red: failed, orange: refused, amber: invalid)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -355,7 +359,7 @@ def html_table(head: list[str], body: list[list[str]]) -> str:
     out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     for row in body:
         cls = ""
-        if len(row) > 2 and row[2] in ("failed", "refused", "ok"):
+        if len(row) > 2 and row[2] in ("failed", "refused", "ok", "invalid"):
             cls = f' class="{row[2]}"'
         out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
     out.append("</table>")
@@ -364,7 +368,7 @@ def html_table(head: list[str], body: list[list[str]]) -> str:
 
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}tr.failed td{background:#fdecea}
-tr.refused td{background:#fff3e0}tr.ok td:nth-child(3){color:#2e7d32}
+tr.refused td{background:#fff3e0}tr.invalid td{background:#fffde7}tr.ok td:nth-child(3){color:#2e7d32}
 img{max-width:100%;border:1px solid #ddd}"""
 
 

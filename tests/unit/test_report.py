@@ -73,6 +73,35 @@ def test_report_from_recorded_facts(tmp_path):
         png_is_a_picture(out / name)
 
 
+def test_report_shows_invalid_runs_as_invalid(tmp_path):
+    """A history whose last run is invalid (the shape sglang_bench records: status invalid, the figures,
+    the reasons) and a sweep outcome marked invalid: both shown as invalid, with why, never as ok."""
+    bench = json.loads((FACTS / "standin-host" / "epforge_bench.fact").read_text())
+    good = next(e for e in bench["history"] if e["status"] == "ok")
+    reason = "generated 32 output tokens, fewer than the 128 asked for (num_prompts 8 x output_len 16)"
+    invalid = {**good, "id": "short-run", "label": "short-gens", "status": "invalid",
+               "invalid_reasons": [reason],
+               "figures": {**good["figures"], "total_output_tokens": 32, "output_throughput": 261.2}}
+    host = tmp_path / "facts" / "bench-host"
+    host.mkdir(parents=True)
+    (host / "epforge_bench.fact").write_text(json.dumps({**bench, "history": [good, invalid],
+                                                         "last": invalid}))
+    sweep_host = tmp_path / "facts" / "sweep-host"
+    sweep_host.mkdir()
+    (sweep_host / "epforge_sweep.fact").write_text(json.dumps({"schema": 1, "configurations": [
+        {"name": "ep2-short", "outcome": "invalid", "reason": reason, "figures": invalid["figures"]}]}))
+    out = tmp_path / "report"
+    proc = epforge("report", "--from", str(tmp_path / "facts"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    assert "| bench-host | short-gens | invalid | 261.2 |" in md
+    assert "| sweep-host | ep2-short | invalid | 261.2 |" in md
+    assert md.count(reason) >= 3  # both configuration rows and the history row say why
+    assert f"invalid ({reason})" in md
+    assert 'class="invalid"' in html
+
+
 def test_report_collects_facts_through_ansible_runner(tmp_path):
     facts_dir = tmp_path / "facts.d"
     shutil.copytree(FACTS / "standin-host", facts_dir)

@@ -24,6 +24,8 @@ Behaviour knobs (environment variables, all optional):
   SGLANG_STANDIN_TOKEN_DELAY_MS  milliseconds per generated token (default 2)
   SGLANG_STANDIN_ACCEPT_LENGTH   avg_spec_accept_length reported when speculative (default 2.5)
   SGLANG_STANDIN_READY_FILE    path: written with the epoch time the server became ready
+  SGLANG_STANDIN_MAX_NEW_TOKENS  cap on the tokens of every generation, whatever the request asks (as a
+                               server that stops early although the client set ignore_eos)
   SGLANG_STANDIN_ADJUST        JSON object merged into /get_server_info (as if SGLang had adjusted a
                                setting, e.g. {"ep_size": 1})
 """
@@ -141,6 +143,12 @@ class State:
         info["standin"] = True
         info.update(json.loads(os.environ.get("SGLANG_STANDIN_ADJUST") or "{}"))
         return info
+
+
+def capped(count: int) -> int:
+    """count, or less under SGLANG_STANDIN_MAX_NEW_TOKENS (a server that ends generations early)."""
+    cap = os.environ.get("SGLANG_STANDIN_MAX_NEW_TOKENS")
+    return min(count, int(cap)) if cap not in (None, "") else count
 
 
 def make_tokens(prompt: str, count: int) -> list[str]:
@@ -292,7 +300,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(400, {"error": {"message": "max_new_tokens must be at least 0, got "
                                                       f"{int(params['max_new_tokens'])}."}})
             return
-        count = max(1, int(params.get("max_new_tokens", 16)))
+        count = capped(max(1, int(params.get("max_new_tokens", 16))))
         tokens = make_tokens(prompt, count)
         rid = body.get("rid") or uuid.uuid4().hex
         if body.get("stream"):
@@ -309,7 +317,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def openai(self, body: dict, *, chat: bool) -> None:
         prompt, prompt_tokens = prompt_of(body)
-        count = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
+        count = capped(max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)))
         tokens = make_tokens(prompt, count)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         model = body.get("model") or self.state.served_name
