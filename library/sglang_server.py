@@ -112,8 +112,13 @@ options:
     default: /health
   settings_check:
     description:
-      - C(strict) fails when a running setting differs from the requested one, C(warn) reports it, C(off)
-        skips the comparison.
+      - Every requested setting is confirmed from the server info, found different, or listed as
+        unconfirmed with the reason (not reported, reported as null, an environment variable, a secret);
+        keys SGLang reports under another name are mapped (C(cuda_graph_max_bs) is reported as
+        C(cuda_graph_max_bs_decode) since 0.5.16). Pass-through C(extra_args) flags are compared too.
+      - C(strict) fails when a running setting differs from the requested one, or when C(tp_size),
+        C(ep_size), C(moe_a2a_backend) or C(deepep_mode) was requested and cannot be confirmed; C(warn)
+        reports both as warnings; C(off) skips the comparison.
     type: str
     choices: [strict, warn, "off"]
     default: strict
@@ -226,6 +231,17 @@ running:
   description: Running values of the compared settings as the server reports them, plus its version.
   returned: when started and not in check mode
   type: dict
+settings_confirmation:
+  description: >-
+    Every requested setting, in one of three lists - confirmed (key, requested, running, reported_as when
+    the server names it differently), mismatched (the same keys) and unconfirmed (key, requested, reason).
+  returned: when started and not in check mode
+  type: dict
+  sample:
+    confirmed: [{key: tp_size, requested: 2, running: 2},
+                {key: cuda_graph_max_bs, requested: 32, running: 32, reported_as: cuda_graph_max_bs_decode}]
+    mismatched: []
+    unconfirmed: [{key: env.NCCL_P2P_LEVEL, requested: SYS, reason: "an environment variable ..."}]
 settings_mismatch:
   description: Settings whose running value differs from the requested one (key, requested, running).
   returned: when started and not in check mode
@@ -268,10 +284,10 @@ from ansible.module_utils.epforge_files import write_atomic
 from ansible.module_utils.epforge_http import get_json, request, wait_until
 from ansible.module_utils.epforge_process import Completed, run_bounded
 from ansible.module_utils.epforge_secrets import redact
+from ansible.module_utils.epforge_server_confirm import confirm_settings, describe_entry, unconfirmed_critical
 from ansible.module_utils.epforge_sglang_args import (
     build_server_argv,
     build_server_env,
-    flag_name,
     validate_settings,
     with_defaults,
 )
@@ -284,13 +300,6 @@ from ansible.module_utils.epforge_unit import (
 )
 
 KEY_VAR = "EPFORGE_SGLANG_API_KEY"
-# Settings compared with the running server (when the request sets them).
-COMPARED = ("model_path", "served_model_name", "host", "port", "tp_size", "ep_size", "nnodes",
-            "node_rank", "dist_init_addr", "moe_a2a_backend", "deepep_mode", "enable_dp_attention",
-            "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
-            "speculative_eagle_topk", "speculative_num_draft_tokens", "cuda_graph_max_bs",
-            "disable_cuda_graph", "disable_custom_all_reduce", "enable_torch_symm_mem")
-
 
 # ----------------------------------------------------------------------------------------------- helpers
 
@@ -321,43 +330,6 @@ def read_from(path: str, offset: int, max_bytes: int = 512 * 1024) -> str:
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-
-
-def normalize(value):
-    """Comparable form of a setting: numbers as floats, strings case-folded, 'none'/'' as None."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in ("", "none", "null"):
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            return text.lower()
-    return value
-
-
-def compare_settings(settings: dict, info: dict, sglang_version: str | None) -> tuple[list[dict], dict]:
-    """(mismatches, running values) for the compared keys the request sets."""
-    mismatches = []
-    running = {}
-    for key in COMPARED:
-        wanted = settings.get(key)
-        if wanted is None or (isinstance(wanted, str) and wanted == ""):
-            continue
-        info_key = flag_name(key, sglang_version)[2:].replace("-", "_")
-        if info_key not in info and key in info:
-            info_key = key
-        if info_key not in info:
-            continue
-        have = info[info_key]
-        running[key] = have
-        if normalize(wanted) != normalize(have) and not (wanted is False and have in (None, False)):
-            mismatches.append({"key": key, "requested": wanted, "running": have})
-    return mismatches, running
 
 
 class Server:
@@ -514,21 +486,29 @@ class Server:
             self.module.fail_json(msg=f"{self.url} is ready but neither /get_server_info nor /server_info "
                                       f"answered (last: HTTP {status} {error})", **self.public_result())
         info = redact(info, [self.api_key])
-        mismatches, running = compare_settings(self.settings, info, self.p["sglang_version"])
-        running["version"] = info.get("version")
+        report = confirm_settings(self.settings, info, self.p["sglang_version"])
+        mismatches = report["mismatched"]
+        running = dict(report["running"], version=info.get("version"))
         states = info.get("internal_states") or []
         if states and isinstance(states[0], dict) and "avg_spec_accept_length" in states[0]:
             running["avg_spec_accept_length"] = states[0]["avg_spec_accept_length"]
-        self.result.update(server_info=info, running=running, settings_mismatch=mismatches)
-        if mismatches and self.p["settings_check"] == "strict":
-            lines = ", ".join(f"{m['key']}: requested {m['requested']!r}, running {m['running']!r}"
-                              for m in mismatches)
-            self.module.fail_json(msg=f"SGLang server {self.name} runs other settings than requested: "
-                                      f"{lines} (SGLang may have adjusted them; set the value SGLang uses, "
-                                      "or settings_check: warn)", **self.public_result())
+        confirmation = {k: report[k] for k in ("confirmed", "mismatched", "unconfirmed")}
+        self.result.update(server_info=info, running=running, settings_mismatch=mismatches,
+                           settings_confirmation=confirmation)
+        if self.p["settings_check"] == "strict":
+            critical = unconfirmed_critical(report)
+            if mismatches or critical:
+                lines = "; ".join(describe_entry(e) for e in mismatches + critical)
+                self.module.fail_json(
+                    msg=f"SGLang server {self.name} runs other settings than requested, or cannot show "
+                        f"that it runs them: {lines} (SGLang may have adjusted or ignored them; set the "
+                        "value SGLang uses, or settings_check: warn)", **self.public_result())
         if mismatches:
             self.module.warn("running settings differ from the requested ones: "
-                             + ", ".join(m["key"] for m in mismatches))
+                             + "; ".join(describe_entry(e) for e in mismatches))
+        if report["unconfirmed"]:
+            self.module.warn("settings the running server does not confirm: "
+                             + "; ".join(describe_entry(e) for e in report["unconfirmed"]))
 
     def finish_started(self) -> None:
         if self.module.check_mode:

@@ -21,9 +21,9 @@ from ansible.module_utils.epforge_bench import (
     parse_result_lines,
     sanitize,
 )
+from ansible.module_utils.epforge_server_confirm import confirm_settings
 from ansible.module_utils.epforge_signatures import classify, explain_failure
 from conftest import FIXTURES
-from sglang_server import compare_settings
 from sglang_verify import accept_length, check_generate, check_openai
 from test_sglang_server import STANDIN, free_port
 
@@ -101,12 +101,12 @@ def test_running_settings_compare_with_the_real_server_info(tag, graph):
     info = real_json(f"{tag}-get_server_info.json")
     settings = {"model_path": "/root/smoke", "tp_size": 1, "host": "127.0.0.1", "port": 30000,
                 "disable_cuda_graph": not graph}
-    mismatches, running = compare_settings(settings, info, "0.5.16")
-    assert mismatches == []
-    assert running == {"model_path": "/root/smoke", "tp_size": 1, "host": "127.0.0.1", "port": 30000,
-                       "disable_cuda_graph": not graph}
-    mismatches, _ = compare_settings({**settings, "tp_size": 2}, info, "0.5.16")
-    assert mismatches == [{"key": "tp_size", "requested": 2, "running": 1}]
+    report = confirm_settings(settings, info, "0.5.16")
+    assert report["mismatched"] == [] and report["unconfirmed"] == []
+    assert report["running"] == {"model_path": "/root/smoke", "tp_size": 1, "host": "127.0.0.1",
+                                 "port": 30000, "disable_cuda_graph": not graph}
+    report = confirm_settings({**settings, "tp_size": 2}, info, "0.5.16")
+    assert report["mismatched"] == [{"key": "tp_size", "requested": 2, "running": 1}]
     assert info["version"] == "0.5.16"
 
 
@@ -170,7 +170,8 @@ def test_standin_answers_in_the_real_servers_shape(standin):
         assert key in real_info and key in info, key
         assert type(info[key]) is type(real_info[key]) or real_info[key] is None, key
     settings = {"model_path": "/root/smoke", "tp_size": 1, "host": "127.0.0.1", "disable_cuda_graph": True}
-    assert compare_settings(settings, info, "0.5.16")[0] == compare_settings(settings, real_info, "0.5.16")[0]
+    assert confirm_settings(settings, info, "0.5.16") == {**confirm_settings(settings, real_info, "0.5.16"),
+                                                          "version": info["version"]}
 
     real_gen = real_json("tp1-nograph-generate.json")
     _, gen = call(standin, "/generate", {"text": "The capital of France is",

@@ -241,6 +241,29 @@ def test_settings_mismatch_is_reported(server, tmp_path):
     assert "ep_size" in json.dumps(warn.get("warnings"))
 
 
+def test_unconfirmed_critical_setting_fails_strict_and_is_listed_in_warn(server, tmp_path):
+    # The stand-in reports tp_size as null (as a release that stopped reporting it would): the requested
+    # tp_size 2 cannot be confirmed.
+    env = {**server["settings"]["env"], "SGLANG_STANDIN_ADJUST": '{"tp_size": null}'}
+    args = {**server, "settings": {**server["settings"], "env": env}}
+    strict = run_module(MODULE, args, tmp_path)
+    assert strict["failed"] is True
+    assert ("tp_size: requested 2 (unconfirmed: the running server reports 'tp_size' as null)"
+            in strict["msg"])
+    warn = run_module(MODULE, {**args, "settings_check": "warn"}, tmp_path)
+    assert warn["_rc"] == 0
+    confirmation = warn["settings_confirmation"]
+    unconfirmed = {e["key"]: e["reason"] for e in confirmation["unconfirmed"]}
+    assert unconfirmed["tp_size"] == "the running server reports 'tp_size' as null"
+    # the environment is listed, not dropped; the confirmed ones are there too
+    assert unconfirmed["env.SGLANG_STANDIN_ADJUST"].startswith("an environment variable")
+    assert {e["key"] for e in confirmation["confirmed"]} >= {"ep_size", "moe_a2a_backend", "deepep_mode",
+                                                              "port", "model_path"}
+    requested = {k for k in args["settings"] if k != "env"} | {f"env.{k}" for k in env} | {"host"}
+    assert {e["key"] for kind in confirmation.values() for e in kind} == requested
+    assert "tp_size" in json.dumps(warn.get("warnings"))
+
+
 def test_taken_port_is_refused_before_a_start(server, tmp_path):
     with socket.socket() as other:
         other.bind(("127.0.0.1", server["settings"]["port"]))
