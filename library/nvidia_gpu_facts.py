@@ -10,7 +10,8 @@ short_description: Gather NVIDIA GPU, driver and interconnect facts with nvidia-
 description:
   - Runs C(nvidia-smi --query-gpu=index,name,compute_cap,memory.total,pci.bus_id,uuid,driver_version
     --format=csv,noheader,nounits), plain C(nvidia-smi) (its header names the newest CUDA the driver
-    supports) and C(nvidia-smi topo -m) (the GPU connection matrix), each as an argv list.
+    supports), C(nvidia-smi topo -p2p r) (which GPU pairs have peer reads) and C(nvidia-smi topo -m) (the
+    GPU connection matrix), each as an argv list.
   - Sets the fact C(epforge_gpu_facts). The module only gathers; it never fails because a host has no
     GPU. A host without nvidia-smi, or where nvidia-smi cannot reach the driver, gets C(available=false)
     with the reason, so a later preflight step decides what that means.
@@ -106,6 +107,14 @@ ansible_facts:
         topology_error:
           description: Why the topology could not be read ("" when it was, or when there is no GPU).
           type: str
+        peer_access:
+          description: >-
+            Peer reads between the GPUs from C(nvidia-smi topo -p2p r): C(status) full (every pair OK),
+            partial (some pairs; DeepEP crashes on such hosts), none (no pair), single (one GPU), no_gpu,
+            or unknown (not readable; C(error) says why); C(pairs), C(ok_pairs) and C(missing)
+            (C(GPU0-GPU2 CNS), the pair and the legend code of the direction that is not OK).
+          type: dict
+          sample: {status: partial, pairs: 6, ok_pairs: 2, missing: [GPU0-GPU2 CNS, GPU0-GPU3 CNS], error: ""}
         archs:
           description: Unique compute capabilities of the GPUs, in numeric order (8.9 before 12.0).
           type: list
@@ -122,6 +131,7 @@ from ansible.module_utils.epforge_nvidia import (
     QUERY_FIELDS,
     classify_interconnect,
     parse_cuda_version,
+    parse_p2p,
     parse_query_csv,
     parse_topology,
 )
@@ -141,6 +151,7 @@ def empty_facts(reason: str) -> dict:
         "interconnect": "none",
         "topology": {"gpus": [], "matrix": {}, "links": dict.fromkeys(LINK_CLASSES, 0)},
         "topology_error": "",
+        "peer_access": {"status": "no_gpu", "pairs": 0, "ok_pairs": 0, "missing": [], "error": ""},
         "archs": [],
     }
 
@@ -205,6 +216,25 @@ def gather(module: AnsibleModule) -> dict:
 
     _argv, rc, out, err = smi.run([])
     facts["cuda_driver_version"] = parse_cuda_version(out) if rc == 0 else ""
+
+    # Peer reads between every GPU pair: DeepEP crashes when only some pairs have them (sglang #19033,
+    # DeepEP #584), so preflight's known-issues rows read this. Unreadable -> status unknown, never a failure.
+    _argv, rc, out, err = smi.run(["topo", "-p2p", "r"])
+    if rc != 0:
+        facts["peer_access"] = {"status": "unknown", "pairs": 0, "ok_pairs": 0, "missing": [],
+                                "error": failure_reason(rc, out, err, timeout)}
+    else:
+        try:
+            p2p = parse_p2p(out)
+        except ValueError as exc:
+            p2p = {"status": "unknown", "pairs": 0, "ok_pairs": 0, "missing": [], "error": str(exc)}
+        else:
+            if len(p2p["gpus"]) != len(gpus):
+                p2p = {"status": "unknown", "pairs": 0, "ok_pairs": 0, "missing": [],
+                       "error": f"topo -p2p r lists {len(p2p['gpus'])} GPUs but the query listed {len(gpus)}"}
+            else:
+                p2p = {key: p2p[key] for key in ("status", "pairs", "ok_pairs", "missing")} | {"error": ""}
+        facts["peer_access"] = p2p
 
     _argv, rc, out, err = smi.run(["topo", "-m"])
     if rc != 0:

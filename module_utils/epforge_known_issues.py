@@ -248,7 +248,8 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
     """The facts conditions can read.
 
     gpu.available, gpu.count, gpu.archs (base archs of the GPUs found, e.g. ['12.0']), gpu.interconnect,
-    gpu.driver_version, gpu.cuda_driver_version; target.archs (the GPUs' archs, or the stack's arch_list on
+    gpu.driver_version, gpu.cuda_driver_version, gpu.peer_access (full | partial | none | single | unknown
+    | no_gpu, from nvidia-smi topo -p2p r); target.archs (the GPUs' archs, or the stack's arch_list on
     a host without GPUs, so a build host still meets arch dead ends) and target.source (gpus | stack);
     stack.name, stack.cuda, stack.archs; server.* (server_defaults overlaid by the requested settings).
     """
@@ -273,6 +274,9 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
             "interconnect": str(gpu_facts.get("interconnect") or ("unknown" if available else "none")),
             "driver_version": gpu_facts.get("driver_version"),
             "cuda_driver_version": gpu_facts.get("cuda_driver_version"),
+            # full | partial | none | single | unknown | no_gpu (nvidia-smi topo -p2p r, nvidia_gpu_facts)
+            "peer_access": str((gpu_facts.get("peer_access") or {}).get("status")
+                               or ("unknown" if available else "no_gpu")),
         },
         "target": {
             "archs": archs if available else summary["archs"],

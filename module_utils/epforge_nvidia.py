@@ -1,5 +1,6 @@
-"""Parsers for nvidia-smi output: the GPU query CSV, the CUDA version the driver supports, and the
-`nvidia-smi topo -m` connection matrix; plus the rule that names a host's GPU interconnect.
+"""Parsers for nvidia-smi output: the GPU query CSV, the CUDA version the driver supports, the
+`nvidia-smi topo -m` connection matrix and the `nvidia-smi topo -p2p r` peer-read matrix; plus the rules
+that name a host's GPU interconnect and its peer access (full, none or partial).
 
 Pure functions (text in, data out). Malformed input raises ValueError with a message that names the
 line at fault, so the module can report it instead of guessing.
@@ -175,3 +176,86 @@ def classify_interconnect(topology: dict) -> str:
     if links["NV"] == 0:
         return "pcie"
     return "mixed"
+
+
+# Cells of `nvidia-smi topo -p2p <r|w|n|a|p>` (its legend): OK, or why a pair has no peer access.
+P2P_STATUSES = {
+    "OK": "Status Ok",
+    "CNS": "Chipset not supported",
+    "GNS": "GPU not supported",
+    "TNS": "Topology not supported",
+    "NS": "Not supported",
+    "DR": "Disabled by regkey",
+    "U": "Unknown",
+}
+
+
+def parse_p2p(text: str) -> dict:
+    """The GPU pairs with and without peer access from `nvidia-smi topo -p2p r` (or w/n/a/p).
+
+    Handles a title line before the matrix ("P2P Connectivity Matrix"), the escape codes around the
+    header, tab- or space-aligned columns and the legend. Returns
+    {"gpus": [...], "matrix": {"GPU0": {"GPU1": "OK", ...}, ...}, "pairs": n, "ok_pairs": n,
+     "missing": ["GPU0-GPU2 CNS", ...], "status": full|none|partial|single}, where a pair has peer access
+    only when both directions read OK. Raises ValueError naming the line at fault.
+    """
+    lines = [_ANSI.sub("", line).rstrip() for line in (text or "").splitlines()]
+    gpus: list[str] = []
+    start = None
+    for number, line in enumerate(lines):
+        tokens = line.split()
+        if tokens and all(_GPU.match(token) for token in tokens):
+            gpus = tokens
+            start = number + 1
+            break
+        if tokens and tokens[0].rstrip(":") == "Legend":
+            break
+    if start is None:
+        raise ValueError("no header row of GPU names (GPU0 GPU1 ...) before the legend")
+    if gpus != [f"GPU{i}" for i in range(len(gpus))]:
+        raise ValueError(f"header GPU names are not GPU0..GPU{len(gpus) - 1}: {gpus}")
+    matrix: dict[str, dict[str, str]] = {}
+    for line in lines[start:]:
+        tokens = line.split()
+        if not tokens:
+            if matrix:
+                break
+            continue
+        if tokens[0].rstrip(":") == "Legend":
+            break
+        name, cells = tokens[0], tokens[1:]
+        if name not in gpus or name in matrix:
+            raise ValueError(f"matrix row {name!r} is not a new GPU of the header {gpus}: {line!r}")
+        if len(cells) != len(gpus):
+            raise ValueError(f"row {name} has {len(cells)} cells for {len(gpus)} GPUs: {line!r}")
+        row = {}
+        for peer, cell in zip(gpus, cells, strict=True):
+            if peer == name:
+                if cell != "X":
+                    raise ValueError(f"{name} to itself reads {cell!r}, expected X")
+                continue
+            if cell not in P2P_STATUSES:
+                raise ValueError(f"unknown peer status {cell!r} between {name} and {peer}")
+            row[peer] = cell
+        matrix[name] = row
+    if sorted(matrix) != sorted(gpus):
+        raise ValueError(f"rows for {sorted(matrix)} but the header lists {gpus}")
+    pairs = 0
+    missing = []
+    for i, gpu in enumerate(gpus):
+        for peer in gpus[i + 1:]:
+            pairs += 1
+            there, back = matrix[gpu][peer], matrix[peer][gpu]
+            if there != "OK" or back != "OK":
+                missing.append(f"{gpu}-{peer} {there if there != 'OK' else back}")
+    ok_pairs = pairs - len(missing)
+    if len(gpus) == 1:
+        status = "single"
+    elif not missing:
+        status = "full"
+    elif ok_pairs == 0:
+        status = "none"
+    else:
+        status = "partial"
+    return {"gpus": gpus, "matrix": matrix, "pairs": pairs, "ok_pairs": ok_pairs, "missing": missing,
+            "status": status}

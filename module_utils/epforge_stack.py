@@ -23,7 +23,8 @@ REQUIRED_KEYS = {
     "arch_list": list,
 }
 
-# CUDA build of the *default* PyPI wheel per torch minor (stack-facts.md: read from PyPI metadata).
+# CUDA build of the *default* PyPI wheel per torch minor (read from PyPI: the CUDA version of the nvidia-*
+# runtime packages each default torch wheel depends on).
 # Used only when a stack installs torch from the default index (torch.index_url empty).
 TORCH_PYPI_DEFAULT_CUDA = {
     "2.8": "12.8",

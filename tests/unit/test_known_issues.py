@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import epforge_known_issues as module_under_test
@@ -46,6 +47,11 @@ def gpus(arch: str = "12.0", count: int = 8, interconnect: str = "pcie") -> dict
 NO_GPU = {"available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0, "gpus": [],
           "driver_version": "", "cuda_driver_version": "", "interconnect": "none", "archs": []}
 SM120_PCIE = gpus("12.0", 8, "pcie")
+# 4 GPUs where only two pairs have peer reads (as nvidia_gpu_facts reads tests/fixtures/nvidia-smi/
+# synthetic-4gpu-partial-p2p.txt)
+PARTIAL_P2P = {**gpus("12.0", 4, "pcie"), "peer_access": {
+    "status": "partial", "pairs": 6, "ok_pairs": 2, "error": "",
+    "missing": ["GPU0-GPU2 CNS", "GPU0-GPU3 CNS", "GPU1-GPU2 CNS", "GPU1-GPU3 CNS"]}}
 H200_NVLINK = gpus("9.0", 2, "nvlink")
 
 
@@ -146,6 +152,54 @@ CASES = {
         (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "Ring"}}),
         (SM120_PCIE, CU130, {"tp_size": 8, "disable_cuda_graph": True, "env": {"NCCL_ALGO": "Tree"}}),
     ]),
+    "deepep_unquantized_low_latency_only": ("warning", [
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),  # auto: normal for prefill
+        (NO_GPU, CU130, {"moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+    ], [
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+        # on PCIe the mode is adjusted to low_latency first
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
+        (H200_NVLINK, CU130, {"tp_size": 2}),
+    ]),
+    "deepep_unquantized_no_runner_sm120": ("warning", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+        (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),  # the stack targets sm_120
+    ], [
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+        (SM120_PCIE, CU130, {"tp_size": 8}),
+    ]),
+    "deepep_v2_needs_deep_gemm_fp8_sm120": ("error", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep_v2"}),
+        (NO_GPU, CU130, {"moe_a2a_backend": "deepep_v2"}),
+    ], [
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep_v2"}),
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
+    ]),
+    "deepep_v2_requirements": ("warning", [
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep_v2"}),
+    ], [
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep_v2"}),  # the error row instead
+        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+    ]),
+    "deepep_partial_peer_access": ("error", [
+        (PARTIAL_P2P, CU130, {"tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+        (PARTIAL_P2P, CU130, {"tp_size": 4, "moe_a2a_backend": "deepep_v2"}),
+    ], [
+        (PARTIAL_P2P, CU130, {"tp_size": 4}),
+        ({**PARTIAL_P2P, "peer_access": {"status": "full"}}, CU130,
+         {"tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+    ]),
+    "deepep_peer_access_unknown": ("warning", [
+        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+        ({**SM120_PCIE, "peer_access": {"status": "unknown"}}, CU130,
+         {"tp_size": 8, "moe_a2a_backend": "deepep"}),
+    ], [
+        ({**SM120_PCIE, "peer_access": {"status": "full"}}, CU130,
+         {"tp_size": 8, "moe_a2a_backend": "deepep"}),
+        (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),
+        ({**gpus("12.0", 1, "single"), "peer_access": {"status": "unknown"}}, CU130,
+         {"moe_a2a_backend": "deepep"}),
+    ]),
     "flashinfer_jit_nvcc_before_12_9_sm120": ("adjust", [
         (SM120_PCIE, CU128, {"tp_size": 8, "env": {"NCCL_P2P_LEVEL": "SYS"}}),
         (NO_GPU, CU128, {}),
@@ -170,10 +224,25 @@ def test_required_rows_present():
         "flashinfer_allreduce_fusion_sm120", "torch_symm_mem_sm120_pcie", "custom_allreduce_pcie_multi_gpu",
         "deepep_normal_mode_needs_nvlink", "nccl_algo_tree_with_cuda_graphs",
         "flashinfer_jit_nvcc_before_12_9_sm120", "deepep_ep_size_differs_from_tp_size",
-        "deepep_deepgemm_disabled_sm120",
+        "deepep_deepgemm_disabled_sm120", "deepep_unquantized_no_runner_sm120",
+        "deepep_v2_needs_deep_gemm_fp8_sm120", "deepep_partial_peer_access",
     } <= set(CASES)
     for row in TABLE["issues"]:
         assert row["source"] and row["remedy"] and row["consequence"]
+
+
+def test_sources_are_public_or_a_project_doc_section():
+    """A source is a URL, an upstream file, or a section of a doc in docs/ that exists - never a file
+    users do not have (the project's working notes)."""
+    docs = {path.name: path.read_text() for path in (ROOT / "docs").glob("*.md")}
+    for row in TABLE["issues"]:
+        source = " ".join(row["source"].split())
+        assert "stack-facts" not in source and "../shared" not in source, row["id"]
+        cited = re.findall(r"docs/([\w.-]+\.md), ((?:\"[^\"]+\"(?: and )?)+)", source)
+        for doc, sections in cited:
+            for section in re.findall(r'"([^"]+)"', sections):
+                assert f"## {section}" in docs[doc], (row["id"], doc, section)
+        assert cited or "https://" in source or "sglang python/" in source, row["id"]
 
 
 @pytest.mark.parametrize(("issue_id", "case"),
@@ -239,7 +308,8 @@ def test_example_inventory_of_the_motivating_host():
     assert result["findings"]["errors"] == []
     assert set(ids(result, "adjust")) == {"custom_allreduce_pcie_multi_gpu",
                                           "flashinfer_jit_nvcc_before_12_9_sm120"}
-    assert ids(result, "warning") == ["deepep_deepgemm_disabled_sm120"]
+    assert ids(result, "warning") == ["deepep_deepgemm_disabled_sm120", "deepep_unquantized_no_runner_sm120",
+                                      "deepep_peer_access_unknown"]
     assert result["adjusted_settings"]["deepep_mode"] == "low_latency"  # already requested: untouched
     assert result["adjusted_settings"]["env"]["NCCL_PROTO"] == "LL,LL128,Simple"
 
@@ -403,8 +473,9 @@ def test_module_reports_adjustments_and_warnings():
     assert result["settings_changes"] == {"disable_custom_all_reduce": True, "deepep_mode": "low_latency"}
     assert [m.split(" ", 2)[:2] for m in result["messages"]] == [
         ["ADJUSTED", "[custom_allreduce_pcie_multi_gpu]"], ["ADJUSTED", "[deepep_normal_mode_needs_nvlink]"],
-        ["WARNING", "[deepep_deepgemm_disabled_sm120]"]]
-    assert len(result["_warnings"]) == 1 and "DeepGEMM" in result["_warnings"][0]
+        ["WARNING", "[deepep_deepgemm_disabled_sm120]"], ["WARNING", "[deepep_unquantized_no_runner_sm120]"],
+        ["WARNING", "[deepep_peer_access_unknown]"]]
+    assert len(result["_warnings"]) == 3 and "DeepGEMM" in result["_warnings"][0]
 
 
 def test_module_refuses_a_malformed_table():

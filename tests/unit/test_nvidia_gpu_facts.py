@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from unittest import mock
@@ -18,6 +19,7 @@ from ansible.module_utils.epforge_nvidia import (
     LINK_CLASSES,
     classify_interconnect,
     parse_cuda_version,
+    parse_p2p,
     parse_query_csv,
     parse_topology,
 )
@@ -259,11 +261,12 @@ def query_for(count: int) -> str:
 class FakeSmi:
     """Answers run_bounded like nvidia-smi would, from fixtures; records every argv."""
 
-    def __init__(self, query=None, header=None, topo=None):
+    def __init__(self, query=None, header=None, topo=None, p2p=None):
         self.answers = {
             "query": query or (0, fixture("h200x2-query.csv"), ""),
             "header": header or (0, fixture("h200x2-nvidia-smi.txt"), ""),
             "topo": topo or (0, fixture("h200x2-topo.txt"), ""),
+            "p2p": p2p or (0, fixture("h200x2-p2p.txt"), ""),
         }
         self.calls: list[tuple[list[str], dict]] = []
 
@@ -271,6 +274,8 @@ class FakeSmi:
         self.calls.append((list(argv), kwargs))
         if any(arg.startswith("--query-gpu=") for arg in argv):
             answer = self.answers["query"]
+        elif "-p2p" in argv:
+            answer = self.answers["p2p"]
         elif "topo" in argv:
             answer = self.answers["topo"]
         else:
@@ -322,8 +327,10 @@ def test_module_h200_host():
         [*prefix, "--query-gpu=index,name,compute_cap,memory.total,pci.bus_id,uuid,driver_version",
          "--format=csv,noheader,nounits"],
         prefix,
+        [*prefix, "topo", "-p2p", "r"],
         [*prefix, "topo", "-m"],
     ]
+    assert facts["peer_access"] == {"status": "full", "pairs": 1, "ok_pairs": 1, "missing": [], "error": ""}
     assert all(kwargs == {"timeout": 60, "env_update": {"LC_ALL": "C"}} for _, kwargs in smi.calls)
 
 
@@ -342,6 +349,7 @@ def test_module_without_nvidia_smi_succeeds_with_reason():
         "available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0, "gpus": [],
         "driver_version": "", "cuda_driver_version": "", "interconnect": "none",
         "topology": {"gpus": [], "matrix": {}, "links": links()}, "topology_error": "", "archs": [],
+        "peer_access": {"status": "no_gpu", "pairs": 0, "ok_pairs": 0, "missing": [], "error": ""},
     }
     assert smi.calls == []
 
@@ -390,6 +398,61 @@ def test_module_malformed_query_fails_with_cmd_rc_and_tail():
         "--format=csv,noheader,nounits",
     ]
     assert "GPU-ab94a1d0-a636-e01b-ca8f-2a7a9b05f8af" in result["log_tail"]
+
+
+# ---------------------------------------------------------------- peer access (nvidia-smi topo -p2p r)
+
+def test_p2p_real_h200_capture_is_full():
+    p2p = parse_p2p(fixture("h200x2-p2p.txt"))
+    assert p2p == {"gpus": ["GPU0", "GPU1"], "matrix": {"GPU0": {"GPU1": "OK"}, "GPU1": {"GPU0": "OK"}},
+                   "pairs": 1, "ok_pairs": 1, "missing": [], "status": "full"}
+
+
+def test_p2p_partial_access_names_the_missing_pairs():
+    # SYNTHETIC (tests/fixtures/nvidia-smi/README.md): the real capture's format, two pairs with peer reads
+    p2p = parse_p2p(fixture("synthetic-4gpu-partial-p2p.txt"))
+    assert p2p["status"] == "partial" and p2p["pairs"] == 6 and p2p["ok_pairs"] == 2
+    assert p2p["missing"] == ["GPU0-GPU2 CNS", "GPU0-GPU3 CNS", "GPU1-GPU2 CNS", "GPU1-GPU3 CNS"]
+
+
+def test_p2p_none_single_one_direction_and_space_aligned():
+    text = fixture("h200x2-p2p.txt")
+    assert parse_p2p(text.replace("OK", "NS"))["status"] == "none"
+    # one direction not OK is enough to lose the pair; the code shown is the one that is not OK
+    one_way = text.replace(" GPU1\tOK", " GPU1\tTNS")
+    assert parse_p2p(one_way)["missing"] == ["GPU0-GPU1 TNS"]
+    spaced = "P2P Connectivity Matrix\n        GPU0    GPU1\n GPU0   X       CNS\n GPU1   CNS     X\n"
+    assert parse_p2p(spaced)["missing"] == ["GPU0-GPU1 CNS"]
+    single = "        GPU0\n GPU0   X\n\nLegend:\n\n  X    = Self\n"
+    assert parse_p2p(single)["status"] == "single"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (("OK\tX", "OK\tY"), "GPU1 to itself reads 'Y', expected X"),
+    (("X\tOK", "X\tBAD"), "unknown peer status 'BAD' between GPU0 and GPU1"),
+    (("GPU1\tOK\tX\t", "GPU1\tOK\t"), "row GPU1 has 1 cells for 2 GPUs"),
+    (("GPU0\tGPU1", "GPU0\tGPU2"), "header GPU names are not GPU0..GPU1"),
+])
+def test_p2p_malformed_is_named(change, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_p2p(fixture("h200x2-p2p.txt").replace(*change))
+    with pytest.raises(ValueError, match="no header row"):
+        parse_p2p("Legend:\n  X = Self\n")
+
+
+def test_module_partial_peer_access_and_unreadable_p2p():
+    smi = FakeSmi(query=(0, query_for(4), ""),
+                  topo=(0, fixture("public-aikitoria18-4x3090-mixed-topo.txt"), ""),
+                  p2p=(0, fixture("synthetic-4gpu-partial-p2p.txt"), ""))
+    facts = run_module({}, smi)[1]["ansible_facts"]["epforge_gpu_facts"]
+    assert facts["peer_access"]["status"] == "partial" and facts["peer_access"]["ok_pairs"] == 2
+    facts = run_module({}, FakeSmi(p2p=(6, "", "Unknown Error")))[1]["ansible_facts"]["epforge_gpu_facts"]
+    assert facts["peer_access"]["status"] == "unknown"
+    assert facts["peer_access"]["error"] == "nvidia-smi failed: Unknown Error, rc 6"
+    assert facts["interconnect"] == "nvlink"  # the rest is gathered as before
+    smi = FakeSmi(p2p=(0, fixture("synthetic-4gpu-partial-p2p.txt"), ""))
+    facts = run_module({}, smi)[1]["ansible_facts"]["epforge_gpu_facts"]
+    assert facts["peer_access"]["error"] == "topo -p2p r lists 4 GPUs but the query listed 2"
 
 
 def test_module_malformed_topology_gives_unknown():
@@ -494,7 +557,7 @@ def fake_smi(tmp_path, query: str, topo: str, header: str = "h200x2-nvidia-smi.t
         "#!/bin/sh\n"
         'case "$1" in\n'
         f"  --query-gpu=*) cat '{SMI / query}'; exit {query_rc} ;;\n"
-        f"  topo) cat '{SMI / topo}' ;;\n"
+        f"  topo) if [ \"$2\" = -p2p ]; then cat '{SMI / 'h200x2-p2p.txt'}'; else cat '{SMI / topo}'; fi ;;\n"
         f"  *) cat '{SMI / header}' ;;\n"
         "esac\n"
     )

@@ -225,16 +225,17 @@ PLAYBOOK = """\
 """
 
 
-def fake_smi(tmp_path: Path, query: Path, topo: Path, header: Path) -> str:
+def fake_smi(tmp_path: Path, query: Path, topo: Path, header: Path, p2p: Path | None = None) -> str:
     """A PATH whose nvidia-smi prints captures, as the real one would for these arguments."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "nvidia-smi"
+    p2p = p2p or SMI / "h200x2-p2p.txt"
     script.write_text(
         "#!/bin/sh\n"
         'case "$1" in\n'
         f"  --query-gpu=*) cat '{query}' ;;\n"
-        f"  topo) cat '{topo}' ;;\n"
+        f"  topo) if [ \"$2\" = -p2p ]; then cat '{p2p}'; else cat '{topo}'; fi ;;\n"
         f"  '') cat '{header}' ;;\n"
         "  *) echo \"fake nvidia-smi: unexpected arguments $*\" >&2; exit 2 ;;\n"
         "esac\n"
@@ -243,21 +244,36 @@ def fake_smi(tmp_path: Path, query: Path, topo: Path, header: Path) -> str:
     return f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin"
 
 
-def sm120_pcie_host(tmp_path: Path) -> str:
-    """8x RTX PRO 6000 (sm_120) over PCIe. No such capture exists, so the query answer is derived from the
-    real H200 capture (same fields and format, RTX PRO 6000 values); the topology is a real 8-GPU PCIe
-    capture and the header the real driver 580.159.04 / CUDA 13.0 one."""
+def p2p_matrix(count: int, missing: set[tuple[int, int]] = frozenset()) -> str:
+    """`nvidia-smi topo -p2p r` for count GPUs in the format of the real H200 capture (tabs, escape codes
+    around the header, its legend); pairs in missing read CNS."""
+    legend = (SMI / "h200x2-p2p.txt").read_text().split("\n\n", 1)[1]
+    names = [f"GPU{i}" for i in range(count)]
+    rows = [" \t\x1b[4m" + "\t".join(names) + "\t\x1b[0m"]
+    for i in range(count):
+        cells = ["X" if i == j else ("CNS" if (min(i, j), max(i, j)) in missing else "OK")
+                 for j in range(count)]
+        rows.append(f" GPU{i}\t" + "\t".join(cells) + "\t")
+    return "\n".join(rows) + "\n\n" + legend
+
+
+def sm120_pcie_host(tmp_path: Path, count: int = 8, topo: str = "public-8x4090-pcie-node-sys-topo.txt",
+                    p2p_missing: set[tuple[int, int]] = frozenset()) -> str:
+    """RTX PRO 6000s (sm_120) over PCIe. No such capture exists, so the query answer is derived from the
+    real H200 capture (same fields and format, RTX PRO 6000 values), and so is the peer-read matrix; the
+    topology is a real PCIe capture and the header the real driver 580.159.04 / CUDA 13.0 one."""
     template = (SMI / "h200x2-query.csv").read_text().splitlines()[0].split(", ")
     lines = []
-    for i in range(8):
+    for i in range(count):
         fields = list(template)
         fields[0:6] = [str(i), "NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", "97887",
                        f"00000000:{0x18 + i:02X}:00.0", f"GPU-0e4a5f5c-0000-0000-0000-00000000000{i}"]
         lines.append(", ".join(fields))
-    query = tmp_path / "rtx-pro-6000x8-query.csv"
+    query = tmp_path / f"rtx-pro-6000x{count}-query.csv"
     query.write_text("\n".join(lines) + "\n")
-    return fake_smi(tmp_path, query, SMI / "public-8x4090-pcie-node-sys-topo.txt",
-                    SMI / "h200x2-nvidia-smi.txt")
+    p2p = tmp_path / f"rtx-pro-6000x{count}-p2p.txt"
+    p2p.write_text(p2p_matrix(count, p2p_missing))
+    return fake_smi(tmp_path, query, SMI / topo, SMI / "h200x2-nvidia-smi.txt", p2p)
 
 
 def no_gpu_path() -> str:
@@ -366,7 +382,8 @@ def test_role_adjusts_the_motivating_host_and_reruns_unchanged(tmp_path):
                                         "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0a"}}
     assert fact["server_settings"]["deepep_mode"] == "low_latency"
     assert fact["server_settings"]["env"]["NCCL_P2P_LEVEL"] == "SYS"
-    assert [w["id"] for w in fact["known_issues"]["warnings"]] == ["deepep_deepgemm_disabled_sm120"]
+    assert [w["id"] for w in fact["known_issues"]["warnings"]] == ["deepep_deepgemm_disabled_sm120",
+                                                                   "deepep_unquantized_no_runner_sm120"]
     first = fact_file(tmp_path).read_bytes()
 
     rc, report = play(tmp_path, extra, path)
@@ -382,6 +399,24 @@ def test_role_refuses_a_dead_end_setting_before_writing(tmp_path):
     assert task == "Refuse, warn about or adjust known dead ends of the requested server settings"
     assert "[torch_symm_mem_sm120_pcie]" in msg and "KeyError: 12" in msg
     assert "Remedy: remove enable_torch_symm_mem from epforge_server" in msg
+    assert not fact_file(tmp_path).exists()
+
+
+def test_role_refuses_deepep_on_partial_peer_access(tmp_path):
+    # 4 GPUs in two PCIe pairs: GPU0-GPU1 and GPU2-GPU3 reach each other, the rest read CNS
+    path = sm120_pcie_host(tmp_path, 4, "public-missalignment106-4xl40s-nic-topo.txt",
+                           {(0, 2), (0, 3), (1, 2), (1, 3)})
+    server = {"model_path": "/m", "tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}
+    rc, report = play(tmp_path, {"epforge_server": server}, path)
+    assert rc != 0
+    task, msg = failure(report)
+    assert task == "Refuse, warn about or adjust known dead ends of the requested server settings"
+    assert "[deepep_partial_peer_access]" in msg and "deep_ep.cpp:200" in msg
+    gathered = host_results(report)["Gather NVIDIA GPU facts (a host without a GPU reports available=false "
+                                    "with the reason)"]
+    peer = gathered["ansible_facts"]["epforge_gpu_facts"]["peer_access"]
+    assert peer["status"] == "partial" and peer["missing"] == ["GPU0-GPU2 CNS", "GPU0-GPU3 CNS",
+                                                               "GPU1-GPU2 CNS", "GPU1-GPU3 CNS"]
     assert not fact_file(tmp_path).exists()
 
 

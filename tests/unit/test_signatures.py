@@ -43,8 +43,8 @@ KeyError: 12"""),
     ("cuda_driver_too_old", "RuntimeError: The NVIDIA driver on your system is too old "
                             "(found version 12040)."),
     ("no_gpu", "RuntimeError: No CUDA GPUs are available"),
-    ("not_enough_gpus", "torch.AcceleratorError: CUDA error: invalid device ordinal\nGPU device may be out of "
-                        "range, do you have enough GPUs?"),
+    ("not_enough_gpus", "torch.AcceleratorError: CUDA error: invalid device ordinal\nGPU device may be out "
+                        "of range, do you have enough GPUs?"),
     ("port_in_use", "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
                     "address already in use"),
     ("bad_cli_flag", "sglang serve: error: unrecognized arguments: --tp-sise 8"),
