@@ -170,6 +170,10 @@ SETTING_TYPES = {
 }
 
 
+# The model directory: readable by the server's unprivileged account (files get the writer's umask, 0644).
+MODEL_DIR_MODE = 0o755
+
+
 def read_manifest(path: str) -> dict:
     return read_json(os.path.join(path, sm.MANIFEST)) or {}
 
@@ -225,6 +229,10 @@ def main() -> None:
         manifest = read_manifest(path)
         result.update(files=manifest.get("files", {}), seconds=0.0,
                       bytes=sum(f["size"] for f in manifest.get("files", {}).values()))
+        if os.stat(path).st_mode & 0o777 != MODEL_DIR_MODE:  # an older run left mkdtemp's 0700
+            result["changed"] = True
+            if not module.check_mode:
+                os.chmod(path, MODEL_DIR_MODE)
         module.exit_json(**result)
 
     before = read_manifest(path).get("key")
@@ -244,6 +252,9 @@ def main() -> None:
         if stale.startswith(prefix):
             shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
     staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    # mkdtemp makes it 0700, but the server's unprivileged user must read the model (on the lent H200 SGLang
+    # saw no config.json in a root-only directory: "Unrecognized model ... Should have a model_type key").
+    os.chmod(staging, MODEL_DIR_MODE)
     argv = [p["python"], "-", staging, json.dumps(settings, sort_keys=True)]
     started = time.monotonic()
     proc = run_bounded(argv, input_text=inspect.getsource(sm), timeout=p["timeout"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 import subprocess
 import sys
@@ -170,3 +171,17 @@ def test_hidden_size_deepep_cannot_serve_warns(tmp_path):
     rc, res = write(tmp_path, **{**TINY, "hidden_size": 320})
     assert rc == 0 and res["deepep_low_latency_hidden"] is False
     assert "'Unsupported hidden'" in json.dumps(res["warnings"])  # ansible-core 2.19 wraps warnings in events
+
+
+def test_the_model_is_readable_by_other_users(tmp_path):
+    """The server runs unprivileged: a root-only (mkdtemp's 0700) model directory made SGLang report
+    'Unrecognized model ... Should have a model_type key' on the lent H200. An old 0700 model is fixed."""
+    assert write(tmp_path, "m", **TINY)[0] == 0
+    model = tmp_path / "m"
+    assert stat.S_IMODE(model.stat().st_mode) == 0o755
+    assert all(stat.S_IMODE(f.stat().st_mode) & 0o044 == 0o044 for f in model.iterdir())
+    model.chmod(0o700)
+    rc, again = write(tmp_path, "m", **TINY)
+    assert rc == 0 and again["changed"] is True and again["reason"] == "manifest matches"
+    assert stat.S_IMODE(model.stat().st_mode) == 0o755
+    assert write(tmp_path, "m", **TINY)[1]["changed"] is False
