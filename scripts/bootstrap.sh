@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install what epforge's controller and tests need on a fresh Debian/Ubuntu machine, idempotently:
-# system packages (podman for Molecule test hosts, libibverbs-dev for DeepEP's headers) and a venv at
+# system packages (podman for Molecule test hosts, libibverbs-dev for DeepEP's headers, chromium for the
+# report's rendering test) and a venv at
 # .venv with the controller dependencies and the test extra. Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs libibverbs-dev rsync gnupg gcc g++ dpkg-dev git)
+apt_packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs libibverbs-dev rsync gnupg gcc g++ dpkg-dev git chromium)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -2,10 +2,12 @@
 
 epforge run site|sweep|PLAYBOOK [-i INVENTORY] [-e KEY=VALUE|@FILE] [--limit HOSTS] [-v]
     Runs the playbook through ansible-runner, streaming one line per task and host result; ends with each
-    host's benchmark result and sweep outcomes (read from the run's events and set_stats).
+    host's benchmark result and sweep outcomes (read from the run's events and set_stats) and, last, the
+    per-step summary of playbooks/summary.yml as ansible-playbook prints it.
 epforge report [-i INVENTORY] [--limit HOSTS] [-e ...] [--from DIR] [-o OUT]
     Collects the epforge local facts of every host (setup's ansible_local, through ansible-runner), saves them
-    under OUT/facts/HOST/, and renders OUT/report.md and OUT/report.html with tables and PNG plots.
+    under OUT/facts/HOST/, and renders OUT/report.md and OUT/report.html: a per-host provisioning overview,
+    the final env's arch coverage (host x component), benchmark tables and PNG plots.
     --from DIR renders facts saved earlier (DIR/HOST/epforge_NAME.fact) without contacting any host.
 """
 

@@ -1,5 +1,7 @@
-"""Render what epforge recorded on the hosts (local facts epforge_bench, epforge_sweep, epforge_collective,
-...) into a Markdown and an HTML report with tables and PNG plots.
+"""Render what epforge recorded on the hosts into a Markdown and an HTML report: a fleet overview from the
+provisioning facts (epforge_preflight, _cuda_toolkit, _ml_env, _cuda_extensions, _deepep, _flashinfer,
+_sglang, _steps), the final env's arch coverage as a host x component matrix (epforge_final_env), and
+benchmark, sweep and probe tables with PNG plots (epforge_bench, _sweep, _collective).
 
 Input: {host: {fact_name: fact}} where fact_name is the local fact's name without the `epforge_` prefix
 (bench, sweep, collective, preflight, ...), as `epforge report` collects it from ansible_local or reads it
@@ -217,6 +219,197 @@ def probe_tables(
     return out
 
 
+# ------------------------------------------------------------------------------------ fleet overview
+
+
+def _ids(items) -> str:
+    return ", ".join(str((i or {}).get("id", i)) for i in items or []) or "none"
+
+
+def overview_rows(hosts: dict[str, dict]) -> list[dict]:
+    """One row per host from the provisioning facts: GPUs and interconnect, stack, toolkit, torch, each
+    extension and its archs, DeepEP and FlashInfer state, SGLang, known issues applied, steps skipped."""
+    rows = []
+    for host, facts in hosts.items():
+        pre = facts.get("preflight") or {}
+        if not any(facts.get(k) for k in ("preflight", "cuda_toolkit", "ml_env", "final_env", "steps")):
+            continue
+        gpu = pre.get("gpu") or {}
+        if gpu.get("gpu_count"):
+            gpus = (
+                f"{gpu['gpu_count']}x {'/'.join(gpu.get('names') or ['?'])} "
+                f"({'/'.join(gpu.get('archs') or [])}), {gpu.get('interconnect', '?')}, "
+                f"driver {gpu.get('driver_version') or '?'}"
+            )
+        else:
+            gpus = f"no GPU ({gpu.get('reason') or 'not probed'})" if pre else "-"
+        stack = pre.get("stack") or {}
+        tk = facts.get("cuda_toolkit") or {}
+        ml = facts.get("ml_env") or {}
+        exts = facts.get("cuda_extensions") or {}
+        dep = facts.get("deepep") or {}
+        fi = facts.get("flashinfer") or {}
+        sg = facts.get("sglang") or {}
+        ki = pre.get("known_issues") or {}
+        steps = (facts.get("steps") or {}).get("steps") or []
+        not_done = [s for s in steps if s.get("status") != "done"]
+        rows.append(
+            {
+                "host": host,
+                "gpus": gpus,
+                "stack": f"{stack.get('name', '?')} (CUDA {stack.get('cuda', '?')}, archs "
+                f"{', '.join(stack.get('arch_list') or [])})"
+                if stack
+                else "-",
+                "toolkit": f"CUDA {tk.get('nvcc_release') or tk.get('version', '?')} "
+                f"({tk.get('method', '?')}) at {tk.get('home', '?')}"
+                if tk
+                else "-",
+                "torch": f"{ml.get('torch_version', '?')} (CUDA {ml.get('torch_cuda', '?')}; "
+                f"{', '.join(ml.get('torch_arch_list') or [])})"
+                if ml
+                else "-",
+                "extensions": "; ".join(
+                    f"{name}: {', '.join(e.get('archs_found') or []) or 'not checked'}"
+                    for name, e in sorted(exts.items())
+                )
+                or "-",
+                "deepep": (
+                    f"{dep.get('version', '?')} ({dep.get('source', '?')} {str(dep.get('commit', ''))[:7]}), "
+                    f"SASS {', '.join(dep.get('sass_archs') or [])}, import {dep.get('import_status', '?')}, "
+                    + (
+                        f"GPU round trip on {dep['gpu_verify'].get('gpus')} GPUs"
+                        if (dep.get("gpu_verify") or {}).get("result")
+                        else "no GPU round trip"
+                    )
+                )
+                if dep
+                else "-",
+                "flashinfer": f"{fi.get('version', '?')}, JIT {fi.get('jit_kernel', '?')} for "
+                f"{fi.get('jit_arch_list', '?')}: SASS {', '.join(fi.get('jit_sass_archs') or [])}"
+                if fi
+                else "-",
+                "sglang": f"{sg.get('version', '?')} ({sg.get('mode', '?')})" if sg else "-",
+                "known_issues": f"adjusted: {_ids(ki.get('adjustments'))}; "
+                f"warnings: {_ids(ki.get('warnings'))}"
+                if ki
+                else "-",
+                "not_done": "; ".join(
+                    f"{s.get('step')}: {s.get('status')} ({s.get('reason') or s.get('detail') or '?'})"
+                    for s in not_done
+                )
+                if steps
+                else ("-" if not facts.get("steps") else "none"),
+            }
+        )
+    return rows
+
+
+OVERVIEW_COLUMNS = (
+    ("host", "host"),
+    ("gpus", "GPUs and interconnect"),
+    ("stack", "stack"),
+    ("toolkit", "toolkit"),
+    ("torch", "torch"),
+    ("extensions", "extensions (SASS)"),
+    ("deepep", "DeepEP"),
+    ("flashinfer", "FlashInfer"),
+    ("sglang", "SGLang"),
+    ("known_issues", "known issues applied"),
+    ("not_done", "steps skipped and why"),
+)
+
+COMPONENT_ORDER = ("torch", "sgl_kernel", "sgl_kernel.flash_ops", "flashinfer", "deep_ep")
+
+
+MATRIX_TITLE = "Final env: arch coverage (host x component)"
+MATRIX_TEXT = (
+    "What the server will import (epforge_final_env): the distribution that provides each component and "
+    "whether its SASS covers the hosts' GPU archs; JIT components compile at first use."
+)
+
+
+def coverage_matrix(hosts: dict[str, dict]) -> tuple[list[str], list[dict]]:
+    """Host x component from epforge_final_env: per cell a status (ok, missing, jit, absent, ...), its text,
+    and the features without kernels per host."""
+    components: list[str] = []
+    for facts in hosts.values():
+        for name in (facts.get("final_env") or {}).get("components") or {}:
+            if name not in components:
+                components.append(name)
+    components.sort(key=lambda n: (COMPONENT_ORDER.index(n) if n in COMPONENT_ORDER else 99, n))
+    rows = []
+    for host, facts in hosts.items():
+        final = facts.get("final_env") or {}
+        if not final.get("components"):
+            continue
+        cells = {}
+        for name in components:
+            c = final["components"].get(name)
+            if not c:
+                cells[name] = {"status": "absent", "text": "-"}
+                continue
+            status = c.get("status", "?")
+            who = f"{c.get('distribution') or 'not installed'} {c.get('version') or ''}".strip()
+            if status in ("ok", "missing_archs"):
+                found = ", ".join(c.get("sass") or []) or "none"
+                tail = "" if not c.get("missing") else f"; lacks {', '.join(c['missing'])}"
+                text = f"{who}: SASS {found}{tail}"
+                status = "ok" if not c.get("missing") else "missing"
+            elif status == "jit":
+                text = f"{who}: JIT at first use"
+            else:
+                text = f"{who}: {status.replace('_', ' ')}"
+            cells[name] = {"status": status, "text": text}
+        lacking = [f for f in final.get("features") or [] if not f.get("kernels")]
+        rows.append(
+            {
+                "host": host,
+                "archs": ", ".join(final.get("archs") or []),
+                "cells": cells,
+                "deep_ep": (final.get("deep_ep") or {}).get("state", ""),
+                "lacking": "; ".join(
+                    f"{f['feature']}{' (REQUESTED)' if f.get('requested') else ''}: no kernels for "
+                    f"{', '.join(f.get('missing') or [])}"
+                    for f in lacking
+                )
+                or "none",
+            }
+        )
+    return components, rows
+
+
+def matrix_md(components: list[str], rows: list[dict]) -> str:
+    head = ["host", "archs", *components, "deep_ep owner", "features without kernels"]
+    body = [
+        [r["host"], r["archs"], *[r["cells"][c]["text"] for c in components], r["deep_ep"], r["lacking"]]
+        for r in rows
+    ]
+    return md_table(head, body)
+
+
+def matrix_html(components: list[str], rows: list[dict]) -> str:
+    out = [
+        "<table class='coverage'>",
+        "<tr><th>host</th><th>archs</th>"
+        + "".join(f"<th>{html.escape(c)}</th>" for c in components)
+        + "<th>deep_ep owner</th><th>features without kernels</th></tr>",
+    ]
+    for r in rows:
+        cells = "".join(
+            f"<td class='cov-{html.escape(r['cells'][c]['status'])}' data-component='{html.escape(c)}'>"
+            f"{html.escape(r['cells'][c]['text'])}</td>"
+            for c in components
+        )
+        out.append(
+            f"<tr data-host='{html.escape(r['host'])}'><td>{html.escape(r['host'])}</td>"
+            f"<td>{html.escape(r['archs'])}</td>{cells}<td>{html.escape(r['deep_ep'])}</td>"
+            f"<td>{html.escape(r['lacking'])}</td></tr>"
+        )
+    out.append("</table>")
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------------------------------------- plots
 
 
@@ -369,7 +562,9 @@ def html_table(head: list[str], body: list[list[str]]) -> str:
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}tr.failed td{background:#fdecea}
 tr.refused td{background:#fff3e0}tr.invalid td{background:#fffde7}tr.ok td:nth-child(3){color:#2e7d32}
-img{max-width:100%;border:1px solid #ddd}"""
+img{max-width:100%;border:1px solid #ddd}td.cov-ok{background:#e8f5e9}td.cov-missing{background:#ffcdd2}
+td.cov-jit{background:#e3f2fd}td.cov-absent,td.cov-no_binaries,td.cov-unowned{background:#eeeeee;color:#555}
+td.cov-would_repair{background:#fff3e0}table.overview td{vertical-align:top;max-width:260px}"""
 
 
 def render(
@@ -409,6 +604,17 @@ def render(
             f"{html.escape(', '.join(hosts))}.</p>"
         )
     sections = []
+    overview = overview_rows(hosts)
+    if overview:
+        sections.append(
+            (
+                "Fleet overview",
+                "What provisioning did on each host (epforge_preflight, _cuda_toolkit, _ml_env, "
+                "_cuda_extensions, _deepep, _flashinfer, _sglang and _steps facts).",
+                [([t for _, t in OVERVIEW_COLUMNS], [[r[k] for k, _ in OVERVIEW_COLUMNS] for r in overview])],
+            )
+        )
+    matrix = coverage_matrix(hosts)
     if rows:
         sections.append(
             (
@@ -432,12 +638,19 @@ def render(
                 [(head, body), (est_head, est_body)],
             )
         )
-    for heading, text, tables in sections:
+    for index, (heading, text, tables) in enumerate(sections):
         md += [f"## {heading}", "", text, ""]
         html_parts.append(f"<h2>{html.escape(heading)}</h2><p>{html.escape(text)}</p>")
         for head, body in tables:
             md += [md_table(head, body), ""]
-            html_parts.append(html_table(head, body))
+            table = html_table(head, body)
+            if heading == "Fleet overview":
+                table = table.replace("<table>", "<table class='overview'>", 1)
+            html_parts.append(table)
+        if index == 0 and overview and matrix[1]:
+            md += [f"## {MATRIX_TITLE}", "", MATRIX_TEXT, "", matrix_md(*matrix), ""]
+            html_parts.append(f"<h2>{html.escape(MATRIX_TITLE)}</h2><p>{html.escape(MATRIX_TEXT)}</p>")
+            html_parts.append(matrix_html(*matrix))
     if images:
         md += ["## Plots", ""]
         html_parts.append("<h2>Plots</h2>")
@@ -448,8 +661,10 @@ def render(
                 f"alt='{html.escape(caption)}'>"
             )
     if not sections:
-        md += ["No epforge benchmark, sweep or probe facts were found on these hosts.", ""]
-        html_parts.append("<p>No epforge benchmark, sweep or probe facts were found on these hosts.</p>")
+        md += ["No epforge provisioning, benchmark, sweep or probe facts were found on these hosts.", ""]
+        html_parts.append(
+            "<p>No epforge provisioning, benchmark, sweep or probe facts were found on these hosts.</p>"
+        )
     html_parts.append("</body></html>")
     (out / "report.md").write_text("\n".join(md))
     (out / "report.html").write_text("\n".join(html_parts))
@@ -458,5 +673,6 @@ def render(
         "html": str(out / "report.html"),
         "images": [str(p) for _, p in images],
         "configurations": len(rows),
+        "overview_hosts": [r["host"] for r in overview],
         "hosts": list(hosts),
     }

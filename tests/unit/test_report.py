@@ -9,8 +9,10 @@ import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
+import matplotlib.image as mpimg
 import pytest
 import yaml
 
@@ -195,11 +197,21 @@ def test_run_ends_with_the_step_summary_ansible_playbook_prints(tmp_path):
     """`epforge run` on the real playbooks/summary.yml ends with the same per-step lines as ansible-playbook
     (not with the loop's closing "All items completed")."""
     steps = json.dumps(STEPS)
-    proc = epforge("run", "playbooks/summary.yml", "-e", f"epforge_steps={steps}")
+    facts_dir = tmp_path / "facts.d"
+    proc = epforge("run", "playbooks/summary.yml", "-e", f"epforge_steps={steps}", "-e",
+                   f"epforge_facts_dir={facts_dir}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the steps fact for `epforge report`: status per step, the reason for those not done
+    recorded = json.loads((facts_dir / "epforge_steps.fact").read_text())["steps"]
+    assert [(s["step"], s["status"], s["reason"]) for s in recorded] == [
+        ("preflight", "done", ""),
+        ("deepep", "skipped", "source unreachable: github.com not reachable"),
+        ("sglang_server", "skipped", "no GPU on this host"),
+    ]
     playbook = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/local.yml",
-         "playbooks/summary.yml", "-e", json.dumps({"epforge_steps": STEPS})],
+         "playbooks/summary.yml", "-e",
+         json.dumps({"epforge_steps": STEPS, "epforge_facts_dir": str(facts_dir)})],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
         env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()),
              "ANSIBLE_NOCOLOR": "1"},
@@ -215,3 +227,91 @@ def test_run_ends_with_the_step_summary_ansible_playbook_prints(tmp_path):
     lines = proc.stdout.rstrip("\n").splitlines()
     assert lines[-4:] == ["steps on localhost:", *[f"  {line}" for line in printed]]
     assert "All items completed" not in proc.stdout
+
+
+# Facts a real provisioning run wrote (issue 10's acceptance on the CPU machine, docs/final-env.md: full
+# SGLang 0.5.23 after a DeepEP stand-in build for 12.0; final_env repaired deep_ep), plus the stand-in
+# sweep host.
+FLEET = ROOT / "tests" / "fixtures" / "report-fleet"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Debian's chromium (scripts/bootstrap.sh installs it), headless with a fresh profile."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "chromium is not installed: run scripts/bootstrap.sh (apt package chromium)"
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                          text=True, timeout=180, check=False)
+
+
+def test_report_shows_the_fleet_overview_and_coverage_matrix_in_a_real_browser(tmp_path):
+    out = tmp_path / "report"
+    proc = epforge("report", "--from", str(FLEET), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    md = (out / "report.md").read_text()
+    assert "## Fleet overview" in md and "## Final env: arch coverage (host x component)" in md
+    assert "No epforge" not in md
+    final = json.loads((FLEET / "cpu-i10fe" / "epforge_final_env.fact").read_text())
+
+    dom = chromium(tmp_path, "--dump-dom", (out / "report.html").as_uri())
+    assert dom.returncode == 0 and "<table class=\"overview\">" in dom.stdout, dom.stderr[-2000:]
+    class Cells(HTMLParser):
+        """The text of every td/th, row by row, and the class and data-component of coverage cells."""
+
+        def __init__(self):
+            super().__init__()
+            self.rows, self.coverage, self._cell, self._attrs = [], [], None, {}
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                self.rows.append([])
+            elif tag in ("td", "th"):
+                self._cell, self._attrs = [], dict(attrs)
+
+        def handle_data(self, data):
+            if self._cell is not None:
+                self._cell.append(data)
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th") and self._cell is not None:
+                text = "".join(self._cell)
+                self.rows[-1].append(text)
+                if "data-component" in self._attrs:
+                    self.coverage.append((self._attrs["data-component"], self._attrs.get("class"), text))
+                self._cell = None
+
+    parsed = Cells()
+    parsed.feed(dom.stdout)
+    overview = next(r for r in parsed.rows if r and r[0] == "cpu-i10fe" and len(r) == 11)
+    assert overview[1].startswith("no GPU (nvidia-smi not found")
+    assert overview[2].startswith("cu130 (CUDA 13.0") and overview[4].startswith("2.14.1+cu130")
+    assert "deep_ep: sm_120" in overview[5] and "epforge_canary: sm_120" in overview[5]
+    assert "sglang_server: skipped" in overview[10]
+    # one matrix cell per component, as the fact says
+    cells = {component: (cls, text) for component, cls, text in parsed.coverage}
+    assert set(cells) == set(final["components"])
+    for name, comp in final["components"].items():
+        cls, text = cells[name]
+        expected = {"ok": "cov-ok", "missing_archs": "cov-missing", "jit": "cov-jit"}.get(comp["status"],
+                                                                                         f"cov-{comp['status']}")
+        assert cls == expected, (name, cls, comp["status"])
+        assert (comp["distribution"] or "not installed") in text
+    assert cells["deep_ep"][0] == "cov-ok" and "SASS sm_120" in cells["deep_ep"][1]
+    flash_ops = cells["sgl_kernel.flash_ops"]
+    assert flash_ops[0] == "cov-missing" and "lacks 12.0" in flash_ops[1]
+
+    # what the browser paints: the page, the red of a missing cell and the green of a covered one
+    shot = tmp_path / "report.png"
+    page = (out / "report.html").as_uri()
+    drawn = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1600,1400", page)
+    assert drawn.returncode == 0 and shot.exists(), drawn.stderr[-2000:]
+    png_is_a_picture(shot, 1600, 1400)
+    pixels = (mpimg.imread(str(shot))[..., :3] * 255).round()
+
+    def painted(rgb: tuple[int, int, int]) -> int:
+        return int((abs(pixels - rgb).max(axis=-1) <= 2).sum())
+
+    assert painted((0xFF, 0xCD, 0xD2)) > 500  # td.cov-missing
+    assert painted((0xE8, 0xF5, 0xE9)) > 500  # td.cov-ok
