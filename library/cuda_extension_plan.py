@@ -145,11 +145,11 @@ from ansible.module_utils.epforge_build import (
     NAME_RE,
     dist_info_version,
     input_key,
-    parse_nvcc_version,
     python_tag,
     stamp_matches,
 )
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_cuda import parse_nvcc_release
 from ansible.module_utils.epforge_files import read_json
 from ansible.module_utils.epforge_process import run_bounded
 
@@ -206,7 +206,7 @@ def main() -> None:
         module.fail_json(msg=f"{nvcc} does not exist: cuda_home must be a CUDA toolkit with nvcc "
                              "(role cuda_toolkit sets cuda_toolkit_home)", cmd=argv, rc=127)
     rc, out, err, _ = run_bounded(argv, timeout=60)
-    nvcc_version = parse_nvcc_version(out)
+    nvcc_version = parse_nvcc_release(out)  # ('13.0', '13.0.88')
     if rc != 0 or not nvcc_version:
         module.fail_json(msg=f"cannot read the CUDA release from {nvcc} --version", cmd=argv, rc=rc,
                          log_tail=tail(err or out))
@@ -218,7 +218,7 @@ def main() -> None:
         "name": p["name"],
         "source": source,
         "archs": archs,
-        "cuda": nvcc_version["version"],
+        "cuda": nvcc_version[1],
         "torch": torch_version,
         "python": python_tag(probe["major"], probe["minor"], probe["impl"]),
         "machine": probe["machine"],
@@ -234,7 +234,7 @@ def main() -> None:
     fact = read_json(os.path.join(p["facts_dir"], "epforge_cuda_extensions.fact")) or {}
     module.exit_json(changed=False, key=key, inputs=inputs, installed=installed, reason=reason, stamp=stamp,
                      fact=fact, site_dir=probe["platlib"], torch_version=torch_version,
-                     cuda_version=nvcc_version["version"], python=p["python"], cuda_home=p["cuda_home"])
+                     cuda_version=nvcc_version[1], python=p["python"], cuda_home=p["cuda_home"])
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ TREE_EXCLUDE_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".egg-info")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar", ".zip")
 GIT_URL_RE = re.compile(r"^(https?://|git://|ssh://|git@|file://).+|.+\.git/?$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-NVCC_RE = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
 
 
 # ---------------------------------------------------------------- keys and canonical forms
@@ -47,14 +46,6 @@ def input_key(inputs: dict, length: int = KEY_LENGTH) -> str:
 def cuda_major(version: str) -> int | None:
     match = re.match(r"\s*(\d+)", str(version or ""))
     return int(match.group(1)) if match else None
-
-
-def parse_nvcc_version(text: str) -> dict | None:
-    """`nvcc --version` -> {'release': '13.0', 'version': '13.0.88'} (None when not recognised)."""
-    match = NVCC_RE.search(text or "")
-    if not match:
-        return None
-    return {"release": f"{match.group(1)}.{match.group(2)}", "version": match.group(3)}
 
 
 def python_tag(major: int, minor: int, implementation: str = "cpython") -> str:

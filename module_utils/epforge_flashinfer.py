@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.epforge_arch import PTX_SUFFIX, ArchError, arch_list, require_arch, sass_name
+from ansible.module_utils.epforge_cuda import parse_nvcc_release
 
 
 class FlashInferArchError(ValueError):
@@ -13,11 +14,12 @@ class FlashInferArchError(ValueError):
 
 
 def parse_nvcc_version(text: str) -> tuple[int, int] | None:
-    """(major, minor) from `nvcc --version` output ("Cuda compilation tools, release 12.8, V12.8.93")."""
-    match = re.search(r"release (\d+)\.(\d+)", text)
-    if match:
-        return int(match.group(1)), int(match.group(2))
-    return None
+    """(major, minor) of `nvcc --version` output, read by epforge_cuda's one nvcc parser."""
+    parsed = parse_nvcc_release(text)
+    if parsed is None:
+        return None
+    major, minor = parsed[0].split(".")
+    return int(major), int(minor)
 
 
 def flashinfer_arch_list(archs: list[str], nvcc: tuple[int, int]) -> tuple[str, list[str]]:

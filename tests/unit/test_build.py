@@ -23,6 +23,7 @@ import moduletools
 import pytest
 from ansible.module_utils import epforge_build as eb
 from ansible.module_utils.epforge_arch import torch_arch_missing
+from ansible.module_utils.epforge_cuda import parse_nvcc_release
 from ansible.module_utils.epforge_files import write_json_atomic
 from moduletools import module_argv
 
@@ -80,9 +81,9 @@ def test_torch_arch_coverage_against_a_real_torch_probe():
 
 
 def test_parse_real_nvcc_version():
-    parsed = eb.parse_nvcc_version((FIXTURES / "nvcc-13.0-version.txt").read_text())
-    assert parsed == {"release": "13.0", "version": "13.0.88"}
-    assert eb.parse_nvcc_version("gcc (Debian 12.2.0-14) 12.2.0") is None
+    parsed = parse_nvcc_release((FIXTURES / "nvcc-13.0-version.txt").read_text())
+    assert parsed == ("13.0", "13.0.88")
+    assert parse_nvcc_release("gcc (Debian 12.2.0-14) 12.2.0") is None
 
 
 @pytest.mark.parametrize(("source", "kind"), [
