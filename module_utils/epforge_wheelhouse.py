@@ -1,0 +1,202 @@
+"""Wheelhouse: what a host needs from pip, resolved for that host's python and platform, as wheel files.
+
+One concept: turning the stack and the roles' choices into ordered requirement groups (the pip runs the
+roles will make on the host, in order), the pip arguments that resolve them for another machine's python
+tag and platform, and the manifest that proves a wheelhouse covers them (file name -> sha256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+
+MANIFEST_SCHEMA = 1
+LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+# pip's message when a requirement has no file in the places it may look (offline: the wheelhouse).
+_NOT_FOUND = re.compile(r"No matching distribution found for ([^\s]+)")
+_NO_VERSION = re.compile(r"Could not find a version that satisfies the requirement ([^\s]+)")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalization ('Flashinfer_Python' -> 'flashinfer-python')."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(requirement: str) -> str:
+    """The distribution name of a requirement ('sglang-kernel==0.4.10' -> 'sglang-kernel')."""
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement or "")
+    return match.group(1) if match else ""
+
+
+def base_version(version: str) -> str:
+    """A version without its local label ('2.11.0+cu130' -> '2.11.0')."""
+    return str(version or "").split("+", 1)[0]
+
+
+def _group(name: str, requirements: list[str], *, no_deps: bool = False, index_url: str = "",
+           env: str = "ml") -> dict:
+    return {"name": name, "requirements": [r for r in requirements if r], "no_deps": no_deps,
+            "index_url": index_url, "env": env}
+
+
+def requirement_groups(stack: dict, choice: dict) -> list[dict]:
+    """The pip runs the roles make on a host, in the order they make them.
+
+    choice holds the roles' settings that change what they install: cuda_toolkit_method, ml_env_method,
+    ml_env_build_packages, flashinfer (bool), deepep (bool), sglang (bool), sglang_profile (full | parser |
+    server), sglang_deps (the profile's list), sglang_keep, sglang_overrides, extra (list of groups).
+    env 'ml' groups install into the ML env (resolved against what it already holds, in this order);
+    env 'download' groups are fetched with --no-deps and unpacked or inspected by a role, not installed.
+    """
+    groups: list[dict] = []
+    torch = stack.get("torch", {})
+    keep = list(choice.get("sglang_keep") or [f"torch=={torch.get('version')}"])
+    if choice.get("cuda_toolkit_method", stack.get("cuda", {}).get("default_method")) == "pypi":
+        groups.append(_group("cuda_toolkit", list(stack.get("cuda", {}).get("pypi_packages", [])),
+                             no_deps=True, env="download"))
+    if choice.get("ml_env_method", "venv") == "venv":
+        groups.append(_group("ml_env torch", [f"torch=={torch.get('version')}"],
+                             index_url=torch.get("index_url") or ""))
+    groups.append(_group("ml_env build tools", list(choice.get("ml_env_build_packages") or [])))
+    if choice.get("flashinfer", True):
+        flashinfer = stack.get("flashinfer", {})
+        if flashinfer.get("version"):
+            groups.append(_group("flashinfer", [f"{flashinfer.get('package', 'flashinfer-python')}=="
+                                                f"{flashinfer['version']}"]))
+    if choice.get("deepep", False):
+        nvshmem = stack.get("nvshmem", {})
+        if nvshmem.get("package"):
+            groups.append(_group("deepep nvshmem", [f"{nvshmem['package']}=={nvshmem['version']}"]))
+        prebuilt = stack.get("deepep", {}).get("prebuilt_wheel")
+        if prebuilt:
+            groups.append(_group("deepep prebuilt", [prebuilt], no_deps=True, env="download"))
+    if choice.get("sglang", True):
+        sglang = stack.get("sglang", {})
+        profile = choice.get("sglang_profile", "full")
+        release = f"sglang=={sglang.get('version')}"
+        if profile == "full":
+            groups.append(_group("sglang full", [release, sglang.get("kernel_package", ""), *keep]))
+        else:
+            groups.append(_group("sglang", [release], no_deps=True))
+            groups.append(_group(f"sglang {profile} deps", [*choice.get("sglang_deps", []), *keep]))
+        overrides = list(choice.get("sglang_overrides") or [])
+        if overrides:
+            groups.append(_group("sglang overrides", [*overrides, *keep]))
+    for extra in choice.get("extra") or []:
+        groups.append(_group(extra["name"], list(extra["requirements"]), no_deps=bool(extra.get("no_deps")),
+                             index_url=extra.get("index_url", ""), env=extra.get("env", "ml")))
+    return groups
+
+
+def manylinux_platforms(machine: str, glibc: str) -> list[str]:
+    """The platform tags pip may pick wheels for on a glibc host, newest first (as packaging.tags does)."""
+    match = re.match(r"^(\d+)\.(\d+)", glibc or "")
+    platforms: list[str] = []
+    if match and int(match.group(1)) == 2:
+        for minor in range(int(match.group(2)), 4, -1):
+            platforms.append(f"manylinux_2_{minor}_{machine}")
+            # Older wheels carry only the legacy alias of the same glibc level (PEP 600).
+            legacy = LEGACY_MANYLINUX.get(minor)
+            if legacy and (minor == 17 or machine in ("x86_64", "i686")):
+                platforms.append(f"{legacy}_{machine}")
+    platforms.append(f"linux_{machine}")
+    return platforms
+
+
+def target_args(python_version: str, machine: str, glibc: str) -> list[str]:
+    """pip arguments that select wheels for another interpreter and platform (binary wheels only)."""
+    match = re.match(r"^(\d+)\.(\d+)", python_version or "")
+    if not match:
+        raise ValueError(f"python version {python_version!r} is not MAJOR.MINOR[.PATCH]")
+    tag = f"cp{match.group(1)}{match.group(2)}"
+    args = ["--only-binary=:all:", "--python-version", f"{match.group(1)}.{match.group(2)}",
+            "--implementation", "cp", "--abi", tag, "--abi", "abi3", "--abi", "none"]
+    for platform in manylinux_platforms(machine, glibc):
+        args += ["--platform", platform]
+    return args
+
+
+def write_installed_stubs(directory: str, installed: dict[str, str]) -> None:
+    """dist-info stubs (name + version only) that make pip treat these distributions as installed."""
+    os.makedirs(directory, exist_ok=True)
+    for name, version in sorted(installed.items()):
+        safe = re.sub(r"[^A-Za-z0-9.+]+", "_", name)
+        info = os.path.join(directory, f"{safe}-{version}.dist-info")
+        os.makedirs(info, exist_ok=True)
+        with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as handle:
+            handle.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def report_items(report: dict) -> list[dict]:
+    """pip's --report install list -> [{name, version, filename}] (the wheel each would install)."""
+    items = []
+    for entry in report.get("install", []):
+        url = entry.get("download_info", {}).get("url", "")
+        items.append({"name": normalize(entry["metadata"]["name"]), "version": entry["metadata"]["version"],
+                      "filename": os.path.basename(url.split("#", 1)[0])})
+    return items
+
+
+def missing_requirement(pip_output: str) -> str:
+    """The requirement pip could not find (offline: the wheel missing from the wheelhouse), or ''."""
+    for pattern in (_NOT_FOUND, _NO_VERSION):
+        found = pattern.findall(pip_output or "")
+        if found:
+            return found[-1]
+    return ""
+
+
+def wheel_name_version(filename: str) -> tuple[str, str] | None:
+    """'fastapi-0.115.0-py3-none-any.whl' -> ('fastapi', '0.115.0'); None for a file that is no wheel."""
+    if not filename.endswith(".whl"):
+        return None
+    parts = filename[:-4].split("-")
+    if len(parts) < 5:
+        return None
+    return normalize(parts[0]), parts[1]
+
+
+def file_sha256(path: str, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def inputs_digest(inputs: dict) -> str:
+    """sha256 of the canonical JSON of what decides the wheel set (groups, target, env contents)."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def manifest_path(directory: str, digest: str) -> str:
+    return os.path.join(directory, "manifests", f"{digest[:16]}.json")
+
+
+def stale_files(directory: str, manifest: dict, known: dict | None = None) -> tuple[list[str], dict]:
+    """Files of a manifest that are absent or whose content changed; and the current {file: sha256, size}.
+
+    A file whose size and mtime equal the recorded ones keeps its recorded hash (no re-read of 5 GB of torch
+    on every run); any other file is hashed again.
+    """
+    known = known or {}
+    stale: list[str] = []
+    current: dict = {}
+    for filename, recorded in sorted(manifest.get("files", {}).items()):
+        path = os.path.join(directory, filename)
+        try:
+            stat = os.stat(path)
+        except OSError:
+            stale.append(filename)
+            continue
+        seen = known.get(filename) or recorded
+        if seen.get("size") == stat.st_size and seen.get("mtime") == int(stat.st_mtime):
+            sha = seen["sha256"]
+        else:
+            sha = file_sha256(path)
+        current[filename] = {"sha256": sha, "size": stat.st_size, "mtime": int(stat.st_mtime)}
+        if sha != recorded.get("sha256"):
+            stale.append(filename)
+    return stale, current
