@@ -14,6 +14,14 @@ description:
     I(install_deps=false) (hosts that only validate server flags, such as a CPU-only CI machine) installs
     SGLang with C(--no-deps) plus I(parser_deps), the few packages that importing
     C(sglang.srt.server_args) needs; such an environment can parse flags but cannot serve.
+  - I(profile=server) (an air-gapped GPU host whose image already has torch) installs SGLang and
+    I(kernel_package) with C(--no-deps), then I(server_deps) (what C(python -m sglang.launch_server) imports),
+    each pinned to the requirement the installed SGLang's own metadata declares (C(Requires-Dist), extras
+    dropped) and skipped by pip when the env already has it.
+  - I(overrides) (pins such as C(transformers==5.12.1)) are installed after SGLang in a pip run of their own,
+    over SGLang's pins, and checked on every run like the release itself.
+  - pip uses the index, or a wheelhouse when the task's environment sets C(PIP_NO_INDEX) and
+    C(PIP_FIND_LINKS) (role wheelhouse); I(pip_source) is only recorded.
   - I(keep) requirements (the stack's torch) are passed to every pip run, so pip refuses to replace
     them instead of silently swapping torch. Before installing anything, pip's plan (C(--dry-run --report))
     is checked too, and a plan that would replace a kept distribution (even by the same version of another
@@ -47,6 +55,25 @@ options:
     type: list
     elements: str
     default: []
+  profile:
+    description: C(full), C(parser) or C(server); default C(full) when I(install_deps) else C(parser).
+    type: str
+    choices: [full, parser, server]
+  server_deps:
+    description: Distributions that C(python -m sglang.launch_server) imports (I(profile=server)), pinned from
+      SGLang's metadata when it names them; an item with its own version specifier is used as given.
+    type: list
+    elements: str
+    default: []
+  overrides:
+    description: Pinned requirements installed after SGLang (over its own pins).
+    type: list
+    elements: str
+    default: []
+  pip_source:
+    description: Where pip gets packages (C(registry) or the wheelhouse path), recorded in the result.
+    type: str
+    default: registry
   keep:
     description: Requirements that must stay as they are (for example C(torch==2.14.1)).
     type: list
@@ -89,7 +116,7 @@ version:
   returned: success
   type: str
 mode:
-  description: C(full) or C(parser-only).
+  description: C(full), C(parser-only) or C(server).
   returned: success
   type: str
 installed:
@@ -110,6 +137,10 @@ log_path:
   description: The pip log.
   returned: always
   type: str
+pip_source:
+  description: I(pip_source), as given.
+  returned: always
+  type: str
 """
 
 import hashlib
@@ -122,6 +153,7 @@ from ansible.module_utils.epforge_common import fail_cmd, tail
 from ansible.module_utils.epforge_files import write_json_atomic
 from ansible.module_utils.epforge_pip_guard import refuse_replacing
 from ansible.module_utils.epforge_process import run_bounded, run_logged
+from ansible.module_utils.epforge_wheelhouse import pin_from_metadata
 
 # Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
 VERSIONS_SCRIPT = r"""
@@ -163,19 +195,32 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def profile_of(params: dict) -> str:
+    return params.get("profile") or ("full" if params["install_deps"] else "parser")
+
+
+MODE_NAMES = {"full": "full", "parser": "parser-only", "server": "server"}
+
+
 def desired_inputs(params: dict) -> dict:
     """The inputs the stamp records; any change in them reinstalls."""
-    full = bool(params["install_deps"])
-    return {
+    profile = profile_of(params)
+    inputs = {
         "schema": STAMP_SCHEMA,
         "python": params["python"],
         "version": params["version"],
-        "mode": "full" if full else "parser-only",
-        "kernel_package": params["kernel_package"] if full else "",
-        "parser_deps": [] if full else sorted(params["parser_deps"]),
+        "mode": MODE_NAMES[profile],
+        "kernel_package": params["kernel_package"] if profile in ("full", "server") else "",
+        "parser_deps": sorted(params["parser_deps"]) if profile == "parser" else [],
         "keep": sorted(params["keep"]),
         "pip_args": list(params["pip_args"]),
     }
+    # Only present when used, so stamps written before these inputs existed stay valid.
+    if profile == "server":
+        inputs["server_deps"] = sorted(params["server_deps"])
+    if params["overrides"]:
+        inputs["overrides"] = list(params["overrides"])
+    return inputs
 
 
 def stamp_of(inputs: dict) -> dict:
@@ -192,26 +237,37 @@ def read_stamp(path: str) -> dict | None:
 
 
 def pinned_checks(inputs: dict) -> dict[str, str]:
-    """Distribution -> version that must be installed for the stamp to hold."""
+    """Distribution -> version that must be installed for the stamp to hold (overrides win)."""
     wanted = {"sglang": inputs["version"]}
-    for requirement in [inputs["kernel_package"], *inputs["keep"]]:
+    for requirement in [inputs["kernel_package"], *inputs["keep"], *inputs.get("overrides", [])]:
         pin = requirement_pin(requirement)
         if pin:
             wanted[normalize(requirement_name(requirement))] = pin
     return wanted
 
 
-def pip_commands(python: str, inputs: dict) -> list[list[str]]:
-    """The pip argv lists that install the inputs."""
+def pip_commands(python: str, inputs: dict, server_deps: list[str] | None = None) -> list[list[str]]:
+    """The pip argv lists that install the inputs (server deps as given, pinned once SGLang is in)."""
     base = [python, "-m", "pip", "install", "--disable-pip-version-check", *inputs["pip_args"]]
     sglang = f"sglang=={inputs['version']}"
+    overrides = inputs.get("overrides", [])
+    tail_runs = [[*base, *overrides, *inputs["keep"]]] if overrides else []
     if inputs["mode"] == "full":
         extra = [inputs["kernel_package"]] if inputs["kernel_package"] else []
-        return [[*base, sglang, *extra, *inputs["keep"]]]
+        return [[*base, sglang, *extra, *inputs["keep"]], *tail_runs]
+    if inputs["mode"] == "server":
+        extra = [inputs["kernel_package"]] if inputs["kernel_package"] else []
+        deps = server_deps if server_deps is not None else inputs["server_deps"]
+        return [[*base, "--no-deps", sglang, *extra], [*base, *deps, *inputs["keep"]], *tail_runs]
     commands = [[*base, "--no-deps", sglang]]
     if inputs["parser_deps"] or inputs["keep"]:
         commands.append([*base, *inputs["parser_deps"], *inputs["keep"]])
-    return commands
+    return commands + tail_runs
+
+
+SGLANG_REQUIRES_SCRIPT = (
+    "import importlib.metadata as m, json; print(json.dumps(m.requires('sglang') or []))"
+)
 
 
 def installed_versions(module, python: str, names: list[str]) -> dict:
@@ -231,6 +287,10 @@ def main() -> None:
             "kernel_package": {"type": "str", "default": ""},
             "install_deps": {"type": "bool", "default": True},
             "parser_deps": {"type": "list", "elements": "str", "default": []},
+            "profile": {"type": "str", "choices": ["full", "parser", "server"]},
+            "server_deps": {"type": "list", "elements": "str", "default": []},
+            "overrides": {"type": "list", "elements": "str", "default": []},
+            "pip_source": {"type": "str", "default": "registry"},
             "keep": {"type": "list", "elements": "str", "default": []},
             "pip_args": {"type": "list", "elements": "str", "default": []},
             "log_path": {"type": "path", "required": True},
@@ -245,10 +305,17 @@ def main() -> None:
     if not re.match(r"^\d+(\.\d+)*([a-z0-9.+-]*)$", params["version"]):
         module.fail_json(msg=f"version {params['version']!r} is not a release number (e.g. 0.5.23): "
                              "set epforge_stack_spec.sglang.version in the stack file")
-    for requirement in [params["kernel_package"], *params["keep"], *params["parser_deps"]]:
+    for requirement in [params["kernel_package"], *params["keep"], *params["parser_deps"],
+                        *params["server_deps"], *params["overrides"]]:
         if requirement and not requirement_name(requirement):
             module.fail_json(msg=f"{requirement!r} is not a pip requirement (e.g. sglang-kernel==0.4.10)")
-    if not params["install_deps"] and not params["parser_deps"]:
+    for requirement in params["overrides"]:
+        if not requirement_pin(requirement):
+            module.fail_json(msg=f"override {requirement!r} is not pinned as name==version: an override must "
+                                 "say exactly which version replaces SGLang's pin")
+    if profile_of(params) == "server" and not params["server_deps"]:
+        module.fail_json(msg="profile server needs server_deps (what python -m sglang.launch_server imports)")
+    if profile_of(params) == "parser" and not params["parser_deps"]:
         module.fail_json(msg="install_deps is false but parser_deps is empty: SGLang without dependencies "
                              "cannot even import its server arguments; give the parser's packages")
     inputs = desired_inputs(params)
@@ -256,7 +323,7 @@ def main() -> None:
         if module.check_mode:
             # Check mode on a fresh host: the ML env that a real run creates first is not there yet.
             module.exit_json(changed=True, version=params["version"], installed={}, mode=inputs["mode"],
-                             log_path=log_path, stamp=stamp_of(inputs),
+                             log_path=log_path, stamp=stamp_of(inputs), pip_source=params["pip_source"],
                              actions=[f"install sglang=={params['version']} ({inputs['mode']}) once {python} "
                                       "exists"])
         module.fail_json(msg=f"python {python} does not exist or is not executable: create the ML env first "
@@ -268,7 +335,8 @@ def main() -> None:
     old_stamp = read_stamp(params["stamp_path"])
     versions_ok = all(before_versions.get(name) == version for name, version in wanted.items())
     stamp_ok = bool(old_stamp) and old_stamp.get("sha256") == stamp["sha256"]
-    result = {"mode": inputs["mode"], "log_path": log_path, "stamp": stamp}
+    result = {"mode": inputs["mode"], "log_path": log_path, "stamp": stamp,
+              "pip_source": params["pip_source"]}
 
     if versions_ok and stamp_ok:
         module.exit_json(changed=False, version=before_versions["sglang"], installed=before_versions,
@@ -292,10 +360,23 @@ def main() -> None:
 
     env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
     # Before any install: refuse a plan that would replace the kept torch (an adopted image's above all).
+    # With a wheelhouse (PIP_NO_INDEX, PIP_FIND_LINKS) these dry runs also prove every wheel is there.
     for argv in commands:
         refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=params["timeout"],
                          result=result)
-    for argv in commands:
+    for index, planned in enumerate(commands):
+        argv = planned
+        if inputs["mode"] == "server" and index == 1:
+            # SGLang is in (--no-deps): pin its server imports to what this release declares.
+            requires_argv = [python, "-c", SGLANG_REQUIRES_SCRIPT]
+            rc, out, err = module.run_command(requires_argv)
+            if rc != 0:
+                fail_cmd(module, "cannot read the installed SGLang's Requires-Dist", requires_argv, rc,
+                         output=out + err)
+            pinned = pin_from_metadata(json.loads(out.strip().splitlines()[-1]), inputs["server_deps"])
+            argv = pip_commands(python, inputs, pinned)[1]
+            refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=params["timeout"],
+                             result=result)
         rc, seconds = run_logged(argv, log_path, env=env, timeout=params["timeout"],
                                  header="sglang_install")
         if rc != 0:
@@ -310,8 +391,10 @@ def main() -> None:
     marked = [line for line in output.splitlines() if line.startswith("EPFORGE_SGLANG_VERIFY ")]
     if rc != 0 or not marked:
         missing_module = re.findall(r"No module named '([^'.]+)", output)
-        hint = (f"; add the package that provides '{missing_module[-1]}' to sglang_parser_deps (parser_deps)"
-                if missing_module and inputs["mode"] == "parser-only" else "")
+        deps_var = {"parser-only": "sglang_parser_deps (parser_deps)",
+                    "server": "sglang_server_deps (server_deps)"}.get(inputs["mode"])
+        hint = (f"; add the package that provides '{missing_module[-1]}' to {deps_var}"
+                if missing_module and deps_var else "")
         fail_cmd(module, "SGLang was installed but does not import (import sglang, sglang.srt.server_args)"
                  + hint, verify, rc or 1, output=output, log_path=log_path)
     imported = json.loads(marked[-1].split(" ", 1)[1])["version"]

@@ -135,11 +135,13 @@ from ansible.module_utils.epforge_wheelhouse import (
     manifest_path,
     missing_requirement,
     normalize,
+    pin_from_metadata,
     report_items,
     requirement_groups,
     stale_files,
     target_args,
     wheel_name_version,
+    wheel_requires_dist,
     write_installed_stubs,
 )
 
@@ -287,7 +289,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="epforge-wheelhouse-") as scratch:
         resolver = Resolver(module, pip, directory, target, scratch)
         env_state = dict(installed)
-        for group in groups:
+        resolved: dict[str, str] = {}
+        for planned in groups:
+            group = dict(planned)
+            if group["pin_from"]:
+                source = resolved.get(normalize(group["pin_from"]))
+                if not source:
+                    module.fail_json(msg=f"'{group['name']}' takes its pins from {group['pin_from']}, which "
+                                         "no earlier pip run resolved", **result)
+                source_path = os.path.join(directory, source)
+                # In check mode the wheel may not be here yet: then the names stay unpinned in the report.
+                requires = wheel_requires_dist(source_path) if os.path.exists(source_path) else []
+                group["requirements"] = pin_from_metadata(requires, group["requirements"])
             state = env_state if group["env"] == "ml" else {}
             rc, items, output, argv = resolver.dry_run(group, state, offline=True)
             if rc != 0:
@@ -333,6 +346,7 @@ def main() -> None:
             details.append({**group, "files": sorted(i["filename"] for i in items)})
             for item in items:
                 files[item["filename"]] = {}
+                resolved[item["name"]] = item["filename"]
     result["changed"] = bool(result["downloaded"]) or not old or bool(result.get("stale"))
     if module.check_mode:
         module.exit_json(files=sorted(files), groups=details, **result)

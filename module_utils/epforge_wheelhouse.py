@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import zipfile
 
 MANIFEST_SCHEMA = 1
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
@@ -35,10 +36,34 @@ def base_version(version: str) -> str:
     return str(version or "").split("+", 1)[0]
 
 
+def pin_from_metadata(requires_dist: list[str], names: list[str]) -> list[str]:
+    """Each name as SGLang's own Requires-Dist spells it (version specifier, no extras, no markers).
+
+    Entries that only apply to an extra are ignored; a name SGLang does not declare (a transitive import
+    such as starlette) or an item that already carries a specifier is used as given.
+    """
+    declared: dict[str, str] = {}
+    for entry in requires_dist or []:
+        requirement, _, marker = entry.partition(";")
+        if "extra" in marker:
+            continue
+        match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*)$", requirement)
+        if match:
+            declared.setdefault(normalize(match.group(1)), match.group(2).strip().replace(" ", ""))
+    pinned = []
+    for name in names:
+        if requirement_name(name) != name.strip():
+            pinned.append(name)
+            continue
+        spec = declared.get(normalize(name), "")
+        pinned.append(f"{name}{spec}")
+    return pinned
+
+
 def _group(name: str, requirements: list[str], *, no_deps: bool = False, index_url: str = "",
-           env: str = "ml") -> dict:
+           env: str = "ml", pin_from: str = "") -> dict:
     return {"name": name, "requirements": [r for r in requirements if r], "no_deps": no_deps,
-            "index_url": index_url, "env": env}
+            "index_url": index_url, "env": env, "pin_from": pin_from}
 
 
 def requirement_groups(stack: dict, choice: dict) -> list[dict]:
@@ -76,8 +101,14 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
         sglang = stack.get("sglang", {})
         profile = choice.get("sglang_profile", "full")
         release = f"sglang=={sglang.get('version')}"
+        kernel = sglang.get("kernel_package", "")
         if profile == "full":
-            groups.append(_group("sglang full", [release, sglang.get("kernel_package", ""), *keep]))
+            groups.append(_group("sglang full", [release, kernel, *keep]))
+        elif profile == "server":
+            # As role sglang does: SGLang + kernel --no-deps, then its imports pinned from its Requires-Dist.
+            groups.append(_group("sglang", [release, kernel], no_deps=True))
+            groups.append(_group("sglang server deps", [*choice.get("sglang_deps", []), *keep],
+                                 pin_from="sglang"))
         else:
             groups.append(_group("sglang", [release], no_deps=True))
             groups.append(_group(f"sglang {profile} deps", [*choice.get("sglang_deps", []), *keep]))
@@ -146,6 +177,16 @@ def missing_requirement(pip_output: str) -> str:
         if found:
             return found[-1]
     return ""
+
+
+def wheel_requires_dist(path: str) -> list[str]:
+    """Requires-Dist entries of a wheel's METADATA (read from the zip, nothing installed)."""
+    with zipfile.ZipFile(path) as wheel:
+        names = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if not names:
+            return []
+        text = wheel.read(names[0]).decode("utf-8", "replace")
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
 
 
 def wheel_name_version(filename: str) -> tuple[str, str] | None:
