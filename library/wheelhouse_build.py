@@ -112,6 +112,10 @@ inputs_digest:
   description: sha256 of the inputs (groups, target python and platform, the env's distributions).
   returned: success
   type: str
+hashes:
+  description: Wheel file name -> sha256, as the manifest records them.
+  returned: success
+  type: dict
 downloaded:
   description: Wheel files fetched from the registry by this run (would be, in check mode).
   returned: success
@@ -277,6 +281,7 @@ def main() -> None:
         stale, current = stale_files(directory, old)
         if not stale:
             module.exit_json(files=sorted(old["files"]), groups=old["groups_detail"],
+                             hashes={f: v["sha256"] for f, v in current.items()},
                              reason="manifest matches, every wheel present with its recorded hash", **result)
         result["stale"] = stale
 
@@ -349,14 +354,18 @@ def main() -> None:
                 resolved[item["name"]] = item["filename"]
     result["changed"] = bool(result["downloaded"]) or not old or bool(result.get("stale"))
     if module.check_mode:
-        module.exit_json(files=sorted(files), groups=details, **result)
+        present = {f: {"sha256": ""} for f in files if os.path.exists(os.path.join(directory, f))}
+        _, current = stale_files(directory, {"files": present}, known=(old or {}).get("files"))
+        module.exit_json(files=sorted(files), groups=details,
+                         hashes={f: v["sha256"] for f, v in current.items()}, **result)
     _, current = stale_files(directory, {"files": {f: {"sha256": ""} for f in files}},
                              known=(old or {}).get("files"))
     manifest = {"schema": MANIFEST_SCHEMA, "inputs_digest": digest, "inputs": inputs,
                 "groups_detail": details, "files": current}
     os.makedirs(os.path.dirname(mpath), exist_ok=True)
     write_json_atomic(mpath, manifest)
-    module.exit_json(files=sorted(files), groups=details, **result)
+    module.exit_json(files=sorted(files), groups=details, hashes={f: v["sha256"] for f, v in current.items()},
+                     **result)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,16 @@ options:
     description: The interpreter that creates the env when I(python) does not exist yet.
     type: str
     default: python3
+  baseline_path:
+    description: JSON file holding the env's distributions as they were before epforge's first install
+      (written by role wheelhouse). When it exists its content is returned as I(baseline) instead of the
+      env's current distributions, so packages the roles installed themselves do not change the wheel set
+      (a rerun stays a no-op and a removed wheel is still missed). Delete it to take a new baseline.
+    type: path
+  wheel_dir:
+    description: The host's wheelhouse copy; its wheel files are listed with their sha256 (nothing when it
+      does not exist yet), so the controller copies only what is missing or different.
+    type: path
 author: epforge developers
 """
 
@@ -57,6 +67,18 @@ installed:
   description: Distribution name -> version in the env (empty when the env does not exist yet).
   returned: success
   type: dict
+baseline:
+  description: The distributions the wheelhouse is resolved against (I(baseline_path)'s, else I(installed)).
+  returned: success
+  type: dict
+baseline_recorded:
+  description: Whether I(baseline) came from I(baseline_path).
+  returned: success
+  type: bool
+wheels:
+  description: Wheel file name -> sha256 in I(wheel_dir).
+  returned: success
+  type: dict
 """
 
 import json
@@ -64,6 +86,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_wheelhouse import file_sha256
 
 PROBE_SCRIPT = r"""
 import importlib.metadata as md, json, os, platform, sys
@@ -85,6 +108,8 @@ def main() -> None:
         argument_spec={
             "python": {"type": "path", "required": True},
             "base_python": {"type": "str", "default": "python3"},
+            "wheel_dir": {"type": "path"},
+            "baseline_path": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -102,7 +127,23 @@ def main() -> None:
     if not data["glibc"]:
         module.fail_json(msg=f"{interpreter} reports no glibc: manylinux wheels need a glibc host", cmd=argv,
                          rc=rc)
-    module.exit_json(changed=False, python=interpreter, env_exists=exists, **data)
+    baseline, recorded = data["installed"], False
+    baseline_path = module.params["baseline_path"]
+    if baseline_path and os.path.exists(baseline_path):
+        try:
+            with open(baseline_path, encoding="utf-8") as handle:
+                baseline, recorded = json.load(handle)["installed"], True
+        except (OSError, ValueError, KeyError) as err:
+            module.fail_json(msg=f"cannot read the env baseline {baseline_path} ({err}): delete it to take a "
+                                 "new one from the env as it is now")
+    wheels = {}
+    wheel_dir = module.params["wheel_dir"]
+    if wheel_dir and os.path.isdir(wheel_dir):
+        for name in sorted(os.listdir(wheel_dir)):
+            if name.endswith(".whl") and os.path.isfile(os.path.join(wheel_dir, name)):
+                wheels[name] = file_sha256(os.path.join(wheel_dir, name))
+    module.exit_json(changed=False, python=interpreter, env_exists=exists, wheels=wheels, baseline=baseline,
+                     baseline_recorded=recorded, **data)
 
 
 if __name__ == "__main__":
