@@ -118,7 +118,8 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     for extra in choice.get("extra") or []:
         groups.append(_group(extra["name"], list(extra["requirements"]), no_deps=bool(extra.get("no_deps")),
                              index_url=extra.get("index_url", ""), env=extra.get("env", "ml")))
-    return groups
+    # A run with nothing to install (no build tools asked for, say) is no pip run at all.
+    return [group for group in groups if group["requirements"]]
 
 
 def manylinux_platforms(machine: str, glibc: str) -> list[str]:
