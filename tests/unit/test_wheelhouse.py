@@ -1,5 +1,5 @@
-"""Wheelhouse: the requirement computation from real stack files, and module wheelhouse_build with the real pip
-of this venv against real wheel files built here (tiny, valid wheels), with downloads off: a complete
+"""Wheelhouse: the requirement computation from real stack files, and module wheelhouse_build with the real
+pip of this venv against real wheel files built here (tiny, valid wheels), with downloads off: a complete
 wheelhouse is accepted and recorded, a rerun runs no pip, a removed wheel is refused naming its requirement,
 a user-placed wheel of the same name and version is accepted with its new hash, what the env holds is not
 fetched, and a protected torch is never replaced."""
@@ -28,19 +28,23 @@ FIXTURES = ROOT / "tests" / "fixtures" / "wheelhouse"
 CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
 # Captured: `unzip -p sglang-0.5.16-cp311-cp311-manylinux_2_34_x86_64.whl '*/METADATA' | grep ^Requires-Dist:`
 # (the wheel from PyPI, 2026-12-01).
-SGLANG_0516_REQUIRES = [line.split(":", 1)[1].strip()
-                        for line in (FIXTURES / "sglang-0.5.16-requires-dist.txt").read_text().splitlines()]
+SGLANG_0516_REQUIRES = [
+    line.split(":", 1)[1].strip()
+    for line in (FIXTURES / "sglang-0.5.16-requires-dist.txt").read_text().splitlines()
+]
 
 
-def build_wheel(directory: Path, name: str, version: str, requires: tuple[str, ...] = (), payload: str = "") -> Path:
+def build_wheel(
+    directory: Path, name: str, version: str, requires: tuple[str, ...] = (), payload: str = ""
+) -> Path:
     """A valid pure-python wheel (METADATA, WHEEL, RECORD with hashes) holding one module."""
     dist = f"{name.replace('-', '_')}-{version}"
     files = {
         f"{name.replace('-', '_')}.py": f"VALUE = {payload!r}\n",
-        f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\n" f"Name: {name}\nVersion: {version}\n"
-        + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\n"
+        f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: epforge-test\nRoot-Is-Purelib: true\n"
-                                   "Tag: py3-none-any\n",
+        "Tag: py3-none-any\n",
     }
     record = []
     for path, text in files.items():
@@ -60,10 +64,19 @@ def args_for(directory: Path, tmp_path: Path, requirements: list[str], **over) -
     args = {
         "directory": str(directory),
         "stack": {"torch": {"version": "2.11.0"}, "cuda": {"default_method": "existing"}},
-        "choice": {"ml_env_method": "existing", "flashinfer": False, "sglang": False, "ml_env_build_packages": [],
-                   "extra": [{"name": "app", "requirements": requirements}]},
-        "python_version": "3.11.2", "machine": "x86_64", "glibc": "2.36",
-        "installed": {}, "download": False, "log_path": str(tmp_path / "wheelhouse.log"),
+        "choice": {
+            "ml_env_method": "existing",
+            "flashinfer": False,
+            "sglang": False,
+            "ml_env_build_packages": [],
+            "extra": [{"name": "app", "requirements": requirements}],
+        },
+        "python_version": "3.11.2",
+        "machine": "x86_64",
+        "glibc": "2.36",
+        "installed": {},
+        "download": False,
+        "log_path": str(tmp_path / "wheelhouse.log"),
     }
     args.update(over)
     return args
@@ -82,23 +95,47 @@ def house(tmp_path) -> Path:
 def test_groups_cu130_default_roles():
     groups = requirement_groups(CU130, {"ml_env_build_packages": ["ninja"], "sglang_profile": "full"})
     by_name = {g["name"]: g for g in groups}
-    assert [g["name"] for g in groups] == ["cuda_toolkit", "ml_env torch", "ml_env build tools", "flashinfer",
-                                           "sglang full"]
+    assert [g["name"] for g in groups] == [
+        "cuda_toolkit",
+        "ml_env torch",
+        "ml_env build tools",
+        "flashinfer",
+        "sglang full",
+    ]
     assert by_name["cuda_toolkit"]["requirements"] == CU130["cuda"]["pypi_packages"]
     assert by_name["cuda_toolkit"]["no_deps"] and by_name["cuda_toolkit"]["env"] == "download"
     assert by_name["ml_env torch"]["requirements"] == ["torch==2.14.1"]
     assert by_name["flashinfer"]["requirements"] == ["flashinfer-python==0.7.2"]
-    assert by_name["sglang full"]["requirements"] == ["sglang==0.5.23", "sglang-kernel==0.4.10", "torch==2.14.1"]
+    assert by_name["sglang full"]["requirements"] == [
+        "sglang==0.5.23",
+        "sglang-kernel==0.4.10",
+        "torch==2.14.1",
+    ]
 
 
 def test_groups_adopted_env_server_profile_overrides_deepep():
-    stack = {**CU130, "sglang": {**CU130["sglang"], "version": "0.5.16", "kernel_package": "sglang-kernel==0.4.5",
-                                 "package_overrides": ["transformers==5.12.1"]},
-             "torch": {**CU130["torch"], "version": "2.11.0"}}
-    groups = requirement_groups(stack, {
-        "ml_env_method": "existing", "flashinfer": False, "deepep": True, "sglang_profile": "server",
-        "sglang_deps": ["xgrammar", "fastapi"], "sglang_overrides": ["transformers==5.12.1", "tokenizers==0.22.2"],
-        "ml_env_build_packages": []})
+    stack = {
+        **CU130,
+        "sglang": {
+            **CU130["sglang"],
+            "version": "0.5.16",
+            "kernel_package": "sglang-kernel==0.4.5",
+            "package_overrides": ["transformers==5.12.1"],
+        },
+        "torch": {**CU130["torch"], "version": "2.11.0"},
+    }
+    groups = requirement_groups(
+        stack,
+        {
+            "ml_env_method": "existing",
+            "flashinfer": False,
+            "deepep": True,
+            "sglang_profile": "server",
+            "sglang_deps": ["xgrammar", "fastapi"],
+            "sglang_overrides": ["transformers==5.12.1", "tokenizers==0.22.2"],
+            "ml_env_build_packages": [],
+        },
+    )
     names = [g["name"] for g in groups]
     # No torch anywhere: the adopted env has it; the sglang runs keep it.
     assert "ml_env torch" not in names
@@ -107,12 +144,21 @@ def test_groups_adopted_env_server_profile_overrides_deepep():
     assert by_name["deepep nvshmem"]["requirements"] == ["nvidia-nvshmem-cu13==3.4.5"]
     assert by_name["deepep prebuilt"]["requirements"] == ["sgl-deep-ep==0.1.2.post1"]
     assert by_name["deepep prebuilt"]["no_deps"]
-    assert by_name["sglang"] == {"name": "sglang", "requirements": ["sglang==0.5.16", "sglang-kernel==0.4.5"],
-                                 "no_deps": True, "index_url": "", "env": "ml", "pin_from": ""}
+    assert by_name["sglang"] == {
+        "name": "sglang",
+        "requirements": ["sglang==0.5.16", "sglang-kernel==0.4.5"],
+        "no_deps": True,
+        "index_url": "",
+        "env": "ml",
+        "pin_from": "",
+    }
     assert by_name["sglang server deps"]["requirements"] == ["xgrammar", "fastapi", "torch==2.11.0"]
     assert by_name["sglang server deps"]["pin_from"] == "sglang"
-    assert by_name["sglang overrides"]["requirements"] == ["transformers==5.12.1", "tokenizers==0.22.2",
-                                                           "torch==2.11.0"]
+    assert by_name["sglang overrides"]["requirements"] == [
+        "transformers==5.12.1",
+        "tokenizers==0.22.2",
+        "torch==2.11.0",
+    ]
     assert names.index("sglang overrides") > names.index("sglang server deps")
 
 
@@ -132,25 +178,54 @@ def test_target_args_for_another_python_and_glibc():
 
 
 def test_server_deps_pinned_from_sglang_0516_metadata():
-    pinned = pin_from_metadata(SGLANG_0516_REQUIRES, ["xgrammar", "openai", "soundfile", "apache-tvm-ffi",
-                                                      "starlette", "IPython", "pyzmq", "transformers",
-                                                      "fastapi>=0.100"])
+    pinned = pin_from_metadata(
+        SGLANG_0516_REQUIRES,
+        [
+            "xgrammar",
+            "openai",
+            "soundfile",
+            "apache-tvm-ffi",
+            "starlette",
+            "IPython",
+            "pyzmq",
+            "transformers",
+            "fastapi>=0.100",
+        ],
+    )
     # Pins as the release declares them; extras dropped; names it does not declare (starlette) as given.
-    assert pinned == ["xgrammar==0.2.1", "openai==2.6.1", "soundfile==0.13.1", "apache-tvm-ffi==0.1.11",
-                      "starlette", "IPython", "pyzmq>=25.1.2", "transformers==5.12.1", "fastapi>=0.100"]
+    assert pinned == [
+        "xgrammar==0.2.1",
+        "openai==2.6.1",
+        "soundfile==0.13.1",
+        "apache-tvm-ffi==0.1.11",
+        "starlette",
+        "IPython",
+        "pyzmq>=25.1.2",
+        "transformers==5.12.1",
+        "fastapi>=0.100",
+    ]
     # Only base requirements count, never one of an extra.
     assert pin_from_metadata(['addict==2.4.0; extra == "diffusion"'], ["addict"]) == ["addict"]
 
 
 def test_sglang_install_server_profile_commands():
-    params = {"python": "/env/bin/python", "version": "0.5.16", "kernel_package": "sglang-kernel==0.4.5",
-              "install_deps": False, "parser_deps": ["numpy"], "keep": ["torch==2.11.0"], "pip_args": [],
-              "profile": "server", "server_deps": ["xgrammar", "openai"],
-              "overrides": ["transformers==5.12.1", "tokenizers==0.22.2"]}
+    params = {
+        "python": "/env/bin/python",
+        "version": "0.5.16",
+        "kernel_package": "sglang-kernel==0.4.5",
+        "install_deps": False,
+        "parser_deps": ["numpy"],
+        "keep": ["torch==2.11.0"],
+        "pip_args": [],
+        "profile": "server",
+        "server_deps": ["xgrammar", "openai"],
+        "overrides": ["transformers==5.12.1", "tokenizers==0.22.2"],
+    }
     inputs = sglang_install.desired_inputs(params)
     assert inputs["mode"] == "server" and inputs["parser_deps"] == []
-    commands = sglang_install.pip_commands("/env/bin/python", inputs,
-                                           pin_from_metadata(SGLANG_0516_REQUIRES, inputs["server_deps"]))
+    commands = sglang_install.pip_commands(
+        "/env/bin/python", inputs, pin_from_metadata(SGLANG_0516_REQUIRES, inputs["server_deps"])
+    )
     assert [c[5:] for c in commands] == [
         ["--no-deps", "sglang==0.5.16", "sglang-kernel==0.4.5"],
         ["openai==2.6.1", "xgrammar==0.2.1", "torch==2.11.0"],
@@ -170,8 +245,11 @@ def test_complete_wheelhouse_recorded_then_rerun_runs_no_pip(house, tmp_path):
     assert first["files"] == ["alpha-1.0-py3-none-any.whl", "beta-1.2-py3-none-any.whl"]
     manifest = json.loads(Path(first["manifest"]).read_text())
     sha = hashlib.sha256((house / "beta-1.2-py3-none-any.whl").read_bytes()).hexdigest()
-    assert manifest["files"]["beta-1.2-py3-none-any.whl"]["sha256"] == sha == first["hashes"][
-        "beta-1.2-py3-none-any.whl"]
+    assert (
+        manifest["files"]["beta-1.2-py3-none-any.whl"]["sha256"]
+        == sha
+        == first["hashes"]["beta-1.2-py3-none-any.whl"]
+    )
     log_size = (tmp_path / "wheelhouse.log").stat().st_size
     again = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
     assert again["_rc"] == 0 and not again["changed"], again
@@ -181,7 +259,10 @@ def test_complete_wheelhouse_recorded_then_rerun_runs_no_pip(house, tmp_path):
 
 
 def test_removed_wheel_fails_naming_the_requirement(house, tmp_path):
-    assert run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)["_rc"] == 0
+    assert (
+        run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)["_rc"]
+        == 0
+    )
     (house / "beta-1.2-py3-none-any.whl").unlink()
     result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
     assert result["_rc"] != 0
@@ -201,13 +282,19 @@ def test_user_placed_wheel_of_same_name_and_version_is_accepted(house, tmp_path)
     result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
     assert result["_rc"] == 0 and result["changed"], result
     assert result["hashes"]["beta-1.2-py3-none-any.whl"] != old_sha
-    assert result["hashes"]["beta-1.2-py3-none-any.whl"] == hashlib.sha256(
-        (house / "beta-1.2-py3-none-any.whl").read_bytes()).hexdigest()
+    assert (
+        result["hashes"]["beta-1.2-py3-none-any.whl"]
+        == hashlib.sha256((house / "beta-1.2-py3-none-any.whl").read_bytes()).hexdigest()
+    )
 
 
 def test_what_the_env_holds_is_not_needed(house, tmp_path):
-    result = run_module_in(tmp_path, "wheelhouse_build",
-                           args_for(house, tmp_path, ["alpha"], installed={"Beta": "1.5"}), timeout=300)
+    result = run_module_in(
+        tmp_path,
+        "wheelhouse_build",
+        args_for(house, tmp_path, ["alpha"], installed={"Beta": "1.5"}),
+        timeout=300,
+    )
     assert result["_rc"] == 0, result
     assert result["files"] == ["alpha-1.0-py3-none-any.whl"]
 
@@ -218,8 +305,12 @@ def test_protected_torch_is_never_replaced(house, tmp_path):
     assert result["_rc"] != 0
     assert "would replace torch 2.11.0+cu130 (already in the env) with 2.99.0" in result["msg"]
     # The same torch as the env's (local label aside) is kept, not fetched.
-    ok = run_module_in(tmp_path, "wheelhouse_build",
-                       args_for(house, tmp_path, ["torch==2.99.0"], installed={"torch": "2.99.0+cpu"}), timeout=300)
+    ok = run_module_in(
+        tmp_path,
+        "wheelhouse_build",
+        args_for(house, tmp_path, ["torch==2.99.0"], installed={"torch": "2.99.0+cpu"}),
+        timeout=300,
+    )
     assert ok["_rc"] == 0 and ok["files"] == [], ok
 
 
