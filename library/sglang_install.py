@@ -217,8 +217,8 @@ def desired_inputs(params: dict) -> dict:
     }
     # Only present when used, so stamps written before these inputs existed stay valid.
     if profile == "server":
-        inputs["server_deps"] = sorted(params["server_deps"])
-    if params["overrides"]:
+        inputs["server_deps"] = sorted(params.get("server_deps") or [])
+    if params.get("overrides"):
         inputs["overrides"] = list(params["overrides"])
     return inputs
 
