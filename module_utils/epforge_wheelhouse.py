@@ -82,9 +82,10 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
         groups.append(_group("cuda_toolkit", list(stack.get("cuda", {}).get("pypi_packages", [])),
                              no_deps=True, env="download"))
     if choice.get("ml_env_method", "venv") == "venv":
+        # An adopted env (method existing) is used as it is: no torch, no build tools installed into it.
         groups.append(_group("ml_env torch", [f"torch=={torch.get('version')}"],
                              index_url=torch.get("index_url") or ""))
-    groups.append(_group("ml_env build tools", list(choice.get("ml_env_build_packages") or [])))
+        groups.append(_group("ml_env build tools", list(choice.get("ml_env_build_packages") or [])))
     if choice.get("flashinfer", True):
         flashinfer = stack.get("flashinfer", {})
         if flashinfer.get("version"):
