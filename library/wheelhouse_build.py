@@ -130,8 +130,8 @@ import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import read_json, write_json_atomic
 from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+from ansible.module_utils.epforge_files import read_json, write_json_atomic
 from ansible.module_utils.epforge_wheelhouse import (
     MANIFEST_SCHEMA,
     base_version,

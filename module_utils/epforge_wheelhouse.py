@@ -13,6 +13,8 @@ import os
 import re
 import zipfile
 
+from ansible.module_utils.epforge_build import file_sha256
+
 MANIFEST_SCHEMA = 1
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 # pip's message when a requirement has no file in the places it may look (offline: the wheelhouse).
@@ -199,14 +201,6 @@ def wheel_name_version(filename: str) -> tuple[str, str] | None:
     if len(parts) < 5:
         return None
     return normalize(parts[0]), parts[1]
-
-
-def file_sha256(path: str, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def inputs_digest(inputs: dict) -> str:
