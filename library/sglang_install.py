@@ -246,6 +246,13 @@ def pinned_checks(inputs: dict) -> dict[str, str]:
     return wanted
 
 
+def version_matches(installed: str | None, pin: str) -> bool:
+    """PEP 440 '==': a pin without a local label matches any local build (torch==2.11.0 is 2.11.0+cu130)."""
+    if installed is None:
+        return False
+    return installed == pin or ("+" not in pin and installed.split("+", 1)[0] == pin)
+
+
 def pip_commands(python: str, inputs: dict, server_deps: list[str] | None = None) -> list[list[str]]:
     """The pip argv lists that install the inputs (server deps as given, pinned once SGLang is in)."""
     base = [python, "-m", "pip", "install", "--disable-pip-version-check", *inputs["pip_args"]]
@@ -333,7 +340,7 @@ def main() -> None:
     before_versions = installed_versions(module, python, sorted(wanted))
     stamp = stamp_of(inputs)
     old_stamp = read_stamp(params["stamp_path"])
-    versions_ok = all(before_versions.get(name) == version for name, version in wanted.items())
+    versions_ok = all(version_matches(before_versions.get(name), version) for name, version in wanted.items())
     stamp_ok = bool(old_stamp) and old_stamp.get("sha256") == stamp["sha256"]
     result = {"mode": inputs["mode"], "log_path": log_path, "stamp": stamp,
               "pip_source": params["pip_source"]}
@@ -350,7 +357,7 @@ def main() -> None:
     actions = []
     if not versions_ok:
         actions.append("install " + ", ".join(f"{name}=={version}" for name, version in sorted(wanted.items())
-                                              if before_versions.get(name) != version)
+                                              if not version_matches(before_versions.get(name), version))
                        + f" ({inputs['mode']})")
     else:
         actions.append(f"re-run pip for changed inputs ({inputs['mode']})")
@@ -403,7 +410,8 @@ def main() -> None:
                              f"the installed one (check {python} -m pip list and PYTHONPATH)",
                          cmd=verify, rc=0, log_tail=tail(output))
     after_versions = installed_versions(module, python, sorted(wanted))
-    missing = {name: version for name, version in wanted.items() if after_versions.get(name) != version}
+    missing = {name: version for name, version in wanted.items()
+               if not version_matches(after_versions.get(name), version)}
     if missing:
         module.fail_json(msg=f"after pip, these versions are not installed: {missing} (installed: "
                              f"{after_versions}); see {log_path}", log_path=log_path)

@@ -317,3 +317,12 @@ def test_protected_torch_is_never_replaced(house, tmp_path):
 def test_wheel_requires_dist_reads_the_zip(tmp_path):
     path = build_wheel(tmp_path, "gamma", "3.0", ("delta==1.0", 'eps; extra == "x"'))
     assert wheel_requires_dist(str(path)) == ["delta==1.0", 'eps; extra == "x"']
+
+
+def test_sglang_install_pins_match_local_builds():
+    # An image's torch carries a local label; torch==2.11.0 (sglang_keep) is met by it, as pip says.
+    assert sglang_install.version_matches("2.11.0+cu130", "2.11.0")
+    assert sglang_install.version_matches("2.13.0+cpu", "2.13.0")
+    assert not sglang_install.version_matches("2.13.0+cpu", "2.13.0+cu130")
+    assert not sglang_install.version_matches("2.14.1", "2.11.0")
+    assert not sglang_install.version_matches(None, "2.11.0")
