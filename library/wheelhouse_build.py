@@ -125,13 +125,13 @@ downloaded:
 
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, run_logged, tail
+from ansible.module_utils.epforge_common import fail_cmd, tail
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 from ansible.module_utils.epforge_wheelhouse import (
     MANIFEST_SCHEMA,
     base_version,
@@ -199,12 +199,8 @@ class Resolver:
             argv += ["--extra-index-url", group["index_url"]]
         argv += group["requirements"]
         env = offline_env(stubs) if offline else online_env(stubs)
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=self.timeout,
-                                  check=False)
-            rc, output = proc.returncode, proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired:
-            rc, output = 124, f"timed out after {self.timeout} s"
+        done = run_bounded(argv, timeout=self.timeout, env=env)
+        rc, output = done.rc, done.out + done.err
         with open(self.log, "a", encoding="utf-8") as log:
             log.write(f"\n=== wheelhouse: {'offline check' if offline else 'resolve'} {group['name']}\n"
                       f"$ {' '.join(argv)}\n{output}\nrc={rc}\n")
