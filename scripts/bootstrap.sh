@@ -6,7 +6,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs libibverbs-dev rsync gnupg gcc g++ dpkg-dev git chromium)
+# The controller's Python: EPFORGE_PYTHON, else the newest of python3.13 / 3.12 / 3.11 on PATH (pyproject's
+# requires-python; ansible-core 2.19 runs on all three, 2.20 on 3.12+).
+pick_python() {
+  local candidate
+  for candidate in "${EPFORGE_PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+    [ -n "$candidate" ] && command -v "$candidate" >/dev/null || continue
+    if "$candidate" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else 1)'; then
+      echo "$candidate"; return 0
+    fi
+    [ -n "${EPFORGE_PYTHON:-}" ] && [ "$candidate" = "$EPFORGE_PYTHON" ] && break
+  done
+  return 1
+}
+
+apt_packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs libibverbs-dev rsync gnupg gcc g++ dpkg-dev git
+              chromium python3-venv)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -18,7 +33,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-python=${EPFORGE_PYTHON:-python3}
+python=$(pick_python) || {
+  echo "bootstrap: no Python 3.11-3.13 found${EPFORGE_PYTHON:+ (EPFORGE_PYTHON=$EPFORGE_PYTHON is not one)}: install python3 (3.11-3.13)" >&2
+  exit 1
+}
 if [ ! -x .venv/bin/python ]; then
   echo "bootstrap: creating .venv with $($python --version)"
   "$python" -m venv .venv

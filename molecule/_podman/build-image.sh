@@ -10,7 +10,9 @@
 #
 # Usage: molecule/_podman/build-image.sh [--force]
 # Environment (all optional):
-#   EPFORGE_MOLECULE_IMAGE   image tag            (default localhost/epforge-molecule-bookworm:latest)
+#   EPFORGE_DEBIAN_SUITE     Debian suite         (default bookworm = Debian 12; trixie = Debian 13 for the
+#                            controller test tests/test_controller_pythons.py)
+#   EPFORGE_MOLECULE_IMAGE   image tag            (default localhost/epforge-molecule-SUITE:latest)
 #   EPFORGE_DEBIAN_MIRROR    Debian mirror URL    (default: the first Debian URI in /etc/apt/sources.list*)
 #   EPFORGE_IMAGE_TIMEOUT    seconds for debootstrap (default 900)
 #   CONTAINERS_CONF          podman settings      (default: containers.conf next to this script)
@@ -19,8 +21,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/containers.conf}
 
-image=${EPFORGE_MOLECULE_IMAGE:-localhost/epforge-molecule-bookworm:latest}
-suite=bookworm
+suite=${EPFORGE_DEBIAN_SUITE:-bookworm}
+case "$suite" in bookworm|trixie) ;; *) echo "build-image: EPFORGE_DEBIAN_SUITE must be bookworm or trixie, not '$suite'" >&2; exit 2;; esac
+image=${EPFORGE_MOLECULE_IMAGE:-localhost/epforge-molecule-$suite:latest}
 # python3: Ansible's modules; python3-apt: ansible.builtin.apt without a bootstrap install;
 # systemd + systemd-sysv + dbus: systemd as PID 1 (/sbin/init) and systemctl; sudo: become.
 packages=(python3 python3-apt systemd systemd-sysv dbus sudo ca-certificates)
@@ -69,7 +72,7 @@ current_recipe() {
   podman image inspect --format '{{ index .Labels "epforge.recipe" }}' "$image" 2>/dev/null || true
 }
 
-lock=${TMPDIR:-/tmp}/epforge-molecule-image.lock
+lock=${TMPDIR:-/tmp}/epforge-molecule-image-$suite.lock
 exec 9>"$lock"
 if ! flock -w "$((timeout_s + 300))" 9; then
   die "another build holds $lock for too long"

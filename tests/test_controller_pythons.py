@@ -1,0 +1,117 @@
+"""The README's first command on clean controllers with other Pythons: Debian 12 (python 3.11, ansible-core
+2.19) and Debian 13 (python 3.13, ansible-core 2.20). Each runs in a fresh podman container from a
+debootstrap image built locally (molecule/_podman/build-image.sh with EPFORGE_DEBIAN_SUITE): a copy of this
+checkout (tracked and untracked-but-not-ignored files), `scripts/bootstrap.sh` (apt + the venv from PyPI:
+the container needs the network), then `ansible-playbook site.yml --check` against the embedded localhost
+inventory. The play must end with failed=0 and print the per-host summary.
+
+CI cost (measured 2026-12-01 on the shared 2-core dev machine under load, both suites at once): image build
+once per recipe (trixie 326 s; bookworm's is the Molecule image, already there); bootstrap 827 s (Debian 12)
+and 684 s (Debian 13): apt (podman, gcc, ...) and the venv with the test extra from PyPI; the check run of
+site.yml about 1 min. The 8-minute target for both is not met on that machine; the figure per run is in the
+JUnit property `duration_s`. `-m "not controller"` leaves them out of a quick local run, never out of the
+test command.
+Logs: .cache/controller-logs/<suite>.log.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = ROOT / "molecule" / "_podman"
+LOG_DIR = ROOT / ".cache" / "controller-logs"
+TIMEOUT = int(os.environ.get("EPFORGE_CONTROLLER_TIMEOUT", "1500"))
+SUITES = {"bookworm": ("3.11", "2.19"), "trixie": ("3.13", "2.20")}
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
+
+# Inside the container: the checkout arrives on stdin as a tar; the README's first command, in check mode.
+SCRIPT = r"""
+set -euo pipefail
+mkdir -p /root/epforge && tar -x -C /root/epforge && cd /root/epforge
+export DEBIAN_FRONTEND=noninteractive
+start=$(date +%s)
+scripts/bootstrap.sh
+echo "EPFORGE_BOOTSTRAP_SECONDS $(( $(date +%s) - start ))"
+.venv/bin/python -c 'import sys; from ansible.release import __version__ as v
+print("EPFORGE_VERSIONS", sys.version.split()[0], v)'
+start=$(date +%s)
+.venv/bin/ansible-playbook site.yml --check
+echo "EPFORGE_CHECK_SECONDS $(( $(date +%s) - start ))"
+"""
+
+
+def checkout_tar() -> bytes:
+    """This checkout as a fresh clone would hold it, plus uncommitted files git does not ignore."""
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True, timeout=60).stdout.split(b"\0")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name in filter(None, names):
+            path = ROOT / name.decode()
+            if path.is_file() or path.is_symlink():
+                archive.add(path, arcname=name.decode(), recursive=False)
+    return buffer.getvalue()
+
+
+def podman_env() -> dict[str, str]:
+    return {**os.environ, "CONTAINERS_CONF": str(HARNESS / "containers.conf")}
+
+
+@pytest.fixture(scope="module", params=sorted(SUITES))
+def suite_image(request) -> tuple[str, str]:
+    suite = request.param
+    image = f"localhost/epforge-molecule-{suite}:latest"
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    env = {**podman_env(), "EPFORGE_DEBIAN_SUITE": suite}
+    proc = subprocess.run([str(HARNESS / "build-image.sh")], env=env, capture_output=True, text=True,
+                          timeout=1800, check=False)
+    (LOG_DIR / f"build-image-{suite}.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, f"building the {suite} image failed:\n{proc.stderr[-4000:]}"
+    return suite, image
+
+
+@pytest.mark.controller
+def test_readme_first_command_on_a_clean_controller(suite_image, record_property):
+    suite, image = suite_image
+    python, core = SUITES[suite]
+    argv = ["podman", "run", "--rm", "-i", "--name", f"epforge-controller-{suite}-{os.getpid()}"]
+    if CA_BUNDLE.exists():
+        # This machine's CA bundle (it may sit behind a TLS-inspecting proxy) for apt, pip and Ansible.
+        argv += ["-v", f"{CA_BUNDLE}:/etc/epforge-ca.crt:ro", "-e", "PIP_CERT=/etc/epforge-ca.crt",
+                 "-e", "SSL_CERT_FILE=/etc/epforge-ca.crt", "-e", "REQUESTS_CA_BUNDLE=/etc/epforge-ca.crt"]
+    argv += [image, "bash", "-c", SCRIPT]
+    started = time.monotonic()
+    log = LOG_DIR / f"{suite}.log"
+    try:
+        proc = subprocess.run(argv, input=checkout_tar(), capture_output=True, timeout=TIMEOUT,
+                              env=podman_env(), check=False)
+        out = (proc.stdout + proc.stderr).decode(errors="replace")
+        rc = proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        subprocess.run(["podman", "rm", "-f", argv[5]], capture_output=True, timeout=120, check=False,
+                       env=podman_env())
+        out, rc = ((exc.stdout or b"") + (exc.stderr or b"")).decode(errors="replace"), None
+    seconds = time.monotonic() - started
+    log.write_text(out)
+    record_property("duration_s", round(seconds, 1))
+    tail = "\n".join(out.splitlines()[-60:])
+    assert rc == 0, f"{suite}: rc {rc} after {seconds:.0f} s (log {log}):\n{tail}"
+    versions = re.search(r"^EPFORGE_VERSIONS (\S+) (\S+)", out, re.MULTILINE)
+    assert versions, tail
+    assert versions.group(1).startswith(python + "."), f"{suite} ran python {versions.group(1)}, not {python}"
+    assert versions.group(2).startswith(core + "."), f"{suite} resolved ansible-core {versions.group(2)}"
+    recap = RECAP.findall(out)
+    assert recap, tail
+    assert all(int(failed) == 0 and int(unreachable) == 0 for _h, _o, _c, unreachable, failed in recap), tail
+    assert "EPFORGE_CHECK_SECONDS" in out
+    print(f"{suite}: python {versions.group(1)}, ansible-core {versions.group(2)}, {seconds:.0f} s")
