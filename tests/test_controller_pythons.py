@@ -6,11 +6,11 @@ the container needs the network), then `ansible-playbook site.yml --check` again
 inventory. The play must end with failed=0 and print the per-host summary.
 
 CI cost (measured 2026-12-01 on the shared 2-core dev machine under load, both suites at once): image build
-once per recipe (trixie 326 s; bookworm's is the Molecule image, already there); bootstrap 827 s (Debian 12)
-and 684 s (Debian 13): apt (podman, gcc, ...) and the venv with the test extra from PyPI; the check run of
-site.yml about 1 min. The 8-minute target for both is not met on that machine; the figure per run is in the
-JUnit property `duration_s`. `-m "not controller"` leaves them out of a quick local run, never out of the
-test command.
+once per recipe (trixie 326 s; bookworm's is the Molecule image, already there); then per suite about 19-20
+min: bootstrap 760 s (apt: podman, gcc, ...; the venv with the test extra from PyPI) and the check run of
+site.yml 317-327 s (ok=88 changed=11 failed=0). The 8-minute target for both is not met on that machine; the
+figure per run is in the JUnit property `duration_s`. `-m "not controller"` leaves them out of a quick local
+run, never out of the test command.
 Logs: .cache/controller-logs/<suite>.log.
 """
 
