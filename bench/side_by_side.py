@@ -44,6 +44,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import ansible.module_utils
+
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "library" / "sglang_server.py"
 LAUNCHER = ROOT / "roles" / "sglang_server" / "files" / "epforge_sglang_launch.py"
@@ -56,6 +58,10 @@ RUNNER = (
 WATCHED_ENV = ("HOME", "USER", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                "OMP_NUM_THREADS", "TRITON_CACHE_DIR", "LANG", "LC_ALL", "TMPDIR", "PYTHONUNBUFFERED",
                "NCCL_NVLS_ENABLE")
+
+
+# module_utils import each other as ansible.module_utils.NAME (as Ansible loads them).
+ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 
 
 def load_util(name: str):
