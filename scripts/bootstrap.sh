@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# Install what epforge's controller and tests need on a fresh Debian/Ubuntu machine, idempotently:
-# system packages (podman for Molecule test hosts, libibverbs-dev for DeepEP's headers, chromium for the
-# report's rendering test) and a venv at
-# .venv with the controller dependencies and the test extra. Safe to run again: it skips what is there.
+# Install what epforge's controller needs on a fresh Debian/Ubuntu machine, idempotently: system packages
+# (gcc for the CUDA link stub, libibverbs-dev for DeepEP's headers, git, rsync) and a venv at .venv with the
+# controller's dependencies. `--test` adds what the test suite needs (podman + debootstrap for Molecule test
+# hosts, chromium for the report's rendering test, the `test` extra). Safe to run again: it skips what is there.
+#
+# Usage: scripts/bootstrap.sh [--test]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+profile=controller
+case "${1:-}" in
+  "") ;;
+  --test) profile=test ;;
+  *) echo "bootstrap: unknown argument '$1' (usage: scripts/bootstrap.sh [--test])" >&2; exit 2 ;;
+esac
 
 # The controller's Python: EPFORGE_PYTHON, else the newest of python3.13 / 3.12 / 3.11 on PATH (pyproject's
 # requires-python; ansible-core 2.19 runs on all three, 2.20 on 3.12+).
@@ -20,8 +29,10 @@ pick_python() {
   return 1
 }
 
-apt_packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs libibverbs-dev rsync gnupg gcc g++ dpkg-dev git
-              chromium python3-venv)
+apt_packages=(libibverbs-dev rsync gnupg gcc g++ dpkg-dev git python3-venv)
+if [ "$profile" = test ]; then
+  apt_packages+=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs chromium)
+fi
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -41,12 +52,15 @@ if [ ! -x .venv/bin/python ]; then
   echo "bootstrap: creating .venv with $($python --version)"
   "$python" -m venv .venv
 fi
+# The stamp holds the pyproject hash and the profile; a test install also serves the controller profile.
 stamp=.venv/.epforge-deps
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "bootstrap: installing controller and test dependencies into .venv"
+digest=$(sha256sum pyproject.toml | cut -d' ' -f1)
+have=$(cat "$stamp" 2>/dev/null || true)
+if [ "$have" != "$digest test" ] && [ "$have" != "$digest $profile" ]; then
+  spec=.; [ "$profile" = test ] && spec='.[test]'
+  echo "bootstrap: installing the $profile dependencies into .venv"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]'
-  echo "$want" > "$stamp"
+  .venv/bin/pip install -q -e "$spec"
+  echo "$digest $profile" > "$stamp"
 fi
-echo "bootstrap: ready ($(.venv/bin/ansible --version | head -1))"
+echo "bootstrap: ready for the $profile profile ($(.venv/bin/ansible --version | head -1))"

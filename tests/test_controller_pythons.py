@@ -1,9 +1,10 @@
 """The README's first command on clean controllers with other Pythons: Debian 12 (python 3.11, ansible-core
 2.19) and Debian 13 (python 3.13, ansible-core 2.20). Each runs in a fresh podman container from a
 debootstrap image built locally (molecule/_podman/build-image.sh with EPFORGE_DEBIAN_SUITE): a copy of this
-checkout (tracked and untracked-but-not-ignored files), `scripts/bootstrap.sh` (apt + the venv from PyPI:
-the container needs the network), then `ansible-playbook site.yml --check` against the embedded localhost
-inventory. The play must end with failed=0 and print the per-host summary.
+checkout (tracked and untracked-but-not-ignored files), `scripts/bootstrap.sh` (its controller profile, as
+the README's first command: apt + the venv from PyPI, so the container needs the network), then
+`ansible-playbook site.yml --check` against the embedded localhost inventory. The play must end with
+failed=0 and print the per-host summary.
 
 CI cost (measured 2026-12-01 on the shared 2-core dev machine under load, both suites at once): image build
 once per recipe (trixie 326 s; bookworm's is the Molecule image, already there); then per suite about 19-20

@@ -115,20 +115,21 @@ def test_sweep_records_ok_refused_and_failed(client, base_dir):
         "sglang_benchmark_require_gpu": False,
         "sglang_benchmark_warmup": False,
         "sglang_benchmark_timeout": 300,
-        "sglang_benchmark_workload": {
-            "name": "sweep-smoke",
-            "input_len": 64,
-            "output_len": 16,
-            "num_prompts": 8,
-            "max_concurrency": 4,
-        },
         "sglang_benchmark_sweep": sweep_configurations(str(tok)),
     }
     vars_file = base_dir / "vars.json"
     vars_file.write_text(json.dumps(extra))
+    # The workload comes from the inventory (not -e), as on a real host: role params then outrank it, which
+    # once made the sweep's per-configuration workload a self-referencing template (seen on the lent H200).
+    workload = {"name": "sweep-smoke", "input_len": 64, "output_len": 16, "num_prompts": 8}
+    workload["max_concurrency"] = 4
+    host_vars = {"localhost": {"sglang_benchmark_workload": workload}}
+    inventory = base_dir / "workload-inventory.json"
+    inventory.write_text(json.dumps({"all": {"hosts": host_vars}}))
     started = time.monotonic()
     proc = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-e", f"@{vars_file}"],
+        [str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-i", str(ROOT / "inventory" / "local.yml"),
+         "-i", str(inventory), "-e", f"@{vars_file}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
