@@ -77,8 +77,16 @@ def base_python() -> str:
 
 def start(names: list[str]) -> None:
     # /etc/alternatives: Debian's c++/cc links in /usr/bin point there.
-    mounts = ["-v", "/usr:/usr:ro", "-v", "/etc/alternatives:/etc/alternatives:ro",
-              "-v", f"{CUDA_HOME}:{CUDA_HOME}:ro", "-v", f"{VENV}:{VENV}:O"]
+    mounts = [
+        "-v",
+        "/usr:/usr:ro",
+        "-v",
+        "/etc/alternatives:/etc/alternatives:ro",
+        "-v",
+        f"{CUDA_HOME}:{CUDA_HOME}:ro",
+        "-v",
+        f"{VENV}:{VENV}:O",
+    ]
     home = base_python()
     if not home.startswith("/usr/"):
         mounts += ["-v", f"{home}:{home}:ro"]
@@ -96,10 +104,20 @@ def run_fleet(n: int, tmp: Path) -> dict:
     names = [f"{PREFIX}-{i}" for i in range(1, n + 1)]
     cache = tmp / f"cache-{n}"
     inventory = tmp / f"inventory-{n}.json"
-    inventory.write_text(json.dumps({"fleet": {"hosts": {name: {} for name in names}, "vars": {
-        "ansible_connection": "containers.podman.podman",
-        "ansible_python_interpreter": "/usr/bin/python3",
-        "epforge_controller_cache_dir": str(cache)}}}))
+    inventory.write_text(
+        json.dumps(
+            {
+                "fleet": {
+                    "hosts": {name: {} for name in names},
+                    "vars": {
+                        "ansible_connection": "containers.podman.podman",
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                        "epforge_controller_cache_dir": str(cache),
+                    },
+                }
+            }
+        )
+    )
     playbook = tmp / "fleet.yml"
     playbook.write_text(PLAY)
     start(names)
@@ -107,8 +125,9 @@ def run_fleet(n: int, tmp: Path) -> dict:
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
         started = time.monotonic()
         argv = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(playbook)]
-        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600,
-                              check=False)
+        proc = subprocess.run(
+            argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False
+        )
         seconds = time.monotonic() - started
         (tmp / f"fleet-{n}.log").write_text(proc.stdout + proc.stderr)
         if proc.returncode != 0:
@@ -124,30 +143,40 @@ def run_fleet(n: int, tmp: Path) -> dict:
             log = podman("exec", name, "cat", log_path, check=False).stdout
             builds += len(re.findall(r"^=== \S+ cuda_extension canary key", log, re.M))
         if len(entries) != 1 or builds != 1:
-            sys.exit(f"{n} hosts: expected one build and one cache entry, found {builds} builds, "
-                     f"entries {entries}")
+            sys.exit(
+                f"{n} hosts: expected one build and one cache entry, found {builds} builds, entries {entries}"
+            )
         for name, stamp in zip(names, stamps, strict=True):
             if "sm_120" not in stamp["archs_found"] or stamp["key"] != entries[0]:
                 sys.exit(f"{name}: unexpected stamp {stamp}")
         # The same play again on the same fleet: a no-op (changed=0 on every host, no build, no install).
         started = time.monotonic()
-        again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-                               check=False)
+        again = subprocess.run(
+            argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
         rerun_seconds = time.monotonic() - started
         (tmp / f"fleet-{n}-rerun.log").write_text(again.stdout + again.stderr)
         recap = {h: int(c) for h, c in re.findall(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)", again.stdout, re.M)}
         if again.returncode != 0 or len(recap) != n or any(recap.values()):
-            sys.exit(f"the {n}-host rerun was not a no-op (rc {again.returncode}, changed {recap}):\n"
-                     f"{again.stdout[-3000:]}")
-        return {"hosts": n, "seconds": seconds, "builds": builds, "key": entries[0],
-                "rerun_seconds": rerun_seconds}
+            sys.exit(
+                f"the {n}-host rerun was not a no-op (rc {again.returncode}, changed {recap}):\n"
+                f"{again.stdout[-3000:]}"
+            )
+        return {
+            "hosts": n,
+            "seconds": seconds,
+            "builds": builds,
+            "key": entries[0],
+            "rerun_seconds": rerun_seconds,
+        }
     finally:
         remove(names)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--hosts", type=int, default=4, help="fleet size to compare with 1 host")
     parser.add_argument("--keep-logs", help="copy the ansible-playbook logs into this directory")
     args = parser.parse_args()
@@ -159,19 +188,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="epforge-fleet-") as name:
         tmp = Path(name)
         one = run_fleet(1, tmp)
-        print(f"1 host : {one['seconds']:.1f} s ({one['builds']} build, key {one['key']}); "
-              f"no-op rerun {one['rerun_seconds']:.1f} s, changed=0", flush=True)
+        print(
+            f"1 host : {one['seconds']:.1f} s ({one['builds']} build, key {one['key']}); "
+            f"no-op rerun {one['rerun_seconds']:.1f} s, changed=0",
+            flush=True,
+        )
         many = run_fleet(args.hosts, tmp)
-        print(f"{args.hosts} hosts: {many['seconds']:.1f} s ({many['builds']} build, key {many['key']}); "
-              f"no-op rerun {many['rerun_seconds']:.1f} s, changed=0 on every host", flush=True)
+        print(
+            f"{args.hosts} hosts: {many['seconds']:.1f} s ({many['builds']} build, key {many['key']}); "
+            f"no-op rerun {many['rerun_seconds']:.1f} s, changed=0 on every host",
+            flush=True,
+        )
         if args.keep_logs:
             Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
             for log in tmp.glob("fleet-*.log"):
                 Path(args.keep_logs, log.name).write_text(log.read_text())
     ratio = many["seconds"] / one["seconds"]
-    print(f"ratio {args.hosts} hosts / 1 host = {ratio:.2f}x (target <= 1.3x): "
-          f"{'OK' if ratio <= 1.3 else 'OVER TARGET'}; one build each time, "
-          f"same key: {one['key'] == many['key']}")
+    print(
+        f"ratio {args.hosts} hosts / 1 host = {ratio:.2f}x (target <= 1.3x): "
+        f"{'OK' if ratio <= 1.3 else 'OVER TARGET'}; one build each time, "
+        f"same key: {one['key'] == many['key']}"
+    )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average at the end: {load} on {os.cpu_count()} CPUs")
 

@@ -74,12 +74,14 @@ def run(playbook: Path, extra: list[str], timeout: int) -> tuple[float, str]:
         argv += ["-e", item]
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     started = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    proc = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
     seconds = time.monotonic() - started
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n"
-                 f"{proc.stderr[-2000:]}")
+        sys.exit(
+            f"{' '.join(argv)} failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+        )
     return seconds, proc.stdout
 
 
@@ -91,8 +93,9 @@ def changed_total(output: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--playbook", help="provisioning playbook (default: the toolchain chain, see above)")
     parser.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions of each play (median)")
@@ -121,13 +124,17 @@ def main() -> None:
             rerun.append(seconds)
             seconds, _ = run(setup, [], 300)
             setup_only.append(seconds)
-            print(f"  round {i + 1}: no-op rerun {rerun[-1]:.2f} s, setup-only {setup_only[-1]:.2f} s",
-                  flush=True)
+            print(
+                f"  round {i + 1}: no-op rerun {rerun[-1]:.2f} s, setup-only {setup_only[-1]:.2f} s",
+                flush=True,
+            )
 
     med_rerun, med_setup = statistics.median(rerun), statistics.median(setup_only)
     ratio = med_rerun / med_setup
-    print(f"no-op rerun median {med_rerun:.2f} s (changed=0), setup-only median {med_setup:.2f} s, "
-          f"ratio {ratio:.2f}x (target <= 6x): {'OK' if ratio <= 6 else 'OVER TARGET'}")
+    print(
+        f"no-op rerun median {med_rerun:.2f} s (changed=0), setup-only median {med_setup:.2f} s, "
+        f"ratio {ratio:.2f}x (target <= 6x): {'OK' if ratio <= 6 else 'OVER TARGET'}"
+    )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average at the end: {load} on {os.cpu_count()} CPUs")
 

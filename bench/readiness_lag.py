@@ -46,8 +46,13 @@ def run_module(args: dict, workdir: Path) -> tuple[dict, float]:
     """Run the module like Ansible does; return (result, epoch time its process ended)."""
     args_file = workdir / f"args-{time.monotonic_ns()}.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(MODULE), str(args_file)], capture_output=True,
-                          text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(MODULE), str(args_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     ended = time.time()
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1]), ended
@@ -63,9 +68,15 @@ def one_run(index: int, interval: float, load: float, workdir: Path) -> dict:
     args = {
         "name": f"readiness-{index}",
         "manager": "process",
-        "settings": {"model_path": "/models/standin", "port": free_port(),
-                     "env": {"PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_READY_AT": f"{ready_at:.6f}",
-                             "SGLANG_STANDIN_ACCESS_LOG": "1"}},
+        "settings": {
+            "model_path": "/models/standin",
+            "port": free_port(),
+            "env": {
+                "PYTHONPATH": str(STANDIN),
+                "SGLANG_STANDIN_READY_AT": f"{ready_at:.6f}",
+                "SGLANG_STANDIN_ACCESS_LOG": "1",
+            },
+        },
         "python": sys.executable,
         "launcher": str(LAUNCHER),
         "log_path": str(log),
@@ -80,10 +91,16 @@ def one_run(index: int, interval: float, load: float, workdir: Path) -> dict:
     if result.get("failed"):
         sys.exit(f"run {index}: the module failed: {result.get('msg')}")
     health_hits = sum(1 for line in log.read_text().splitlines() if '"GET /health ' in line)
-    return {"run": index, "detect_lag_s": result["ready_at"] - ready_at, "report_lag_s": ended - ready_at,
-            "polls": result["polls"], "wait_s": result["ready_s"], "interval_s": result["poll_interval"],
-            "health_requests_seen_by_server": health_hits,
-            "server_side_rate_hz": health_hits / result["ready_s"] if result["ready_s"] else 0.0}
+    return {
+        "run": index,
+        "detect_lag_s": result["ready_at"] - ready_at,
+        "report_lag_s": ended - ready_at,
+        "polls": result["polls"],
+        "wait_s": result["ready_s"],
+        "interval_s": result["poll_interval"],
+        "health_requests_seen_by_server": health_hits,
+        "server_side_rate_hz": health_hits / result["ready_s"] if result["ready_s"] else 0.0,
+    }
 
 
 def main() -> int:
@@ -97,9 +114,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="epforge-readiness-") as tmp:
         runs = [one_run(i, opts.poll_interval, opts.load, Path(tmp)) for i in range(opts.runs)]
     for r in runs:
-        print(f"run {r['run']}: detect lag {r['detect_lag_s'] * 1000:7.1f} ms, report lag "
-              f"{r['report_lag_s'] * 1000:7.1f} ms, {r['polls']} probes in {r['wait_s']:.2f} s "
-              f"(server saw {r['health_requests_seen_by_server']}, {r['server_side_rate_hz']:.1f}/s)")
+        print(
+            f"run {r['run']}: detect lag {r['detect_lag_s'] * 1000:7.1f} ms, report lag "
+            f"{r['report_lag_s'] * 1000:7.1f} ms, {r['polls']} probes in {r['wait_s']:.2f} s "
+            f"(server saw {r['health_requests_seen_by_server']}, {r['server_side_rate_hz']:.1f}/s)"
+        )
     summary = {
         "runs": len(runs),
         "poll_interval_s": runs[0]["interval_s"],
@@ -111,11 +130,13 @@ def main() -> int:
     }
     ok = summary["median_report_lag_s"] <= opts.target and summary["max_probe_rate_hz"] <= 1 / 0.05
     ms = {key: round(value * 1000) for key, value in summary.items() if key.endswith("lag_s")}
-    print(f"median detect lag {ms['median_detect_lag_s']} ms, median report lag "
-          f"{ms['median_report_lag_s']} ms (max {ms['max_report_lag_s']} ms), "
-          f"target <= {opts.target * 1000:.0f} ms: {'PASS' if ok else 'FAIL'}; poll interval "
-          f"{summary['poll_interval_s']} s, highest probe rate the server saw "
-          f"{summary['max_probe_rate_hz']:.1f}/s")
+    print(
+        f"median detect lag {ms['median_detect_lag_s']} ms, median report lag "
+        f"{ms['median_report_lag_s']} ms (max {ms['max_report_lag_s']} ms), "
+        f"target <= {opts.target * 1000:.0f} ms: {'PASS' if ok else 'FAIL'}; poll interval "
+        f"{summary['poll_interval_s']} s, highest probe rate the server saw "
+        f"{summary['max_probe_rate_hz']:.1f}/s"
+    )
     if opts.json:
         opts.json.write_text(json.dumps({"summary": summary, "runs": runs}, indent=2) + "\n")
     return 0 if ok else 1

@@ -55,9 +55,21 @@ RUNNER = (
     "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 # Environment names whose values are compared between the variants' server processes.
-WATCHED_ENV = ("HOME", "USER", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-               "OMP_NUM_THREADS", "TRITON_CACHE_DIR", "LANG", "LC_ALL", "TMPDIR", "PYTHONUNBUFFERED",
-               "NCCL_NVLS_ENABLE")
+WATCHED_ENV = (
+    "HOME",
+    "USER",
+    "PATH",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "TRITON_CACHE_DIR",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "PYTHONUNBUFFERED",
+    "NCCL_NVLS_ENABLE",
+)
 
 
 # module_utils import each other as ansible.module_utils.NAME (as Ansible loads them).
@@ -76,6 +88,7 @@ BENCH = load_util("epforge_bench")
 
 
 # ------------------------------------------------------------------------------------------------ probes
+
 
 def health(url: str) -> bool:
     try:
@@ -116,8 +129,11 @@ def process_view(pid: int) -> dict:
         lines = (base / "status").read_text().splitlines()
         status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
         stat = (base / "stat").read_text().rpartition(")")[2].split()
-        env = dict(item.split("=", 1) for item in (base / "environ").read_bytes().decode(errors="replace")
-                   .split("\0") if "=" in item)
+        env = dict(
+            item.split("=", 1)
+            for item in (base / "environ").read_bytes().decode(errors="replace").split("\0")
+            if "=" in item
+        )
         rows = (base / "limits").read_text().splitlines()[1:]
         limits = {line[:26].strip(): line[26:47].strip() for line in rows}
         cgroup = (base / "cgroup").read_text().strip()
@@ -125,16 +141,22 @@ def process_view(pid: int) -> dict:
     except OSError as exc:
         return {"pid": pid, "error": str(exc)}
     return {
-        "pid": pid, "comm": status.get("Name", "").strip(), "cmd": cmd[:200],
+        "pid": pid,
+        "comm": status.get("Name", "").strip(),
+        "cmd": cmd[:200],
         "uid": status.get("Uid", "").split()[0] if status.get("Uid") else None,
-        "nice": int(stat[16]), "threads": int(status.get("Threads", "0").strip() or 0),
+        "nice": int(stat[16]),
+        "threads": int(status.get("Threads", "0").strip() or 0),
         "cpus_allowed": status.get("Cpus_allowed_list", "").strip(),
         "limits": {k: limits.get(k) for k in ("Max open files", "Max locked memory", "Max processes")},
-        "cgroup": cgroup, "env_names": sorted(env), "env": {k: env.get(k) for k in WATCHED_ENV},
+        "cgroup": cgroup,
+        "env_names": sorted(env),
+        "env": {k: env.get(k) for k in WATCHED_ENV},
     }
 
 
 # ------------------------------------------------------------------------------------------------ caches
+
 
 def triton_cache(home: str) -> Path:
     return Path(home) / ".triton" / "cache"
@@ -160,6 +182,7 @@ def merge_caches(homes: list[tuple[str, int, int]]) -> dict:
 
 # ------------------------------------------------------------------------------------------------ bench
 
+
 def bench_runs(args, url: str, tag: str, workdir: Path) -> list[dict]:
     workload = BENCH.normalize_workload(args.workload)
     runs = []
@@ -168,13 +191,16 @@ def bench_runs(args, url: str, tag: str, workdir: Path) -> list[dict]:
         argv = BENCH.bench_argv(args.python, url, workload, str(out), tokenizer=args.model)
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
         if proc.returncode != 0 or not out.exists():
-            raise SystemExit(f"{tag}: bench_serving failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}"
-                             f"\n{proc.stderr[-2000:]}")
+            raise SystemExit(
+                f"{tag}: bench_serving failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}"
+                f"\n{proc.stderr[-2000:]}"
+            )
         record = BENCH.parse_result_lines(out.read_text())[-1]
         figures = BENCH.extract_figures(record)
         if figures["completed"] != workload["num_prompts"]:
-            raise SystemExit(f"{tag}: only {figures['completed']} of {workload['num_prompts']} requests "
-                             "completed")
+            raise SystemExit(
+                f"{tag}: only {figures['completed']} of {workload['num_prompts']} requests completed"
+            )
         figures["warmup"] = index < args.warmups
         runs.append(figures)
     return runs
@@ -187,6 +213,7 @@ def medians(runs: list[dict]) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ variants
+
 
 def stop_group(proc: subprocess.Popen) -> None:
     try:
@@ -208,8 +235,13 @@ def wait_port_free(port: int, timeout: float = 60) -> None:
 def run_hand(args, flags: list[str], url: str, workdir: Path) -> dict:
     log = open(workdir / "hand-server.log", "wb")  # handed to the child, closed below
     started = time.monotonic()
-    proc = subprocess.Popen([args.python, "-m", "sglang.launch_server", *flags], stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [args.python, "-m", "sglang.launch_server", *flags],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     try:
         while not health(url):
@@ -230,13 +262,19 @@ def run_hand(args, flags: list[str], url: str, workdir: Path) -> dict:
 def module_call(margs: dict, workdir: Path) -> dict:
     args_file = workdir / f"args-{time.monotonic_ns()}.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": margs}))
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(MODULE), str(args_file)], capture_output=True,
-                          text=True, timeout=3600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(MODULE), str(args_file)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        raise SystemExit(f"module printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n"
-                         f"{proc.stderr}") from None
+        raise SystemExit(
+            f"module printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        ) from None
 
 
 def run_module(args, settings: dict, url: str, workdir: Path, *, user: str | None, tag: str) -> dict:
@@ -246,15 +284,29 @@ def run_module(args, settings: dict, url: str, workdir: Path, *, user: str | Non
     shutil.copy(LAUNCHER, launcher)
     launcher.chmod(0o644)
     state_dir = workdir / f"{tag}-state"
-    base = {"name": f"sbs-{tag}", "manager": "process", "launcher": str(launcher),
-            "log_path": str(workdir / f"{tag}-server.log"), "state_dir": str(state_dir)}
+    base = {
+        "name": f"sbs-{tag}",
+        "manager": "process",
+        "launcher": str(launcher),
+        "log_path": str(workdir / f"{tag}-server.log"),
+        "state_dir": str(state_dir),
+    }
     if user:
         home = pwd.getpwnam(user).pw_dir
         base.update(user=user, working_dir=home)
     started = time.monotonic()
-    result = module_call({**base, "state": "started", "settings": settings, "python": args.python,
-                          "sglang_version": args.sglang_version, "timeout": args.timeout,
-                          "poll_interval": 0.25}, workdir)
+    result = module_call(
+        {
+            **base,
+            "state": "started",
+            "settings": settings,
+            "python": args.python,
+            "sglang_version": args.sglang_version,
+            "timeout": args.timeout,
+            "poll_interval": 0.25,
+        },
+        workdir,
+    )
     returned_s = time.monotonic() - started
     if result.get("failed"):
         raise SystemExit(f"{tag}: module failed: {result.get('msg')}\n{result.get('log_tail', '')}")
@@ -264,20 +316,32 @@ def run_module(args, settings: dict, url: str, workdir: Path, *, user: str | Non
     finally:
         stopped = module_call({**base, "state": "absent"}, workdir)
         wait_port_free(args.port)
-    return {"ready_s": result.get("ready_s"), "returned_s": round(returned_s, 3),
-            "polls": result.get("polls"), "running": result.get("running"), "argv": result.get("argv"),
-            "processes": view, "runs": runs,
-            "stopped": not stopped.get("failed")}
+    return {
+        "ready_s": result.get("ready_s"),
+        "returned_s": round(returned_s, 3),
+        "polls": result.get("polls"),
+        "running": result.get("running"),
+        "argv": result.get("argv"),
+        "processes": view,
+        "runs": runs,
+        "stopped": not stopped.get("failed"),
+    }
 
 
 def env_differences(a: list[dict], b: list[dict]) -> dict:
     """Environment of the two variants' SGLang processes (the last, deepest ones: scheduler/detokenizer)."""
     pa, pb = a[-1] if a else {}, b[-1] if b else {}
     names_a, names_b = set(pa.get("env_names", [])), set(pb.get("env_names", []))
-    values = {k: [pa.get("env", {}).get(k), pb.get("env", {}).get(k)] for k in WATCHED_ENV
-              if pa.get("env", {}).get(k) != pb.get("env", {}).get(k)}
-    return {"only_hand": sorted(names_a - names_b), "only_module": sorted(names_b - names_a),
-            "values": values}
+    values = {
+        k: [pa.get("env", {}).get(k), pb.get("env", {}).get(k)]
+        for k in WATCHED_ENV
+        if pa.get("env", {}).get(k) != pb.get("env", {}).get(k)
+    }
+    return {
+        "only_hand": sorted(names_a - names_b),
+        "only_module": sorted(names_b - names_a),
+        "values": values,
+    }
 
 
 def main() -> int:
@@ -301,8 +365,13 @@ def main() -> int:
     parser.add_argument("--json", default="")
     parser.add_argument("extra", nargs="*", help="extra server flags (after --)")
     args = parser.parse_args()
-    args.workload = {"name": "side-by-side", "input_len": args.input_len, "output_len": args.output_len,
-                     "num_prompts": args.num_prompts, "max_concurrency": args.concurrency}
+    args.workload = {
+        "name": "side-by-side",
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "num_prompts": args.num_prompts,
+        "max_concurrency": args.concurrency,
+    }
     if os.geteuid() != 0:
         sys.exit("run as root: the module variant switches to --user")
     if not port_free(args.port):
@@ -310,8 +379,13 @@ def main() -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="epforge-sbs-"))
     workdir.mkdir(parents=True, exist_ok=True)
     workdir.chmod(0o755)
-    settings = {"model_path": args.model, "tp_size": args.tp_size, "host": "127.0.0.1", "port": args.port,
-                "extra_args": list(args.extra)}
+    settings = {
+        "model_path": args.model,
+        "tp_size": args.tp_size,
+        "host": "127.0.0.1",
+        "port": args.port,
+        "extra_args": list(args.extra),
+    }
     if args.cuda_graph_max_bs > 0:
         settings["cuda_graph_max_bs"] = args.cuda_graph_max_bs
     else:
@@ -319,36 +393,54 @@ def main() -> int:
     flags = ARGS.build_server_argv(settings, sglang_version=args.sglang_version)
     url = f"http://127.0.0.1:{args.port}"
     user = pwd.getpwnam(args.user)
-    homes = [(pwd.getpwuid(os.geteuid()).pw_dir, os.geteuid(), os.getegid()),
-             (user.pw_dir, user.pw_uid, user.pw_gid)]
-    report: dict = {"machine": socket.gethostname(), "flags": flags,
-                    "workload": BENCH.normalize_workload(args.workload), "runs": args.runs,
-                    "warmups": args.warmups, "variants": {}, "caches": {}}
+    homes = [
+        (pwd.getpwuid(os.geteuid()).pw_dir, os.geteuid(), os.getegid()),
+        (user.pw_dir, user.pw_uid, user.pw_gid),
+    ]
+    report: dict = {
+        "machine": socket.gethostname(),
+        "flags": flags,
+        "workload": BENCH.normalize_workload(args.workload),
+        "runs": args.runs,
+        "warmups": args.warmups,
+        "variants": {},
+        "caches": {},
+    }
     for variant in args.variants.split(","):
         report["caches"][variant] = merge_caches(homes)
         if variant == "hand":
             report["variants"][variant] = run_hand(args, flags, url, workdir)
         elif variant in ("module", "module-root"):
             report["variants"][variant] = run_module(
-                args, settings, url, workdir, user=args.user if variant == "module" else None, tag=variant)
+                args, settings, url, workdir, user=args.user if variant == "module" else None, tag=variant
+            )
         else:
             sys.exit(f"unknown variant {variant}")
         report["variants"][variant]["medians"] = medians(report["variants"][variant]["runs"])
-        print(f"{variant}: ready {report['variants'][variant]['ready_s']} s, "
-              f"medians {report['variants'][variant]['medians']}", file=sys.stderr, flush=True)
+        print(
+            f"{variant}: ready {report['variants'][variant]['ready_s']} s, "
+            f"medians {report['variants'][variant]['medians']}",
+            file=sys.stderr,
+            flush=True,
+        )
     ok = True
     hand = report["variants"].get("hand")
     for name, other in report["variants"].items():
         if name == "hand" or not hand:
             continue
         h, m = hand["medians"], other["medians"]
-        cmp = {"throughput_ratio": round(m["output_throughput"] / h["output_throughput"], 4),
-               "ttft_ratio": round(m["ttft_median_ms"] / h["ttft_median_ms"], 4),
-               "tpot_ratio": round(m["tpot_median_ms"] / h["tpot_median_ms"], 4),
-               "readiness_overhead_s": round(other["returned_s"] - hand["ready_s"], 3),
-               "env": env_differences(hand["processes"], other["processes"])}
-        cmp["targets_met"] = (cmp["throughput_ratio"] >= 0.98 and abs(cmp["ttft_ratio"] - 1) <= 0.05
-                              and cmp["readiness_overhead_s"] <= 2.0)
+        cmp = {
+            "throughput_ratio": round(m["output_throughput"] / h["output_throughput"], 4),
+            "ttft_ratio": round(m["ttft_median_ms"] / h["ttft_median_ms"], 4),
+            "tpot_ratio": round(m["tpot_median_ms"] / h["tpot_median_ms"], 4),
+            "readiness_overhead_s": round(other["returned_s"] - hand["ready_s"], 3),
+            "env": env_differences(hand["processes"], other["processes"]),
+        }
+        cmp["targets_met"] = (
+            cmp["throughput_ratio"] >= 0.98
+            and abs(cmp["ttft_ratio"] - 1) <= 0.05
+            and cmp["readiness_overhead_s"] <= 2.0
+        )
         ok = ok and cmp["targets_met"]
         report[f"{name}_vs_hand"] = cmp
     text = json.dumps(report, indent=1, sort_keys=True)

@@ -37,8 +37,13 @@ def run_module(args: dict, workdir: Path) -> tuple[float, dict]:
     args_file = workdir / f"args-{time.monotonic_ns()}.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / "library" / "smoke_model.py"),
-                           str(args_file)], capture_output=True, text=True, check=False, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(ROOT / "library" / "smoke_model.py"), str(args_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1200,
+    )
     seconds = time.monotonic() - started
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if proc.returncode != 0:
@@ -50,8 +55,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--python", default=sys.executable)
-    parser.add_argument("-s", "--setting", action="append", default=[],
-                        help="NAME=INT, e.g. hidden_size=7168")
+    parser.add_argument(
+        "-s", "--setting", action="append", default=[], help="NAME=INT, e.g. hidden_size=7168"
+    )
     opts = parser.parse_args()
     settings = {name: int(value) for name, value in (item.split("=", 1) for item in opts.setting)}
     work = Path(tempfile.mkdtemp(prefix="epforge-bench-smoke-"))
@@ -67,15 +73,20 @@ def main() -> None:
                 shutil.rmtree(target)
         rerun, again = run_module({"path": str(target), "python": opts.python, **settings}, work)
         assert again["changed"] is False
-        print(f"machine: {platform.node()} ({os.cpu_count()} CPUs, {platform.machine()}), "
-              f"python {opts.python}")
+        print(
+            f"machine: {platform.node()} ({os.cpu_count()} CPUs, {platform.machine()}), python {opts.python}"
+        )
         print(f"settings: defaults{' + ' + json.dumps(settings) if settings else ''}")
-        print(f"parameters: {result['parameters']:,}; files: {result['bytes']:,} bytes "
-              f"({result['bytes'] / 2**20:.0f} MiB), model.safetensors "
-              f"{result['files']['model.safetensors']['size']:,} bytes")
-        print(f"write, whole module call ({opts.repeat}x): median {statistics.median(times):.2f} s, "
-              f"min {min(times):.2f} s, max {max(times):.2f} s; the writer process alone: median "
-              f"{statistics.median(writer):.2f} s")
+        print(
+            f"parameters: {result['parameters']:,}; files: {result['bytes']:,} bytes "
+            f"({result['bytes'] / 2**20:.0f} MiB), model.safetensors "
+            f"{result['files']['model.safetensors']['size']:,} bytes"
+        )
+        print(
+            f"write, whole module call ({opts.repeat}x): median {statistics.median(times):.2f} s, "
+            f"min {min(times):.2f} s, max {max(times):.2f} s; the writer process alone: median "
+            f"{statistics.median(writer):.2f} s"
+        )
         print(f"no-op rerun (manifest matches, changed=false): {rerun:.2f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -177,13 +177,16 @@ def list_archs(module: AnsibleModule, cuobjdump: str, path: str) -> dict:
     argv = [cuobjdump, "-lelf", "-lptx", path]
     proc = run_bounded(argv, timeout=module.params["timeout"])
     if proc.timed_out:
-        module.fail_json(msg=f"cuobjdump ran past {module.params['timeout']} s on {path}", cmd=argv, rc=124,
-                         log_tail=tail(proc.output))
+        module.fail_json(
+            msg=f"cuobjdump ran past {module.params['timeout']} s on {path}",
+            cmd=argv,
+            rc=124,
+            log_tail=tail(proc.output),
+        )
     output = proc.output
     parsed = parse_cuobjdump_listing(output)
     if proc.rc != 0 and not parsed["host_only"]:
-        module.fail_json(msg=f"cuobjdump could not read {path}", cmd=argv, rc=proc.rc,
-                         log_tail=tail(output))
+        module.fail_json(msg=f"cuobjdump could not read {path}", cmd=argv, rc=proc.rc, log_tail=tail(output))
     return parsed
 
 
@@ -191,8 +194,11 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "paths": {"type": "list", "elements": "str", "required": True, "aliases": ["path"]},
-            "patterns": {"type": "list", "elements": "str",
-                         "default": ["*.so", "*.so.*", "*.cubin", "*.o", "*.a", "*.fatbin"]},
+            "patterns": {
+                "type": "list",
+                "elements": "str",
+                "default": ["*.so", "*.so.*", "*.cubin", "*.o", "*.a", "*.fatbin"],
+            },
             "required_archs": {"type": "list", "elements": "str", "default": []},
             "accept_ptx": {"type": "bool", "default": False},
             "ignore_host_only": {"type": "bool", "default": False},
@@ -205,19 +211,26 @@ def main() -> None:
     params = module.params
     bad = [arch for arch in params["required_archs"] if parse_arch(arch) is None]
     if bad:
-        module.fail_json(msg=f"required_archs has entries that are no GPU arch: {', '.join(bad)}; "
-                             "spell them 12.0, 12.0a, 12.0f or sm_120")
+        module.fail_json(
+            msg=f"required_archs has entries that are no GPU arch: {', '.join(bad)}; "
+            "spell them 12.0, 12.0a, 12.0f or sm_120"
+        )
 
     files, unmatched = expand_paths(params["paths"], params["patterns"])
     if unmatched:
-        module.fail_json(msg=f"no file matched {', '.join(unmatched)}: check the path (globs need quotes in "
-                             "YAML) or the build that should have produced it", unmatched=unmatched)
+        module.fail_json(
+            msg=f"no file matched {', '.join(unmatched)}: check the path (globs need quotes in "
+            "YAML) or the build that should have produced it",
+            unmatched=unmatched,
+        )
 
     cuobjdump = find_cuobjdump(module)
     if not cuobjdump:
-        module.fail_json(msg="cuobjdump not found (option cuobjdump, CUDA_HOME/bin, PATH): run role "
-                             "cuda_toolkit (its fact cuda_toolkit_cuobjdump) or `pip install "
-                             "nvidia-cuda-cuobjdump` and pass nvidia/cu13/bin/cuobjdump")
+        module.fail_json(
+            msg="cuobjdump not found (option cuobjdump, CUDA_HOME/bin, PATH): run role "
+            "cuda_toolkit (its fact cuda_toolkit_cuobjdump) or `pip install "
+            "nvidia-cuda-cuobjdump` and pass nvidia/cu13/bin/cuobjdump"
+        )
 
     results = []
     host_only: list[str] = []
@@ -226,21 +239,36 @@ def main() -> None:
         if parsed["host_only"] and params["ignore_host_only"]:
             host_only.append(path)
             continue
-        check = check_required(parsed["sass"], parsed["ptx"], params["required_archs"],
-                               params["accept_ptx"])
-        results.append({"path": path, "sass": parsed["sass"], "ptx": parsed["ptx"],
-                        "host_only": parsed["host_only"], "missing": check["missing"],
-                        "covered": check["covered"]})
+        check = check_required(parsed["sass"], parsed["ptx"], params["required_archs"], params["accept_ptx"])
+        results.append(
+            {
+                "path": path,
+                "sass": parsed["sass"],
+                "ptx": parsed["ptx"],
+                "host_only": parsed["host_only"],
+                "missing": check["missing"],
+                "covered": check["covered"],
+            }
+        )
 
     sass_all = sorted({a for r in results for a in r["sass"]}, key=arch_sort_key)
     ptx_all = sorted({a for r in results for a in r["ptx"]}, key=arch_sort_key)
     missing = {r["path"]: r["missing"] for r in results if r["missing"]}
-    out = {"changed": False, "files": results, "sass_archs": sass_all, "ptx_archs": ptx_all,
-           "host_only": host_only, "missing": missing, "cuobjdump": cuobjdump}
+    out = {
+        "changed": False,
+        "files": results,
+        "sass_archs": sass_all,
+        "ptx_archs": ptx_all,
+        "host_only": host_only,
+        "missing": missing,
+        "cuobjdump": cuobjdump,
+    }
 
     if not results:
-        module.fail_json(msg=f"none of the {len(files)} files has device code (all host-only): "
-                             f"{', '.join(host_only)}", **out)
+        module.fail_json(
+            msg=f"none of the {len(files)} files has device code (all host-only): {', '.join(host_only)}",
+            **out,
+        )
     if missing:
         lines = []
         for r in results:
@@ -253,8 +281,9 @@ def main() -> None:
         rule = "" if params["accept_ptx"] else " (PTX does not count: accept_ptx is false)"
         module.fail_json(
             msg=f"{len(missing)} of {len(results)} files lack required archs "
-                f"{', '.join(params['required_archs'])}{rule}: " + "; ".join(lines)
-                + ". Rebuild with TORCH_CUDA_ARCH_LIST / -gencode for the missing archs.",
+            f"{', '.join(params['required_archs'])}{rule}: "
+            + "; ".join(lines)
+            + ". Rebuild with TORCH_CUDA_ARCH_LIST / -gencode for the missing archs.",
             **out,
         )
     module.exit_json(**out)

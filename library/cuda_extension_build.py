@@ -183,9 +183,12 @@ def venv_cuda_includes(python: str) -> list[str]:
 def stage_source(source: str, dest: str) -> str:
     """Copy a directory (without build products) or unpack a tarball into dest; return the tree root."""
     if os.path.isdir(source):
-        shutil.copytree(source, dest, symlinks=True,
-                        ignore=shutil.ignore_patterns(*TREE_EXCLUDE_DIRS, "*.egg-info", "*.so", "*.o",
-                                                      "*.pyc"))
+        shutil.copytree(
+            source,
+            dest,
+            symlinks=True,
+            ignore=shutil.ignore_patterns(*TREE_EXCLUDE_DIRS, "*.egg-info", "*.so", "*.o", "*.pyc"),
+        )
         return dest
     safe_extract(source, dest)
     # cuda_extension_source packs the tree under one top-level "src/" (the tree may have its own src/).
@@ -223,16 +226,22 @@ def main() -> None:
 
     manifest = cache_entry(entry_dir)
     if manifest:
-        module.exit_json(wheel=os.path.join(entry_dir, manifest["wheel"]), manifest=manifest, max_jobs=0,
-                         **result)
+        module.exit_json(
+            wheel=os.path.join(entry_dir, manifest["wheel"]), manifest=manifest, max_jobs=0, **result
+        )
     for path in (p["python"], os.path.join(p["cuda_home"], "bin", "nvcc"), p["source"]):
         if not os.path.exists(path):
             module.fail_json(msg=f"{path} does not exist on the build host", **result)
     max_jobs = p["max_jobs"] or auto_max_jobs(os.cpu_count(), available_memory(), p["max_jobs_cap"])
     if module.check_mode:
         result["changed"] = True
-        module.exit_json(wheel="", manifest={}, max_jobs=max_jobs,
-                         msg=f"check mode: would build {p['name']} into {entry_dir}", **result)
+        module.exit_json(
+            wheel="",
+            manifest={},
+            max_jobs=max_jobs,
+            msg=f"check mode: would build {p['name']} into {entry_dir}",
+            **result,
+        )
 
     removed = clean_stale_staging(p["out_dir"])
     staging = staging_dir(p["out_dir"], p["key"])
@@ -240,18 +249,38 @@ def main() -> None:
         tree = stage_source(p["source"], os.path.join(staging, "src"))
         build_dir = os.path.join(tree, p["subdir"]) if p["subdir"] else tree
         wheel_dir = os.path.join(staging, "wheel")
-        env = build_env(os.environ, cuda_home=p["cuda_home"], archs=p["archs"], max_jobs=max_jobs,
-                        extra_env=p["build_env"], include_dirs=p["include_dirs"])
+        env = build_env(
+            os.environ,
+            cuda_home=p["cuda_home"],
+            archs=p["archs"],
+            max_jobs=max_jobs,
+            extra_env=p["build_env"],
+            include_dirs=p["include_dirs"],
+        )
         extra_cpath = venv_cuda_includes(p["python"])
         if extra_cpath:
             env["CPATH"] = os.pathsep.join([*([env["CPATH"]] if env.get("CPATH") else []), *extra_cpath])
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-        argv = [p["python"], "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-input",
-                "--disable-pip-version-check", "-v", "-w", wheel_dir, build_dir]
-        header = (f"cuda_extension {p['name']} key {p['key']}: "
-                  f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']} "
-                  f"CUDA_HOME={p['cuda_home']} MAX_JOBS={max_jobs} CPATH={env.get('CPATH', '')}"
-                  + (f" (removed stale {', '.join(removed)})" if removed else ""))
+        argv = [
+            p["python"],
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-input",
+            "--disable-pip-version-check",
+            "-v",
+            "-w",
+            wheel_dir,
+            build_dir,
+        ]
+        header = (
+            f"cuda_extension {p['name']} key {p['key']}: "
+            f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']} "
+            f"CUDA_HOME={p['cuda_home']} MAX_JOBS={max_jobs} CPATH={env.get('CPATH', '')}"
+            + (f" (removed stale {', '.join(removed)})" if removed else "")
+        )
         rc, seconds = run_logged(argv, log, env=env, cwd=build_dir, timeout=p["timeout"], header=header)
         result["seconds"] = round(seconds, 1)
         if rc != 0:
@@ -262,25 +291,52 @@ def main() -> None:
             fail_cmd(module, msg, argv, rc, log_path=log, error_lines=causes, **without_log(result))
         wheels = find_wheels(wheel_dir)
         if len(wheels) != 1:
-            fail_cmd(module, f"the build of {p['name']} produced {len(wheels)} wheels, expected 1", argv, rc,
-                     log_path=log, wheels=wheels, **without_log(result))
+            fail_cmd(
+                module,
+                f"the build of {p['name']} produced {len(wheels)} wheels, expected 1",
+                argv,
+                rc,
+                log_path=log,
+                wheels=wheels,
+                **without_log(result),
+            )
         out = os.path.join(staging, "out")
         os.makedirs(out)
         wheel = os.path.join(out, os.path.basename(wheels[0]))
         os.rename(wheels[0], wheel)
-        manifest = make_manifest(wheel, p["key"], p["inputs"], {
-            "name": p["name"], "archs": p["archs"], "build_seconds": round(seconds, 1), "max_jobs": max_jobs})
+        manifest = make_manifest(
+            wheel,
+            p["key"],
+            p["inputs"],
+            {
+                "name": p["name"],
+                "archs": p["archs"],
+                "build_seconds": round(seconds, 1),
+                "max_jobs": max_jobs,
+            },
+        )
         if not manifest["so_members"]:
-            fail_cmd(module, f"the wheel of {p['name']} holds no compiled .so: is it a CUDA extension?", argv,
-                     rc, log_path=log, **without_log(result))
+            fail_cmd(
+                module,
+                f"the wheel of {p['name']} holds no compiled .so: is it a CUDA extension?",
+                argv,
+                rc,
+                log_path=log,
+                **without_log(result),
+            )
         write_json_atomic(os.path.join(out, MANIFEST), manifest)
         os.chmod(out, 0o755)  # noqa: S103  (a cache readers on the host may list)
         publish_dir(out, entry_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     manifest = cache_entry(entry_dir)
-    module.exit_json(changed=True, wheel=os.path.join(entry_dir, manifest["wheel"]), manifest=manifest,
-                     max_jobs=max_jobs, **{k: v for k, v in result.items() if k != "changed"})
+    module.exit_json(
+        changed=True,
+        wheel=os.path.join(entry_dir, manifest["wheel"]),
+        manifest=manifest,
+        max_jobs=max_jobs,
+        **{k: v for k, v in result.items() if k != "changed"},
+    )
 
 
 if __name__ == "__main__":

@@ -73,16 +73,21 @@ def main() -> None:
         module.exit_json(changed=False, wheel=os.path.join(dest, manifest["wheel"]), manifest=manifest)
     incoming = cache_entry(p["src"])
     if not incoming:
-        module.fail_json(msg=f"{p['src']} holds no complete build (manifest.json and a wheel with its "
-                             "sha256)")
+        module.fail_json(
+            msg=f"{p['src']} holds no complete build (manifest.json and a wheel with its sha256)"
+        )
     if incoming.get("key") != p["key"]:
         module.fail_json(msg=f"{p['src']} holds key {incoming.get('key')}, not {p['key']}")
     if module.check_mode:
         module.exit_json(changed=True, wheel=os.path.join(dest, incoming["wheel"]), manifest=incoming)
     publish_dir(p["src"], dest)
     manifest = cache_entry(dest)
-    module.exit_json(changed=True, wheel=os.path.join(dest, manifest["wheel"]), manifest=manifest,
-                     diff={"before": {"entry": None}, "after": {"entry": dest}})
+    module.exit_json(
+        changed=True,
+        wheel=os.path.join(dest, manifest["wheel"]),
+        manifest=manifest,
+        diff={"before": {"entry": None}, "after": {"entry": dest}},
+    )
 
 
 if __name__ == "__main__":

@@ -98,12 +98,26 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=True, so_files=so_files, imported=[])
 
-    argv = [p["python"], "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-input",
-            "--disable-pip-version-check", p["wheel"]]
+    argv = [
+        p["python"],
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--force-reinstall",
+        "--no-input",
+        "--disable-pip-version-check",
+        p["wheel"],
+    ]
     rc, secs = run_logged(argv, p["log_path"], timeout=p["timeout"], header="cuda_extension: install")
     if rc != 0:
-        fail_cmd(module, f"installing {os.path.basename(p['wheel'])} failed after {secs:.0f} s", argv, rc,
-                 log_path=p["log_path"])
+        fail_cmd(
+            module,
+            f"installing {os.path.basename(p['wheel'])} failed after {secs:.0f} s",
+            argv,
+            rc,
+            log_path=p["log_path"],
+        )
     absent = [f for f in so_files if not os.path.exists(f)]
     if absent:
         module.fail_json(msg=f"pip reported success but these files are missing: {absent}", so_files=so_files)
@@ -114,9 +128,13 @@ def main() -> None:
         argv = [p["python"], "-c", f"import {name}"]
         rc, out, err, _ = run_bounded(argv, env_update=env, timeout=p["timeout"])
         if rc != 0:
-            module.fail_json(msg=f"the installed extension does not import: 'import {name}' failed in "
-                                 f"{p['python']}", cmd=argv, rc=rc, log_tail=tail(err or out),
-                         so_files=so_files)
+            module.fail_json(
+                msg=f"the installed extension does not import: 'import {name}' failed in {p['python']}",
+                cmd=argv,
+                rc=rc,
+                log_tail=tail(err or out),
+                so_files=so_files,
+            )
         imported.append(name)
     module.exit_json(changed=True, so_files=so_files, imported=imported)
 

@@ -188,28 +188,39 @@ def main() -> None:
         module.fail_json(msg=f"archs: {err}")
 
     if not os.path.exists(p["python"]):
-        module.fail_json(msg=f"{p['python']} does not exist: run role ml_env first (or set "
-                             "cuda_extension_python to a venv interpreter with torch)")
+        module.fail_json(
+            msg=f"{p['python']} does not exist: run role ml_env first (or set "
+            "cuda_extension_python to a venv interpreter with torch)"
+        )
     argv = [p["python"], "-c", PROBE]
     rc, out, err, _ = run_bounded(argv, timeout=300)
     if rc != 0:
         module.fail_json(msg=f"{p['python']} does not run", cmd=argv, rc=rc, log_tail=tail(err or out))
     probe = json.loads(out.strip().splitlines()[-1])
-    torch_version = (dist_info_version(probe["purelib"], "torch")
-                     or dist_info_version(probe["platlib"], "torch"))
+    torch_version = dist_info_version(probe["purelib"], "torch") or dist_info_version(
+        probe["platlib"], "torch"
+    )
     if not torch_version:
         module.fail_json(msg=f"torch is not installed in the venv of {p['python']}: run role ml_env first")
 
     nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
     argv = [nvcc, "--version"]
     if not os.path.exists(nvcc):
-        module.fail_json(msg=f"{nvcc} does not exist: cuda_home must be a CUDA toolkit with nvcc "
-                             "(role cuda_toolkit sets cuda_toolkit_home)", cmd=argv, rc=127)
+        module.fail_json(
+            msg=f"{nvcc} does not exist: cuda_home must be a CUDA toolkit with nvcc "
+            "(role cuda_toolkit sets cuda_toolkit_home)",
+            cmd=argv,
+            rc=127,
+        )
     rc, out, err, _ = run_bounded(argv, timeout=60)
     nvcc_version = parse_nvcc_release(out)  # ('13.0', '13.0.88')
     if rc != 0 or not nvcc_version:
-        module.fail_json(msg=f"cannot read the CUDA release from {nvcc} --version", cmd=argv, rc=rc,
-                         log_tail=tail(err or out))
+        module.fail_json(
+            msg=f"cannot read the CUDA release from {nvcc} --version",
+            cmd=argv,
+            rc=rc,
+            log_tail=tail(err or out),
+        )
 
     source = {"kind": p["source_kind"], "revision": p["revision"], "subdir": p["subdir"]}
     if p["source_kind"] == "git":
@@ -232,9 +243,20 @@ def main() -> None:
     if installed and not stamp.get("so_files"):
         installed, reason = False, "stamp lists no .so files"
     fact = read_json(os.path.join(p["facts_dir"], "epforge_cuda_extensions.fact")) or {}
-    module.exit_json(changed=False, key=key, inputs=inputs, installed=installed, reason=reason, stamp=stamp,
-                     fact=fact, site_dir=probe["platlib"], torch_version=torch_version,
-                     cuda_version=nvcc_version[1], python=p["python"], cuda_home=p["cuda_home"])
+    module.exit_json(
+        changed=False,
+        key=key,
+        inputs=inputs,
+        installed=installed,
+        reason=reason,
+        stamp=stamp,
+        fact=fact,
+        site_dir=probe["platlib"],
+        torch_version=torch_version,
+        cuda_version=nvcc_version[1],
+        python=p["python"],
+        cuda_home=p["cuda_home"],
+    )
 
 
 if __name__ == "__main__":

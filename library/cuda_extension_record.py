@@ -97,11 +97,23 @@ def main() -> None:
     old_stamp = read_json(stamp_path)
     diffs = []
     if p["stamp"] is not None and old_stamp != p["stamp"]:
-        diffs.append({"before_header": stamp_path, "after_header": stamp_path,
-                      "before": text(old_stamp), "after": text(p["stamp"])})
+        diffs.append(
+            {
+                "before_header": stamp_path,
+                "after_header": stamp_path,
+                "before": text(old_stamp),
+                "after": text(p["stamp"]),
+            }
+        )
     if old_fact != new_fact:
-        diffs.append({"before_header": fact_path, "after_header": fact_path,
-                      "before": text(old_fact), "after": text(new_fact)})
+        diffs.append(
+            {
+                "before_header": fact_path,
+                "after_header": fact_path,
+                "before": text(old_fact),
+                "after": text(new_fact),
+            }
+        )
     changed = bool(diffs)
     if changed and not module.check_mode:
         if p["stamp"] is not None:

@@ -122,8 +122,9 @@ def git_resolve(module, p, base):
 
     def resolve(ref):
         spec = f"{ref}^{{commit}}" if ref else "HEAD"
-        rc, out, _err = run_git(module, ["git", "--git-dir", clone, "rev-parse", "--verify", "--quiet", spec],
-                                p["timeout"])
+        rc, out, _err = run_git(
+            module, ["git", "--git-dir", clone, "rev-parse", "--verify", "--quiet", spec], p["timeout"]
+        )
         return out.strip() if rc == 0 else None
 
     commit = None
@@ -131,8 +132,17 @@ def git_resolve(module, p, base):
     if p["commit"] and resolve(p["commit"]):
         commit = resolve(p["ref"] or p["commit"])
     if commit is None or (p["commit"] and not commit.startswith(p["commit"])):
-        argv = ["git", "--git-dir", clone, "fetch", "--quiet", "--force", "--tags", url,
-                "+refs/heads/*:refs/heads/*"]
+        argv = [
+            "git",
+            "--git-dir",
+            clone,
+            "fetch",
+            "--quiet",
+            "--force",
+            "--tags",
+            url,
+            "+refs/heads/*:refs/heads/*",
+        ]
         rc, out, err = run_git(module, argv, p["timeout"])
         if rc != 0:
             module.fail_json(msg=f"git fetch of {url} failed", cmd=argv, rc=rc, log_tail=tail(err or out))
@@ -140,8 +150,10 @@ def git_resolve(module, p, base):
     if commit is None:
         module.fail_json(msg=f"ref '{p['ref']}' is not in {url}: name an existing tag, branch or commit")
     if p["commit"] and not commit.startswith(p["commit"]):
-        module.fail_json(msg=f"ref '{p['ref']}' of {url} resolves to {commit}, not the expected commit "
-                             f"{p['commit']}: the tag moved or the stack names the wrong commit")
+        module.fail_json(
+            msg=f"ref '{p['ref']}' of {url} resolves to {commit}, not the expected commit "
+            f"{p['commit']}: the tag moved or the stack names the wrong commit"
+        )
     tree = os.path.join(base, commit)
     if not os.path.isdir(tree):
         tmp = tempfile.mkdtemp(prefix=".tmp-tree-", dir=base)
@@ -180,8 +192,11 @@ def unpack(module, path, base):
         os.rename(tmp, dest)
         changed = True
     entries = [e for e in os.listdir(dest) if not e.startswith(".")]
-    tree = os.path.join(dest, entries[0]) if len(entries) == 1 and os.path.isdir(
-        os.path.join(dest, entries[0])) else dest
+    tree = (
+        os.path.join(dest, entries[0])
+        if len(entries) == 1 and os.path.isdir(os.path.join(dest, entries[0]))
+        else dest
+    )
     return tree, "sha256:" + digest, changed
 
 
@@ -215,12 +230,20 @@ def main() -> None:
     if kind == "dir":
         tree = os.path.abspath(os.path.expanduser(p["source"]))
         if not os.path.isdir(tree):
-            module.fail_json(msg=f"source directory {tree} does not exist (a directory on the controller, "
-                                 "a git URL, or a .tar.gz/.zip archive)")
+            module.fail_json(
+                msg=f"source directory {tree} does not exist (a directory on the controller, "
+                "a git URL, or a .tar.gz/.zip archive)"
+            )
         revision = "sha256:" + tree_hash(tree)
     elif module.check_mode and kind == "git":
-        module.exit_json(changed=True, kind=kind, source_dir="", revision="", archive="",
-                         msg="check mode: the git source would be cloned/fetched")
+        module.exit_json(
+            changed=True,
+            kind=kind,
+            source_dir="",
+            revision="",
+            archive="",
+            msg="check mode: the git source would be cloned/fetched",
+        )
     else:
         os.makedirs(base, exist_ok=True)
         if kind == "git":
@@ -233,8 +256,11 @@ def main() -> None:
 
     build_dir = os.path.join(tree, p["subdir"]) if p["subdir"] else tree
     if not any(os.path.isfile(os.path.join(build_dir, f)) for f in ("setup.py", "pyproject.toml")):
-        module.fail_json(msg=f"{build_dir} has no setup.py or pyproject.toml: is subdir "
-                             f"('{p['subdir']}') right?", source_dir=tree, revision=revision)
+        module.fail_json(
+            msg=f"{build_dir} has no setup.py or pyproject.toml: is subdir ('{p['subdir']}') right?",
+            source_dir=tree,
+            revision=revision,
+        )
 
     archive = ""
     if p["make_archive"]:

@@ -202,7 +202,7 @@ def extract_wheel(path: str, root: str, dest: str) -> int:
             if info.is_dir():
                 continue
             if name.startswith(root + "/"):
-                rel = name[len(root) + 1:]
+                rel = name[len(root) + 1 :]
                 first = rel.split("/", 1)[0]
                 if first.startswith(".") and first != "..":  # .metadata: build provenance, not toolkit
                     continue
@@ -238,8 +238,10 @@ def build_stub(home: str, cc: str, log_path: str, timeout: int) -> int:
     """lib/stubs/libcuda.so from this prefix's cuda.h; returns the number of symbols."""
     cuda_h = os.path.join(home, "include", "cuda.h")
     if not os.path.isfile(cuda_h):
-        raise InstallError("no include/cuda.h in the wheels (nvidia-cuda-runtime provides it): add that "
-                           "wheel or set link_stub false")
+        raise InstallError(
+            "no include/cuda.h in the wheels (nvidia-cuda-runtime provides it): add that "
+            "wheel or set link_stub false"
+        )
     stubs = os.path.join(home, "lib", "stubs")
     os.makedirs(stubs, exist_ok=True)
     names: set[str] = set()
@@ -249,8 +251,12 @@ def build_stub(home: str, cc: str, log_path: str, timeout: int) -> int:
         argv = [cc, "-E", "-P", *defines, "-I", os.path.join(home, "include"), "-x", "c", cuda_h]
         proc = run_bounded(argv, timeout=timeout)
         if proc.rc == 127:
-            raise InstallError(f"C compiler '{cc}' not runnable ({proc.err}): install gcc (apt install gcc) "
-                               "or set link_stub false", argv, 127)
+            raise InstallError(
+                f"C compiler '{cc}' not runnable ({proc.err}): install gcc (apt install gcc) "
+                "or set link_stub false",
+                argv,
+                127,
+            )
         if proc.rc != 0:
             raise InstallError(f"preprocessing cuda.h failed: {tail(proc.err, 10)}", argv, proc.rc)
         names.update(driver_api_symbols(proc.out))
@@ -259,8 +265,16 @@ def build_stub(home: str, cc: str, log_path: str, timeout: int) -> int:
     source = os.path.join(stubs, "libcuda-stub.c")
     with open(source, "w", encoding="utf-8") as handle:
         handle.write(stub_source(sorted(names)))
-    argv = [cc, "-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o",
-            os.path.join(stubs, "libcuda.so"), source]
+    argv = [
+        cc,
+        "-shared",
+        "-fPIC",
+        "-O0",
+        "-Wl,-soname,libcuda.so.1",
+        "-o",
+        os.path.join(stubs, "libcuda.so"),
+        source,
+    ]
     rc, _ = run_logged(argv, log_path, timeout=timeout, header="libcuda link stub")
     if rc != 0:
         raise InstallError("building the libcuda link stub failed", argv, rc)
@@ -292,22 +306,34 @@ def main() -> None:
     if len(vt) < 2:
         module.fail_json(msg=f"cuda_version '{version}' is not MAJOR.MINOR")
     if vt[0] < 13:
-        module.fail_json(msg=f"the pypi method cannot install CUDA {version}: NVIDIA's CUDA 12 wheels "
-                             "(nvidia-cuda-nvcc-cu12) carry ptxas and headers but no nvcc; use method "
-                             "nvidia_repo (cuda-toolkit-12-x from NVIDIA's apt repository) or existing")
+        module.fail_json(
+            msg=f"the pypi method cannot install CUDA {version}: NVIDIA's CUDA 12 wheels "
+            "(nvidia-cuda-nvcc-cu12) carry ptxas and headers but no nvcc; use method "
+            "nvidia_repo (cuda-toolkit-12-x from NVIDIA's apt repository) or existing"
+        )
     pins = [(req, pinned(req)) for req in p["packages"]]
     unpinned = [req for req, pin in pins if pin is None]
     if not p["packages"] or unpinned:
-        module.fail_json(msg="every wheel must be pinned as name==version so the prefix is reproducible; "
-                             f"not pinned: {', '.join(unpinned) or '(empty list)'}")
+        module.fail_json(
+            msg="every wheel must be pinned as name==version so the prefix is reproducible; "
+            f"not pinned: {', '.join(unpinned) or '(empty list)'}"
+        )
     if "nvidia-cuda-nvcc" not in {pin[0] for _req, pin in pins}:
         module.fail_json(msg="packages lack nvidia-cuda-nvcc: without it the prefix has no nvcc")
     if prefix in ("", "/") or len(prefix.split("/")) < 3:
-        module.fail_json(msg=f"prefix '{prefix}' is too close to / for a toolkit prefix: use e.g. "
-                             f"/opt/epforge/cuda-{version}")
+        module.fail_json(
+            msg=f"prefix '{prefix}' is too close to / for a toolkit prefix: use e.g. "
+            f"/opt/epforge/cuda-{version}"
+        )
 
-    inputs = {"method": "pypi", "cuda_version": version, "packages": sorted(p["packages"]),
-              "prefix": prefix, "link_stub": p["link_stub"], "layout": LAYOUT_VERSION}
+    inputs = {
+        "method": "pypi",
+        "cuda_version": version,
+        "packages": sorted(p["packages"]),
+        "prefix": prefix,
+        "link_stub": p["link_stub"],
+        "layout": LAYOUT_VERSION,
+    }
     stamp = stamp_of(inputs)
     nvcc = os.path.join(prefix, "bin", "nvcc")
     cuobjdump = os.path.join(prefix, "bin", "cuobjdump")
@@ -318,25 +344,36 @@ def main() -> None:
 
     if os.path.lexists(prefix):
         if not os.path.isdir(prefix) or os.path.islink(prefix):
-            module.fail_json(msg=f"prefix {prefix} exists and is not a directory: choose another "
-                                 "cuda_toolkit_prefix or remove it", **result)
+            module.fail_json(
+                msg=f"prefix {prefix} exists and is not a directory: choose another "
+                "cuda_toolkit_prefix or remove it",
+                **result,
+            )
         if old is None and os.listdir(prefix):
-            module.fail_json(msg=f"prefix {prefix} exists, is not empty and was not assembled by epforge "
-                                 f"(no {STAMP_NAME}): it is never overwritten; choose another "
-                                 "cuda_toolkit_prefix or remove it", **result)
+            module.fail_json(
+                msg=f"prefix {prefix} exists, is not empty and was not assembled by epforge "
+                f"(no {STAMP_NAME}): it is never overwritten; choose another "
+                "cuda_toolkit_prefix or remove it",
+                **result,
+            )
         old_version = (old or {}).get("inputs", {}).get("cuda_version")
         if old_version and old_version != version:
-            module.fail_json(msg=f"prefix {prefix} holds CUDA {old_version}; it is never replaced by CUDA "
-                                 f"{version}: use a versioned prefix such as /opt/epforge/cuda-{version}",
-                             **result)
+            module.fail_json(
+                msg=f"prefix {prefix} holds CUDA {old_version}; it is never replaced by CUDA "
+                f"{version}: use a versioned prefix such as /opt/epforge/cuda-{version}",
+                **result,
+            )
 
-    diff = {"before": json.dumps(old, indent=2, sort_keys=True) + "\n" if old else "",
-            "after": json.dumps(stamp, indent=2, sort_keys=True) + "\n",
-            "before_header": os.path.join(prefix, STAMP_NAME),
-            "after_header": os.path.join(prefix, STAMP_NAME)}
+    diff = {
+        "before": json.dumps(old, indent=2, sort_keys=True) + "\n" if old else "",
+        "after": json.dumps(stamp, indent=2, sort_keys=True) + "\n",
+        "before_header": os.path.join(prefix, STAMP_NAME),
+        "after_header": os.path.join(prefix, STAMP_NAME),
+    }
     if module.check_mode:
-        module.exit_json(changed=True, diff=diff, cuobjdump="", **{k: v for k, v in result.items()
-                                                                   if k != "changed"})
+        module.exit_json(
+            changed=True, diff=diff, cuobjdump="", **{k: v for k, v in result.items() if k != "changed"}
+        )
 
     started = time.monotonic()
     log_path = p["log_path"]
@@ -346,10 +383,20 @@ def main() -> None:
         os.makedirs(p["wheel_dir"], exist_ok=True)
         pip = p["pip_command"] or [sys.executable, "-m", "pip"]
         if not p["pip_command"] and importlib.util.find_spec("pip") is None:
-            raise InstallError(f"pip is not installed for {sys.executable}: install it (apt install "
-                               "python3-pip) or set cuda_toolkit_pip_command to a pip that is")
-        argv = [*pip, "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
-                "-d", p["wheel_dir"]]
+            raise InstallError(
+                f"pip is not installed for {sys.executable}: install it (apt install "
+                "python3-pip) or set cuda_toolkit_pip_command to a pip that is"
+            )
+        argv = [
+            *pip,
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            p["wheel_dir"],
+        ]
         if p["index_url"]:
             argv += ["--index-url", p["index_url"]]
         for url in p["extra_index_urls"]:
@@ -357,12 +404,17 @@ def main() -> None:
         for link in p["find_links"]:
             argv += ["--find-links", link]
         argv += p["packages"]
-        rc, _ = run_logged(argv, log_path, timeout=p["timeout"],
-                           header=f"cuda_toolkit pypi {version} download")
+        rc, _ = run_logged(
+            argv, log_path, timeout=p["timeout"], header=f"cuda_toolkit pypi {version} download"
+        )
         if rc != 0:
             hint = " (timed out)" if rc == 124 else ""
-            raise InstallError(f"pip download of the CUDA {version} wheels failed{hint}: check the index "
-                               "(cuda_toolkit_pip_index_url) and the pins in the stack", argv, rc)
+            raise InstallError(
+                f"pip download of the CUDA {version} wheels failed{hint}: check the index "
+                "(cuda_toolkit_pip_index_url) and the pins in the stack",
+                argv,
+                rc,
+            )
         available = {}
         for name in os.listdir(p["wheel_dir"]):
             dist = wheel_dist(name)
@@ -384,9 +436,11 @@ def main() -> None:
         add_links(staging)
         found = nvcc_release(os.path.join(staging, "bin", "nvcc"))
         if not found or found[0] != version:
-            raise InstallError(f"the wheels' nvcc reports CUDA {found[0] if found else 'unknown'}, not "
-                               f"{version}: fix the nvidia-cuda-nvcc pin in the stack; {prefix} was not "
-                               "changed")
+            raise InstallError(
+                f"the wheels' nvcc reports CUDA {found[0] if found else 'unknown'}, not "
+                f"{version}: fix the nvidia-cuda-nvcc pin in the stack; {prefix} was not "
+                "changed"
+            )
         symbols = build_stub(staging, p["cc"], log_path, p["timeout"]) if p["link_stub"] else 0
         with open(os.path.join(staging, STAMP_NAME), "w", encoding="utf-8") as handle:
             json.dump(stamp, handle, indent=2, sort_keys=True)
@@ -404,13 +458,18 @@ def main() -> None:
         if os.path.lexists(staging):
             shutil.rmtree(staging, ignore_errors=True)
         if exc.argv:
-            fail_cmd(module, exc.msg, exc.argv, exc.rc if exc.rc is not None else 1, log_path=log_path,
-                     **result)
+            fail_cmd(
+                module, exc.msg, exc.argv, exc.rc if exc.rc is not None else 1, log_path=log_path, **result
+            )
         module.fail_json(msg=exc.msg, log_path=log_path, **result)
 
     module.exit_json(
-        changed=True, diff=diff, nvcc_release=found[1], wheels=[os.path.basename(w) for w in wheels],
-        stub_symbols=symbols, seconds=round(time.monotonic() - started, 1),
+        changed=True,
+        diff=diff,
+        nvcc_release=found[1],
+        wheels=[os.path.basename(w) for w in wheels],
+        stub_symbols=symbols,
+        seconds=round(time.monotonic() - started, 1),
         cuobjdump=cuobjdump if os.access(cuobjdump, os.X_OK) else "",
         **{k: v for k, v in result.items() if k != "changed"},
     )

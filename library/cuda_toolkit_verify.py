@@ -148,8 +148,10 @@ def main() -> None:
     log_tail = ""
 
     if not os.path.isdir(home):
-        problems.append(f"CUDA_HOME {home} does not exist: install the toolkit (cuda_toolkit_method pypi or "
-                        "nvidia_repo) or point cuda_toolkit_home at an existing one")
+        problems.append(
+            f"CUDA_HOME {home} does not exist: install the toolkit (cuda_toolkit_method pypi or "
+            "nvidia_repo) or point cuda_toolkit_home at an existing one"
+        )
     elif not os.access(nvcc, os.X_OK):
         problems.append(f"{home} has no executable bin/nvcc: it is not a CUDA toolkit (runtime only?)")
     else:
@@ -164,7 +166,8 @@ def main() -> None:
                 problems.append(
                     f"{nvcc} is CUDA {found[0]} ({found[1]}) but the stack needs CUDA {want}: point the role "
                     f"at a CUDA {want} toolkit (cuda_toolkit_home / cuda_toolkit_prefix) or choose the stack "
-                    f"for CUDA {found[0]}; nothing was built with it")
+                    f"for CUDA {found[0]}; nothing was built with it"
+                )
             rc_code, out_code = run([nvcc, "--list-gpu-code"])
             rc_arch, out_arch = run([nvcc, "--list-gpu-arch"])
             gpu_code = parse_gpu_list(out_code) if rc_code == 0 else []
@@ -173,7 +176,8 @@ def main() -> None:
             if missing:
                 problems.append(
                     f"{nvcc} cannot compile for {', '.join(missing)} (--list-gpu-code: "
-                    f"{' '.join(gpu_code) or 'nothing'}): the stack's archs need a newer CUDA")
+                    f"{' '.join(gpu_code) or 'nothing'}): the stack's archs need a newer CUDA"
+                )
 
     cuobjdump = p["cuobjdump"] or os.path.join(home, "bin", "cuobjdump")
     if not os.access(cuobjdump, os.X_OK):
@@ -196,22 +200,35 @@ def main() -> None:
         "archs": list(p["archs"]),
         "include_dirs": include_dirs,
         "link_stub": os.path.join(home, "lib64", "stubs", "libcuda.so")
-        if os.path.exists(os.path.join(home, "lib64", "stubs", "libcuda.so")) else "",
+        if os.path.exists(os.path.join(home, "lib64", "stubs", "libcuda.so"))
+        else "",
         "inputs_digest": stamp_of(p["inputs"])["digest"],
     }
     current = read_json(p["fact_path"])
-    result = {"problems": problems, "nvcc": nvcc, "nvcc_release": release, "gpu_code": gpu_code,
-              "cuobjdump": cuobjdump, "fact": fact, "changed": False}
+    result = {
+        "problems": problems,
+        "nvcc": nvcc,
+        "nvcc_release": release,
+        "gpu_code": gpu_code,
+        "cuobjdump": cuobjdump,
+        "fact": fact,
+        "changed": False,
+    }
 
     if not p["enforce"]:
         module.exit_json(ok=not problems and current == fact, **result)
     if problems:
-        module.fail_json(msg="CUDA toolkit check failed: " + "; ".join(problems), ok=False, log_tail=log_tail,
-                         **result)
+        module.fail_json(
+            msg="CUDA toolkit check failed: " + "; ".join(problems), ok=False, log_tail=log_tail, **result
+        )
     if current != fact:
         after = json.dumps(fact, indent=2, sort_keys=True) + "\n"
-        result["diff"] = {"before": json.dumps(current, indent=2, sort_keys=True) + "\n" if current else "",
-                          "after": after, "before_header": p["fact_path"], "after_header": p["fact_path"]}
+        result["diff"] = {
+            "before": json.dumps(current, indent=2, sort_keys=True) + "\n" if current else "",
+            "after": after,
+            "before_header": p["fact_path"],
+            "after_header": p["fact_path"],
+        }
         result["changed"] = True
         if not module.check_mode:
             write_atomic(p["fact_path"], after)

@@ -105,8 +105,12 @@ def main() -> None:
             "python": {"type": "path", "required": True},
             "script": {"type": "path", "required": True},
             "num_processes": {"type": "int", "default": 2},
-            "modes": {"type": "list", "elements": "str", "choices": ["normal", "low_latency"],
-                      "default": ["normal", "low_latency"]},
+            "modes": {
+                "type": "list",
+                "elements": "str",
+                "choices": ["normal", "low_latency"],
+                "default": ["normal", "low_latency"],
+            },
             "result_path": {"type": "path", "required": True},
             "log_path": {"type": "path", "required": True},
             "environment": {"type": "dict", "default": {}},
@@ -125,17 +129,28 @@ def main() -> None:
         bad = non_nvlink_pairs(topo.out, p["num_processes"]) if topo.rc == 0 else None
         if bad:
             pairs = ", ".join(f"{a}-{b} is {link}" for a, b, link in bad)
-            skipped["normal"] = (f"{pairs}, not NVLink: DeepEP normal mode needs NVLink between all GPUs; "
-                                 "SGLang must use --deepep-mode low_latency on this host")
+            skipped["normal"] = (
+                f"{pairs}, not NVLink: DeepEP normal mode needs NVLink between all GPUs; "
+                "SGLang must use --deepep-mode low_latency on this host"
+            )
             modes.remove("normal")
     if not modes:
         reasons = "; ".join(f"{m}: {r}" for m, r in skipped.items())
         module.fail_json(msg=f"no DeepEP mode left to verify: {reasons}", skipped_modes=skipped)
-    argv = [p["python"], p["script"], "--num-processes", str(p["num_processes"]), "--modes",
-            ",".join(modes), "--out", p["result_path"]]
+    argv = [
+        p["python"],
+        p["script"],
+        "--num-processes",
+        str(p["num_processes"]),
+        "--modes",
+        ",".join(modes),
+        "--out",
+        p["result_path"],
+    ]
     if module.check_mode:
-        module.exit_json(changed=False, skipped=True, msg="check mode: the GPU round trip is not "
-                                                          "run", cmd=argv)
+        module.exit_json(
+            changed=False, skipped=True, msg="check mode: the GPU round trip is not run", cmd=argv
+        )
     env = dict(os.environ)
     env.update({k: str(v) for k, v in p["environment"].items()})
     env.setdefault("DEEPEP_VERIFY_TIMEOUT", str(max(60, p["timeout"] - 60)))
@@ -147,19 +162,36 @@ def main() -> None:
         with open(p["result_path"], encoding="utf-8") as handle:
             result = json.load(handle)
     if rc == 124:
-        fail_cmd(module, f"DeepEP round trip did not finish within {p['timeout']} s (hung "
-                         "collective?)", argv, rc,
-                 log_path=p["log_path"])
+        fail_cmd(
+            module,
+            f"DeepEP round trip did not finish within {p['timeout']} s (hung collective?)",
+            argv,
+            rc,
+            log_path=p["log_path"],
+        )
     if result is None:
-        fail_cmd(module, "DeepEP round trip wrote no result (the script crashed before the end)", argv, rc,
-                 log_path=p["log_path"])
+        fail_cmd(
+            module,
+            "DeepEP round trip wrote no result (the script crashed before the end)",
+            argv,
+            rc,
+            log_path=p["log_path"],
+        )
     if not result.get("ok"):
-        bad = {m: r.get("error", f"rel_diff {r.get('max_rel_diff')}")
-               for m, r in result.get("modes", {}).items()
-               if not r.get("ok")}
-        module.fail_json(msg="DeepEP round trip failed: " + (result.get("error") or "; ".join(
-            f"{m}: {e}" for m, e in bad.items())), cmd=argv, rc=rc, result=result,
-            log_tail=tail_file(p["log_path"]), log_path=p["log_path"])
+        bad = {
+            m: r.get("error", f"rel_diff {r.get('max_rel_diff')}")
+            for m, r in result.get("modes", {}).items()
+            if not r.get("ok")
+        }
+        module.fail_json(
+            msg="DeepEP round trip failed: "
+            + (result.get("error") or "; ".join(f"{m}: {e}" for m, e in bad.items())),
+            cmd=argv,
+            rc=rc,
+            result=result,
+            log_tail=tail_file(p["log_path"]),
+            log_path=p["log_path"],
+        )
     module.exit_json(changed=False, result=result, seconds=round(seconds, 1), cmd=argv, skipped_modes=skipped)
 
 

@@ -150,23 +150,30 @@ def main() -> None:
             "disable_sm90_features": {"type": "bool", "default": False},
             "aggressive_ptx": {"type": "bool", "default": False},
             "extra_include_dirs": {"type": "list", "elements": "path", "default": []},
-            "system_include_dirs": {"type": "list", "elements": "path",
-                                    "default": ["/usr/include", "/usr/local/include"]},
+            "system_include_dirs": {
+                "type": "list",
+                "elements": "path",
+                "default": ["/usr/include", "/usr/local/include"],
+            },
         },
         supports_check_mode=True,
     )
     p = module.params
     argv = [p["python"], "-c", PROBE, p["nvshmem_package"]]
     if not os.access(p["python"], os.X_OK):
-        module.fail_json(msg=f"the env's Python {p['python']} is missing: run the ml_env role first or "
-                             "set deepep_python")
+        module.fail_json(
+            msg=f"the env's Python {p['python']} is missing: run the ml_env role first or set deepep_python"
+        )
     if not os.path.isdir(p["cuda_home"]):
-        module.fail_json(msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or "
-                             "set deepep_cuda_home")
+        module.fail_json(
+            msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or "
+            "set deepep_cuda_home"
+        )
     proc = run_bounded(argv, timeout=120)
     if proc.rc != 0:
-        module.fail_json(msg=f"probing the env {p['python']} failed", cmd=argv, rc=proc.rc,
-                         log_tail=proc.err[-2000:])
+        module.fail_json(
+            msg=f"probing the env {p['python']} failed", cmd=argv, rc=proc.rc, log_tail=proc.err[-2000:]
+        )
     env_info = json.loads(proc.out.strip().splitlines()[-1])
 
     # NVSHMEM: an explicit dir wins, else the wheel DeepEP's setup.py would find by itself.
@@ -174,42 +181,54 @@ def main() -> None:
     if p["nvshmem_dir"]:
         d = p["nvshmem_dir"]
         if not (os.path.isdir(os.path.join(d, "include")) and os.path.isdir(os.path.join(d, "lib"))):
-            module.fail_json(msg=f"NVSHMEM_DIR {d} is not an NVSHMEM install (needs include/ and lib/): fix "
-                                 "deepep_nvshmem_dir or leave it empty to use the env's nvidia-nvshmem wheel")
+            module.fail_json(
+                msg=f"NVSHMEM_DIR {d} is not an NVSHMEM install (needs include/ and lib/): fix "
+                "deepep_nvshmem_dir or leave it empty to use the env's nvidia-nvshmem wheel"
+            )
         host_libs = [f for f in os.listdir(os.path.join(d, "lib")) if f == "libnvshmem_host.so"]
         if not host_libs:
-            module.fail_json(msg=f"NVSHMEM_DIR {d}/lib has no unversioned libnvshmem_host.so, which "
-                                 "DeepEP v1.x links "
-                                 "with -l:libnvshmem_host.so when NVSHMEM_DIR is set (a pip wheel only "
-                                 "has .so.3): "
-                                 "leave deepep_nvshmem_dir empty to let setup.py use the wheel")
+            module.fail_json(
+                msg=f"NVSHMEM_DIR {d}/lib has no unversioned libnvshmem_host.so, which "
+                "DeepEP v1.x links "
+                "with -l:libnvshmem_host.so when NVSHMEM_DIR is set (a pip wheel only "
+                "has .so.3): "
+                "leave deepep_nvshmem_dir empty to let setup.py use the wheel"
+            )
         nvshmem = {"dir": d, "version": "", "source": "nvshmem_dir"}
         version_h = os.path.join(d, "include", "non_abi", "nvshmem_version.h")
         if os.path.isfile(version_h):
             with open(version_h, encoding="utf-8", errors="replace") as handle:
-                fields = dict(line.split()[1:3] for line in handle
-                              if line.startswith("#define NVSHMEM_VENDOR_")
-                              and len(line.split()) >= 3)
+                fields = dict(
+                    line.split()[1:3]
+                    for line in handle
+                    if line.startswith("#define NVSHMEM_VENDOR_") and len(line.split()) >= 3
+                )
             major = fields.get("NVSHMEM_VENDOR_MAJOR_VERSION")
             if major:
-                nvshmem["version"] = ".".join(fields.get(f"NVSHMEM_VENDOR_{k}_VERSION", "0")
-                                              for k in ("MAJOR", "MINOR", "PATCH"))
+                nvshmem["version"] = ".".join(
+                    fields.get(f"NVSHMEM_VENDOR_{k}_VERSION", "0") for k in ("MAJOR", "MINOR", "PATCH")
+                )
     elif env_info["nvshmem_dir"]:
         nvshmem = {"dir": env_info["nvshmem_dir"], "version": env_info["nvshmem_version"], "source": "wheel"}
     if nvshmem["source"] == "none" and p["require_nvshmem"]:
         module.fail_json(
             msg=f"NVSHMEM not found: no deepep_nvshmem_dir and no nvidia.nvshmem package in "
-                f"{p['python']}. Without it "
-                "DeepEP builds without internode and low-latency kernels (the ones SGLang's PCIe path "
-                "needs). "
-                f"Remedy: install the stack's {p['nvshmem_package']} wheel into the env "
-                "(deepep_install_nvshmem: true), "
-                "set deepep_nvshmem_dir, or deepep_require_nvshmem: false", nvshmem=nvshmem)
+            f"{p['python']}. Without it "
+            "DeepEP builds without internode and low-latency kernels (the ones SGLang's PCIe path "
+            "needs). "
+            f"Remedy: install the stack's {p['nvshmem_package']} wheel into the env "
+            "(deepep_install_nvshmem: true), "
+            "set deepep_nvshmem_dir, or deepep_require_nvshmem: false",
+            nvshmem=nvshmem,
+        )
 
     try:
-        flags = build_flags(p["arch_list"], nvshmem=nvshmem["source"] != "none",
-                            disable_sm90_features=p["disable_sm90_features"],
-                            aggressive_ptx=p["aggressive_ptx"])
+        flags = build_flags(
+            p["arch_list"],
+            nvshmem=nvshmem["source"] != "none",
+            disable_sm90_features=p["disable_sm90_features"],
+            aggressive_ptx=p["aggressive_ptx"],
+        )
         sass = [sass_name(a) for a in p["arch_list"]]
     except DeepEPError as exc:
         module.fail_json(msg=str(exc), nvshmem=nvshmem)
@@ -223,18 +242,29 @@ def main() -> None:
         if not mlx5:
             module.fail_json(
                 msg="infiniband/mlx5dv.h not found (needed by DeepEP's NVSHMEM kernels): install "
-                    "libibverbs-dev "
-                    "(Debian/Ubuntu; the role does it with deepep_install_system_packages: true) or point "
-                    "deepep_extra_include_dirs at a folder holding infiniband/mlx5dv.h",
-                searched=p["extra_include_dirs"] + p["system_include_dirs"])
+                "libibverbs-dev "
+                "(Debian/Ubuntu; the role does it with deepep_install_system_packages: true) or point "
+                "deepep_extra_include_dirs at a folder holding infiniband/mlx5dv.h",
+                searched=p["extra_include_dirs"] + p["system_include_dirs"],
+            )
 
     key_extra = {
         "deepep_recipe": RECIPE_VERSION,
-        "nvshmem": {"version": nvshmem["version"], "source": nvshmem["source"],
-                    "dir": nvshmem["dir"] if nvshmem["source"] == "nvshmem_dir" else ""},
+        "nvshmem": {
+            "version": nvshmem["version"],
+            "source": nvshmem["source"],
+            "dir": nvshmem["dir"] if nvshmem["source"] == "nvshmem_dir" else "",
+        },
     }
-    module.exit_json(changed=False, build_env=flags, include_dirs=includes, nvshmem=nvshmem, mlx5dv_h=mlx5,
-                     sass_archs=sass, key_extra=key_extra)
+    module.exit_json(
+        changed=False,
+        build_env=flags,
+        include_dirs=includes,
+        nvshmem=nvshmem,
+        mlx5dv_h=mlx5,
+        sass_archs=sass,
+        key_extra=key_extra,
+    )
 
 
 if __name__ == "__main__":

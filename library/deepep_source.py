@@ -90,8 +90,11 @@ def main() -> None:
     )
     path = module.params["path"]
     if not os.path.isdir(path):
-        module.fail_json(msg=f"DeepEP source {path} does not exist: the source step did not produce a tree",
-                         build_system="unknown", reason="no tree")
+        module.fail_json(
+            msg=f"DeepEP source {path} does not exist: the source step did not produce a tree",
+            build_system="unknown",
+            reason="no tree",
+        )
     setup_file = os.path.join(path, "setup.py")
     setup_py = None
     if os.path.isfile(setup_file):
@@ -105,25 +108,38 @@ def main() -> None:
     if kind == UNSUPPORTED_V2:
         module.fail_json(
             msg=f"DeepEP source at {path} uses a build system this role does not support: {reason}. The "
-                "V2 line "
-                "(main) is driven by SGLang's `deepep_v2` backend and needs torch >= 2.10 and NCCL >= "
-                "2.30.4; "
-                "use a v1.x ref such as v1.2.1 (what SGLang's --moe-a2a-backend deepep pins)",
-            build_system=kind, reason=reason)
+            "V2 line "
+            "(main) is driven by SGLang's `deepep_v2` backend and needs torch >= 2.10 and NCCL >= "
+            "2.30.4; "
+            "use a v1.x ref such as v1.2.1 (what SGLang's --moe-a2a-backend deepep pins)",
+            build_system=kind,
+            reason=reason,
+        )
     if kind != SUPPORTED:
-        module.fail_json(msg=f"{path} is not a DeepEP v1.x source tree: {reason}. Check the source "
-                             "URL/ref/archive",
-                         build_system=kind, reason=reason)
+        module.fail_json(
+            msg=f"{path} is not a DeepEP v1.x source tree: {reason}. Check the source URL/ref/archive",
+            build_system=kind,
+            reason=reason,
+        )
     commit = git_commit(path)
     expect = module.params["expect_commit"].strip().lower()
     if expect and commit and not commit.lower().startswith(expect):
-        module.fail_json(msg=f"DeepEP checkout is at {commit}, not the expected {expect}: the ref moved "
-                             "or is "
-                             "not the one the stack pins (set deepep_commit: '' to accept it)",
-                         build_system=kind, reason=reason, commit=commit)
-    module.exit_json(changed=False, build_system=kind, reason=reason,
-                     version=setup_py_version(setup_py) or "",
-                     commit=commit, tree_sha256=tree_hash(path))
+        module.fail_json(
+            msg=f"DeepEP checkout is at {commit}, not the expected {expect}: the ref moved "
+            "or is "
+            "not the one the stack pins (set deepep_commit: '' to accept it)",
+            build_system=kind,
+            reason=reason,
+            commit=commit,
+        )
+    module.exit_json(
+        changed=False,
+        build_system=kind,
+        reason=reason,
+        version=setup_py_version(setup_py) or "",
+        commit=commit,
+        tree_sha256=tree_hash(path),
+    )
 
 
 if __name__ == "__main__":

@@ -130,53 +130,88 @@ def gpu_checks(stack: dict, gpu_facts: dict, require_gpu: bool) -> list[dict]:
     if not available:
         reason = gpu_facts.get("reason") or "no GPU facts (nvidia_gpu_facts did not report a GPU)"
         if require_gpu:
-            gpu = _check("gpu", "failed",
-                         f"no usable GPU: {reason}. epforge_require_gpu is true: run on a host whose NVIDIA "
-                         "driver and nvidia-smi work, or set epforge_require_gpu: false for build-only work")
+            gpu = _check(
+                "gpu",
+                "failed",
+                f"no usable GPU: {reason}. epforge_require_gpu is true: run on a host whose NVIDIA "
+                "driver and nvidia-smi work, or set epforge_require_gpu: false for build-only work",
+            )
         else:
-            gpu = _check("gpu", "skipped",
-                         f"skipped: no usable GPU ({reason}); build-only work goes on, GPU-runtime steps "
-                         "are skipped")
+            gpu = _check(
+                "gpu",
+                "skipped",
+                f"skipped: no usable GPU ({reason}); build-only work goes on, GPU-runtime steps are skipped",
+            )
         skip = f"skipped: no usable GPU ({reason})"
-        return [gpu, _check("driver", "skipped", skip), _check("driver_cuda", "skipped", skip),
-                _check("gpu_arch", "skipped", skip)]
+        return [
+            gpu,
+            _check("driver", "skipped", skip),
+            _check("driver_cuda", "skipped", skip),
+            _check("gpu_arch", "skipped", skip),
+        ]
 
     checks = []
     gpus = gpu_facts.get("gpus") or []
     names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
-    checks.append(_check("gpu", "passed",
-                         f"{gpu_facts.get('gpu_count')} GPU(s): {', '.join(names) or 'unnamed'}; "
-                         f"interconnect {gpu_facts.get('interconnect', 'unknown')}"))
+    checks.append(
+        _check(
+            "gpu",
+            "passed",
+            f"{gpu_facts.get('gpu_count')} GPU(s): {', '.join(names) or 'unnamed'}; "
+            f"interconnect {gpu_facts.get('interconnect', 'unknown')}",
+        )
+    )
 
     driver = str(gpu_facts.get("driver_version") or "")
     need = str(summary["driver_min"] or "")
     if not version_tuple(need):
         checks.append(_check("driver", "skipped", f"skipped: stack {name} names no driver.min_version"))
     elif not version_tuple(driver):
-        checks.append(_check("driver", "failed",
-                             f"the NVIDIA driver version could not be read (got '{driver}'): check that "
-                             "`nvidia-smi --query-gpu=driver_version --format=csv` works"))
+        checks.append(
+            _check(
+                "driver",
+                "failed",
+                f"the NVIDIA driver version could not be read (got '{driver}'): check that "
+                "`nvidia-smi --query-gpu=driver_version --format=csv` works",
+            )
+        )
     elif version_tuple(driver) < version_tuple(need):
-        checks.append(_check("driver", "failed",
-                             f"NVIDIA driver {driver} is older than {need}, the minimum for stack {name} "
-                             f"(CUDA {summary['cuda']}): upgrade the driver to >= {need}, or choose a stack "
-                             "for an older CUDA (epforge_stack)"))
+        checks.append(
+            _check(
+                "driver",
+                "failed",
+                f"NVIDIA driver {driver} is older than {need}, the minimum for stack {name} "
+                f"(CUDA {summary['cuda']}): upgrade the driver to >= {need}, or choose a stack "
+                "for an older CUDA (epforge_stack)",
+            )
+        )
     else:
         checks.append(_check("driver", "passed", f"NVIDIA driver {driver} >= {need} (stack {name})"))
 
     cuda = str(summary["cuda"] or "")
     driver_cuda = str(gpu_facts.get("cuda_driver_version") or "")
     if not version_tuple(driver_cuda):
-        checks.append(_check("driver_cuda", "skipped",
-                             "skipped: the driver reported no CUDA version (driver.min_version applies)"))
+        checks.append(
+            _check(
+                "driver_cuda",
+                "skipped",
+                "skipped: the driver reported no CUDA version (driver.min_version applies)",
+            )
+        )
     elif version_tuple(driver_cuda)[:2] < version_tuple(cuda)[:2]:
-        checks.append(_check("driver_cuda", "failed",
-                             f"the NVIDIA driver supports CUDA up to {driver_cuda} but stack {name} needs "
-                             f"CUDA {cuda}: upgrade the driver (>= {need or 'the CUDA ' + cuda + ' minimum'})"
-                             " or choose a stack for an older CUDA (epforge_stack)"))
+        checks.append(
+            _check(
+                "driver_cuda",
+                "failed",
+                f"the NVIDIA driver supports CUDA up to {driver_cuda} but stack {name} needs "
+                f"CUDA {cuda}: upgrade the driver (>= {need or 'the CUDA ' + cuda + ' minimum'})"
+                " or choose a stack for an older CUDA (epforge_stack)",
+            )
+        )
     else:
-        checks.append(_check("driver_cuda", "passed",
-                             f"driver supports CUDA {driver_cuda} >= {cuda} (stack {name})"))
+        checks.append(
+            _check("driver_cuda", "passed", f"driver supports CUDA {driver_cuda} >= {cuda} (stack {name})")
+        )
 
     allowed = set(summary["archs"])
     wrong = []
@@ -189,16 +224,31 @@ def gpu_checks(stack: dict, gpu_facts: dict, require_gpu: bool) -> list[dict]:
     if not gpus:
         wrong.append("the GPU facts list no GPUs")
     if wrong:
-        checks.append(_check("gpu_arch", "failed",
-                             f"{'; '.join(wrong)} but stack {name} builds for "
-                             f"{', '.join(summary['arch_list'])} only: choose a stack whose arch_list covers "
-                             f"these GPUs, or add their arch to arch_list in stacks/{name}.yml"))
+        checks.append(
+            _check(
+                "gpu_arch",
+                "failed",
+                f"{'; '.join(wrong)} but stack {name} builds for "
+                f"{', '.join(summary['arch_list'])} only: choose a stack whose arch_list covers "
+                f"these GPUs, or add their arch to arch_list in stacks/{name}.yml",
+            )
+        )
     else:
-        archs = sorted({base_arch(g.get("arch") or g.get("compute_capability") or "") for g in gpus
-                        if isinstance(g, dict)})
-        checks.append(_check("gpu_arch", "passed",
-                             f"every GPU's arch ({', '.join(archs)}) is in the stack's arch_list "
-                             f"({', '.join(summary['arch_list'])})"))
+        archs = sorted(
+            {
+                base_arch(g.get("arch") or g.get("compute_capability") or "")
+                for g in gpus
+                if isinstance(g, dict)
+            }
+        )
+        checks.append(
+            _check(
+                "gpu_arch",
+                "passed",
+                f"every GPU's arch ({', '.join(archs)}) is in the stack's arch_list "
+                f"({', '.join(summary['arch_list'])})",
+            )
+        )
     return checks
 
 
@@ -208,14 +258,20 @@ def python_check(stack: dict, python: str, version: str, error: str = "") -> dic
     need = str(summary["python_min"] or "")
     label = python or "this module's Python"
     if not version_tuple(version):
-        return _check("python", "failed",
-                      f"cannot run {label} ({error or 'no version printed'}): install Python >= "
-                      f"{need or '3'} (Debian/Ubuntu: apt-get install python3 python3-venv) or set "
-                      "preflight_python to an interpreter's path")
+        return _check(
+            "python",
+            "failed",
+            f"cannot run {label} ({error or 'no version printed'}): install Python >= "
+            f"{need or '3'} (Debian/Ubuntu: apt-get install python3 python3-venv) or set "
+            "preflight_python to an interpreter's path",
+        )
     if need and version_tuple(version) < version_tuple(need):
-        return _check("python", "failed",
-                      f"{label} is Python {version}, older than {need} that stack {summary['name']} needs: "
-                      f"install Python >= {need} and set preflight_python to it")
+        return _check(
+            "python",
+            "failed",
+            f"{label} is Python {version}, older than {need} that stack {summary['name']} needs: "
+            f"install Python >= {need} and set preflight_python to it",
+        )
     return _check("python", "passed", f"{label} {version} >= {need or 'any'} (stack {summary['name']})")
 
 
@@ -241,13 +297,17 @@ def disk_check(path: str, min_free_gib: float, free_bytes: int | None, measured_
     # create the directory, and the fact must not change with it.
     where = path if measured_on == path else f"{path} (measured on {measured_on})"
     if free_bytes is None:
-        return _check("disk", "failed",
-                      f"cannot read free space of {where}: check that the path is reachable")
+        return _check(
+            "disk", "failed", f"cannot read free space of {where}: check that the path is reachable"
+        )
     if free_bytes < min_free_gib * GIB:
-        return _check("disk", "failed",
-                      f"{free_bytes / GIB:.1f} GiB free on {where}, {min_free_gib:g} GiB needed (toolkit, "
-                      "torch and SGLang environments, extension builds): free space there, point "
-                      "preflight_disk_path at a larger filesystem, or lower preflight_min_free_gib")
+        return _check(
+            "disk",
+            "failed",
+            f"{free_bytes / GIB:.1f} GiB free on {where}, {min_free_gib:g} GiB needed (toolkit, "
+            "torch and SGLang environments, extension builds): free space there, point "
+            "preflight_disk_path at a larger filesystem, or lower preflight_min_free_gib",
+        )
     return _check("disk", "passed", f"at least {min_free_gib:g} GiB free on {path}")
 
 

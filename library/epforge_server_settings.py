@@ -82,8 +82,11 @@ def main() -> None:
     keys = sorted(str(key) for key in settings) if isinstance(settings, dict) else []
     if problems:
         numbered = " ".join(f"({number}) {problem}" for number, problem in enumerate(problems, 1))
-        module.fail_json(msg=f"{module.params['name']} is refused before anything changes: {numbered}",
-                         problems=problems, keys=keys)
+        module.fail_json(
+            msg=f"{module.params['name']} is refused before anything changes: {numbered}",
+            problems=problems,
+            keys=keys,
+        )
     module.exit_json(changed=False, problems=[], keys=keys)
 
 

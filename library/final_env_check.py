@@ -199,8 +199,13 @@ class FinalEnv:
         argv = [self.p["cuobjdump"], "-lelf", "-lptx", path]
         proc = run_bounded(argv, timeout=self.p["timeout"])
         if proc.timed_out:
-            fail_cmd(self.module, f"cuobjdump ran past {self.p['timeout']} s on {path}", argv, 124,
-                     output=proc.output)
+            fail_cmd(
+                self.module,
+                f"cuobjdump ran past {self.p['timeout']} s on {path}",
+                argv,
+                124,
+                output=proc.output,
+            )
         parsed = parse_cuobjdump_listing(proc.output)
         if proc.rc != 0 and not parsed["host_only"]:
             fail_cmd(

@@ -75,14 +75,23 @@ def main() -> None:
     nvcc = os.path.join(module.params["cuda_home"], "bin", "nvcc")
     argv = [nvcc, "--version"]
     if not os.access(nvcc, os.X_OK):
-        module.fail_json(msg=f"no nvcc at {nvcc}: FlashInfer's JIT needs a CUDA toolkit (run cuda_toolkit "
-                             "or set "
-                             "flashinfer_cuda_home)", cmd=argv, nvcc_version="")
+        module.fail_json(
+            msg=f"no nvcc at {nvcc}: FlashInfer's JIT needs a CUDA toolkit (run cuda_toolkit "
+            "or set "
+            "flashinfer_cuda_home)",
+            cmd=argv,
+            nvcc_version="",
+        )
     proc = run_bounded(argv, timeout=60)
     version = parse_nvcc_version(proc.out)
     if proc.rc != 0 or version is None:
-        module.fail_json(msg=f"could not read the nvcc release from {nvcc} --version", cmd=argv,
-                         rc=proc.rc, log_tail=proc.output[-2000:], nvcc_version="")
+        module.fail_json(
+            msg=f"could not read the nvcc release from {nvcc} --version",
+            cmd=argv,
+            rc=proc.rc,
+            log_tail=proc.output[-2000:],
+            nvcc_version="",
+        )
     shown = f"{version[0]}.{version[1]}"
     try:
         arch_value, sass = flashinfer_arch_list(module.params["arch_list"], version)

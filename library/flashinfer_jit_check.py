@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """Ansible module: JIT-compile one real FlashInfer kernel for the target archs on this host (no GPU "
-  "needed)."""
+"needed)."""
 
 from __future__ import annotations
 
@@ -140,15 +140,19 @@ def find_libcuda(dirs: list[str]) -> str:
 def make_stub(module, stub_dir: str) -> str:
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not compiler:
-        module.fail_json(msg="no libcuda.so to link against and no C compiler to make a link stub: "
-                             "install a full "
-                             "CUDA toolkit (lib64/stubs) or gcc")
+        module.fail_json(
+            msg="no libcuda.so to link against and no C compiler to make a link stub: "
+            "install a full "
+            "CUDA toolkit (lib64/stubs) or gcc"
+        )
     os.makedirs(stub_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "libcuda_stub.c")
         with open(src, "w", encoding="utf-8") as handle:
-            handle.write("/* link stub: the real libcuda.so.1 comes from the driver at run time */\n"
-                         "int epforge_libcuda_stub;\n")
+            handle.write(
+                "/* link stub: the real libcuda.so.1 comes from the driver at run time */\n"
+                "int epforge_libcuda_stub;\n"
+            )
         out = os.path.join(tmp, "libcuda.so")
         argv = [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", out, src]
         proc = run_bounded(argv, timeout=120)
@@ -181,41 +185,63 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: nothing compiled", cmd=shown)
     cuda = p["cuda_home"]
-    search = [*p["library_dirs"], os.path.join(cuda, "lib64", "stubs"), os.path.join(cuda, "lib", "stubs"),
-              p["stub_dir"]]
+    search = [
+        *p["library_dirs"],
+        os.path.join(cuda, "lib64", "stubs"),
+        os.path.join(cuda, "lib", "stubs"),
+        p["stub_dir"],
+    ]
     libcuda = find_libcuda(search)
     if not libcuda:
         if not p["make_libcuda_stub"]:
-            module.fail_json(msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with "
-                                                                           "-lcuda. "
-                                 "Set flashinfer_make_libcuda_stub: true or install a toolkit with "
-                                 "lib64/stubs")
+            module.fail_json(
+                msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with "
+                "-lcuda. "
+                "Set flashinfer_make_libcuda_stub: true or install a toolkit with "
+                "lib64/stubs"
+            )
         libcuda = make_stub(module, p["stub_dir"])
     env = dict(os.environ)
-    env.update({
-        "CUDA_HOME": cuda, "CUDA_PATH": cuda,
-        "PATH": os.path.join(cuda, "bin") + os.pathsep + env.get("PATH", ""),
-        "FLASHINFER_CUDA_ARCH_LIST": p["arch_list"],
-        "FLASHINFER_WORKSPACE_BASE": p["workspace"],
-        "LIBRARY_PATH": os.pathsep.join(x for x in (os.path.dirname(libcuda), env.get("LIBRARY_PATH")) if x),
-        "MAX_JOBS": str(p["max_jobs"]),
-    })
+    env.update(
+        {
+            "CUDA_HOME": cuda,
+            "CUDA_PATH": cuda,
+            "PATH": os.path.join(cuda, "bin") + os.pathsep + env.get("PATH", ""),
+            "FLASHINFER_CUDA_ARCH_LIST": p["arch_list"],
+            "FLASHINFER_WORKSPACE_BASE": p["workspace"],
+            "LIBRARY_PATH": os.pathsep.join(
+                x for x in (os.path.dirname(libcuda), env.get("LIBRARY_PATH")) if x
+            ),
+            "MAX_JOBS": str(p["max_jobs"]),
+        }
+    )
     os.makedirs(p["workspace"], exist_ok=True)
-    rc, seconds = run_logged(argv, p["log_path"], env=env, timeout=p["timeout"],
-                             header=f"flashinfer jit {p['activation']}_and_mul for {p['arch_list']}")
+    rc, seconds = run_logged(
+        argv,
+        p["log_path"],
+        env=env,
+        timeout=p["timeout"],
+        header=f"flashinfer jit {p['activation']}_and_mul for {p['arch_list']}",
+    )
     text = tail_file(p["log_path"], lines=400)
     result = None
     for line in reversed(text.splitlines()):
         if line.startswith(MARK):
-            result = json.loads(line[len(MARK):])
+            result = json.loads(line[len(MARK) :])
             break
     if rc != 0 or result is None or not result.get("exists"):
         why = classify_jit_error(text)
         msg = "FlashInfer JIT build failed" + (f": {why}" if why else "")
         msg += " (timed out)" if rc == 124 else ""
         fail_cmd(module, msg, shown, rc, log_path=p["log_path"], diagnosis=why or "")
-    module.exit_json(changed=bool(result["built"]), library=result["library"], built=bool(result["built"]),
-                     seconds=round(seconds, 1), libcuda=libcuda, cmd=shown)
+    module.exit_json(
+        changed=bool(result["built"]),
+        library=result["library"],
+        built=bool(result["built"]),
+        seconds=round(seconds, 1),
+        libcuda=libcuda,
+        cmd=shown,
+    )
 
 
 if __name__ == "__main__":

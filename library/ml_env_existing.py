@@ -133,15 +133,20 @@ def mismatches(evidence: dict, p: dict, archs: list[str]) -> list[str]:
         problems.append(f"its torch is {evidence['torch']}, the stack wants {p['torch_version']}")
     found_major = cuda_major(evidence.get("cuda") or "")
     if found_major is None:
-        problems.append(f"its torch {evidence['torch']} is a build without CUDA (torch.version.cuda is "
-                        f"{evidence.get('cuda')}), the stack wants CUDA {p['torch_cuda']}")
+        problems.append(
+            f"its torch {evidence['torch']} is a build without CUDA (torch.version.cuda is "
+            f"{evidence.get('cuda')}), the stack wants CUDA {p['torch_cuda']}"
+        )
     elif found_major != cuda_major(p["torch_cuda"]):
-        problems.append(f"its torch {evidence['torch']} is built for CUDA {evidence['cuda']}, the stack "
-                        f"wants CUDA {p['torch_cuda']} (major {cuda_major(p['torch_cuda'])})")
+        problems.append(
+            f"its torch {evidence['torch']} is built for CUDA {evidence['cuda']}, the stack "
+            f"wants CUDA {p['torch_cuda']} (major {cuda_major(p['torch_cuda'])})"
+        )
     not_covered = torch_arch_missing(evidence.get("archs") or [], archs)
     if not_covered:
-        problems.append(f"torch.cuda.get_arch_list() {evidence.get('archs')} does not cover "
-                        f"{', '.join(not_covered)}")
+        problems.append(
+            f"torch.cuda.get_arch_list() {evidence.get('archs')} does not cover {', '.join(not_covered)}"
+        )
     return problems
 
 
@@ -163,46 +168,83 @@ def main() -> None:
 
     toolkit_major, torch_major = cuda_major(p["toolkit_cuda"]), cuda_major(p["torch_cuda"])
     if toolkit_major is None or torch_major is None:
-        module.fail_json(msg=f"cannot read a CUDA major version from torch_cuda '{p['torch_cuda']}' "
-                             f"or toolkit_cuda '{p['toolkit_cuda']}'", **result)
+        module.fail_json(
+            msg=f"cannot read a CUDA major version from torch_cuda '{p['torch_cuda']}' "
+            f"or toolkit_cuda '{p['toolkit_cuda']}'",
+            **result,
+        )
     if toolkit_major != torch_major:
-        module.fail_json(msg=(f"the stack's torch {p['torch_version']} is built for CUDA {p['torch_cuda']} "
-                              f"but the toolkit is CUDA {p['toolkit_cuda']}: torch refuses to build "
-                              "extensions with an nvcc of another major version. Nothing was changed."),
-                         **result)
+        module.fail_json(
+            msg=(
+                f"the stack's torch {p['torch_version']} is built for CUDA {p['torch_cuda']} "
+                f"but the toolkit is CUDA {p['toolkit_cuda']}: torch refuses to build "
+                "extensions with an nvcc of another major version. Nothing was changed."
+            ),
+            **result,
+        )
     try:
         archs = arch_list(p["archs"])
     except ValueError as err:
         module.fail_json(msg=f"archs: {err}", **result)
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        module.fail_json(msg=(f"ml_env method existing: {python} does not exist or is not executable; set "
-                              "ml_env_existing_python to the interpreter of the env that holds torch. "
-                              "Nothing was changed."), **result)
+        module.fail_json(
+            msg=(
+                f"ml_env method existing: {python} does not exist or is not executable; set "
+                "ml_env_existing_python to the interpreter of the env that holds torch. "
+                "Nothing was changed."
+            ),
+            **result,
+        )
 
     argv = [python, "-c", PROBE]
     proc = run_bounded(argv, timeout=p["timeout"])
     if proc.timed_out:
-        module.fail_json(msg=f"importing torch in {python} took more than {p['timeout']} s", cmd=argv, rc=124,
-                         **result)
+        module.fail_json(
+            msg=f"importing torch in {python} took more than {p['timeout']} s", cmd=argv, rc=124, **result
+        )
     if proc.rc != 0:
-        module.fail_json(msg=(f"ml_env method existing: importing torch with {python} failed, so it cannot "
-                              "be adopted (no torch there?). Nothing was changed."),
-                         cmd=argv, rc=proc.rc, log_tail=tail(proc.err or proc.out), **result)
+        module.fail_json(
+            msg=(
+                f"ml_env method existing: importing torch with {python} failed, so it cannot "
+                "be adopted (no torch there?). Nothing was changed."
+            ),
+            cmd=argv,
+            rc=proc.rc,
+            log_tail=tail(proc.err or proc.out),
+            **result,
+        )
     try:
         evidence = json.loads(proc.out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        module.fail_json(msg="could not read torch's versions", cmd=argv, rc=proc.rc,
-                         log_tail=tail(proc.out), **result)
-    result.update(verified=True, torch_version=evidence["torch"], torch_cuda=evidence.get("cuda"),
-                  torch_arch_list=evidence.get("archs") or [], torch_location=evidence.get("location"),
-                  prefix=evidence.get("prefix"))
+        module.fail_json(
+            msg="could not read torch's versions", cmd=argv, rc=proc.rc, log_tail=tail(proc.out), **result
+        )
+    result.update(
+        verified=True,
+        torch_version=evidence["torch"],
+        torch_cuda=evidence.get("cuda"),
+        torch_arch_list=evidence.get("archs") or [],
+        torch_location=evidence.get("location"),
+        prefix=evidence.get("prefix"),
+    )
     problems = mismatches(evidence, p, archs)
     if problems:
-        module.fail_json(msg=(f"ml_env method existing refuses {python}: " + "; ".join(problems)
-                              + ". Choose the stack that matches this env's torch (stacks/*.yml), or "
-                              "ml_env_method: venv for a venv of its own. Nothing was changed."), **result)
-    inputs = {"python": python, "torch_version": p["torch_version"], "torch_cuda": p["torch_cuda"],
-              "toolkit_cuda": p["toolkit_cuda"], "archs": archs}
+        module.fail_json(
+            msg=(
+                f"ml_env method existing refuses {python}: "
+                + "; ".join(problems)
+                + ". Choose the stack that matches this env's torch (stacks/*.yml), or "
+                "ml_env_method: venv for a venv of its own. Nothing was changed."
+            ),
+            **result,
+        )
+    inputs = {
+        "python": python,
+        "torch_version": p["torch_version"],
+        "torch_cuda": p["torch_cuda"],
+        "toolkit_cuda": p["toolkit_cuda"],
+        "archs": archs,
+    }
     result.update(reason="adopted", key=input_key({"inputs": inputs, "evidence": evidence}))
     module.exit_json(**result)
 

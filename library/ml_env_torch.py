@@ -186,8 +186,11 @@ def main() -> None:
             "torch_version": {"type": "str", "required": True},
             "torch_cuda": {"type": "str", "required": True},
             "index_url": {"type": "str", "default": ""},
-            "packages": {"type": "list", "elements": "str",
-                         "default": ["setuptools", "wheel", "ninja", "packaging"]},
+            "packages": {
+                "type": "list",
+                "elements": "str",
+                "default": ["setuptools", "wheel", "ninja", "packaging"],
+            },
             "toolkit_cuda": {"type": "str", "required": True},
             "archs": {"type": "list", "elements": "str", "required": True},
             "stamp_path": {"type": "path"},
@@ -206,14 +209,21 @@ def main() -> None:
     toolkit_major = cuda_major(p["toolkit_cuda"])
     torch_major = cuda_major(p["torch_cuda"])
     if toolkit_major is None or torch_major is None:
-        module.fail_json(msg=f"cannot read a CUDA major version from torch_cuda '{p['torch_cuda']}' "
-                             f"or toolkit_cuda '{p['toolkit_cuda']}'", **result)
+        module.fail_json(
+            msg=f"cannot read a CUDA major version from torch_cuda '{p['torch_cuda']}' "
+            f"or toolkit_cuda '{p['toolkit_cuda']}'",
+            **result,
+        )
     if toolkit_major != torch_major:
         module.fail_json(
-            msg=(f"torch {p['torch_version']} is built for CUDA {p['torch_cuda']} but the toolkit is CUDA "
-                 f"{p['toolkit_cuda']}: torch refuses to build extensions with an nvcc of another major "
-                 f"version. Choose a torch build for CUDA {toolkit_major}.x (index_url) or a CUDA "
-                 f"{torch_major}.x toolkit. Nothing was changed."), **result)
+            msg=(
+                f"torch {p['torch_version']} is built for CUDA {p['torch_cuda']} but the toolkit is CUDA "
+                f"{p['toolkit_cuda']}: torch refuses to build extensions with an nvcc of another major "
+                f"version. Choose a torch build for CUDA {toolkit_major}.x (index_url) or a CUDA "
+                f"{torch_major}.x toolkit. Nothing was changed."
+            ),
+            **result,
+        )
     try:
         archs = arch_list(p["archs"])
     except ValueError as err:
@@ -236,8 +246,12 @@ def main() -> None:
     missing = missing_packages(venv, p["torch_version"], packages)
     if stamp and stamp.get("key") == key and not missing:
         evidence = stamp.get("evidence", {})
-        result.update(reason="stamp matches", torch_version=evidence.get("torch"),
-                      torch_cuda=evidence.get("cuda"), torch_arch_list=evidence.get("archs", []))
+        result.update(
+            reason="stamp matches",
+            torch_version=evidence.get("torch"),
+            torch_cuda=evidence.get("cuda"),
+            torch_arch_list=evidence.get("archs", []),
+        )
         module.exit_json(**result)
 
     if not stamp:
@@ -279,9 +293,14 @@ def main() -> None:
             argv += ["--index-url", p["index_url"]]
         rc, secs = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install torch")
         if rc != 0:
-            fail_cmd(module, f"installing {torch_missing[0]} failed (rc {rc}"
-                             f"{', timed out' if rc == 124 else ''}) after {secs:.0f} s; see {log}",
-                     argv, rc, log_path=log)
+            fail_cmd(
+                module,
+                f"installing {torch_missing[0]} failed (rc {rc}"
+                f"{', timed out' if rc == 124 else ''}) after {secs:.0f} s; see {log}",
+                argv,
+                rc,
+                log_path=log,
+            )
         result["changed"] = True
     if other_missing:
         argv = [*pip, *other_missing]
@@ -293,15 +312,17 @@ def main() -> None:
     argv = [python, "-c", VERIFY_SCRIPT]
     rc, out, err, _ = run_bounded(argv, timeout=600)
     if rc != 0:
-        module.fail_json(msg=f"importing torch in {venv} failed", cmd=argv, rc=rc, log_tail=tail(err or out),
-                         **result)
+        module.fail_json(
+            msg=f"importing torch in {venv} failed", cmd=argv, rc=rc, log_tail=tail(err or out), **result
+        )
     try:
         evidence = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         module.fail_json(msg="could not read torch's versions", cmd=argv, rc=rc, log_tail=tail(out), **result)
     result["verified"] = True
-    result.update(torch_version=evidence["torch"], torch_cuda=evidence["cuda"],
-                  torch_arch_list=evidence["archs"])
+    result.update(
+        torch_version=evidence["torch"], torch_cuda=evidence["cuda"], torch_arch_list=evidence["archs"]
+    )
     problems = []
     if base_version(evidence["torch"]) != base_version(p["torch_version"]):
         problems.append(f"torch is {evidence['torch']}, not {p['torch_version']}")
@@ -310,22 +331,27 @@ def main() -> None:
             f"the installed torch {evidence['torch']} is built for CUDA {evidence['cuda']} but the "
             f"toolkit is "
             f"CUDA {p['toolkit_cuda']}: extensions cannot be built with it; install a torch build for CUDA "
-            f"{toolkit_major}.x (set the stack's torch.index_url)")
+            f"{toolkit_major}.x (set the stack's torch.index_url)"
+        )
     not_covered = torch_arch_missing(evidence["archs"], archs)
     if not_covered:
         problems.append(
             f"torch.cuda.get_arch_list() {evidence['archs']} does not cover {', '.join(not_covered)}: "
             "this torch "
-            "build carries no kernels for those GPUs; choose a torch build that does or change the arch list")
+            "build carries no kernels for those GPUs; choose a torch build that does or change the arch list"
+        )
     if problems:
         module.fail_json(msg="; ".join(problems), **result)
 
     new_stamp = {"key": key, "inputs": inputs, "evidence": evidence}
     if write_json_atomic(stamp_path, new_stamp):
         result["changed"] = True
-        result["diff"] = {"before_header": stamp_path, "after_header": stamp_path,
-                          "before": json.dumps(stamp or {}, indent=2, sort_keys=True) + "\n",
-                          "after": json.dumps(new_stamp, indent=2, sort_keys=True) + "\n"}
+        result["diff"] = {
+            "before_header": stamp_path,
+            "after_header": stamp_path,
+            "before": json.dumps(stamp or {}, indent=2, sort_keys=True) + "\n",
+            "after": json.dumps(new_stamp, indent=2, sort_keys=True) + "\n",
+        }
     module.exit_json(**result)
 
 

@@ -221,8 +221,13 @@ def gather(module: AnsibleModule) -> dict:
     # DeepEP #584), so preflight's known-issues rows read this. Unreadable -> status unknown, never a failure.
     _argv, rc, out, err = smi.run(["topo", "-p2p", "r"])
     if rc != 0:
-        facts["peer_access"] = {"status": "unknown", "pairs": 0, "ok_pairs": 0, "missing": [],
-                                "error": failure_reason(rc, out, err, timeout)}
+        facts["peer_access"] = {
+            "status": "unknown",
+            "pairs": 0,
+            "ok_pairs": 0,
+            "missing": [],
+            "error": failure_reason(rc, out, err, timeout),
+        }
     else:
         try:
             p2p = parse_p2p(out)
@@ -230,8 +235,13 @@ def gather(module: AnsibleModule) -> dict:
             p2p = {"status": "unknown", "pairs": 0, "ok_pairs": 0, "missing": [], "error": str(exc)}
         else:
             if len(p2p["gpus"]) != len(gpus):
-                p2p = {"status": "unknown", "pairs": 0, "ok_pairs": 0, "missing": [],
-                       "error": f"topo -p2p r lists {len(p2p['gpus'])} GPUs but the query listed {len(gpus)}"}
+                p2p = {
+                    "status": "unknown",
+                    "pairs": 0,
+                    "ok_pairs": 0,
+                    "missing": [],
+                    "error": f"topo -p2p r lists {len(p2p['gpus'])} GPUs but the query listed {len(gpus)}",
+                }
             else:
                 p2p = {key: p2p[key] for key in ("status", "pairs", "ok_pairs", "missing")} | {"error": ""}
         facts["peer_access"] = p2p

@@ -170,8 +170,9 @@ def classify(result: dict, name: str) -> str:
         return "ok"
     top = name.split(".", maxsplit=1)[0]
     missing = result.get("missing_name") or ""
-    if result.get("error_type") == "ModuleNotFoundError" and (missing in (name, top)
-                                                              or name.startswith(missing + ".")):
+    if result.get("error_type") == "ModuleNotFoundError" and (
+        missing in (name, top) or name.startswith(missing + ".")
+    ):
         return "missing"
     text = (result.get("error") or "") + "\n" + (result.get("traceback_tail") or "")
     gpu = result.get("gpu") or {}
@@ -185,7 +186,7 @@ def parse_probe_output(stdout: str) -> dict | None:
     """The probe's JSON line, or None when the interpreter died before writing it."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
+            return json.loads(line[len(MARK) :])
     return None
 
 
@@ -204,24 +205,36 @@ def main() -> None:
     p = module.params
     argv = [p["python"], "-c", PROBE, p["name"], p["distribution"] or ""]
     if not os.access(p["python"], os.X_OK):
-        module.fail_json(msg=f"interpreter {p['python']} does not exist or is not executable: point the "
-                             "role's python variable at the env's bin/python", status="broken",
-                         name=p["name"],
-                         cmd=[*argv[:1], "-c", "<probe>", *argv[3:]])
+        module.fail_json(
+            msg=f"interpreter {p['python']} does not exist or is not executable: point the "
+            "role's python variable at the env's bin/python",
+            status="broken",
+            name=p["name"],
+            cmd=[*argv[:1], "-c", "<probe>", *argv[3:]],
+        )
     env = dict(os.environ)
     env.update({k: str(v) for k, v in p["environment"].items()})
     shown = [*argv[:1], "-c", "<probe>", *argv[3:]]
     proc = run_bounded(argv, env=env, timeout=p["timeout"])
     if proc.timed_out:
-        module.fail_json(msg=f"importing {p['name']} in {p['python']} did not finish within {p['timeout']} s",
-                         cmd=shown, rc=124, status="broken", name=p["name"])
+        module.fail_json(
+            msg=f"importing {p['name']} in {p['python']} did not finish within {p['timeout']} s",
+            cmd=shown,
+            rc=124,
+            status="broken",
+            name=p["name"],
+        )
     result = parse_probe_output(proc.out)
     if result is None:
         # The interpreter itself died (segfault in an extension's init, say): that is a broken install.
-        module.fail_json(msg=f"importing {p['name']} killed the interpreter {p['python']} (rc "
-                             f"{proc.rc})",
-                         cmd=shown, rc=proc.rc, status="broken", name=p["name"],
-                         log_tail=tail(proc.output))
+        module.fail_json(
+            msg=f"importing {p['name']} killed the interpreter {p['python']} (rc {proc.rc})",
+            cmd=shown,
+            rc=proc.rc,
+            status="broken",
+            name=p["name"],
+            log_tail=tail(proc.output),
+        )
     status = classify(result, p["name"])
     ret = {
         "changed": False,
@@ -239,16 +252,21 @@ def main() -> None:
         module.exit_json(**ret)
     remedy = {
         "missing": "it is not installed in this env: install it there (or check that the role's python is "
-                   "the env's)",
+        "the env's)",
         "no_gpu": "this import needs a usable CUDA device and this host has none (the install itself may "
-                  "be fine)",
+        "be fine)",
         "broken": "it is installed but does not load: read the error (undefined symbol / ABI mismatch / "
-                  "missing "
-                  "library) and rebuild against this env's torch and CUDA",
+        "missing "
+        "library) and rebuild against this env's torch and CUDA",
     }[status]
     ret.pop("changed")
-    module.fail_json(msg=f"import {p['name']} failed in {p['python']} [{status}]: {ret['error']} -- {remedy}",
-                     cmd=shown, rc=proc.rc, traceback_tail=result.get("traceback_tail", ""), **ret)
+    module.fail_json(
+        msg=f"import {p['name']} failed in {p['python']} [{status}]: {ret['error']} -- {remedy}",
+        cmd=shown,
+        rc=proc.rc,
+        traceback_tail=result.get("traceback_tail", ""),
+        **ret,
+    )
 
 
 if __name__ == "__main__":

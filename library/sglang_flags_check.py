@@ -246,7 +246,7 @@ def _run_script(python: str, request: dict, timeout: float) -> tuple[int, str, s
 
 def _payload(stdout: str) -> dict | None:
     marked = [line for line in stdout.splitlines() if line.startswith(RESULT_MARK)]
-    return json.loads(marked[-1][len(RESULT_MARK):]) if marked else None
+    return json.loads(marked[-1][len(RESULT_MARK) :]) if marked else None
 
 
 def _sglang_lines(text: str) -> list[str]:
@@ -254,8 +254,11 @@ def _sglang_lines(text: str) -> list[str]:
     lines = []
     for raw in _ANSI.sub("", text).splitlines():
         line = raw.strip()
-        if line and not line.startswith(RESULT_MARK) and ("deprecated" in line.lower()
-                                                           or "warning" in line.lower()):
+        if (
+            line
+            and not line.startswith(RESULT_MARK)
+            and ("deprecated" in line.lower() or "warning" in line.lower())
+        ):
             lines.append(line)
     return lines
 
@@ -266,8 +269,9 @@ def run_parser(python: str, argv: list[str], *, construct: bool = True, timeout:
     Returns {"ok": bool, "rc": int, "cmd": list, "output": str, "seconds": float, and on success
     "parsed", "notes", "constructed", "sglang_version", "warnings"; on refusal "parser_error"}.
     """
-    rc, stdout, stderr, seconds = _run_script(python, {"argv": list(argv), "construct": bool(construct)},
-                                              timeout)
+    rc, stdout, stderr, seconds = _run_script(
+        python, {"argv": list(argv), "construct": bool(construct)}, timeout
+    )
     output = (stdout + ("\n" if stdout and stderr else "") + stderr).strip()
     # The command shown to users: the script is long, say what it is instead.
     shown = [python, "-c", "<epforge sglang_flags_check script>"]
@@ -283,15 +287,17 @@ def run_parser(python: str, argv: list[str], *, construct: bool = True, timeout:
     return result
 
 
-def run_parser_batch(python: str, argvs: list[list[str]], *, construct: bool = True,
-                     timeout: float = 600) -> list[dict]:
+def run_parser_batch(
+    python: str, argvs: list[list[str]], *, construct: bool = True, timeout: float = 600
+) -> list[dict]:
     """Like run_parser for several argvs, in one process (SGLang and torch imported once).
 
     Each argparse exit is caught in the process (SystemExit) instead of ending it; the results have the
     shape of run_parser's. Raises RuntimeError when the process itself fails.
     """
-    rc, stdout, stderr, _ = _run_script(python, {"argvs": [list(a) for a in argvs],
-                                                 "construct": bool(construct)}, timeout)
+    rc, stdout, stderr, _ = _run_script(
+        python, {"argvs": [list(a) for a in argvs], "construct": bool(construct)}, timeout
+    )
     payload = _payload(stdout) if rc == 0 else None
     if payload is None:
         raise RuntimeError(f"the check script failed (rc {rc}): {tail(stdout + stderr)}")
@@ -309,8 +315,9 @@ def run_parser_batch(python: str, argvs: list[list[str]], *, construct: bool = T
 
 def cache_key_of(argv: list[str], version: str | None, python: str, construct: bool, evidence: str) -> str:
     """What a remembered outcome depends on: the flags, SGLang's version, the python, the check script."""
-    return hashlib.sha256(json.dumps([argv, version, python, construct, evidence, CHECK_SCRIPT]).encode()
-                          ).hexdigest()
+    return hashlib.sha256(
+        json.dumps([argv, version, python, construct, evidence, CHECK_SCRIPT]).encode()
+    ).hexdigest()
 
 
 def read_cache(path: str, key: str) -> dict | None:
@@ -359,28 +366,43 @@ def main() -> None:
     version = params["sglang_version"]
     if params["use_parser"]:
         if not os.access(python, os.X_OK):
-            module.fail_json(msg=f"python {python} does not exist or is not executable: install the ML env "
-                                 "(role ml_env) and SGLang (role sglang) first, or point python at them")
+            module.fail_json(
+                msg=f"python {python} does not exist or is not executable: install the ML env "
+                "(role ml_env) and SGLang (role sglang) first, or point python at them"
+            )
         if not version:
             version, out = installed_version(python)
             if not version:
-                module.fail_json(msg=f"SGLang is not installed for {python}: run the sglang role first",
-                                 cmd=[python, "-c", VERSION_SCRIPT], rc=1, log_tail=tail(out))
+                module.fail_json(
+                    msg=f"SGLang is not installed for {python}: run the sglang role first",
+                    cmd=[python, "-c", VERSION_SCRIPT],
+                    rc=1,
+                    log_tail=tail(out),
+                )
 
     if params["settings"] is not None:
         settings = params["settings"]
         problems = validate_settings(settings, require_model=params["require_model"])
         if problems:
-            module.fail_json(msg="server settings refused before SGLang was asked: " + "; ".join(problems),
-                             problems=problems)
+            module.fail_json(
+                msg="server settings refused before SGLang was asked: " + "; ".join(problems),
+                problems=problems,
+            )
         argv = build_server_argv(settings, include_secrets=False, sglang_version=version)
     else:
         argv = list(params["argv"])
     shown_argv = redact(argv)
 
     if not params["use_parser"]:
-        module.exit_json(changed=False, argv=shown_argv, parsed={}, constructed=False, notes=[],
-                         warnings_sglang=[], sglang_version=version)
+        module.exit_json(
+            changed=False,
+            argv=shown_argv,
+            parsed={},
+            constructed=False,
+            notes=[],
+            warnings_sglang=[],
+            sglang_version=version,
+        )
 
     cache_key = cache_key_of(argv, version, python, params["construct"], params["cache_evidence"])
     cached = read_cache(params["cache_path"], cache_key) if params["cache_path"] else None
@@ -394,15 +416,27 @@ def main() -> None:
         for index, item in enumerate(argv[:-1]):
             if item in ("--api-key", "--admin-api-key"):
                 output = output.replace(argv[index + 1], "********")
-        what = {2: "SGLang's parser refused the server flags",
-                3: "SGLang refused the speculative algorithm",
-                124: "SGLang's parser timed out"}.get(result["rc"], "SGLang's parser failed")
-        module.fail_json(msg=f"{what} (sglang {version}): {result['parser_error']}",
-                         cmd=result["cmd"], rc=result["rc"], log_tail=tail(output),
-                         parser_error=result["parser_error"], argv=shown_argv, sglang_version=version)
-    outcome = {"sglang_version": result["sglang_version"], "parsed": result["parsed"],
-               "constructed": result["constructed"], "notes": result["notes"],
-               "warnings_sglang": result["warnings"]}
+        what = {
+            2: "SGLang's parser refused the server flags",
+            3: "SGLang refused the speculative algorithm",
+            124: "SGLang's parser timed out",
+        }.get(result["rc"], "SGLang's parser failed")
+        module.fail_json(
+            msg=f"{what} (sglang {version}): {result['parser_error']}",
+            cmd=result["cmd"],
+            rc=result["rc"],
+            log_tail=tail(output),
+            parser_error=result["parser_error"],
+            argv=shown_argv,
+            sglang_version=version,
+        )
+    outcome = {
+        "sglang_version": result["sglang_version"],
+        "parsed": result["parsed"],
+        "constructed": result["constructed"],
+        "notes": result["notes"],
+        "warnings_sglang": result["warnings"],
+    }
     if params["cache_path"] and not module.check_mode:
         write_cache(params["cache_path"], cache_key, outcome)
     module.exit_json(changed=False, argv=shown_argv, cached=False, seconds=result["seconds"], **outcome)

@@ -272,17 +272,20 @@ def pip_commands(python: str, inputs: dict, server_deps: list[str] | None = None
     return commands + tail_runs
 
 
-SGLANG_REQUIRES_SCRIPT = (
-    "import importlib.metadata as m, json; print(json.dumps(m.requires('sglang') or []))"
-)
+SGLANG_REQUIRES_SCRIPT = "import importlib.metadata as m, json; print(json.dumps(m.requires('sglang') or []))"
 
 
 def installed_versions(module, python: str, names: list[str]) -> dict:
     argv = [python, "-c", VERSIONS_SCRIPT, json.dumps(names)]
     rc, out, err, _ = run_bounded(argv, timeout=300)
     if rc != 0:
-        fail_cmd(module, f"cannot read installed versions with {python}: is the ML env there (role ml_env)?",
-                 argv, rc, output=out + err)
+        fail_cmd(
+            module,
+            f"cannot read installed versions with {python}: is the ML env there (role ml_env)?",
+            argv,
+            rc,
+            output=out + err,
+        )
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -310,31 +313,50 @@ def main() -> None:
     python = params["python"]
     log_path = params["log_path"]
     if not re.match(r"^\d+(\.\d+)*([a-z0-9.+-]*)$", params["version"]):
-        module.fail_json(msg=f"version {params['version']!r} is not a release number (e.g. 0.5.23): "
-                             "set epforge_stack_spec.sglang.version in the stack file")
-    for requirement in [params["kernel_package"], *params["keep"], *params["parser_deps"],
-                        *params["server_deps"], *params["overrides"]]:
+        module.fail_json(
+            msg=f"version {params['version']!r} is not a release number (e.g. 0.5.23): "
+            "set epforge_stack_spec.sglang.version in the stack file"
+        )
+    for requirement in [
+        params["kernel_package"],
+        *params["keep"],
+        *params["parser_deps"],
+        *params["server_deps"],
+        *params["overrides"],
+    ]:
         if requirement and not requirement_name(requirement):
             module.fail_json(msg=f"{requirement!r} is not a pip requirement (e.g. sglang-kernel==0.4.10)")
     for requirement in params["overrides"]:
         if not requirement_pin(requirement):
-            module.fail_json(msg=f"override {requirement!r} is not pinned as name==version: an override must "
-                                 "say exactly which version replaces SGLang's pin")
+            module.fail_json(
+                msg=f"override {requirement!r} is not pinned as name==version: an override must "
+                "say exactly which version replaces SGLang's pin"
+            )
     if profile_of(params) == "server" and not params["server_deps"]:
         module.fail_json(msg="profile server needs server_deps (what python -m sglang.launch_server imports)")
     if profile_of(params) == "parser" and not params["parser_deps"]:
-        module.fail_json(msg="install_deps is false but parser_deps is empty: SGLang without dependencies "
-                             "cannot even import its server arguments; give the parser's packages")
+        module.fail_json(
+            msg="install_deps is false but parser_deps is empty: SGLang without dependencies "
+            "cannot even import its server arguments; give the parser's packages"
+        )
     inputs = desired_inputs(params)
     if not os.access(python, os.X_OK):
         if module.check_mode:
             # Check mode on a fresh host: the ML env that a real run creates first is not there yet.
-            module.exit_json(changed=True, version=params["version"], installed={}, mode=inputs["mode"],
-                             log_path=log_path, stamp=stamp_of(inputs), pip_source=params["pip_source"],
-                             actions=[f"install sglang=={params['version']} ({inputs['mode']}) once {python} "
-                                      "exists"])
-        module.fail_json(msg=f"python {python} does not exist or is not executable: create the ML env first "
-                             "(role ml_env) or set sglang_python")
+            module.exit_json(
+                changed=True,
+                version=params["version"],
+                installed={},
+                mode=inputs["mode"],
+                log_path=log_path,
+                stamp=stamp_of(inputs),
+                pip_source=params["pip_source"],
+                actions=[f"install sglang=={params['version']} ({inputs['mode']}) once {python} exists"],
+            )
+        module.fail_json(
+            msg=f"python {python} does not exist or is not executable: create the ML env first "
+            "(role ml_env) or set sglang_python"
+        )
 
     wanted = pinned_checks(inputs)
     before_versions = installed_versions(module, python, sorted(wanted))
@@ -342,35 +364,57 @@ def main() -> None:
     old_stamp = read_stamp(params["stamp_path"])
     versions_ok = all(version_matches(before_versions.get(name), version) for name, version in wanted.items())
     stamp_ok = bool(old_stamp) and old_stamp.get("sha256") == stamp["sha256"]
-    result = {"mode": inputs["mode"], "log_path": log_path, "stamp": stamp,
-              "pip_source": params["pip_source"]}
+    result = {
+        "mode": inputs["mode"],
+        "log_path": log_path,
+        "stamp": stamp,
+        "pip_source": params["pip_source"],
+    }
 
     if versions_ok and stamp_ok:
-        module.exit_json(changed=False, version=before_versions["sglang"], installed=before_versions,
-                         actions=[], **result)
+        module.exit_json(
+            changed=False, version=before_versions["sglang"], installed=before_versions, actions=[], **result
+        )
 
-    diff = {"before": json.dumps({"installed": before_versions, "stamp": old_stamp}, indent=2, sort_keys=True)
-            + "\n",
-            "after": json.dumps({"installed": wanted, "stamp": stamp}, indent=2, sort_keys=True) + "\n",
-            "before_header": params["stamp_path"], "after_header": params["stamp_path"]}
+    diff = {
+        "before": json.dumps({"installed": before_versions, "stamp": old_stamp}, indent=2, sort_keys=True)
+        + "\n",
+        "after": json.dumps({"installed": wanted, "stamp": stamp}, indent=2, sort_keys=True) + "\n",
+        "before_header": params["stamp_path"],
+        "after_header": params["stamp_path"],
+    }
     commands = pip_commands(python, inputs)
     actions = []
     if not versions_ok:
-        actions.append("install " + ", ".join(f"{name}=={version}" for name, version in sorted(wanted.items())
-                                              if not version_matches(before_versions.get(name), version))
-                       + f" ({inputs['mode']})")
+        actions.append(
+            "install "
+            + ", ".join(
+                f"{name}=={version}"
+                for name, version in sorted(wanted.items())
+                if not version_matches(before_versions.get(name), version)
+            )
+            + f" ({inputs['mode']})"
+        )
     else:
         actions.append(f"re-run pip for changed inputs ({inputs['mode']})")
     if module.check_mode:
-        module.exit_json(changed=True, version=params["version"], installed=before_versions,
-                         actions=actions, commands=commands, diff=diff, **result)
+        module.exit_json(
+            changed=True,
+            version=params["version"],
+            installed=before_versions,
+            actions=actions,
+            commands=commands,
+            diff=diff,
+            **result,
+        )
 
     env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
     # Before any install: refuse a plan that would replace the kept torch (an adopted image's above all).
     # With a wheelhouse (PIP_NO_INDEX, PIP_FIND_LINKS) these dry runs also prove every wheel is there.
     for argv in commands:
-        refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=params["timeout"],
-                         result=result)
+        refuse_replacing(
+            module, python, argv, inputs["keep"], env=env, timeout=params["timeout"], result=result
+        )
     for index, planned in enumerate(commands):
         argv = planned
         if inputs["mode"] == "server" and index == 1:
@@ -378,18 +422,28 @@ def main() -> None:
             requires_argv = [python, "-c", SGLANG_REQUIRES_SCRIPT]
             rc, out, err = module.run_command(requires_argv)
             if rc != 0:
-                fail_cmd(module, "cannot read the installed SGLang's Requires-Dist", requires_argv, rc,
-                         output=out + err)
+                fail_cmd(
+                    module,
+                    "cannot read the installed SGLang's Requires-Dist",
+                    requires_argv,
+                    rc,
+                    output=out + err,
+                )
             pinned = pin_from_metadata(json.loads(out.strip().splitlines()[-1]), inputs["server_deps"])
             argv = pip_commands(python, inputs, pinned)[1]
-            refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=params["timeout"],
-                             result=result)
-        rc, seconds = run_logged(argv, log_path, env=env, timeout=params["timeout"],
-                                 header="sglang_install")
+            refuse_replacing(
+                module, python, argv, inputs["keep"], env=env, timeout=params["timeout"], result=result
+            )
+        rc, seconds = run_logged(argv, log_path, env=env, timeout=params["timeout"], header="sglang_install")
         if rc != 0:
             what = f"timed out after {params['timeout']} s" if rc == 124 else f"failed (rc {rc})"
-            fail_cmd(module, f"pip install of SGLang {params['version']} {what}; see {log_path}", argv, rc,
-                     log_path=log_path)
+            fail_cmd(
+                module,
+                f"pip install of SGLang {params['version']} {what}; see {log_path}",
+                argv,
+                rc,
+                log_path=log_path,
+            )
         actions.append(f"pip ({round(seconds)} s): " + " ".join(argv[4:]))
 
     verify = [python, "-c", VERIFY_SCRIPT]
@@ -398,28 +452,50 @@ def main() -> None:
     marked = [line for line in output.splitlines() if line.startswith("EPFORGE_SGLANG_VERIFY ")]
     if rc != 0 or not marked:
         missing_module = re.findall(r"No module named '([^'.]+)", output)
-        deps_var = {"parser-only": "sglang_parser_deps (parser_deps)",
-                    "server": "sglang_server_deps (server_deps)"}.get(inputs["mode"])
-        hint = (f"; add the package that provides '{missing_module[-1]}' to {deps_var}"
-                if missing_module and deps_var else "")
-        fail_cmd(module, "SGLang was installed but does not import (import sglang, sglang.srt.server_args)"
-                 + hint, verify, rc or 1, output=output, log_path=log_path)
+        deps_var = {
+            "parser-only": "sglang_parser_deps (parser_deps)",
+            "server": "sglang_server_deps (server_deps)",
+        }.get(inputs["mode"])
+        hint = (
+            f"; add the package that provides '{missing_module[-1]}' to {deps_var}"
+            if missing_module and deps_var
+            else ""
+        )
+        fail_cmd(
+            module,
+            "SGLang was installed but does not import (import sglang, sglang.srt.server_args)" + hint,
+            verify,
+            rc or 1,
+            output=output,
+            log_path=log_path,
+        )
     imported = json.loads(marked[-1].split(" ", 1)[1])["version"]
     if imported != params["version"]:
-        module.fail_json(msg=f"SGLang imports as {imported}, not {params['version']}: another sglang shadows "
-                             f"the installed one (check {python} -m pip list and PYTHONPATH)",
-                         cmd=verify, rc=0, log_tail=tail(output))
+        module.fail_json(
+            msg=f"SGLang imports as {imported}, not {params['version']}: another sglang shadows "
+            f"the installed one (check {python} -m pip list and PYTHONPATH)",
+            cmd=verify,
+            rc=0,
+            log_tail=tail(output),
+        )
     after_versions = installed_versions(module, python, sorted(wanted))
-    missing = {name: version for name, version in wanted.items()
-               if not version_matches(after_versions.get(name), version)}
+    missing = {
+        name: version
+        for name, version in wanted.items()
+        if not version_matches(after_versions.get(name), version)
+    }
     if missing:
-        module.fail_json(msg=f"after pip, these versions are not installed: {missing} (installed: "
-                             f"{after_versions}); see {log_path}", log_path=log_path)
+        module.fail_json(
+            msg=f"after pip, these versions are not installed: {missing} (installed: "
+            f"{after_versions}); see {log_path}",
+            log_path=log_path,
+        )
     actions.append(f"verified: import sglang {imported} and sglang.srt.server_args")
 
     write_json_atomic(params["stamp_path"], stamp)
-    module.exit_json(changed=True, version=imported, installed=after_versions, actions=actions, diff=diff,
-                     **result)
+    module.exit_json(
+        changed=True, version=imported, installed=after_versions, actions=actions, diff=diff, **result
+    )
 
 
 if __name__ == "__main__":

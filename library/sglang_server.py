@@ -303,6 +303,7 @@ KEY_VAR = "EPFORGE_SGLANG_API_KEY"
 
 # ----------------------------------------------------------------------------------------------- helpers
 
+
 def read_text(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -342,8 +343,11 @@ class Server:
         self.api_key = self.p["api_key"] or ""
         self.log_path = self.p["log_path"] or ""
         self.state_dir = self.p["state_dir"]
-        self.result: dict = {"changed": False, "log_path": self.log_path,
-                             "poll_interval": max(0.05, float(self.p["poll_interval"]))}
+        self.result: dict = {
+            "changed": False,
+            "log_path": self.log_path,
+            "poll_interval": max(0.05, float(self.p["poll_interval"])),
+        }
         self.diffs: list[dict] = []
         self.settings = with_defaults(self.p["settings"] or {})
         self.log_offset = 0
@@ -353,8 +357,10 @@ class Server:
         module = self.module
         settings = self.p["settings"] or {}
         if "api_key" in settings:
-            module.fail_json(msg="settings.api_key is refused: pass the key as the module's api_key option "
-                                 "(no_log), so it lands only in the root-only environment file")
+            module.fail_json(
+                msg="settings.api_key is refused: pass the key as the module's api_key option "
+                "(no_log), so it lands only in the root-only environment file"
+            )
         problems = validate_settings(settings, require_model=True)
         if problems:
             module.fail_json(msg="invalid server settings: " + "; ".join(problems), problems=problems)
@@ -365,16 +371,22 @@ class Server:
             if not os.path.isabs(path):
                 module.fail_json(msg=f"{option} must be an absolute path, got {path!r}")
             if not module.check_mode and not os.path.exists(path):
-                module.fail_json(msg=f"{option} {path} does not exist (the sglang role installs the env, "
-                                     "the sglang_server role the launcher)")
+                module.fail_json(
+                    msg=f"{option} {path} does not exist (the sglang role installs the env, "
+                    "the sglang_server role the launcher)"
+                )
         try:
             flags = build_server_argv(settings, sglang_version=self.p["sglang_version"])
         except ValueError as exc:
             module.fail_json(msg=str(exc))
         self.argv = [self.p["python"], self.p["launcher"], *flags]
         env = build_server_env(settings)
-        env.update({str(k): (str(v).lower() if isinstance(v, bool) else str(v))
-                    for k, v in (self.p["env"] or {}).items()})
+        env.update(
+            {
+                str(k): (str(v).lower() if isinstance(v, bool) else str(v))
+                for k, v in (self.p["env"] or {}).items()
+            }
+        )
         if KEY_VAR in env:
             module.fail_json(msg=f"{KEY_VAR} is reserved for the api_key option")
         self.env = env
@@ -413,9 +425,12 @@ class Server:
                 pass
         except OSError:
             return
-        self.module.fail_json(msg=f"port {self.settings['port']} on {host} is already taken by another "
-                                  f"process, not {self.name}: stop it (or choose another port) before "
-                                  "starting this server", **self.public_result())
+        self.module.fail_json(
+            msg=f"port {self.settings['port']} on {host} is already taken by another "
+            f"process, not {self.name}: stop it (or choose another port) before "
+            "starting this server",
+            **self.public_result(),
+        )
 
     # -- readiness
     def probe(self) -> bool:
@@ -434,8 +449,10 @@ class Server:
         self.log_offset = file_size(self.log_path)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         with open(self.log_path, "a", encoding="utf-8") as handle:
-            handle.write(f"=== {stamp} epforge sglang_server: starting {self.name}: "
-                         f"{' '.join(redact(self.argv, [self.api_key]))}\n")
+            handle.write(
+                f"=== {stamp} epforge sglang_server: starting {self.name}: "
+                f"{' '.join(redact(self.argv, [self.api_key]))}\n"
+            )
         self.log_offset = file_size(self.log_path)
 
     def log_text(self) -> str:
@@ -444,10 +461,12 @@ class Server:
         return ""
 
     def wait_ready(self) -> None:
-        outcome = wait_until(self.probe, timeout=self.p["timeout"], interval=self.p["poll_interval"],
-                             alive=self.death)
-        self.result.update(ready_s=round(outcome["waited_s"], 3), polls=outcome["polls"],
-                           poll_interval=outcome["interval"])
+        outcome = wait_until(
+            self.probe, timeout=self.p["timeout"], interval=self.p["poll_interval"], alive=self.death
+        )
+        self.result.update(
+            ready_s=round(outcome["waited_s"], 3), polls=outcome["polls"], poll_interval=outcome["interval"]
+        )
         if outcome["ready"]:
             self.result["ready_at"] = round(time.time(), 3)
             return
@@ -457,8 +476,10 @@ class Server:
         if outcome["reason"] == "died":
             msg = f"SGLang server {self.name} stopped while starting ({outcome['detail']})"
         else:
-            msg = (f"SGLang server {self.name} did not answer 200 on {self.p['health_path']} within "
-                   f"{self.p['timeout']:g} s ({outcome['polls']} probes every {outcome['interval']:g} s)")
+            msg = (
+                f"SGLang server {self.name} did not answer 200 on {self.p['health_path']} within "
+                f"{self.p['timeout']:g} s ({outcome['polls']} probes every {outcome['interval']:g} s)"
+            )
         stopped = ""
         if self.p["stop_on_failure"]:
             self.stop_server()
@@ -466,8 +487,15 @@ class Server:
         if classes:
             msg += ". " + describe(classes)
         self.result["changed"] = True
-        self.module.fail_json(msg=msg + stopped, rc=1, cmd=self.argv, log_tail=log_tail,
-                              classification=classes, reason=outcome["reason"], **self.public_result())
+        self.module.fail_json(
+            msg=msg + stopped,
+            rc=1,
+            cmd=self.argv,
+            log_tail=log_tail,
+            classification=classes,
+            reason=outcome["reason"],
+            **self.public_result(),
+        )
 
     def public_result(self) -> dict:
         out = dict(self.result)
@@ -483,8 +511,11 @@ class Server:
                 info = body
                 break
         if info is None:
-            self.module.fail_json(msg=f"{self.url} is ready but neither /get_server_info nor /server_info "
-                                      f"answered (last: HTTP {status} {error})", **self.public_result())
+            self.module.fail_json(
+                msg=f"{self.url} is ready but neither /get_server_info nor /server_info "
+                f"answered (last: HTTP {status} {error})",
+                **self.public_result(),
+            )
         info = redact(info, [self.api_key])
         report = confirm_settings(self.settings, info, self.p["sglang_version"])
         mismatches = report["mismatched"]
@@ -493,22 +524,32 @@ class Server:
         if states and isinstance(states[0], dict) and "avg_spec_accept_length" in states[0]:
             running["avg_spec_accept_length"] = states[0]["avg_spec_accept_length"]
         confirmation = {k: report[k] for k in ("confirmed", "mismatched", "unconfirmed")}
-        self.result.update(server_info=info, running=running, settings_mismatch=mismatches,
-                           settings_confirmation=confirmation)
+        self.result.update(
+            server_info=info,
+            running=running,
+            settings_mismatch=mismatches,
+            settings_confirmation=confirmation,
+        )
         if self.p["settings_check"] == "strict":
             critical = unconfirmed_critical(report)
             if mismatches or critical:
                 lines = "; ".join(describe_entry(e) for e in mismatches + critical)
                 self.module.fail_json(
                     msg=f"SGLang server {self.name} runs other settings than requested, or cannot show "
-                        f"that it runs them: {lines} (SGLang may have adjusted or ignored them; set the "
-                        "value SGLang uses, or settings_check: warn)", **self.public_result())
+                    f"that it runs them: {lines} (SGLang may have adjusted or ignored them; set the "
+                    "value SGLang uses, or settings_check: warn)",
+                    **self.public_result(),
+                )
         if mismatches:
-            self.module.warn("running settings differ from the requested ones: "
-                             + "; ".join(describe_entry(e) for e in mismatches))
+            self.module.warn(
+                "running settings differ from the requested ones: "
+                + "; ".join(describe_entry(e) for e in mismatches)
+            )
         if report["unconfirmed"]:
-            self.module.warn("settings the running server does not confirm: "
-                             + "; ".join(describe_entry(e) for e in report["unconfirmed"]))
+            self.module.warn(
+                "settings the running server does not confirm: "
+                + "; ".join(describe_entry(e) for e in report["unconfirmed"])
+            )
 
     def finish_started(self) -> None:
         if self.module.check_mode:
@@ -544,6 +585,7 @@ class Server:
 
 # --------------------------------------------------------------------------------------------- systemd
 
+
 class SystemdServer(Server):
     def __init__(self, module: AnsibleModule) -> None:
         super().__init__(module)
@@ -553,20 +595,31 @@ class SystemdServer(Server):
         self.result.update(unit_path=self.unit_path, env_file=self.env_file)
         if not module.check_mode or os.path.isdir("/run/systemd/system"):
             if not os.path.isdir("/run/systemd/system"):
-                module.fail_json(msg="systemd is not running on this host (no /run/systemd/system): use "
-                                     "manager: process")
+                module.fail_json(
+                    msg="systemd is not running on this host (no /run/systemd/system): use manager: process"
+                )
 
     def systemctl(self, *args: str, check: bool = True) -> Completed:
         argv = ["systemctl", *args]
         proc = run_bounded(argv, timeout=120)
         if check and proc.rc != 0:
-            self.module.fail_json(msg=f"systemctl {' '.join(args)} failed", cmd=argv, rc=proc.rc,
-                                  log_tail=tail(proc.output), **self.public_result())
+            self.module.fail_json(
+                msg=f"systemctl {' '.join(args)} failed",
+                cmd=argv,
+                rc=proc.rc,
+                log_tail=tail(proc.output),
+                **self.public_result(),
+            )
         return proc
 
     def show(self) -> dict:
-        proc = self.systemctl("show", self.unit, "--property=ActiveState,SubState,NRestarts,MainPID,"
-                              "ExecMainStatus,Result,InvocationID,UnitFileState,LoadState", check=False)
+        proc = self.systemctl(
+            "show",
+            self.unit,
+            "--property=ActiveState,SubState,NRestarts,MainPID,"
+            "ExecMainStatus,Result,InvocationID,UnitFileState,LoadState",
+            check=False,
+        )
         props = {}
         for line in proc.out.splitlines():
             key, _, value = line.partition("=")
@@ -586,8 +639,10 @@ class SystemdServer(Server):
         props = self.show()
         active, sub = props.get("ActiveState"), props.get("SubState")
         if sub == "auto-restart" or active in ("failed", "inactive", "deactivating"):
-            return (f"unit {self.unit} is {active}/{sub}, result {props.get('Result')}, "
-                    f"exit status {props.get('ExecMainStatus')}")
+            return (
+                f"unit {self.unit} is {active}/{sub}, result {props.get('Result')}, "
+                f"exit status {props.get('ExecMainStatus')}"
+            )
         restarts = int(props.get("NRestarts") or 0)
         if restarts > self.restarts0:
             return f"unit {self.unit} restarted {restarts - self.restarts0} time(s) while starting"
@@ -596,8 +651,20 @@ class SystemdServer(Server):
     def log_text(self) -> str:
         if self.log_path:
             return super().log_text()
-        return run_bounded(["journalctl", "-u", self.unit, f"_SYSTEMD_INVOCATION_ID={self.invocation}",
-                            "-o", "cat", "--no-pager", "-n", "400"], timeout=60).out
+        return run_bounded(
+            [
+                "journalctl",
+                "-u",
+                self.unit,
+                f"_SYSTEMD_INVOCATION_ID={self.invocation}",
+                "-o",
+                "cat",
+                "--no-pager",
+                "-n",
+                "400",
+            ],
+            timeout=60,
+        ).out
 
     def stop_server(self) -> None:
         self.systemctl("stop", self.unit, check=False)
@@ -605,12 +672,19 @@ class SystemdServer(Server):
     def render(self) -> tuple[str, str]:
         try:
             unit = render_unit(
-                description=f"SGLang server {self.name} (epforge)", argv=self.argv, user=self.p["user"] or "",
-                group=self.p["group"], env_file=self.env_file, log_path=self.log_path or None,
-                working_dir=self.p["working_dir"] or self.state_dir, restart_sec=self.p["restart_sec"],
+                description=f"SGLang server {self.name} (epforge)",
+                argv=self.argv,
+                user=self.p["user"] or "",
+                group=self.p["group"],
+                env_file=self.env_file,
+                log_path=self.log_path or None,
+                working_dir=self.p["working_dir"] or self.state_dir,
+                restart_sec=self.p["restart_sec"],
                 start_limit_burst=self.p["start_limit_burst"],
-                start_limit_interval=self.p["start_limit_interval"], stop_timeout=self.p["stop_timeout"],
-                limits=self.p["limits"])
+                start_limit_interval=self.p["start_limit_interval"],
+                stop_timeout=self.p["stop_timeout"],
+                limits=self.p["limits"],
+            )
             env_text = render_env_file(self.env, self.secrets)
         except UnitError as exc:
             self.module.fail_json(msg=f"cannot render the unit: {exc}")
@@ -618,9 +692,11 @@ class SystemdServer(Server):
 
     def ensure_started(self, force_restart: bool) -> None:
         if not self.p["user"] or self.p["user"] == "root":
-            self.module.fail_json(msg="user is required with manager systemd and must not be root: the "
-                                      "server runs as an unprivileged user (the sglang_server role "
-                                      "creates it)")
+            self.module.fail_json(
+                msg="user is required with manager systemd and must not be root: the "
+                "server runs as an unprivileged user (the sglang_server role "
+                "creates it)"
+            )
         unit_text, env_text = self.render()
         old_unit = read_text(self.unit_path)
         old_env = read_text(self.env_file)
@@ -628,12 +704,23 @@ class SystemdServer(Server):
         env_changed = old_env != env_text
         secret_names = [KEY_VAR]
         if unit_changed:
-            self.diffs.append({"before_header": self.unit_path, "after_header": self.unit_path,
-                               "before": old_unit or "", "after": unit_text})
+            self.diffs.append(
+                {
+                    "before_header": self.unit_path,
+                    "after_header": self.unit_path,
+                    "before": old_unit or "",
+                    "after": unit_text,
+                }
+            )
         if env_changed:
-            self.diffs.append({"before_header": self.env_file, "after_header": self.env_file,
-                               "before": mask_secrets(old_env or "", secret_names),
-                               "after": mask_secrets(env_text, secret_names)})
+            self.diffs.append(
+                {
+                    "before_header": self.env_file,
+                    "after_header": self.env_file,
+                    "before": mask_secrets(old_env or "", secret_names),
+                    "after": mask_secrets(env_text, secret_names),
+                }
+            )
         props = self.show() if os.path.isdir("/run/systemd/system") else {}
         active = props.get("ActiveState") in ("active", "activating", "reloading")
         enabled_now = props.get("UnitFileState") == "enabled"
@@ -683,8 +770,14 @@ class SystemdServer(Server):
             self.result["changed"] = True
             old_unit = read_text(self.unit_path)
             if old_unit is not None:
-                self.diffs.append({"before_header": self.unit_path, "after_header": "(absent)",
-                                   "before": old_unit, "after": ""})
+                self.diffs.append(
+                    {
+                        "before_header": self.unit_path,
+                        "after_header": "(absent)",
+                        "before": old_unit,
+                        "after": "",
+                    }
+                )
         if self.module.check_mode or not (exists or running):
             return
         self.systemctl("disable", "--now", self.unit, check=False)
@@ -696,6 +789,7 @@ class SystemdServer(Server):
 
 
 # --------------------------------------------------------------------------------------------- process
+
 
 class ProcessServer(Server):
     def __init__(self, module: AnsibleModule) -> None:
@@ -743,9 +837,17 @@ class ProcessServer(Server):
         return None
 
     def fingerprint(self) -> str:
-        blob = json.dumps({"argv": self.argv, "env": render_env_file(self.env, self.secrets),
-                           "user": self.p["user"], "group": self.p["group"], "log": self.log_path,
-                           "cwd": self.p["working_dir"]}, sort_keys=True)
+        blob = json.dumps(
+            {
+                "argv": self.argv,
+                "env": render_env_file(self.env, self.secrets),
+                "user": self.p["user"],
+                "group": self.p["group"],
+                "log": self.log_path,
+                "cwd": self.p["working_dir"],
+            },
+            sort_keys=True,
+        )
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def stop_server(self) -> None:
@@ -791,9 +893,14 @@ class ProcessServer(Server):
         self.result["changed"] = bool(need_start)
         self.result["restarted"] = bool(running and need_start)
         if changed_settings:
-            self.diffs.append({"before_header": self.stamp_path, "after_header": self.stamp_path,
-                               "before": "\n".join(old_stamp.get("argv") or []) + "\n" if old_stamp else "",
-                               "after": "\n".join(self.argv) + "\n"})
+            self.diffs.append(
+                {
+                    "before_header": self.stamp_path,
+                    "after_header": self.stamp_path,
+                    "before": "\n".join(old_stamp.get("argv") or []) + "\n" if old_stamp else "",
+                    "after": "\n".join(self.argv) + "\n",
+                }
+            )
         if self.module.check_mode:
             self.exit()
         if not need_start:
@@ -816,9 +923,17 @@ class ProcessServer(Server):
             env["USER"] = env["LOGNAME"] = self.p["user"]
         log = open(self.log_path or os.devnull, "ab")  # handed to the child, closed below
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
-                                         close_fds=True, **kwargs)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,
+            )
         except OSError as exc:
             self.module.fail_json(msg=f"cannot start {self.argv[0]}: {exc}", cmd=self.argv, rc=127)
         finally:
@@ -844,8 +959,11 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "name": {"type": "str", "default": "sglang-server"},
-            "state": {"type": "str", "default": "started",
-                      "choices": ["started", "stopped", "restarted", "absent"]},
+            "state": {
+                "type": "str",
+                "default": "started",
+                "choices": ["started", "stopped", "restarted", "absent"],
+            },
             "manager": {"type": "str", "default": "systemd", "choices": ["systemd", "process"]},
             "settings": {"type": "dict", "default": {}},
             "sglang_version": {"type": "str"},

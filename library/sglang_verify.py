@@ -100,8 +100,11 @@ def server_info(url: str, headers: dict, timeout: float) -> dict:
 
 def accept_length(info: dict) -> float | None:
     """Mean avg_spec_accept_length over the server's internal states (one per DP rank)."""
-    values = [state.get("avg_spec_accept_length") for state in info.get("internal_states") or []
-              if isinstance(state, dict)]
+    values = [
+        state.get("avg_spec_accept_length")
+        for state in info.get("internal_states") or []
+        if isinstance(state, dict)
+    ]
     values = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     return round(sum(values) / len(values), 4) if values else None
 
@@ -113,10 +116,14 @@ def check_generate(body: object, min_tokens: int) -> tuple[dict, str]:
     text = body.get("text")
     meta = body.get("meta_info") or {}
     tokens = meta.get("completion_tokens")
-    facts = {"completion_tokens": tokens, "prompt_tokens": meta.get("prompt_tokens"),
-             "finish_reason": (meta.get("finish_reason") or {}).get("type")
-             if isinstance(meta.get("finish_reason"), dict) else meta.get("finish_reason"),
-             "text": text[:TEXT_SHOWN] if isinstance(text, str) else None}
+    facts = {
+        "completion_tokens": tokens,
+        "prompt_tokens": meta.get("prompt_tokens"),
+        "finish_reason": (meta.get("finish_reason") or {}).get("type")
+        if isinstance(meta.get("finish_reason"), dict)
+        else meta.get("finish_reason"),
+        "text": text[:TEXT_SHOWN] if isinstance(text, str) else None,
+    }
     if meta.get("spec_accept_length") is not None:
         facts["spec_accept_length"] = meta["spec_accept_length"]
     if not isinstance(text, str) or not text.strip():
@@ -135,9 +142,13 @@ def check_openai(body: object, chat: bool, min_tokens: int) -> tuple[dict, str]:
     first = choices[0] if choices and isinstance(choices[0], dict) else {}
     text = (first.get("message") or {}).get("content") if chat else first.get("text")
     tokens = usage.get("completion_tokens")
-    facts = {"completion_tokens": tokens, "prompt_tokens": usage.get("prompt_tokens"),
-             "finish_reason": first.get("finish_reason"), "model": body.get("model"),
-             "text": text[:TEXT_SHOWN] if isinstance(text, str) else None}
+    facts = {
+        "completion_tokens": tokens,
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "finish_reason": first.get("finish_reason"),
+        "model": body.get("model"),
+        "text": text[:TEXT_SHOWN] if isinstance(text, str) else None,
+    }
     if not choices:
         return facts, "the answer has no choices"
     if not isinstance(text, str) or not text.strip():
@@ -183,13 +194,17 @@ def main() -> None:
     status, body, error, seconds = post_json(
         url + "/generate",
         {"text": p["prompt"], "sampling_params": {"max_new_tokens": p["max_new_tokens"], "temperature": 0}},
-        headers=headers, timeout=timeout)
+        headers=headers,
+        timeout=timeout,
+    )
     generate = {"endpoint": "/generate", "status": status, "latency_s": round(seconds, 4)}
     if status != 200:
         generate["ok"] = False
         facts["generate"] = generate
-        fail(f"POST {url}/generate answered HTTP {status or 'nothing'} {error}".strip(),
-             body=str(body)[:500] if body is not None else None)
+        fail(
+            f"POST {url}/generate answered HTTP {status or 'nothing'} {error}".strip(),
+            body=str(body)[:500] if body is not None else None,
+        )
     checked, problem = check_generate(body, p["min_tokens"])
     generate.update(checked, ok=not problem)
     facts["generate"] = generate
@@ -215,8 +230,10 @@ def main() -> None:
         if status != 200:
             openai["ok"] = False
             facts["openai"] = openai
-            fail(f"POST {url}{endpoint} answered HTTP {status or 'nothing'} {error}".strip(),
-                 body=str(body)[:500] if body is not None else None)
+            fail(
+                f"POST {url}{endpoint} answered HTTP {status or 'nothing'} {error}".strip(),
+                body=str(body)[:500] if body is not None else None,
+            )
         checked, problem = check_openai(body, chat, p["min_tokens"])
         openai.update(checked, ok=not problem)
         facts["openai"] = openai

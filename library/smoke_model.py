@@ -162,10 +162,16 @@ from ansible.module_utils.epforge_files import read_json
 from ansible.module_utils.epforge_process import run_bounded
 
 SETTING_TYPES = {
-    "architecture": {"type": "str", "default": sm.DEFAULTS["architecture"],
-                     "choices": sorted(sm.ARCHITECTURES)},
-    **{key: {"type": "int", "default": value} for key, value in sm.DEFAULTS.items()
-       if isinstance(value, int) and not isinstance(value, bool)},
+    "architecture": {
+        "type": "str",
+        "default": sm.DEFAULTS["architecture"],
+        "choices": sorted(sm.ARCHITECTURES),
+    },
+    **{
+        key: {"type": "int", "default": value}
+        for key, value in sm.DEFAULTS.items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    },
     "initializer_range": {"type": "float", "default": sm.DEFAULTS["initializer_range"]},
 }
 
@@ -202,33 +208,48 @@ def main() -> None:
     p = module.params
     path = p["path"].rstrip("/")
     settings = {key: p[key] for key in sm.DEFAULTS}
-    result = {"changed": False, "path": path, "key": "", "reason": "",
-              "deepep_low_latency_hidden": p["hidden_size"] in sm.DEEPEP_LL_HIDDEN_SIZES}
+    result = {
+        "changed": False,
+        "path": path,
+        "key": "",
+        "reason": "",
+        "deepep_low_latency_hidden": p["hidden_size"] in sm.DEEPEP_LL_HIDDEN_SIZES,
+    }
 
     problems = sm.settings_problems(settings)
     if problems:
-        module.fail_json(msg="smoke model settings refused, nothing was written: " + "; ".join(problems),
-                         **result)
+        module.fail_json(
+            msg="smoke model settings refused, nothing was written: " + "; ".join(problems), **result
+        )
     key = sm.input_key(settings)
     result.update(key=key, parameters=sm.parameter_count(settings))
     if not result["deepep_low_latency_hidden"]:
-        module.warn(f"hidden_size {p['hidden_size']} is not one DeepEP v1.2.1's low-latency kernels support "
-                    f"({', '.join(map(str, sm.DEEPEP_LL_HIDDEN_SIZES))}): --moe-a2a-backend deepep will fail "
-                    "with 'Unsupported hidden' on this model")
+        module.warn(
+            f"hidden_size {p['hidden_size']} is not one DeepEP v1.2.1's low-latency kernels support "
+            f"({', '.join(map(str, sm.DEEPEP_LL_HIDDEN_SIZES))}): --moe-a2a-backend deepep will fail "
+            "with 'Unsupported hidden' on this model"
+        )
 
     if os.path.exists(path) and not os.path.isdir(path):
         module.fail_json(msg=f"{path} exists and is not a directory: refusing to replace it", **result)
     if os.path.isdir(path) and os.listdir(path) and not os.path.exists(os.path.join(path, sm.MANIFEST)):
-        module.fail_json(msg=(f"{path} holds files but no {sm.MANIFEST}: it is not a smoke model written by "
-                              "epforge (real weights?), refusing to replace it; choose another path"),
-                         **result)
+        module.fail_json(
+            msg=(
+                f"{path} holds files but no {sm.MANIFEST}: it is not a smoke model written by "
+                "epforge (real weights?), refusing to replace it; choose another path"
+            ),
+            **result,
+        )
 
     matches, reason = sm.manifest_matches(path, key)
     result["reason"] = reason
     if matches:
         manifest = read_manifest(path)
-        result.update(files=manifest.get("files", {}), seconds=0.0,
-                      bytes=sum(f["size"] for f in manifest.get("files", {}).values()))
+        result.update(
+            files=manifest.get("files", {}),
+            seconds=0.0,
+            bytes=sum(f["size"] for f in manifest.get("files", {}).values()),
+        )
         if os.stat(path).st_mode & 0o777 != MODEL_DIR_MODE:  # an older run left mkdtemp's 0700
             result["changed"] = True
             if not module.check_mode:
@@ -242,8 +263,13 @@ def main() -> None:
         module.exit_json(**result)
 
     if not (os.path.isfile(p["python"]) and os.access(p["python"], os.X_OK)):
-        module.fail_json(msg=(f"python {p['python']} does not exist or is not executable (set "
-                              "smoke_model_python to an interpreter with numpy and tokenizers)"), **result)
+        module.fail_json(
+            msg=(
+                f"python {p['python']} does not exist or is not executable (set "
+                "smoke_model_python to an interpreter with numpy and tokenizers)"
+            ),
+            **result,
+        )
 
     parent = os.path.dirname(path) or "."
     os.makedirs(parent, exist_ok=True)
@@ -260,8 +286,13 @@ def main() -> None:
     proc = run_bounded(argv, input_text=inspect.getsource(sm), timeout=p["timeout"])
     if proc.timed_out:
         shutil.rmtree(staging, ignore_errors=True)
-        module.fail_json(msg=f"writing the smoke model took more than {p['timeout']} s", cmd=argv[:3], rc=124,
-                         log_tail=tail(proc.err), **result)
+        module.fail_json(
+            msg=f"writing the smoke model took more than {p['timeout']} s",
+            cmd=argv[:3],
+            rc=124,
+            log_tail=tail(proc.err),
+            **result,
+        )
     seconds = round(time.monotonic() - started, 2)
     if proc.rc != 0:
         shutil.rmtree(staging, ignore_errors=True)
@@ -272,16 +303,31 @@ def main() -> None:
             except (ValueError, IndexError, AttributeError):
                 missing = []
         if missing:
-            module.fail_json(msg=(f"{p['python']} lacks {', '.join(missing)}: install them into that env "
-                                  f"(pip install {' '.join(missing)}) or set smoke_model_python to one that "
-                                  "has them; nothing was written"),
-                             cmd=argv[:3], rc=proc.rc, **result)
-        module.fail_json(msg="writing the smoke model failed; nothing was replaced", cmd=argv[:3],
-                         rc=proc.rc, log_tail=tail(proc.err or proc.out), **result)
+            module.fail_json(
+                msg=(
+                    f"{p['python']} lacks {', '.join(missing)}: install them into that env "
+                    f"(pip install {' '.join(missing)}) or set smoke_model_python to one that "
+                    "has them; nothing was written"
+                ),
+                cmd=argv[:3],
+                rc=proc.rc,
+                **result,
+            )
+        module.fail_json(
+            msg="writing the smoke model failed; nothing was replaced",
+            cmd=argv[:3],
+            rc=proc.rc,
+            log_tail=tail(proc.err or proc.out),
+            **result,
+        )
     manifest = json.loads(proc.out.strip().splitlines()[-1])
     publish(staging, path)
-    result.update(changed=True, seconds=seconds, files=manifest["files"],
-                  bytes=sum(f["size"] for f in manifest["files"].values()))
+    result.update(
+        changed=True,
+        seconds=seconds,
+        files=manifest["files"],
+        bytes=sum(f["size"] for f in manifest["files"].values()),
+    )
     module.exit_json(**result)
 
 

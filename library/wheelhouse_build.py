@@ -153,8 +153,9 @@ from ansible.module_utils.epforge_wheelhouse import (
 def offline_env(stubs: str) -> dict:
     """Only the wheelhouse counts: no pip configuration file, no PIP_* variable, the stubs as installed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PYTHONPATH=stubs, PIP_DISABLE_PIP_VERSION_CHECK="1",
-               PIP_NO_INPUT="1")
+    env.update(
+        PIP_CONFIG_FILE=os.devnull, PYTHONPATH=stubs, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1"
+    )
     return env
 
 
@@ -188,9 +189,19 @@ class Resolver:
         stubs = os.path.join(self.scratch, f"stubs-{self.count}")
         write_installed_stubs(stubs, installed)
         report = os.path.join(self.scratch, f"report-{self.count}.json")
-        argv = [*self.pip, "--python", os.path.join(self.empty, "bin", "python"), "install", "--dry-run",
-                "--quiet", "--report", report,
-                "--find-links", self.directory, *self.target]
+        argv = [
+            *self.pip,
+            "--python",
+            os.path.join(self.empty, "bin", "python"),
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--report",
+            report,
+            "--find-links",
+            self.directory,
+            *self.target,
+        ]
         if group["no_deps"]:
             argv.append("--no-deps")
         if offline:
@@ -202,8 +213,10 @@ class Resolver:
         done = run_bounded(argv, timeout=self.timeout, env=env)
         rc, output = done.rc, done.out + done.err
         with open(self.log, "a", encoding="utf-8") as log:
-            log.write(f"\n=== wheelhouse: {'offline check' if offline else 'resolve'} {group['name']}\n"
-                      f"$ {' '.join(argv)}\n{output}\nrc={rc}\n")
+            log.write(
+                f"\n=== wheelhouse: {'offline check' if offline else 'resolve'} {group['name']}\n"
+                f"$ {' '.join(argv)}\n{output}\nrc={rc}\n"
+            )
         items = report_items(read_json(report) or {}) if rc == 0 else []
         return rc, items, output, argv
 
@@ -214,14 +227,21 @@ class Resolver:
             argv += ["--extra-index-url", group["index_url"]]
         argv += [f"{item['name']}=={item['version']}" for item in items]
         env = {k: v for k, v in os.environ.items() if k not in ("PIP_NO_INDEX",)}
-        rc, _ = run_logged(argv, self.log, env=env, timeout=self.timeout,
-                           header=f"wheelhouse: download for {group['name']}")
-        absent = [i["filename"] for i in items
-                  if not os.path.exists(os.path.join(self.directory, i["filename"]))]
+        rc, _ = run_logged(
+            argv, self.log, env=env, timeout=self.timeout, header=f"wheelhouse: download for {group['name']}"
+        )
+        absent = [
+            i["filename"] for i in items if not os.path.exists(os.path.join(self.directory, i["filename"]))
+        ]
         if rc != 0 or absent:
-            fail_cmd(self.module, f"downloading the wheels of '{group['name']}' failed (missing: "
-                                  f"{', '.join(absent) or 'none'}); see {self.log}", argv, rc or 1,
-                     log_path=self.log)
+            fail_cmd(
+                self.module,
+                f"downloading the wheels of '{group['name']}' failed (missing: "
+                f"{', '.join(absent) or 'none'}); see {self.log}",
+                argv,
+                rc or 1,
+                log_path=self.log,
+            )
 
 
 def pip_supports_target_dry_run(module, pip: list[str]) -> None:
@@ -231,9 +251,12 @@ def pip_supports_target_dry_run(module, pip: list[str]) -> None:
     if rc != 0 or not match:
         module.fail_json(msg="cannot run pip on the controller", cmd=argv, rc=rc, log_tail=tail(out + err))
     if int(match.group(1)) < 24:
-        module.fail_json(msg=f"the controller's pip is {out.split()[1]}: resolving for another host's "
-                             "platform with --dry-run needs pip >= 24 (upgrade pip in the controller's venv)",
-                         cmd=argv, rc=rc)
+        module.fail_json(
+            msg=f"the controller's pip is {out.split()[1]}: resolving for another host's "
+            "platform with --dry-run needs pip >= 24 (upgrade pip in the controller's venv)",
+            cmd=argv,
+            rc=rc,
+        )
 
 
 def main() -> None:
@@ -263,22 +286,34 @@ def main() -> None:
     except (ValueError, KeyError, TypeError) as err:
         module.fail_json(msg=f"cannot compute the host's requirements: {err}")
     installed = {normalize(k): str(v) for k, v in p["installed"].items()}
-    inputs = {"schema": MANIFEST_SCHEMA, "groups": groups, "target": target, "installed": installed,
-              "protect": sorted(normalize(n) for n in p["protect"])}
+    inputs = {
+        "schema": MANIFEST_SCHEMA,
+        "groups": groups,
+        "target": target,
+        "installed": installed,
+        "protect": sorted(normalize(n) for n in p["protect"]),
+    }
     digest = inputs_digest(inputs)
     mpath = manifest_path(directory, digest)
     result = {"changed": False, "manifest": mpath, "inputs_digest": digest, "downloaded": []}
     if not os.path.isdir(directory) and not p["download"]:
-        module.fail_json(msg=f"the wheelhouse {directory} does not exist and downloads are off: carry in a "
-                             "wheelhouse built on a connected controller, or allow downloads", **result)
+        module.fail_json(
+            msg=f"the wheelhouse {directory} does not exist and downloads are off: carry in a "
+            "wheelhouse built on a connected controller, or allow downloads",
+            **result,
+        )
 
     old = read_json(mpath)
     if old and old.get("inputs_digest") == digest:
         stale, current = stale_files(directory, old)
         if not stale:
-            module.exit_json(files=sorted(old["files"]), groups=old["groups_detail"],
-                             hashes={f: v["sha256"] for f, v in current.items()},
-                             reason="manifest matches, every wheel present with its recorded hash", **result)
+            module.exit_json(
+                files=sorted(old["files"]),
+                groups=old["groups_detail"],
+                hashes={f: v["sha256"] for f, v in current.items()},
+                reason="manifest matches, every wheel present with its recorded hash",
+                **result,
+            )
         result["stale"] = stale
 
     pip_supports_target_dry_run(module, pip)
@@ -296,8 +331,11 @@ def main() -> None:
             if group["pin_from"]:
                 source = resolved.get(normalize(group["pin_from"]))
                 if not source:
-                    module.fail_json(msg=f"'{group['name']}' takes its pins from {group['pin_from']}, which "
-                                         "no earlier pip run resolved", **result)
+                    module.fail_json(
+                        msg=f"'{group['name']}' takes its pins from {group['pin_from']}, which "
+                        "no earlier pip run resolved",
+                        **result,
+                    )
                 source_path = os.path.join(directory, source)
                 # In check mode the wheel may not be here yet: then the names stay unpinned in the report.
                 requires = wheel_requires_dist(source_path) if os.path.exists(source_path) else []
@@ -307,25 +345,38 @@ def main() -> None:
             if rc != 0:
                 wanted = missing_requirement(output) or "(see the log)"
                 wanted_name = normalize(re.split(r"[<>=!~;\[ ]", wanted)[0])
-                expected = [f for f in result.get("stale", [])
-                            if (wheel_name_version(f) or ("",))[0] == wanted_name]
+                expected = [
+                    f for f in result.get("stale", []) if (wheel_name_version(f) or ("",))[0] == wanted_name
+                ]
                 if not p["download"]:
                     module.fail_json(
-                        msg=(f"the wheelhouse {directory} has no wheel for requirement {wanted} (pip run "
-                             f"'{group['name']}': {' '.join(group['requirements'])})"
-                             + (f"; the manifest expected {', '.join(expected)}" if expected else "")
-                             + ". Downloads are off (no registry), so nothing was changed on any host: put "
-                               "the wheel into the wheelhouse (built for this host's python "
-                             + f"{p['python_version']}, {p['machine']}, glibc {p['glibc']}) or build the "
-                               "wheelhouse on a connected controller."),
-                        cmd=argv, rc=rc, log_tail=tail(output), missing=wanted, **result)
+                        msg=(
+                            f"the wheelhouse {directory} has no wheel for requirement {wanted} (pip run "
+                            f"'{group['name']}': {' '.join(group['requirements'])})"
+                            + (f"; the manifest expected {', '.join(expected)}" if expected else "")
+                            + ". Downloads are off (no registry), so nothing was changed on any host: put "
+                            "the wheel into the wheelhouse (built for this host's python "
+                            + f"{p['python_version']}, {p['machine']}, glibc {p['glibc']}) or build the "
+                            "wheelhouse on a connected controller."
+                        ),
+                        cmd=argv,
+                        rc=rc,
+                        log_tail=tail(output),
+                        missing=wanted,
+                        **result,
+                    )
                 rc, items, output, argv = resolver.dry_run(group, state, offline=False)
                 if rc != 0:
-                    fail_cmd(module, f"pip cannot resolve '{group['name']}' "
-                                     f"({' '.join(group['requirements'])}) for python "
-                                     f"{p['python_version']} on {p['machine']}: "
-                                     f"{missing_requirement(output) or 'see the log'}",
-                             argv, rc, output=output)
+                    fail_cmd(
+                        module,
+                        f"pip cannot resolve '{group['name']}' "
+                        f"({' '.join(group['requirements'])}) for python "
+                        f"{p['python_version']} on {p['machine']}: "
+                        f"{missing_requirement(output) or 'see the log'}",
+                        argv,
+                        rc,
+                        output=output,
+                    )
                 fetch = [i for i in items if not os.path.exists(os.path.join(directory, i["filename"]))]
                 if fetch and not module.check_mode:
                     resolver.download(group, fetch)
@@ -333,16 +384,23 @@ def main() -> None:
                 if not module.check_mode:
                     rc, items, output, argv = resolver.dry_run(group, state, offline=True)
                     if rc != 0:
-                        fail_cmd(module, f"after downloading, the wheelhouse still does not satisfy "
-                                         f"'{group['name']}'", argv, rc, output=output)
+                        fail_cmd(
+                            module,
+                            f"after downloading, the wheelhouse still does not satisfy '{group['name']}'",
+                            argv,
+                            rc,
+                            output=output,
+                        )
             if group["env"] == "ml":
                 for item in items:
                     had = env_state.get(item["name"])
                     if item["name"] in protect and had and base_version(had) != base_version(item["version"]):
-                        module.fail_json(msg=f"pip run '{group['name']}' would replace {item['name']} {had} "
-                                             f"(already in the env) with {item['version']}: refusing; adjust "
-                                             f"the requirements ({' '.join(group['requirements'])})",
-                                         **result)
+                        module.fail_json(
+                            msg=f"pip run '{group['name']}' would replace {item['name']} {had} "
+                            f"(already in the env) with {item['version']}: refusing; adjust "
+                            f"the requirements ({' '.join(group['requirements'])})",
+                            **result,
+                        )
                     env_state[item["name"]] = item["version"]
             details.append({**group, "files": sorted(i["filename"] for i in items)})
             for item in items:
@@ -352,16 +410,24 @@ def main() -> None:
     if module.check_mode:
         present = {f: {"sha256": ""} for f in files if os.path.exists(os.path.join(directory, f))}
         _, current = stale_files(directory, {"files": present}, known=(old or {}).get("files"))
-        module.exit_json(files=sorted(files), groups=details,
-                         hashes={f: v["sha256"] for f, v in current.items()}, **result)
-    _, current = stale_files(directory, {"files": {f: {"sha256": ""} for f in files}},
-                             known=(old or {}).get("files"))
-    manifest = {"schema": MANIFEST_SCHEMA, "inputs_digest": digest, "inputs": inputs,
-                "groups_detail": details, "files": current}
+        module.exit_json(
+            files=sorted(files), groups=details, hashes={f: v["sha256"] for f, v in current.items()}, **result
+        )
+    _, current = stale_files(
+        directory, {"files": {f: {"sha256": ""} for f in files}}, known=(old or {}).get("files")
+    )
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "inputs_digest": digest,
+        "inputs": inputs,
+        "groups_detail": details,
+        "files": current,
+    }
     os.makedirs(os.path.dirname(mpath), exist_ok=True)
     write_json_atomic(mpath, manifest)
-    module.exit_json(files=sorted(files), groups=details, hashes={f: v["sha256"] for f, v in current.items()},
-                     **result)
+    module.exit_json(
+        files=sorted(files), groups=details, hashes={f: v["sha256"] for f, v in current.items()}, **result
+    )
 
 
 if __name__ == "__main__":

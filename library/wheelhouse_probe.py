@@ -120,13 +120,18 @@ def main() -> None:
     rc, out, err = module.run_command(argv)
     marked = [line for line in out.splitlines() if line.startswith("EPFORGE_WHEELHOUSE_PROBE ")]
     if rc != 0 or not marked:
-        module.fail_json(msg=f"cannot read the python of {interpreter} (the env's python {python} "
-                             f"{'exists' if exists else 'does not exist yet'})", cmd=argv, rc=rc,
-                         log_tail=tail(out + err))
+        module.fail_json(
+            msg=f"cannot read the python of {interpreter} (the env's python {python} "
+            f"{'exists' if exists else 'does not exist yet'})",
+            cmd=argv,
+            rc=rc,
+            log_tail=tail(out + err),
+        )
     data = json.loads(marked[-1].split(" ", 1)[1])
     if not data["glibc"]:
-        module.fail_json(msg=f"{interpreter} reports no glibc: manylinux wheels need a glibc host", cmd=argv,
-                         rc=rc)
+        module.fail_json(
+            msg=f"{interpreter} reports no glibc: manylinux wheels need a glibc host", cmd=argv, rc=rc
+        )
     baseline, recorded = data["installed"], False
     baseline_path = module.params["baseline_path"]
     if baseline_path and os.path.exists(baseline_path):
@@ -134,16 +139,25 @@ def main() -> None:
             with open(baseline_path, encoding="utf-8") as handle:
                 baseline, recorded = json.load(handle)["installed"], True
         except (OSError, ValueError, KeyError) as err:
-            module.fail_json(msg=f"cannot read the env baseline {baseline_path} ({err}): delete it to take a "
-                                 "new one from the env as it is now")
+            module.fail_json(
+                msg=f"cannot read the env baseline {baseline_path} ({err}): delete it to take a "
+                "new one from the env as it is now"
+            )
     wheels = {}
     wheel_dir = module.params["wheel_dir"]
     if wheel_dir and os.path.isdir(wheel_dir):
         for name in sorted(os.listdir(wheel_dir)):
             if name.endswith(".whl") and os.path.isfile(os.path.join(wheel_dir, name)):
                 wheels[name] = file_sha256(os.path.join(wheel_dir, name))
-    module.exit_json(changed=False, python=interpreter, env_exists=exists, wheels=wheels, baseline=baseline,
-                     baseline_recorded=recorded, **data)
+    module.exit_json(
+        changed=False,
+        python=interpreter,
+        env_exists=exists,
+        wheels=wheels,
+        baseline=baseline,
+        baseline_recorded=recorded,
+        **data,
+    )
 
 
 if __name__ == "__main__":

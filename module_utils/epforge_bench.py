@@ -312,17 +312,28 @@ def check_validity(figures: dict, workload: dict, extra_args=()) -> tuple[str, l
     completed = figures.get("completed")
     tokens = figures.get("total_output_tokens")
     if not tokens:
-        return ("failed", [f"no output tokens were generated (total_output_tokens {tokens!r}, "
-                           f"{completed!r} of {expected['completed']} requests completed)"], expected)
+        return (
+            "failed",
+            [
+                f"no output tokens were generated (total_output_tokens {tokens!r}, "
+                f"{completed!r} of {expected['completed']} requests completed)"
+            ],
+            expected,
+        )
     reasons = []
     if completed is None or completed < expected["completed"]:
         reasons.append(f"completed {completed} of {expected['completed']} requests")
     if tokens < expected["min_output_tokens"]:
-        how = (f"num_prompts {workload['num_prompts']} x output_len {workload['output_len']}"
-               + (f" x range_ratio {workload['range_ratio']}" if float(workload["range_ratio"]) < 1 else "")
-               if expected["ignores_eos"] else f"one per request ({workload['num_prompts']})")
-        reasons.append(f"generated {tokens} output tokens, fewer than the {expected['min_output_tokens']} "
-                       f"asked for ({how})")
+        how = (
+            f"num_prompts {workload['num_prompts']} x output_len {workload['output_len']}"
+            + (f" x range_ratio {workload['range_ratio']}" if float(workload["range_ratio"]) < 1 else "")
+            if expected["ignores_eos"]
+            else f"one per request ({workload['num_prompts']})"
+        )
+        reasons.append(
+            f"generated {tokens} output tokens, fewer than the {expected['min_output_tokens']} "
+            f"asked for ({how})"
+        )
     return ("invalid" if reasons else "ok"), reasons, expected
 
 

@@ -23,8 +23,18 @@ from ansible.module_utils.epforge_files import read_json
 
 KEY_LENGTH = 20
 # Paths that never belong to a source's identity: build products, VCS metadata, caches.
-TREE_EXCLUDE_DIRS = {".git", ".hg", ".svn", "build", "dist", "__pycache__", ".eggs", ".pytest_cache",
-                     ".tox", ".venv"}
+TREE_EXCLUDE_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    "build",
+    "dist",
+    "__pycache__",
+    ".eggs",
+    ".pytest_cache",
+    ".tox",
+    ".venv",
+}
 TREE_EXCLUDE_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".egg-info")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar", ".zip")
 GIT_URL_RE = re.compile(r"^(https?://|git://|ssh://|git@|file://).+|.+\.git/?$")
@@ -32,6 +42,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 # ---------------------------------------------------------------- keys and canonical forms
+
 
 def canonical_json(data) -> str:
     """JSON with sorted keys and no whitespace: equal data gives equal text, hence equal keys."""
@@ -54,6 +65,7 @@ def python_tag(major: int, minor: int, implementation: str = "cpython") -> str:
 
 
 # ---------------------------------------------------------------- sources
+
 
 def source_kind(source: str) -> str:
     """'git', 'archive' or 'dir' for a cuda_extension source."""
@@ -80,8 +92,9 @@ def tree_files(root: str) -> list[str]:
     """Relative paths of the files that make up a source tree (sorted; build products excluded)."""
     found = []
     for current, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs
-                         if d not in TREE_EXCLUDE_DIRS and not d.endswith(TREE_EXCLUDE_SUFFIXES))
+        dirs[:] = sorted(
+            d for d in dirs if d not in TREE_EXCLUDE_DIRS and not d.endswith(TREE_EXCLUDE_SUFFIXES)
+        )
         for name in files:
             if name.endswith(TREE_EXCLUDE_SUFFIXES):
                 continue
@@ -133,6 +146,7 @@ def safe_extract(archive_path: str, dest: str) -> None:
 
 
 # ---------------------------------------------------------------- stamps and atomic files
+
 
 def stamp_matches(stamp: dict | None, key: str, required_files=()) -> tuple[bool, str]:
     """Whether a stamp proves the work with this key is done; the reason when it does not."""
@@ -214,6 +228,7 @@ def clean_stale_staging(parent: str) -> list[str]:
 
 # ---------------------------------------------------------------- wheels
 
+
 def wheel_so_members(wheel_path: str) -> list[str]:
     """Paths (relative to site-packages) of the shared objects inside a wheel."""
     with zipfile.ZipFile(wheel_path) as archive:
@@ -245,12 +260,16 @@ def dist_info_version(site_dir: str, dist: str) -> str | None:
 
 ERROR_LINE_RE = re.compile(
     r"(\berror\b|\bfatal\b|not found|No such file|undefined reference|Killed signal|out of memory|"
-    r"Unsupported gpu architecture|requires|refuses|mismatch)", re.IGNORECASE)
+    r"Unsupported gpu architecture|requires|refuses|mismatch)",
+    re.IGNORECASE,
+)
 # pip -v prints its setup.py shim (which mentions errors) and its own summary: not the cause.
 ERROR_NOISE_RE = re.compile(
     r"(ImportError as error|ERROR: Can not execute|subprocess-exited-with-error|Failed building wheel|"
     r"Failed to build|originates from a subprocess|error: command .* failed with exit code|"
-    r"^\s*(raise|File \"|subprocess\.CalledProcessError)|Running setup\.py clean)", re.IGNORECASE)
+    r"^\s*(raise|File \"|subprocess\.CalledProcessError)|Running setup\.py clean)",
+    re.IGNORECASE,
+)
 
 
 def error_lines(log_text: str, limit: int = 15) -> list[str]:
@@ -259,7 +278,7 @@ def error_lines(log_text: str, limit: int = 15) -> list[str]:
     Only the last build in the log counts (after its last '=== ' header line).
     """
     marker = log_text.rfind("\n=== ")
-    section = log_text[marker + 1:] if marker >= 0 else log_text
+    section = log_text[marker + 1 :] if marker >= 0 else log_text
     found = []
     for line in section.splitlines():
         text = line.strip()
@@ -272,16 +291,18 @@ def error_lines(log_text: str, limit: int = 15) -> list[str]:
 
 # ---------------------------------------------------------------- build settings
 
+
 def auto_max_jobs(cpus: int | None, mem_bytes: int | None, cap: int = 16, gib_per_job: float = 3.0) -> int:
     """MAX_JOBS bounded by CPUs, memory (nvcc jobs of torch extensions take 2-3 GiB each) and a cap."""
     bound = [cap, max(1, cpus or 1)]
     if mem_bytes:
-        bound.append(max(1, int(mem_bytes / (gib_per_job * 1024 ** 3))))
+        bound.append(max(1, int(mem_bytes / (gib_per_job * 1024**3))))
     return max(1, min(bound))
 
 
-def build_env(base: dict, *, cuda_home: str, archs, max_jobs: int, extra_env: dict | None = None,
-              include_dirs=()) -> dict:
+def build_env(
+    base: dict, *, cuda_home: str, archs, max_jobs: int, extra_env: dict | None = None, include_dirs=()
+) -> dict:
     """The environment of an extension build: toolchain, arch list, job bound, then the caller's extras."""
     env = dict(base)
     env["CUDA_HOME"] = cuda_home

@@ -29,8 +29,16 @@ def tail_file(path: str, lines: int = LOG_TAIL_LINES, max_bytes: int = 256 * 102
         return ""
 
 
-def fail_cmd(module, msg: str, argv: list[str], rc: int, *, output: str | bytes | None = None,
-             log_path: str | None = None, **extra) -> None:
+def fail_cmd(
+    module,
+    msg: str,
+    argv: list[str],
+    rc: int,
+    *,
+    output: str | bytes | None = None,
+    log_path: str | None = None,
+    **extra,
+) -> None:
     """fail_json with the command, rc and a log tail (from output, else from the log file)."""
     log_tail = tail(output) if output else (tail_file(log_path) if log_path else "")
     module.fail_json(msg=msg, cmd=argv, rc=rc, log_tail=log_tail, log_path=log_path, **extra)

@@ -43,15 +43,23 @@ def classify_source(setup_py: str | None, files: set[str]) -> tuple[str, str]:
     if v2_markers or "deep_ep/utils/find_pkgs.py" in files:
         return UNSUPPORTED_V2, (
             "setup.py is DeepEP's V2 build (JIT kernels over NCCL; markers: "
-            + ", ".join(v2_markers or ["deep_ep/utils/find_pkgs.py"]) + ")"
+            + ", ".join(v2_markers or ["deep_ep/utils/find_pkgs.py"])
+            + ")"
         )
     has_ext = re.search(r"name\s*=\s*['\"]deep_ep_cpp['\"]", setup_py) is not None
     has_nvshmem = "NVSHMEM_DIR" in setup_py
     has_arch = "TORCH_CUDA_ARCH_LIST" in setup_py
     if has_ext and has_nvshmem and has_arch:
         return SUPPORTED, "setup.py builds CUDAExtension deep_ep_cpp (DeepEP v1.x interface)"
-    missing = [n for n, ok in (("CUDAExtension deep_ep_cpp", has_ext), ("NVSHMEM_DIR", has_nvshmem),
-                               ("TORCH_CUDA_ARCH_LIST", has_arch)) if not ok]
+    missing = [
+        n
+        for n, ok in (
+            ("CUDAExtension deep_ep_cpp", has_ext),
+            ("NVSHMEM_DIR", has_nvshmem),
+            ("TORCH_CUDA_ARCH_LIST", has_arch),
+        )
+        if not ok
+    ]
     return UNKNOWN, "setup.py lacks the DeepEP v1.x interface: no " + ", ".join(missing)
 
 
@@ -61,8 +69,9 @@ def setup_py_version(setup_py: str) -> str | None:
     return match.group(1) if match else None
 
 
-def build_flags(arch_list: list[str], *, nvshmem: bool, disable_sm90_features: bool,
-                aggressive_ptx: bool) -> dict:
+def build_flags(
+    arch_list: list[str], *, nvshmem: bool, disable_sm90_features: bool, aggressive_ptx: bool
+) -> dict:
     """The environment DeepEP v1.x's setup.py reads, after applying its own rules, or DeepEPError.
 
     setup.py rules mirrored here (v1.2.1):
@@ -79,12 +88,14 @@ def build_flags(arch_list: list[str], *, nvshmem: bool, disable_sm90_features: b
             "DISABLE_SM90_FEATURES cannot be combined with NVSHMEM: DeepEP's setup.py asserts that "
             "NVSHMEM is "
             "disabled when SM90 features are off. Remedy: set deepep_disable_sm90_features: false, or "
-            "deepep_nvshmem: false (no internode or low-latency kernels)")
+            "deepep_nvshmem: false (no internode or low-latency kernels)"
+        )
     if aggressive_ptx and archs != "9.0":
         raise DeepEPError(
             f"aggressive PTX instructions need TORCH_CUDA_ARCH_LIST exactly '9.0', not '{archs}': DeepEP's "
             "setup.py forces DISABLE_AGGRESSIVE_PTX_INSTRS=1 for any other list. Remedy: "
-            "deepep_aggressive_ptx: false, or build for 9.0 alone")
+            "deepep_aggressive_ptx: false, or build for 9.0 alone"
+        )
     env = {
         "TORCH_CUDA_ARCH_LIST": archs,
         "DISABLE_AGGRESSIVE_PTX_INSTRS": "0" if aggressive_ptx else "1",
@@ -165,7 +176,7 @@ def non_nvlink_pairs(topo_text: str, num_gpus: int) -> list[tuple[str, str, str]
         return None
     bad = []
     for i, first in enumerate(gpus):
-        for second in gpus[i + 1:]:
+        for second in gpus[i + 1 :]:
             link = topology["matrix"][first][second]
             if not link.startswith("NV"):
                 bad.append((first, second, link))
@@ -175,15 +186,25 @@ def non_nvlink_pairs(topo_text: str, num_gpus: int) -> list[tuple[str, str, str]
 def classify_build_log(text: str) -> str | None:
     """A one-line diagnosis of a failed DeepEP build from its log, when a known signature matches."""
     rules = [
-        (r"infiniband/mlx5dv\.h: No such file", "mlx5dv.h missing: install libibverbs-dev (Debian/Ubuntu) or "
-                                                "point deepep_extra_include_dirs at a folder holding "
-                                                "infiniband/"),
-        (r"cuda/std/\S+: No such file|thrust/\S+: No such file|cub/\S+: No such file",
-         "CCCL headers not found: CUDA 13 keeps them in CUDA_HOME/include/cccl"),
-        (r"cusparse\.h: No such file|cublas_v2\.h: No such file|cublas\.h: No such file",
-         "CUDA library headers missing: install the nvidia-cu* header wheels into the env or a full toolkit"),
-        (r"The detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch",
-         "nvcc's CUDA version differs from torch's: use the stack's toolkit"),
+        (
+            r"infiniband/mlx5dv\.h: No such file",
+            "mlx5dv.h missing: install libibverbs-dev (Debian/Ubuntu) or "
+            "point deepep_extra_include_dirs at a folder holding "
+            "infiniband/",
+        ),
+        (
+            r"cuda/std/\S+: No such file|thrust/\S+: No such file|cub/\S+: No such file",
+            "CCCL headers not found: CUDA 13 keeps them in CUDA_HOME/include/cccl",
+        ),
+        (
+            r"cusparse\.h: No such file|cublas_v2\.h: No such file|cublas\.h: No such file",
+            "CUDA library headers missing: install the nvidia-cu* header wheels into the env "
+            "or a full toolkit",
+        ),
+        (
+            r"The detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch",
+            "nvcc's CUDA version differs from torch's: use the stack's toolkit",
+        ),
         (r"Unsupported gpu architecture|nvcc fatal\s*:\s*Unsupported", "nvcc does not know a target arch"),
         (r"libnvshmem_host\.so not found|NVSHMEM directory does not exist", "NVSHMEM not found"),
         (r"No module named 'torch'", "torch is not installed in the build env"),

@@ -22,8 +22,9 @@ def temp_prefix(path: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str, mode: int = 0o644, uid: int | None = None,
-                  gid: int | None = None) -> Iterator[str]:
+def atomic_output(
+    path: str, mode: int = 0o644, uid: int | None = None, gid: int | None = None
+) -> Iterator[str]:
     """Yield a unique temp path beside `path` (created with `mode`, owned by uid:gid when running as root);
     when the block ends without an error it is fsynced and renamed over `path`, else removed."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -52,8 +53,9 @@ def atomic_output(path: str, mode: int = 0o644, uid: int | None = None,
         os.close(dir_fd)
 
 
-def write_atomic(path: str, data: str | bytes, mode: int = 0o644, uid: int | None = None,
-                 gid: int | None = None) -> None:
+def write_atomic(
+    path: str, data: str | bytes, mode: int = 0o644, uid: int | None = None, gid: int | None = None
+) -> None:
     """Write text or bytes to path atomically, with its final mode (and owner, as root) set before it
     appears."""
     payload = data.encode() if isinstance(data, str) else data

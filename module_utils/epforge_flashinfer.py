@@ -46,10 +46,12 @@ def flashinfer_arch_list(archs: list[str], nvcc: tuple[int, int]) -> tuple[str, 
                 raise FlashInferArchError(
                     f"nvcc {nvcc[0]}.{nvcc[1]} cannot compile for sm_{major}{minor} (Blackwell RTX needs "
                     "CUDA >= 12.8): "
-                    "install the stack's CUDA toolkit (cuda_toolkit role)")
+                    "install the stack's CUDA toolkit (cuda_toolkit role)"
+                )
             if minor > 0 and nvcc < (12, 9):
                 raise FlashInferArchError(
-                    f"FlashInfer needs nvcc >= 12.9 for sm_{major}{minor}; this nvcc is {nvcc[0]}.{nvcc[1]}")
+                    f"FlashInfer needs nvcc >= 12.9 for sm_{major}{minor}; this nvcc is {nvcc[0]}.{nvcc[1]}"
+                )
             if suffix == "f" and nvcc < (12, 9):
                 raise FlashInferArchError(f"family target {arch} needs nvcc >= 12.9")
             if nvcc < (12, 9) and suffix != "a":
@@ -60,7 +62,8 @@ def flashinfer_arch_list(archs: list[str], nvcc: tuple[int, int]) -> tuple[str, 
                     "'SM 12.x requires CUDA >= 12.9'; flashinfer #3675). Remedy: set flashinfer_arch_list to "
                     f"['{major}.{minor}a'] (CUDA 12.8 knows sm_{major}{minor} only as the arch-specific "
                     "target), "
-                    "or use a CUDA >= 12.9 toolkit")
+                    "or use a CUDA >= 12.9 toolkit"
+                )
         elif major >= 10 and nvcc < (12, 8):
             raise FlashInferArchError(f"nvcc {nvcc[0]}.{nvcc[1]} cannot compile for sm_{major}{minor}")
         out.append(arch)
@@ -69,15 +72,22 @@ def flashinfer_arch_list(archs: list[str], nvcc: tuple[int, int]) -> tuple[str, 
 
 
 MISLEADING = [
-    (r"FlashInfer requires GPUs with sm75 or higher",
-     "FlashInfer found no target arch (its 'sm75' message is misleading): the GPU/arch list was not "
-     "usable with "
-     "this nvcc; see the sm_12x rule (nvcc >= 12.9, or arch 12.0a)"),
-    (r"cannot find -lcuda", "the link needs libcuda.so: on a host without a driver use a link stub "
-                            "(CUDA_HOME/lib64/stubs/libcuda.so, or flashinfer_make_libcuda_stub)"),
+    (
+        r"FlashInfer requires GPUs with sm75 or higher",
+        "FlashInfer found no target arch (its 'sm75' message is misleading): the GPU/arch list was not "
+        "usable with "
+        "this nvcc; see the sm_12x rule (nvcc >= 12.9, or arch 12.0a)",
+    ),
+    (
+        r"cannot find -lcuda",
+        "the link needs libcuda.so: on a host without a driver use a link stub "
+        "(CUDA_HOME/lib64/stubs/libcuda.so, or flashinfer_make_libcuda_stub)",
+    ),
     (r"SM 12\.?\S* requires CUDA", "nvcc too old for sm_12x"),
-    (r"No supported CUDA architectures found", "no target arch: set FLASHINFER_CUDA_ARCH_LIST "
-                                               "(flashinfer_arch_list)"),
+    (
+        r"No supported CUDA architectures found",
+        "no target arch: set FLASHINFER_CUDA_ARCH_LIST (flashinfer_arch_list)",
+    ),
     (r"ninja: (command )?not found|No module named 'ninja'", "ninja is missing in the env"),
 ]
 

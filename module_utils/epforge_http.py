@@ -25,8 +25,9 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def request(method: str, url: str, *, body: dict | None = None, headers: dict | None = None,
-            timeout: float = 5.0) -> tuple[int, bytes, str]:
+def request(
+    method: str, url: str, *, body: dict | None = None, headers: dict | None = None, timeout: float = 5.0
+) -> tuple[int, bytes, str]:
     """One HTTP request. Returns (status, body, error): status 0 with an error text when no answer came
     (refused, reset, timed out); HTTP errors return their status and body."""
     data = None
@@ -57,8 +58,9 @@ def get_json(url: str, *, headers: dict | None = None, timeout: float = 5.0) -> 
     return status, _decode(payload), error
 
 
-def post_json(url: str, body: dict, *, headers: dict | None = None,
-              timeout: float = 60.0) -> tuple[int, object, str, float]:
+def post_json(
+    url: str, body: dict, *, headers: dict | None = None, timeout: float = 60.0
+) -> tuple[int, object, str, float]:
     """POST JSON and decode the answer. Returns (status, decoded-or-None, error, seconds)."""
     started = time.monotonic()
     status, payload, error = request("POST", url, body=body, headers=headers, timeout=timeout)
@@ -74,10 +76,15 @@ def _decode(payload: bytes) -> object:
         return None
 
 
-def wait_until(probe: Callable[[], bool], *, timeout: float, interval: float,
-               alive: Callable[[], str | None] | None = None,
-               clock: Callable[[], float] = time.monotonic,
-               sleep: Callable[[float], None] = time.sleep) -> dict:
+def wait_until(
+    probe: Callable[[], bool],
+    *,
+    timeout: float,
+    interval: float,
+    alive: Callable[[], str | None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict:
     """Call probe() on a fixed cadence until it returns True, alive() reports a death, or timeout passes.
 
     - interval is clamped to at least MIN_POLL_INTERVAL: the wait never hammers the server.
@@ -96,15 +103,33 @@ def wait_until(probe: Callable[[], bool], *, timeout: float, interval: float,
         if alive is not None:
             death = alive()
             if death:
-                return {"ready": False, "reason": "died", "polls": polls, "waited_s": clock() - start,
-                        "interval": interval, "detail": death}
+                return {
+                    "ready": False,
+                    "reason": "died",
+                    "polls": polls,
+                    "waited_s": clock() - start,
+                    "interval": interval,
+                    "detail": death,
+                }
         polls += 1
         if probe():
-            return {"ready": True, "reason": "ready", "polls": polls, "waited_s": clock() - start,
-                    "interval": interval, "detail": ""}
+            return {
+                "ready": True,
+                "reason": "ready",
+                "polls": polls,
+                "waited_s": clock() - start,
+                "interval": interval,
+                "detail": "",
+            }
         now = clock()
         if now >= deadline:
-            return {"ready": False, "reason": "timeout", "polls": polls, "waited_s": now - start,
-                    "interval": interval, "detail": f"not ready after {timeout:g} s"}
+            return {
+                "ready": False,
+                "reason": "timeout",
+                "polls": polls,
+                "waited_s": now - start,
+                "interval": interval,
+                "detail": f"not ready after {timeout:g} s",
+            }
         k = max(k + 1, int((now - start) / interval) + 1)
         sleep(max(0.0, min(start + k * interval, deadline) - now))

@@ -39,8 +39,21 @@ from ansible.module_utils.epforge_secrets import without_secrets
 SEVERITIES = ("error", "warning", "adjust")
 ROW_KEYS = ("id", "title", "severity", "condition", "consequence", "remedy", "source")
 FACT_ROOTS = ("gpu", "target", "stack", "server")
-SCALAR_OPS = ("equals", "not_equals", "in", "not_in", "truthy", "present", "gt", "ge", "lt", "le",
-              "version_lt", "version_ge", "matches")
+SCALAR_OPS = (
+    "equals",
+    "not_equals",
+    "in",
+    "not_in",
+    "truthy",
+    "present",
+    "gt",
+    "ge",
+    "lt",
+    "le",
+    "version_lt",
+    "version_ge",
+    "matches",
+)
 LIST_OPS = ("any_in", "all_in", "any_not_in")
 FACT_OPS = ("eq_fact", "ne_fact", "gt_fact", "lt_fact")
 OPERATORS = SCALAR_OPS + LIST_OPS + FACT_OPS
@@ -111,6 +124,7 @@ def _norm(value):
 
 
 # ---------------------------------------------------------------- validation
+
 
 def validate_condition(cond, where: str) -> list[str]:
     """Every structural problem of a condition tree (an empty list means well formed)."""
@@ -190,7 +204,8 @@ def validate_table(table) -> list[str]:
         seen.add(row.get("id"))
         if row.get("severity") not in SEVERITIES:
             problems.append(
-                f"{where}: severity '{row.get('severity')}' is not one of {', '.join(SEVERITIES)}")
+                f"{where}: severity '{row.get('severity')}' is not one of {', '.join(SEVERITIES)}"
+            )
         if row.get("condition"):
             problems += validate_condition(row["condition"], f"{where}.condition")
         adjust = row.get("adjust")
@@ -209,6 +224,7 @@ def validate_table(table) -> list[str]:
 
 
 # ---------------------------------------------------------------- context
+
 
 def _gpu_archs(gpu_facts: dict) -> list[str]:
     archs = set()
@@ -235,9 +251,11 @@ def stack_summary(stack: dict) -> dict:
     return {
         "name": stack.get("name"),
         "cuda": None if cuda_version is None else str(cuda_version),
-        "driver_min": str(driver.get("min_version")) if isinstance(driver, dict) and driver.get("min_version")
+        "driver_min": str(driver.get("min_version"))
+        if isinstance(driver, dict) and driver.get("min_version")
         else stack.get("driver_min"),
-        "python_min": str(python.get("min_version")) if isinstance(python, dict) and python.get("min_version")
+        "python_min": str(python.get("min_version"))
+        if isinstance(python, dict) and python.get("min_version")
         else stack.get("python_min"),
         "arch_list": arch_list,
         "archs": sorted({b for b in (base_arch(a) for a in arch_list) if b}, key=version_tuple),
@@ -275,8 +293,9 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
             "driver_version": gpu_facts.get("driver_version"),
             "cuda_driver_version": gpu_facts.get("cuda_driver_version"),
             # full | partial | none | single | unknown | no_gpu (nvidia-smi topo -p2p r, nvidia_gpu_facts)
-            "peer_access": str((gpu_facts.get("peer_access") or {}).get("status")
-                               or ("unknown" if available else "no_gpu")),
+            "peer_access": str(
+                (gpu_facts.get("peer_access") or {}).get("status") or ("unknown" if available else "no_gpu")
+            ),
         },
         "target": {
             "archs": archs if available else summary["archs"],
@@ -288,6 +307,7 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
 
 
 # ---------------------------------------------------------------- matching
+
 
 def _leaf(cond: dict, context: dict) -> bool:
     op = next(key for key in cond if key != "fact")
@@ -360,6 +380,7 @@ def matches(cond: dict, context: dict) -> bool:
 
 # ---------------------------------------------------------------- evaluation
 
+
 def _finding(row: dict) -> dict:
     return {
         "id": row["id"],
@@ -392,8 +413,11 @@ def _apply(row: dict, settings: dict, context: dict) -> dict:
                 changes[key] = {"from": {k: base.get(k) for k in diff}, "to": diff}
         elif before is _MISSING or _norm(before) != _norm(value):
             settings[key] = copy.deepcopy(value)
-            changes[key] = {"from": None if effective is _MISSING else effective, "to": value,
-                            "requested": before is not _MISSING}
+            changes[key] = {
+                "from": None if effective is _MISSING else effective,
+                "to": value,
+                "requested": before is not _MISSING,
+            }
     return changes
 
 
@@ -454,8 +478,10 @@ def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
 
 def format_finding(finding: dict) -> str:
     """One line: [id] title: consequence Remedy: remedy (source)."""
-    return (f"[{finding['id']}] {finding['title']}: {finding['consequence']} "
-            f"Remedy: {finding['remedy']} (source: {finding['source']})")
+    return (
+        f"[{finding['id']}] {finding['title']}: {finding['consequence']} "
+        f"Remedy: {finding['remedy']} (source: {finding['source']})"
+    )
 
 
 def format_adjustment(adjustment: dict) -> str:

@@ -50,16 +50,18 @@ def parse_query_csv(text: str) -> list[dict]:
             raise ValueError(f"query line {number}: compute_cap {capability!r} is not MAJOR.MINOR")
         if not memory.isdigit():
             raise ValueError(f"query line {number}: memory.total {memory!r} is not a number of MiB")
-        gpus.append({
-            "index": int(index),
-            "name": name,
-            "compute_capability": capability,
-            "arch": capability,
-            "memory_total_mib": int(memory),
-            "pci_bus_id": bus_id,
-            "uuid": uuid,
-            "driver_version": driver,
-        })
+        gpus.append(
+            {
+                "index": int(index),
+                "name": name,
+                "compute_capability": capability,
+                "arch": capability,
+                "memory_total_mib": int(memory),
+                "pci_bus_id": bus_id,
+                "uuid": uuid,
+                "driver_version": driver,
+            }
+        )
     indexes = [gpu["index"] for gpu in gpus]
     if len(set(indexes)) != len(indexes):
         raise ValueError(f"query lists a GPU index twice: {indexes}")
@@ -120,7 +122,7 @@ def parse_topology(text: str) -> dict:
         raise ValueError(f"header lists a non-GPU device before a GPU: {devices}")
 
     rows: dict[str, list[str]] = {}
-    for line in lines[header_at + 1:]:
+    for line in lines[header_at + 1 :]:
         tokens = line.split()
         if not tokens:
             if rows:
@@ -132,7 +134,7 @@ def parse_topology(text: str) -> dict:
         if name not in devices:
             raise ValueError(f"matrix row {name!r} is not a device of the header {devices}")
         if name in gpus:
-            cells = tokens[1:1 + len(devices)]
+            cells = tokens[1 : 1 + len(devices)]
             if len(cells) < len(devices):
                 raise ValueError(f"row {name} has {len(cells)} cells for {len(devices)} devices: {line!r}")
             rows[name] = cells
@@ -243,7 +245,7 @@ def parse_p2p(text: str) -> dict:
     pairs = 0
     missing = []
     for i, gpu in enumerate(gpus):
-        for peer in gpus[i + 1:]:
+        for peer in gpus[i + 1 :]:
             pairs += 1
             there, back = matrix[gpu][peer], matrix[peer][gpu]
             if there != "OK" or back != "OK":
@@ -257,5 +259,11 @@ def parse_p2p(text: str) -> dict:
         status = "none"
     else:
         status = "partial"
-    return {"gpus": gpus, "matrix": matrix, "pairs": pairs, "ok_pairs": ok_pairs, "missing": missing,
-            "status": status}
+    return {
+        "gpus": gpus,
+        "matrix": matrix,
+        "pairs": pairs,
+        "ok_pairs": ok_pairs,
+        "missing": missing,
+        "status": status,
+    }

@@ -69,13 +69,24 @@ def installed_versions(python: str, names: list[str], env: dict | None = None) -
 
 def conflict_lines(pip_output: str, limit: int = 6) -> str:
     """The lines of a pip resolution failure that name the conflict (else the output's tail)."""
-    lines = [line.strip() for line in pip_output.splitlines()
-             if re.search(r"The user requested|depends on|Cannot install|No matching distribution", line)]
+    lines = [
+        line.strip()
+        for line in pip_output.splitlines()
+        if re.search(r"The user requested|depends on|Cannot install|No matching distribution", line)
+    ]
     return " | ".join(lines[:limit]) if lines else tail(pip_output, limit).strip()
 
 
-def refuse_replacing(module, python: str, install_argv: list[str], keep: list[str], *,
-                     env: dict | None = None, timeout: int = 1800, result: dict | None = None) -> None:
+def refuse_replacing(
+    module,
+    python: str,
+    install_argv: list[str],
+    keep: list[str],
+    *,
+    env: dict | None = None,
+    timeout: int = 1800,
+    result: dict | None = None,
+) -> None:
     """fail_json, before pip installs anything, when INSTALL_ARGV's plan would replace a kept distribution.
 
     A plan pip cannot make at all (a conflict with the keep pins) fails too, with pip's own words."""
@@ -94,13 +105,32 @@ def refuse_replacing(module, python: str, install_argv: list[str], keep: list[st
     if proc.timed_out:
         module.fail_json(msg=f"pip's plan (dry run) took more than {timeout} s", cmd=argv, rc=124, **result)
     if proc.rc != 0:
-        module.fail_json(msg=("pip cannot make a plan that keeps " + ", ".join(keep) + " (the ML env's torch "
-                              "stays as it is); nothing was installed. pip says: "
-                              + conflict_lines(proc.err + "\n" + proc.out)),
-                         cmd=argv, rc=proc.rc, log_tail=tail(proc.err or proc.out), **result)
+        module.fail_json(
+            msg=(
+                "pip cannot make a plan that keeps " + ", ".join(keep) + " (the ML env's torch "
+                "stays as it is); nothing was installed. pip says: "
+                + conflict_lines(proc.err + "\n" + proc.out)
+            ),
+            cmd=argv,
+            rc=proc.rc,
+            log_tail=tail(proc.err or proc.out),
+            **result,
+        )
     replaced = replacements(report, installed, keep)
     if replaced:
-        module.fail_json(msg=("refusing: this pip run would replace " + "; ".join(replaced) + " in " + python
-                              + ", which must stay as it is (kept: " + ", ".join(keep) + "). Nothing was "
-                              "installed. Choose requirements that fit the installed torch (or a stack whose "
-                              "torch they need)."), cmd=argv, rc=0, **result)
+        module.fail_json(
+            msg=(
+                "refusing: this pip run would replace "
+                + "; ".join(replaced)
+                + " in "
+                + python
+                + ", which must stay as it is (kept: "
+                + ", ".join(keep)
+                + "). Nothing was "
+                "installed. Choose requirements that fit the installed torch (or a stack whose "
+                "torch they need)."
+            ),
+            cmd=argv,
+            rc=0,
+            **result,
+        )

@@ -53,17 +53,31 @@ def _stop_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_bounded(argv, *, timeout: float, env: dict | None = None, env_update: dict | None = None,
-                cwd: str | None = None, input_text: str | None = None) -> Completed:
+def run_bounded(
+    argv,
+    *,
+    timeout: float,
+    env: dict | None = None,
+    env_update: dict | None = None,
+    cwd: str | None = None,
+    input_text: str | None = None,
+) -> Completed:
     """Run argv (its own process group) with captured text output; never longer than timeout seconds."""
     argv = _argv(argv)
     if env_update:
         env = {**(os.environ if env is None else env), **env_update}
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
     except OSError as exc:
         return Completed(NOT_STARTED, "", f"{argv[0]}: {exc}", time.monotonic() - started)
     try:
@@ -77,8 +91,15 @@ def run_bounded(argv, *, timeout: float, env: dict | None = None, env_update: di
     return Completed(rc, out or "", err or "", time.monotonic() - started)
 
 
-def run_logged(argv, log_path: str, *, env: dict | None = None, cwd: str | None = None,
-               timeout: float | None = None, header: str | None = None) -> tuple[int, float]:
+def run_logged(
+    argv,
+    log_path: str,
+    *,
+    env: dict | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+    header: str | None = None,
+) -> tuple[int, float]:
     """Run argv with stdout+stderr appended to log_path; return (rc, seconds).
 
     The log is appended to, with a header line, so one log can tell a whole build's story.
@@ -90,8 +111,15 @@ def run_logged(argv, log_path: str, *, env: dict | None = None, cwd: str | None 
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         log.write(f"\n=== {stamp} {header or ''}\n$ {' '.join(argv)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

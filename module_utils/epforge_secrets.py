@@ -18,8 +18,18 @@ import copy
 import re
 
 REDACTED = "<redacted>"
-SECRET_WORDS = ("api_key", "access_key", "secret_key", "private_key", "token", "secret", "password", "passwd",
-                "credential", "credentials")
+SECRET_WORDS = (
+    "api_key",
+    "access_key",
+    "secret_key",
+    "private_key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "credentials",
+)
 _SECRET_NAME_RE = re.compile(
     r"(?:^|[_-])(?:" + "|".join(w.replace("_", "[_-]?") for w in SECRET_WORDS) + r")$", re.IGNORECASE
 )

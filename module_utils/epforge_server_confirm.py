@@ -91,11 +91,14 @@ def _check(report: dict, key: str, requested, names: list[str], info: dict) -> N
     present = [name for name in names if name in info]
     if not present:
         others = f" (nor as {', '.join(names[1:])})" if len(names) > 1 else ""
-        report["unconfirmed"].append({
-            "key": key, "requested": requested,
-            "reason": f"the running server (SGLang {version or 'of unknown version'}) does not report "
-                      f"'{names[0]}'{others} in its server info",
-        })
+        report["unconfirmed"].append(
+            {
+                "key": key,
+                "requested": requested,
+                "reason": f"the running server (SGLang {version or 'of unknown version'}) does not report "
+                f"'{names[0]}'{others} in its server info",
+            }
+        )
         return
     # Prefer a name whose value is set: a renamed setting leaves the old name at None in some releases.
     name = next((n for n in present if info[n] is not None), present[0])
@@ -122,26 +125,40 @@ def confirm_settings(settings: dict, info: dict, sglang_version: str | None = No
         if requested is None or (isinstance(requested, str) and requested == ""):
             continue
         if is_secret_name(key):
-            report["unconfirmed"].append({"key": key, "requested": HIDDEN,
-                                          "reason": "a secret: server info redacts it, so it is not "
-                                                    "compared"})
+            report["unconfirmed"].append(
+                {
+                    "key": key,
+                    "requested": HIDDEN,
+                    "reason": "a secret: server info redacts it, so it is not compared",
+                }
+            )
         elif key == "env":
             for name in sorted(requested):
-                report["unconfirmed"].append({
-                    "key": f"env.{name}", "requested": requested[name],
-                    "reason": "an environment variable of the server process: server info does not report "
-                              "the environment"})
+                report["unconfirmed"].append(
+                    {
+                        "key": f"env.{name}",
+                        "requested": requested[name],
+                        "reason": "an environment variable of the server process: "
+                        "server info does not report the environment",
+                    }
+                )
         elif key == "extra_args":
             for flag, value in extra_arg_settings(requested):
                 dest = flag[2:].replace("-", "_")
                 if is_secret_name(flag):
-                    report["unconfirmed"].append({"key": f"extra_args {flag}", "requested": HIDDEN,
-                                                  "reason": "a secret: not compared"})
+                    report["unconfirmed"].append(
+                        {"key": f"extra_args {flag}", "requested": HIDDEN, "reason": "a secret: not compared"}
+                    )
                     continue
                 _check(report, f"extra_args {flag}", value, [dest], info)
         elif key not in SETTINGS_SCHEMA:
-            report["unconfirmed"].append({"key": key, "requested": requested,
-                                          "reason": "not a setting epforge knows, so it was not compared"})
+            report["unconfirmed"].append(
+                {
+                    "key": key,
+                    "requested": requested,
+                    "reason": "not a setting epforge knows, so it was not compared",
+                }
+            )
         else:
             _check(report, key, requested, _names(key, sglang_version), info)
     report["running"] = {e["key"]: e["running"] for e in report["confirmed"] + report["mismatched"]}

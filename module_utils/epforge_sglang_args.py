@@ -156,8 +156,13 @@ def accepted(key: str) -> str:
     kind = spec["kind"]
     if kind == "int":
         low, high = spec.get("min"), spec.get("max")
-        text = ("an integer" if low is None else
-                f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}")
+        text = (
+            "an integer"
+            if low is None
+            else f"an integer from {low} to {high}"
+            if high is not None
+            else f"an integer >= {low}"
+        )
     elif kind == "bool":
         text = "true or false"
     elif kind == "list":
@@ -194,8 +199,10 @@ def _kind_problem(key: str, kind: str, value) -> str | None:
         number = as_int(value)
         if number is None:
             # bool is an int in Python, but True would render as "True": refuse it.
-            return (f"{key} must be an integer, got {shown} (write it as a number, e.g. 8); "
-                    f"accepted: {accepted(key)}")
+            return (
+                f"{key} must be an integer, got {shown} (write it as a number, e.g. 8); "
+                f"accepted: {accepted(key)}"
+            )
         low, high = spec.get("min"), spec.get("max")
         if (low is not None and number < low) or (high is not None and number > high):
             return f"{key} is out of range, got {value!r}; accepted: {accepted(key)}"
@@ -237,33 +244,47 @@ def _relation_problems(settings: dict) -> list[str]:
     nnodes = as_int(settings.get("nnodes"))
     node_rank = as_int(settings.get("node_rank"))
     if tp is None or tp < 1:
-        return problems     # tp_size itself is refused; relations to it would only repeat that
+        return problems  # tp_size itself is refused; relations to it would only repeat that
     # SGLang places expert-parallel ranks inside the tensor-parallel group
     # (moe_ep_rank = tp_rank // (tp_size // ep_size), sglang srt/entrypoints/engine.py).
     if ep is not None and ep >= 1 and (ep > tp or tp % ep):
-        problems.append(f"ep_size {ep} does not divide tp_size {tp}: SGLang splits the tensor-parallel group "
-                        f"into expert-parallel groups; accepted: one of {_divisors(tp)} (deepep wants "
-                        f"ep_size equal to tp_size)")
+        problems.append(
+            f"ep_size {ep} does not divide tp_size {tp}: SGLang splits the tensor-parallel group "
+            f"into expert-parallel groups; accepted: one of {_divisors(tp)} (deepep wants "
+            f"ep_size equal to tp_size)"
+        )
     # DP attention shards the attention of the tensor-parallel group (tp_size % dp_size == 0 in SGLang).
     if settings.get("enable_dp_attention") is True and dp is not None and dp >= 1 and tp % dp:
-        problems.append(f"dp_size {dp} does not divide tp_size {tp} with enable_dp_attention: accepted: one "
-                        f"of {_divisors(tp)}")
+        problems.append(
+            f"dp_size {dp} does not divide tp_size {tp} with enable_dp_attention: accepted: one "
+            f"of {_divisors(tp)}"
+        )
     if nnodes is not None and nnodes >= 1:
-        pipeline = any(isinstance(a, str) and a.split("=", 1)[0] in ("--pp-size", "--pipeline-parallel-size")
-                       for a in settings.get("extra_args") or [])
+        pipeline = any(
+            isinstance(a, str) and a.split("=", 1)[0] in ("--pp-size", "--pipeline-parallel-size")
+            for a in settings.get("extra_args") or []
+        )
         if not pipeline and settings.get("tp_size") is not None and tp % nnodes:
-            problems.append(f"tp_size {tp} cannot be spread evenly over nnodes {nnodes}: SGLang needs "
-                            f"tp_size to be a multiple of nnodes; accepted: nnodes one of {_divisors(tp)}")
+            problems.append(
+                f"tp_size {tp} cannot be spread evenly over nnodes {nnodes}: SGLang needs "
+                f"tp_size to be a multiple of nnodes; accepted: nnodes one of {_divisors(tp)}"
+            )
         if nnodes > 1:
             if not settings.get("dist_init_addr"):
-                problems.append(f"nnodes is {nnodes} but dist_init_addr is not set: every node needs the "
-                                "first node's HOST:PORT (the sglang role derives it from sglang_node_group)")
+                problems.append(
+                    f"nnodes is {nnodes} but dist_init_addr is not set: every node needs the "
+                    "first node's HOST:PORT (the sglang role derives it from sglang_node_group)"
+                )
             if settings.get("node_rank") is None:
-                problems.append(f"nnodes is {nnodes} but node_rank is not set; accepted: an integer from 0 "
-                                f"to {nnodes - 1}")
+                problems.append(
+                    f"nnodes is {nnodes} but node_rank is not set; accepted: an integer from 0 "
+                    f"to {nnodes - 1}"
+                )
         if node_rank is not None and node_rank >= 0 and node_rank >= nnodes:
-            problems.append(f"node_rank {node_rank} is outside 0..{nnodes - 1} (nnodes {nnodes}); accepted: "
-                            f"an integer from 0 to {nnodes - 1}")
+            problems.append(
+                f"node_rank {node_rank} is outside 0..{nnodes - 1} (nnodes {nnodes}); accepted: "
+                f"an integer from 0 to {nnodes - 1}"
+            )
     return problems
 
 
@@ -276,17 +297,22 @@ def validate_settings(settings, *, require_model: bool = True) -> list[str]:
     between releases (moe_a2a_backend) are left to the installed SGLang's parser (sglang_flags_check).
     """
     if not isinstance(settings, dict):
-        return ["server settings (epforge_server) must be a mapping of setting names to values, e.g. "
-                f"{{model_path: /models/m, tp_size: 8}}, got {_show(settings)}; known settings: "
-                + ", ".join(sorted(SETTINGS_SCHEMA))]
+        return [
+            "server settings (epforge_server) must be a mapping of setting names to values, e.g. "
+            f"{{model_path: /models/m, tp_size: 8}}, got {_show(settings)}; known settings: "
+            + ", ".join(sorted(SETTINGS_SCHEMA))
+        ]
     problems: list[str] = []
     for key in settings:
         if key not in SETTINGS_SCHEMA:
             close = difflib.get_close_matches(str(key), SETTINGS_SCHEMA, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            problems.append(f"unknown server setting '{key}'{hint} (value {settings[key]!r}); "
-                            "known settings: " + ", ".join(sorted(SETTINGS_SCHEMA))
-                            + "; pass other SGLang flags through extra_args")
+            problems.append(
+                f"unknown server setting '{key}'{hint} (value {settings[key]!r}); "
+                "known settings: "
+                + ", ".join(sorted(SETTINGS_SCHEMA))
+                + "; pass other SGLang flags through extra_args"
+            )
     for key, spec in SETTINGS_SCHEMA.items():
         problem = _kind_problem(key, spec["kind"], settings.get(key))
         if problem:
@@ -307,8 +333,10 @@ def validate_settings(settings, *, require_model: bool = True) -> list[str]:
         owned = {flag_name(key) for key in FLAG_ORDER} | {"--" + k.replace("_", "-") for k in FLAG_ORDER}
         for item in extra:
             if isinstance(item, str) and item.split("=", 1)[0] in owned:
-                problems.append(f"extra_args repeats {item.split('=', 1)[0]}, which a setting of its own "
-                                "controls: set that setting instead")
+                problems.append(
+                    f"extra_args repeats {item.split('=', 1)[0]}, which a setting of its own "
+                    "controls: set that setting instead"
+                )
     return problems
 
 
@@ -316,8 +344,9 @@ def _render_value(value) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def build_server_argv(settings: dict, include_secrets: bool = False, *,
-                      sglang_version: str | None = None) -> list[str]:
+def build_server_argv(
+    settings: dict, include_secrets: bool = False, *, sglang_version: str | None = None
+) -> list[str]:
     """The flags of `python -m sglang.launch_server` for these settings (not the python/-m prefix).
 
     Unset (None) settings and false booleans are left out; host and port are always rendered.
@@ -351,5 +380,7 @@ def build_server_argv(settings: dict, include_secrets: bool = False, *,
 def build_server_env(settings: dict) -> dict[str, str]:
     """The environment variables the settings ask for (e.g. NCCL_P2P_LEVEL), as strings."""
     env = (settings or {}).get("env") or {}
-    return {str(name): (str(value).lower() if isinstance(value, bool) else str(value))
-            for name, value in env.items()}
+    return {
+        str(name): (str(value).lower() if isinstance(value, bool) else str(value))
+        for name, value in env.items()
+    }

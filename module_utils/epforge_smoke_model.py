@@ -79,29 +79,44 @@ the of and to in is that for it as was with be by on not he this are or his from
 
 # ---------------------------------------------------------------- planning (stdlib only)
 
+
 def settings_problems(s: dict) -> list[str]:
     """Every reason these settings cannot make a loadable model (empty when fine)."""
     problems = []
     if s["architecture"] not in ARCHITECTURES:
         problems.append(f"architecture '{s['architecture']}' is not one of {', '.join(ARCHITECTURES)}")
-    for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                "num_experts", "num_experts_per_tok", "moe_intermediate_size", "vocab_size",
-                "max_position_embeddings"):
+    for key in (
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+    ):
         if not isinstance(s[key], int) or s[key] < 1:
             problems.append(f"{key} must be a positive integer, not {s[key]!r}")
     if problems:
         return problems
     if s["num_experts_per_tok"] > s["num_experts"]:
-        problems.append(f"num_experts_per_tok ({s['num_experts_per_tok']}) exceeds num_experts "
-                        f"({s['num_experts']})")
+        problems.append(
+            f"num_experts_per_tok ({s['num_experts_per_tok']}) exceeds num_experts ({s['num_experts']})"
+        )
     if s["num_attention_heads"] % s["num_key_value_heads"]:
-        problems.append(f"num_attention_heads ({s['num_attention_heads']}) must be a multiple of "
-                        f"num_key_value_heads ({s['num_key_value_heads']})")
+        problems.append(
+            f"num_attention_heads ({s['num_attention_heads']}) must be a multiple of "
+            f"num_key_value_heads ({s['num_key_value_heads']})"
+        )
     if s["head_dim"] % 2:
         problems.append(f"head_dim ({s['head_dim']}) must be even (rotary embeddings rotate pairs)")
     if s["vocab_size"] < MIN_VOCAB:
-        problems.append(f"vocab_size ({s['vocab_size']}) is below {MIN_VOCAB}: a byte-level tokenizer needs "
-                        "256 byte tokens, the special tokens and some merges")
+        problems.append(
+            f"vocab_size ({s['vocab_size']}) is below {MIN_VOCAB}: a byte-level tokenizer needs "
+            "256 byte tokens, the special tokens and some merges"
+        )
     if s["seed"] < 0:
         problems.append(f"seed must be >= 0, not {s['seed']}")
     if not 0 < s["initializer_range"] < 1:
@@ -111,8 +126,9 @@ def settings_problems(s: dict) -> list[str]:
 
 def input_key(s: dict) -> str:
     """sha256 of the settings and the writer version: equal key = equal files."""
-    text = json.dumps({"settings": s, "writer_version": WRITER_VERSION}, sort_keys=True,
-                      separators=(",", ":"))
+    text = json.dumps(
+        {"settings": s, "writer_version": WRITER_VERSION}, sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -162,24 +178,30 @@ def tensor_table(s: dict) -> list[tuple[str, list[int], str]]:
     init is 'random' or 'ones' (norm weights). Sorted by name, the order of the safetensors file."""
     h, d = s["hidden_size"], s["head_dim"]
     q, kv, inter = s["num_attention_heads"] * d, s["num_key_value_heads"] * d, s["moe_intermediate_size"]
-    table = [("model.embed_tokens.weight", [s["vocab_size"], h], "random"),
-             ("model.norm.weight", [h], "ones"),
-             ("lm_head.weight", [s["vocab_size"], h], "random")]
+    table = [
+        ("model.embed_tokens.weight", [s["vocab_size"], h], "random"),
+        ("model.norm.weight", [h], "ones"),
+        ("lm_head.weight", [s["vocab_size"], h], "random"),
+    ]
     for n in range(s["num_hidden_layers"]):
         p = f"model.layers.{n}"
-        table += [(f"{p}.input_layernorm.weight", [h], "ones"),
-                  (f"{p}.post_attention_layernorm.weight", [h], "ones"),
-                  (f"{p}.self_attn.q_proj.weight", [q, h], "random"),
-                  (f"{p}.self_attn.k_proj.weight", [kv, h], "random"),
-                  (f"{p}.self_attn.v_proj.weight", [kv, h], "random"),
-                  (f"{p}.self_attn.o_proj.weight", [h, q], "random"),
-                  (f"{p}.self_attn.q_norm.weight", [d], "ones"),
-                  (f"{p}.self_attn.k_norm.weight", [d], "ones"),
-                  (f"{p}.mlp.gate.weight", [s["num_experts"], h], "random")]
+        table += [
+            (f"{p}.input_layernorm.weight", [h], "ones"),
+            (f"{p}.post_attention_layernorm.weight", [h], "ones"),
+            (f"{p}.self_attn.q_proj.weight", [q, h], "random"),
+            (f"{p}.self_attn.k_proj.weight", [kv, h], "random"),
+            (f"{p}.self_attn.v_proj.weight", [kv, h], "random"),
+            (f"{p}.self_attn.o_proj.weight", [h, q], "random"),
+            (f"{p}.self_attn.q_norm.weight", [d], "ones"),
+            (f"{p}.self_attn.k_norm.weight", [d], "ones"),
+            (f"{p}.mlp.gate.weight", [s["num_experts"], h], "random"),
+        ]
         for e in range(s["num_experts"]):
-            table += [(f"{p}.mlp.experts.{e}.gate_proj.weight", [inter, h], "random"),
-                      (f"{p}.mlp.experts.{e}.up_proj.weight", [inter, h], "random"),
-                      (f"{p}.mlp.experts.{e}.down_proj.weight", [h, inter], "random")]
+            table += [
+                (f"{p}.mlp.experts.{e}.gate_proj.weight", [inter, h], "random"),
+                (f"{p}.mlp.experts.{e}.up_proj.weight", [inter, h], "random"),
+                (f"{p}.mlp.experts.{e}.down_proj.weight", [h, inter], "random"),
+            ]
     return sorted(table)
 
 
@@ -211,6 +233,7 @@ def manifest_matches(directory: str, key: str) -> tuple[bool, str]:
 
 # ---------------------------------------------------------------- the writer (numpy + tokenizers)
 
+
 def _bf16_random(np, shape: list[int], seed: int, name: str, scale: float):
     """Uniform values in [-scale, scale) as bf16 bit patterns (uint16), fixed by (seed, name)."""
     count = 1
@@ -219,7 +242,7 @@ def _bf16_random(np, shape: list[int], seed: int, name: str, scale: float):
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
     raw = np.random.PCG64(int.from_bytes(digest[:16], "little")).random_raw(count)
     # Top 24 bits -> float32 in [0, 1) exactly; then plain IEEE float32 arithmetic.
-    values = (raw >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
+    values = (raw >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24)
     values = (values * np.float32(2.0) - np.float32(1.0)) * np.float32(scale)
     bits = values.view(np.uint32)
     # float32 -> bf16, round to nearest even (no NaN/inf can occur here).
@@ -241,7 +264,7 @@ def write_safetensors(np, path: str, s: dict) -> None:
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the safetensors library writes it
     # Uniform on [-a, a) has std a/sqrt(3): a = initializer_range * sqrt(3) gives the config's std.
-    scale = s["initializer_range"] * 3 ** 0.5
+    scale = s["initializer_range"] * 3**0.5
     with open(path, "wb") as handle:
         handle.write(struct.pack("<Q", len(text)))
         handle.write(text)
@@ -268,9 +291,13 @@ def write_tokenizer(directory: str, s: dict) -> int:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=s["vocab_size"], min_frequency=2, show_progress=False,
-                                  special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=s["vocab_size"],
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(TRAINING_TEXT.splitlines(), trainer=trainer)
     # The little text gives a few hundred merges; ordinary added tokens fill the rest of the model's vocab,
     # so every id a random model may emit decodes to visible text.
@@ -290,8 +317,10 @@ def write_tokenizer(directory: str, s: dict) -> int:
         "chat_template": CHAT_TEMPLATE,
     }
     _write_json(os.path.join(directory, "tokenizer_config.json"), config)
-    _write_json(os.path.join(directory, "special_tokens_map.json"),
-                {key: SPECIAL_TOKENS[0] for key in ("bos_token", "eos_token", "pad_token")})
+    _write_json(
+        os.path.join(directory, "special_tokens_map.json"),
+        {key: SPECIAL_TOKENS[0] for key in ("bos_token", "eos_token", "pad_token")},
+    )
     return tokenizer.get_vocab_size()
 
 
@@ -315,8 +344,10 @@ def write_model(directory: str, s: dict) -> dict:
 
     config = model_config(s)
     _write_json(os.path.join(directory, "config.json"), config)
-    _write_json(os.path.join(directory, "generation_config.json"),
-                {"bos_token_id": 0, "eos_token_id": 0, "do_sample": False})
+    _write_json(
+        os.path.join(directory, "generation_config.json"),
+        {"bos_token_id": 0, "eos_token_id": 0, "do_sample": False},
+    )
     tokenizer_size = write_tokenizer(directory, s)
     write_safetensors(np, os.path.join(directory, SAFETENSORS), s)
     files = {}

@@ -82,9 +82,7 @@ def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
 
     name = spec["name"]
     if expected_name is not None and name != expected_name:
-        problems.append(
-            f"stack file for '{expected_name}' declares name '{name}': rename one so they agree"
-        )
+        problems.append(f"stack file for '{expected_name}' declares name '{name}': rename one so they agree")
 
     cuda = str(spec["cuda"].get("version", ""))
     cuda_t = version_tuple(cuda)
@@ -155,9 +153,7 @@ def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
         base, suffix = base_arch(arch), require_arch(arch)[2]
         need = ARCH_MIN_CUDA.get(base)
         if need and cuda_t[:2] < need:
-            problems.append(
-                f"arch {arch} needs CUDA >= {need[0]}.{need[1]} but the stack's CUDA is {cuda}"
-            )
+            problems.append(f"arch {arch} needs CUDA >= {need[0]}.{need[1]} but the stack's CUDA is {cuda}")
         if suffix == "f" and cuda_t[:2] < FAMILY_SUFFIX_MIN_CUDA:
             problems.append(f"arch {arch} (family target) needs CUDA >= 12.9; use {base}a with CUDA {cuda}")
     return problems

@@ -97,17 +97,34 @@ def mask_secrets(text: str, secret_names: list[str] | tuple[str, ...]) -> str:
     return "".join(out)
 
 
-def render_unit(*, description: str, argv: list[str], user: str, group: str | None = None,
-                env_file: str | None = None, log_path: str | None = None, working_dir: str | None = None,
-                restart_sec: int = 10, start_limit_burst: int = 3, start_limit_interval: int = 600,
-                stop_timeout: int = 60, limits: dict | None = None, what: str = "sglang_server") -> str:
+def render_unit(
+    *,
+    description: str,
+    argv: list[str],
+    user: str,
+    group: str | None = None,
+    env_file: str | None = None,
+    log_path: str | None = None,
+    working_dir: str | None = None,
+    restart_sec: int = 10,
+    start_limit_burst: int = 3,
+    start_limit_interval: int = 600,
+    stop_timeout: int = 60,
+    limits: dict | None = None,
+    what: str = "sglang_server",
+) -> str:
     """A systemd service unit for a server: unprivileged User=, EnvironmentFile, Restart=on-failure with
     start limits, output appended to log_path (None: the journal)."""
     if not user or user == "root":
         raise UnitError("the server must run as an unprivileged user (user must be set and not root)")
-    for name, value in (("description", description), ("user", user), ("group", group or ""),
-                        ("env_file", env_file or ""), ("log_path", log_path or ""),
-                        ("working_dir", working_dir or "")):
+    for name, value in (
+        ("description", description),
+        ("user", user),
+        ("group", group or ""),
+        ("env_file", env_file or ""),
+        ("log_path", log_path or ""),
+        ("working_dir", working_dir or ""),
+    ):
         if "\n" in value or "\r" in value:
             raise UnitError(f"{name} cannot hold a newline")
     for name, path in (("env_file", env_file), ("log_path", log_path), ("working_dir", working_dir)):

@@ -62,10 +62,23 @@ def pin_from_metadata(requires_dist: list[str], names: list[str]) -> list[str]:
     return pinned
 
 
-def _group(name: str, requirements: list[str], *, no_deps: bool = False, index_url: str = "",
-           env: str = "ml", pin_from: str = "") -> dict:
-    return {"name": name, "requirements": [r for r in requirements if r], "no_deps": no_deps,
-            "index_url": index_url, "env": env, "pin_from": pin_from}
+def _group(
+    name: str,
+    requirements: list[str],
+    *,
+    no_deps: bool = False,
+    index_url: str = "",
+    env: str = "ml",
+    pin_from: str = "",
+) -> dict:
+    return {
+        "name": name,
+        "requirements": [r for r in requirements if r],
+        "no_deps": no_deps,
+        "index_url": index_url,
+        "env": env,
+        "pin_from": pin_from,
+    }
 
 
 def requirement_groups(stack: dict, choice: dict) -> list[dict]:
@@ -81,18 +94,29 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     torch = stack.get("torch", {})
     keep = list(choice.get("sglang_keep") or [f"torch=={torch.get('version')}"])
     if choice.get("cuda_toolkit_method", stack.get("cuda", {}).get("default_method")) == "pypi":
-        groups.append(_group("cuda_toolkit", list(stack.get("cuda", {}).get("pypi_packages", [])),
-                             no_deps=True, env="download"))
+        groups.append(
+            _group(
+                "cuda_toolkit",
+                list(stack.get("cuda", {}).get("pypi_packages", [])),
+                no_deps=True,
+                env="download",
+            )
+        )
     if choice.get("ml_env_method", "venv") == "venv":
         # An adopted env (method existing) is used as it is: no torch, no build tools installed into it.
-        groups.append(_group("ml_env torch", [f"torch=={torch.get('version')}"],
-                             index_url=torch.get("index_url") or ""))
+        groups.append(
+            _group("ml_env torch", [f"torch=={torch.get('version')}"], index_url=torch.get("index_url") or "")
+        )
         groups.append(_group("ml_env build tools", list(choice.get("ml_env_build_packages") or [])))
     if choice.get("flashinfer", True):
         flashinfer = stack.get("flashinfer", {})
         if flashinfer.get("version"):
-            groups.append(_group("flashinfer", [f"{flashinfer.get('package', 'flashinfer-python')}=="
-                                                f"{flashinfer['version']}"]))
+            groups.append(
+                _group(
+                    "flashinfer",
+                    [f"{flashinfer.get('package', 'flashinfer-python')}=={flashinfer['version']}"],
+                )
+            )
     if choice.get("deepep", False):
         nvshmem = stack.get("nvshmem", {})
         if nvshmem.get("package"):
@@ -110,8 +134,9 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
         elif profile == "server":
             # As role sglang does: SGLang + kernel --no-deps, then its imports pinned from its Requires-Dist.
             groups.append(_group("sglang", [release, kernel], no_deps=True))
-            groups.append(_group("sglang server deps", [*choice.get("sglang_deps", []), *keep],
-                                 pin_from="sglang"))
+            groups.append(
+                _group("sglang server deps", [*choice.get("sglang_deps", []), *keep], pin_from="sglang")
+            )
         else:
             groups.append(_group("sglang", [release], no_deps=True))
             groups.append(_group(f"sglang {profile} deps", [*choice.get("sglang_deps", []), *keep]))
@@ -119,8 +144,15 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
         if overrides:
             groups.append(_group("sglang overrides", [*overrides, *keep]))
     for extra in choice.get("extra") or []:
-        groups.append(_group(extra["name"], list(extra["requirements"]), no_deps=bool(extra.get("no_deps")),
-                             index_url=extra.get("index_url", ""), env=extra.get("env", "ml")))
+        groups.append(
+            _group(
+                extra["name"],
+                list(extra["requirements"]),
+                no_deps=bool(extra.get("no_deps")),
+                index_url=extra.get("index_url", ""),
+                env=extra.get("env", "ml"),
+            )
+        )
     # A run with nothing to install (no build tools asked for, say) is no pip run at all.
     return [group for group in groups if group["requirements"]]
 
@@ -146,8 +178,19 @@ def target_args(python_version: str, machine: str, glibc: str) -> list[str]:
     if not match:
         raise ValueError(f"python version {python_version!r} is not MAJOR.MINOR[.PATCH]")
     tag = f"cp{match.group(1)}{match.group(2)}"
-    args = ["--only-binary=:all:", "--python-version", f"{match.group(1)}.{match.group(2)}",
-            "--implementation", "cp", "--abi", tag, "--abi", "abi3", "--abi", "none"]
+    args = [
+        "--only-binary=:all:",
+        "--python-version",
+        f"{match.group(1)}.{match.group(2)}",
+        "--implementation",
+        "cp",
+        "--abi",
+        tag,
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+    ]
     for platform in manylinux_platforms(machine, glibc):
         args += ["--platform", platform]
     return args
@@ -169,8 +212,13 @@ def report_items(report: dict) -> list[dict]:
     items = []
     for entry in report.get("install", []):
         url = entry.get("download_info", {}).get("url", "")
-        items.append({"name": normalize(entry["metadata"]["name"]), "version": entry["metadata"]["version"],
-                      "filename": os.path.basename(url.split("#", 1)[0])})
+        items.append(
+            {
+                "name": normalize(entry["metadata"]["name"]),
+                "version": entry["metadata"]["version"],
+                "filename": os.path.basename(url.split("#", 1)[0]),
+            }
+        )
     return items
 
 

@@ -64,14 +64,21 @@ def cu130_spec() -> dict:
 def cuda13_nvcc() -> str:
     """A real CUDA 13 nvcc: $EPFORGE_TEST_NVCC, /usr/local/cuda-13.0, else a CUDA_HOME assembled by the
     project's own cuda_toolkit_pypi module into the test cache (about 10 s and 2 GB of wheels, once)."""
-    for candidate in (os.environ.get("EPFORGE_TEST_NVCC"), "/usr/local/cuda-13.0/bin/nvcc",
-                      str(CACHE / "cuda-13.0" / "bin" / "nvcc")):
+    for candidate in (
+        os.environ.get("EPFORGE_TEST_NVCC"),
+        "/usr/local/cuda-13.0/bin/nvcc",
+        str(CACHE / "cuda-13.0" / "bin" / "nvcc"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     spec = cu130_spec()
-    args = {"prefix": str(CACHE / "cuda-13.0"), "cuda_version": spec["cuda"]["version"],
-            "packages": spec["cuda"]["pypi_packages"], "wheel_dir": str(CACHE / "wheels"),
-            "log_path": str(CACHE / "cuda-13.0.log")}
+    args = {
+        "prefix": str(CACHE / "cuda-13.0"),
+        "cuda_version": spec["cuda"]["version"],
+        "packages": spec["cuda"]["pypi_packages"],
+        "wheel_dir": str(CACHE / "wheels"),
+        "log_path": str(CACHE / "cuda-13.0.log"),
+    }
     import moduletools  # noqa: PLC0415 - test support, importable once pytest put tests/ on sys.path
 
     rc, result = moduletools.run_module("cuda_toolkit_pypi", args, timeout=1800)
@@ -112,11 +119,18 @@ def torch_venv() -> Path:
     if has_torch(MOLECULE_ML_ENV, torch["version"]):
         return MOLECULE_ML_ENV
     venv = CACHE / "ml-env"
-    args = {"path": str(venv), "torch_version": torch["version"], "torch_cuda": "13.0",
-            "toolkit_cuda": "13.0",
-            "archs": ["12.0"], "packages": ["setuptools", "wheel", "ninja", "packaging"],
-            "log_path": str(CACHE / "ml-env.log"), "stamp_path": str(CACHE / "ml-env.stamp.json"),
-            "base_python": sys.executable, "timeout": 3000}
+    args = {
+        "path": str(venv),
+        "torch_version": torch["version"],
+        "torch_cuda": "13.0",
+        "toolkit_cuda": "13.0",
+        "archs": ["12.0"],
+        "packages": ["setuptools", "wheel", "ninja", "packaging"],
+        "log_path": str(CACHE / "ml-env.log"),
+        "stamp_path": str(CACHE / "ml-env.stamp.json"),
+        "base_python": sys.executable,
+        "timeout": 3000,
+    }
     import moduletools  # noqa: PLC0415 - as above
 
     rc, result = moduletools.run_module("ml_env_torch", args, timeout=3600)
@@ -143,9 +157,12 @@ def torch_cpu_python() -> str:
         return override
     venv = CACHE / "torch-cpu-transformers"
     python = venv / "bin" / "python"
-    if not (python.exists() and subprocess.run([str(python), "-c", probe], capture_output=True,
-                                               check=False).returncode == 0):
+    if not (
+        python.exists()
+        and subprocess.run([str(python), "-c", probe], capture_output=True, check=False).returncode == 0
+    ):
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *TORCH_CPU_NEEDS], check=True,
-                       timeout=3600)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", *TORCH_CPU_NEEDS], check=True, timeout=3600
+        )
     return str(python)

@@ -31,8 +31,9 @@ def module_file(module: str | Path) -> Path:
     return module if isinstance(module, Path) else ROOT / "library" / f"{module}.py"
 
 
-def module_argv(module: str | Path, args: dict, *, check: bool = False, diff: bool = False,
-                args_dir: Path | None = None) -> tuple[list[str], str]:
+def module_argv(
+    module: str | Path, args: dict, *, check: bool = False, diff: bool = False, args_dir: Path | None = None
+) -> tuple[list[str], str]:
     """Write the JSON args file (in args_dir, else a temp file the caller removes); return (argv, path)."""
     text = json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_diff": diff}})
     if args_dir is None:
@@ -45,9 +46,15 @@ def module_argv(module: str | Path, args: dict, *, check: bool = False, diff: bo
     return [sys.executable, "-c", RUNNER, str(module_file(module)), args_file], args_file
 
 
-def run_module_proc(module: str | Path, args: dict, *, check: bool = False, diff: bool = False,
-                    timeout: float = 120, args_dir: Path | None = None
-                    ) -> tuple[subprocess.CompletedProcess, dict]:
+def run_module_proc(
+    module: str | Path,
+    args: dict,
+    *,
+    check: bool = False,
+    diff: bool = False,
+    timeout: float = 120,
+    args_dir: Path | None = None,
+) -> tuple[subprocess.CompletedProcess, dict]:
     """Run a module file the way Ansible does; return (the finished process, its parsed result).
 
     The args file goes to args_dir and stays there, or to a temp file removed afterwards."""
@@ -63,15 +70,23 @@ def run_module_proc(module: str | Path, args: dict, *, check: bool = False, diff
         pytest.fail(f"module printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
 
 
-def run_module(module: str | Path, args: dict, *, check: bool = False, diff: bool = False,
-               timeout: float = 120) -> tuple[int, dict]:
+def run_module(
+    module: str | Path, args: dict, *, check: bool = False, diff: bool = False, timeout: float = 120
+) -> tuple[int, dict]:
     """Run a module file the way Ansible does (a JSON args file); return (rc, parsed result)."""
     proc, result = run_module_proc(module, args, check=check, diff=diff, timeout=timeout)
     return proc.returncode, result
 
 
-def run_module_in(tmp_path: Path, module: str | Path, args: dict, *, check: bool = False, diff: bool = False,
-                  timeout: float = 120) -> dict:
+def run_module_in(
+    tmp_path: Path,
+    module: str | Path,
+    args: dict,
+    *,
+    check: bool = False,
+    diff: bool = False,
+    timeout: float = 120,
+) -> dict:
     """As run_module, the args file left in tmp_path; the result carries `_rc` and `_stdout`."""
     proc, result = run_module_proc(module, args, check=check, diff=diff, timeout=timeout, args_dir=tmp_path)
     result["_rc"] = proc.returncode

@@ -53,8 +53,13 @@ echo "EPFORGE_CHECK_SECONDS $(( $(date +%s) - start ))"
 
 def checkout_tar() -> bytes:
     """This checkout as a fresh clone would hold it, plus uncommitted files git does not ignore."""
-    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, check=True, timeout=60).stdout.split(b"\0")
+    names = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.split(b"\0")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name in filter(None, names):
@@ -74,8 +79,9 @@ def suite_image(request) -> tuple[str, str]:
     image = f"localhost/epforge-molecule-{suite}:latest"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     env = {**podman_env(), "EPFORGE_DEBIAN_SUITE": suite}
-    proc = subprocess.run([str(HARNESS / "build-image.sh")], env=env, capture_output=True, text=True,
-                          timeout=1800, check=False)
+    proc = subprocess.run(
+        [str(HARNESS / "build-image.sh")], env=env, capture_output=True, text=True, timeout=1800, check=False
+    )
     (LOG_DIR / f"build-image-{suite}.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"building the {suite} image failed:\n{proc.stderr[-4000:]}"
     return suite, image
@@ -88,19 +94,29 @@ def test_readme_first_command_on_a_clean_controller(suite_image, record_property
     argv = ["podman", "run", "--rm", "-i", "--name", f"epforge-controller-{suite}-{os.getpid()}"]
     if CA_BUNDLE.exists():
         # This machine's CA bundle (it may sit behind a TLS-inspecting proxy) for apt, pip and Ansible.
-        argv += ["-v", f"{CA_BUNDLE}:/etc/epforge-ca.crt:ro", "-e", "PIP_CERT=/etc/epforge-ca.crt",
-                 "-e", "SSL_CERT_FILE=/etc/epforge-ca.crt", "-e", "REQUESTS_CA_BUNDLE=/etc/epforge-ca.crt"]
+        argv += [
+            "-v",
+            f"{CA_BUNDLE}:/etc/epforge-ca.crt:ro",
+            "-e",
+            "PIP_CERT=/etc/epforge-ca.crt",
+            "-e",
+            "SSL_CERT_FILE=/etc/epforge-ca.crt",
+            "-e",
+            "REQUESTS_CA_BUNDLE=/etc/epforge-ca.crt",
+        ]
     argv += [image, "bash", "-c", SCRIPT]
     started = time.monotonic()
     log = LOG_DIR / f"{suite}.log"
     try:
-        proc = subprocess.run(argv, input=checkout_tar(), capture_output=True, timeout=TIMEOUT,
-                              env=podman_env(), check=False)
+        proc = subprocess.run(
+            argv, input=checkout_tar(), capture_output=True, timeout=TIMEOUT, env=podman_env(), check=False
+        )
         out = (proc.stdout + proc.stderr).decode(errors="replace")
         rc = proc.returncode
     except subprocess.TimeoutExpired as exc:
-        subprocess.run(["podman", "rm", "-f", argv[5]], capture_output=True, timeout=120, check=False,
-                       env=podman_env())
+        subprocess.run(
+            ["podman", "rm", "-f", argv[5]], capture_output=True, timeout=120, check=False, env=podman_env()
+        )
         out, rc = ((exc.stdout or b"") + (exc.stderr or b"")).decode(errors="replace"), None
     seconds = time.monotonic() - started
     log.write_text(out)

@@ -30,8 +30,9 @@ def run_canary() -> str:
     major, minor = torch.cuda.get_device_capability(0)
     arch = epforge_canary.compiled_arch(0)
     check(arch // 10 <= major * 10 + minor, f"ran code for arch {arch} on a {major}.{minor} device")
-    return (f"kernel ran on {torch.cuda.get_device_name(0)} ({major}.{minor}) "
-            f"with code for __CUDA_ARCH__={arch}")
+    return (
+        f"kernel ran on {torch.cuda.get_device_name(0)} ({major}.{minor}) with code for __CUDA_ARCH__={arch}"
+    )
 
 
 def test_canary() -> None:

@@ -1,6 +1,6 @@
 """Capture a running SGLang server's HTTP answers into files (by-hand fixture capture).
 
-    python http_capture.py http://127.0.0.1:30000 OUT_DIR TAG     # writes OUT_DIR/TAG-NAME.txt
+python http_capture.py http://127.0.0.1:30000 OUT_DIR TAG     # writes OUT_DIR/TAG-NAME.txt
 """
 
 import json
@@ -18,13 +18,29 @@ CALLS = [
     ("get_model_info", "GET", "/get_model_info", None),
     ("model_info", "GET", "/model_info", None),
     ("v1_models", "GET", "/v1/models", None),
-    ("generate", "POST", "/generate",
-     {"text": PROMPT, "sampling_params": {"max_new_tokens": 16, "temperature": 0}}),
-    ("chat", "POST", "/v1/chat/completions",
-     {"model": "default", "max_tokens": 16, "temperature": 0,
-      "messages": [{"role": "user", "content": PROMPT}]}),
-    ("completions", "POST", "/v1/completions",
-     {"model": "default", "max_tokens": 16, "temperature": 0, "prompt": PROMPT}),
+    (
+        "generate",
+        "POST",
+        "/generate",
+        {"text": PROMPT, "sampling_params": {"max_new_tokens": 16, "temperature": 0}},
+    ),
+    (
+        "chat",
+        "POST",
+        "/v1/chat/completions",
+        {
+            "model": "default",
+            "max_tokens": 16,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": PROMPT}],
+        },
+    ),
+    (
+        "completions",
+        "POST",
+        "/v1/completions",
+        {"model": "default", "max_tokens": 16, "temperature": 0, "prompt": PROMPT},
+    ),
     ("generate_bad", "POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": -3}}),
 ]
 

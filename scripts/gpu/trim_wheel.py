@@ -32,8 +32,11 @@ def trim(src: str, out_dir: str, patterns: list[str], stored: bool = False) -> t
             data = zin.read(name)
             if name.endswith(".dist-info/RECORD"):
                 lines = data.decode().splitlines(keepends=True)
-                kept = [line for line in lines
-                        if not any(fnmatch.fnmatch(line.split(",")[0], p) for p in patterns)]
+                kept = [
+                    line
+                    for line in lines
+                    if not any(fnmatch.fnmatch(line.split(",")[0], p) for p in patterns)
+                ]
                 data = "".join(kept).encode()
             info.compress_type = compression
             zout.writestr(info, data)

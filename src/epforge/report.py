@@ -163,9 +163,13 @@ def history_table(hosts: dict[str, dict], last: int = 20) -> tuple[list[str], li
                     host,
                     str(e.get("timestamp", "")).replace("T", " ").rstrip("Z"),
                     e.get("label", ""),
-                    e.get("status", "") + (f" ({e['error']['class']})" if e.get("error") else "")
-                    + (f" ({'; '.join(e.get('invalid_reasons') or [])})"
-                       if e.get("status") == "invalid" else ""),
+                    e.get("status", "")
+                    + (f" ({e['error']['class']})" if e.get("error") else "")
+                    + (
+                        f" ({'; '.join(e.get('invalid_reasons') or [])})"
+                        if e.get("status") == "invalid"
+                        else ""
+                    ),
                     fmt(f.get("output_throughput")),
                     fmt(f.get("ttft_median_ms")),
                     fmt(f.get("tpot_median_ms"), 2),

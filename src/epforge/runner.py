@@ -117,7 +117,10 @@ class Progress:
             if isinstance(item, dict) and {"step", "status"} <= set(item):
                 self.result.steps.setdefault(host, []).extend(lines)
         elif (
-            kind == "runner_on_ok" and not self.verbose and is_debug and res.get("msg")
+            kind == "runner_on_ok"
+            and not self.verbose
+            and is_debug
+            and res.get("msg")
             and "results" not in res
         ):
             # a plain debug message (not a loop's closing "All items completed") is the run's plain outcome

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-SETUP_V1 = r'''import importlib
+SETUP_V1 = r"""import importlib
 import os
 import subprocess
 from pathlib import Path
@@ -80,9 +80,9 @@ if __name__ == '__main__':
                                    extra_link_args=extra_link_args)],
         cmdclass={'build_ext': BuildExtension},
     )
-'''
+"""
 
-BINDING = r'''// Stand-in for DeepEP's binding: a C-API module (no torch headers: compiles in a second).
+BINDING = r"""// Stand-in for DeepEP's binding: a C-API module (no torch headers: compiles in a second).
 #include <Python.h>
 #ifndef DISABLE_NVSHMEM
 #include <infiniband/mlx5dv.h>
@@ -103,15 +103,15 @@ static PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "deep_ep_cpp", nullptr, -1, methods};
 PyMODINIT_FUNC PyInit_deep_ep_cpp(void) { return PyModule_Create(&module); }
-'''
+"""
 
-KERNEL = r'''// One real kernel so the extension carries SASS for every arch of TORCH_CUDA_ARCH_LIST.
+KERNEL = r"""// One real kernel so the extension carries SASS for every arch of TORCH_CUDA_ARCH_LIST.
 __global__ void ep_scale(float *x, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= a;
 }
 int ep_kernel_count() { return 1; }
-'''
+"""
 
 INIT = '''import torch  # noqa: F401  (loads libc10/libtorch, which deep_ep_cpp links, like the real package)
 import deep_ep_cpp
@@ -126,11 +126,11 @@ class Buffer:
     num_sms = 20
 '''
 
-SETUP_V2 = '''# V2-style build (stand-in): JIT kernels over NCCL.
+SETUP_V2 = """# V2-style build (stand-in): JIT kernels over NCCL.
 persistent_env_names = ('EP_JIT_CACHE_DIR', 'EP_JIT_PRINT_COMPILER_COMMAND', 'EP_NCCL_ROOT_DIR')
 import importlib
 find_pkgs_spec = importlib.util.spec_from_file_location('find_pkgs', 'deep_ep/utils/find_pkgs.py')
-'''
+"""
 
 
 def write(root: str, rel: str, text: str) -> None:
@@ -141,11 +141,18 @@ def write(root: str, rel: str, text: str) -> None:
 
 
 def git(root: str, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="epforge", GIT_AUTHOR_EMAIL="ci@epforge.invalid",
-               GIT_COMMITTER_NAME="epforge", GIT_COMMITTER_EMAIL="ci@epforge.invalid",
-               GIT_AUTHOR_DATE="2026-01-01T00:00:00Z", GIT_COMMITTER_DATE="2026-01-01T00:00:00Z")
-    return subprocess.run(["git", "-C", root, *args], check=True, capture_output=True, text=True,
-                          env=env).stdout.strip()
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="epforge",
+        GIT_AUTHOR_EMAIL="ci@epforge.invalid",
+        GIT_COMMITTER_NAME="epforge",
+        GIT_COMMITTER_EMAIL="ci@epforge.invalid",
+        GIT_AUTHOR_DATE="2026-01-01T00:00:00Z",
+        GIT_COMMITTER_DATE="2026-01-01T00:00:00Z",
+    )
+    return subprocess.run(
+        ["git", "-C", root, *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 def make(dest: str) -> str:

@@ -27,11 +27,21 @@ from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("12.0", (12, 0, "")), ("12.0a", (12, 0, "a")), ("12.0f", (12, 0, "f")), ("sm_120", (12, 0, "")),
-    ("sm_120a", (12, 0, "a")), ("compute_90", (9, 0, "")), ("sm_90a", (9, 0, "a")), ("10.3", (10, 3, "")),
-    ("SM_100", (10, 0, "")), ("lto_120", (12, 0, "")),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("12.0", (12, 0, "")),
+        ("12.0a", (12, 0, "a")),
+        ("12.0f", (12, 0, "f")),
+        ("sm_120", (12, 0, "")),
+        ("sm_120a", (12, 0, "a")),
+        ("compute_90", (9, 0, "")),
+        ("sm_90a", (9, 0, "a")),
+        ("10.3", (10, 3, "")),
+        ("SM_100", (10, 0, "")),
+        ("lto_120", (12, 0, "")),
+    ],
+)
 def test_parse_arch_spellings(text, expected):
     assert parse_arch(text) == expected
 
@@ -72,18 +82,32 @@ def test_ptx_rules():
 def test_check_required_reports_and_ptx_switch():
     sass, ptx = ["sm_90"], ["sm_90"]
     assert check_required(sass, ptx, ["12.0"]) == {"missing": ["12.0"], "covered": {}}
-    assert check_required(sass, ptx, ["12.0"], accept_ptx=True) == {"missing": [],
-                                                                     "covered": {"12.0": "ptx sm_90"}}
+    assert check_required(sass, ptx, ["12.0"], accept_ptx=True) == {
+        "missing": [],
+        "covered": {"12.0": "ptx sm_90"},
+    }
     assert check_required(["sm_90", "sm_120a"], [], ["sm_120", "9.0"])["covered"] == {
-        "sm_120": "sass sm_120a", "9.0": "sass sm_90"}
+        "sm_120": "sass sm_120a",
+        "9.0": "sass sm_90",
+    }
     with pytest.raises(ValueError, match="not a GPU arch"):
         check_required(sass, ptx, ["twelve"])
 
 
-@pytest.mark.parametrize(("text", "base"), [
-    ("12.0", "12.0"), ("12.0a", "12.0"), ("12.0f", "12.0"), ("sm_120", "12.0"), ("120", None),
-    ("9.0", "9.0"), ("sm_90a", "9.0"), ("10.3", "10.3"), ("gpu", None),
-])
+@pytest.mark.parametrize(
+    ("text", "base"),
+    [
+        ("12.0", "12.0"),
+        ("12.0a", "12.0"),
+        ("12.0f", "12.0"),
+        ("sm_120", "12.0"),
+        ("120", None),
+        ("9.0", "9.0"),
+        ("sm_90a", "9.0"),
+        ("10.3", "10.3"),
+        ("gpu", None),
+    ],
+)
 def test_base_arch(text, base):
     assert base_arch(text) == base
 
@@ -94,10 +118,17 @@ def test_bare_number_is_refused_with_the_spellings():
     assert "'120' is not a GPU arch such as 9.0, 12.0, 12.0a, 12.0f or sm_120" in str(err.value)
 
 
-@pytest.mark.parametrize(("target", "sass"), [
-    ("12.0", "sm_120"), ("12.0a", "sm_120a"), ("12.0f", "sm_120"), ("sm_120", "sm_120"), ("9.0", "sm_90"),
-    ("10.0+PTX", "sm_100"),
-])
+@pytest.mark.parametrize(
+    ("target", "sass"),
+    [
+        ("12.0", "sm_120"),
+        ("12.0a", "sm_120a"),
+        ("12.0f", "sm_120"),
+        ("sm_120", "sm_120"),
+        ("9.0", "sm_90"),
+        ("10.0+PTX", "sm_100"),
+    ],
+)
 def test_sass_name_is_what_cuobjdump_prints(target, sass):
     assert sass_name(target) == sass
 
@@ -117,11 +148,16 @@ def test_arch_list_sorts_numerically_dedups_and_keeps_ptx():
     assert torch_arch_list(["12.0", "9.0"]) == "9.0;12.0"
 
 
-@pytest.mark.parametrize(("bad", "needle"), [
-    ("sm_120", "'sm_120' is not an arch list entry such as 9.0, 12.0, 12.0a or 12.0f (write it 12.0)"),
-    ("120", "'120' is not an arch list entry"), ("12", "'12' is not"), ("12.0x", "'12.0x' is not"),
-    ("", "the arch list is empty"),
-])
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [
+        ("sm_120", "'sm_120' is not an arch list entry such as 9.0, 12.0, 12.0a or 12.0f (write it 12.0)"),
+        ("120", "'120' is not an arch list entry"),
+        ("12", "'12' is not"),
+        ("12.0x", "'12.0x' is not"),
+        ("", "the arch list is empty"),
+    ],
+)
 def test_arch_list_refuses_what_build_tools_do_not_read(bad, needle):
     with pytest.raises(ArchError) as err:
         arch_list([bad] if bad else [])

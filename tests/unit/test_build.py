@@ -57,17 +57,20 @@ def test_key_ignores_dict_order():
     assert len(eb.input_key(BASE_INPUTS)) == eb.KEY_LENGTH
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("source", {"kind": "dir", "revision": "sha256:abd", "subdir": ""}),
-    ("archs", ["9.0", "12.0"]),
-    ("cuda", "13.0.89"),
-    ("torch", "2.14.0"),
-    ("python", "cp312"),
-    ("machine", "aarch64"),
-    ("build_env", {"DISABLE_AGGRESSIVE_PTX_INSTRS": "0"}),
-    ("include_dirs", ["/opt/include"]),
-    ("key_extra", {"nvshmem": "3.4.6"}),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("source", {"kind": "dir", "revision": "sha256:abd", "subdir": ""}),
+        ("archs", ["9.0", "12.0"]),
+        ("cuda", "13.0.89"),
+        ("torch", "2.14.0"),
+        ("python", "cp312"),
+        ("machine", "aarch64"),
+        ("build_env", {"DISABLE_AGGRESSIVE_PTX_INSTRS": "0"}),
+        ("include_dirs", ["/opt/include"]),
+        ("key_extra", {"nvshmem": "3.4.6"}),
+    ],
+)
 def test_every_input_changes_the_key(field, value):
     assert eb.input_key({**BASE_INPUTS, field: value}) != eb.input_key(BASE_INPUTS)
 
@@ -86,21 +89,25 @@ def test_parse_real_nvcc_version():
     assert parse_nvcc_release("gcc (Debian 12.2.0-14) 12.2.0") is None
 
 
-@pytest.mark.parametrize(("source", "kind"), [
-    ("https://github.com/deepseek-ai/DeepEP.git", "git"),
-    ("https://github.com/deepseek-ai/DeepEP", "git"),
-    ("git@github.com:deepseek-ai/DeepEP.git", "git"),
-    ("file:///srv/git/deepep", "git"),
-    ("/srv/src/DeepEP.git", "git"),
-    ("/srv/src/deepep-1.2.1.tar.gz", "archive"),
-    ("/srv/src/deepep.zip", "archive"),
-    ("/work/main/extensions/canary", "dir"),
-])
+@pytest.mark.parametrize(
+    ("source", "kind"),
+    [
+        ("https://github.com/deepseek-ai/DeepEP.git", "git"),
+        ("https://github.com/deepseek-ai/DeepEP", "git"),
+        ("git@github.com:deepseek-ai/DeepEP.git", "git"),
+        ("file:///srv/git/deepep", "git"),
+        ("/srv/src/DeepEP.git", "git"),
+        ("/srv/src/deepep-1.2.1.tar.gz", "archive"),
+        ("/srv/src/deepep.zip", "archive"),
+        ("/work/main/extensions/canary", "dir"),
+    ],
+)
 def test_source_kind(source, kind):
     assert eb.source_kind(source) == kind
 
 
 # ------------------------------------------------------------------ source trees
+
 
 def make_tree(root: Path) -> Path:
     (root / "csrc").mkdir(parents=True)
@@ -126,6 +133,7 @@ def test_tree_hash_tracks_content_mode_and_ignores_build_products(tmp_path):
 
 
 # ------------------------------------------------------------------ stamps and the cache
+
 
 def test_stamp_matches_needs_key_and_files(tmp_path):
     so = tmp_path / "_C.so"
@@ -185,7 +193,7 @@ def test_stale_staging_dirs_are_removed(tmp_path):
 
 
 def test_auto_max_jobs_bounds():
-    gib = 1024 ** 3
+    gib = 1024**3
     assert eb.auto_max_jobs(2, 24 * gib) == 2
     assert eb.auto_max_jobs(128, 2000 * gib, cap=16) == 16
     assert eb.auto_max_jobs(64, 12 * gib) == 4
@@ -193,9 +201,14 @@ def test_auto_max_jobs_bounds():
 
 
 def test_build_env_layers_caller_env_last():
-    env = eb.build_env({"PATH": "/usr/bin", "CPATH": "/old"}, cuda_home="/opt/cuda", archs=["12.0", "9.0"],
-                       max_jobs=2, extra_env={"TORCH_CUDA_ARCH_LIST": "9.0a", "NVSHMEM_DIR": "/n"},
-                       include_dirs=["/inc"])
+    env = eb.build_env(
+        {"PATH": "/usr/bin", "CPATH": "/old"},
+        cuda_home="/opt/cuda",
+        archs=["12.0", "9.0"],
+        max_jobs=2,
+        extra_env={"TORCH_CUDA_ARCH_LIST": "9.0a", "NVSHMEM_DIR": "/n"},
+        include_dirs=["/inc"],
+    )
     assert env["CUDA_HOME"] == "/opt/cuda"
     assert env["PATH"].split(":")[0] == "/opt/cuda/bin"
     assert env["MAX_JOBS"] == "2"
@@ -247,9 +260,16 @@ def toolchain(tmp_path):
     (cuda / "bin").mkdir(parents=True)
     (cuda / "bin" / "nvcc").write_text("#!/bin/sh\nexit 0\n")
     (cuda / "bin" / "nvcc").chmod(0o755)
-    return {"python": str(python), "cuda_home": str(cuda), "source": str(make_tree(tmp_path / "src")),
-            "out_dir": str(tmp_path / "cache" / "fake_ext"), "log_path": str(tmp_path / "log" / "build.log"),
-            "name": "fake_ext", "archs": ["12.0", "9.0"], "max_jobs": 2}
+    return {
+        "python": str(python),
+        "cuda_home": str(cuda),
+        "source": str(make_tree(tmp_path / "src")),
+        "out_dir": str(tmp_path / "cache" / "fake_ext"),
+        "log_path": str(tmp_path / "log" / "build.log"),
+        "name": "fake_ext",
+        "archs": ["12.0", "9.0"],
+        "max_jobs": 2,
+    }
 
 
 def entries(out_dir: str) -> list[str]:
@@ -257,8 +277,13 @@ def entries(out_dir: str) -> list[str]:
 
 
 def test_build_publishes_once_with_manifest_and_env(toolchain):
-    args = {**toolchain, "key": "k1", "inputs": BASE_INPUTS, "build_env": {"NVSHMEM_DIR": "/opt/nvshmem"},
-            "include_dirs": ["/usr/include/extra"]}
+    args = {
+        **toolchain,
+        "key": "k1",
+        "inputs": BASE_INPUTS,
+        "build_env": {"NVSHMEM_DIR": "/opt/nvshmem"},
+        "include_dirs": ["/usr/include/extra"],
+    }
     rc, res = run_module("cuda_extension_build", args)
     assert rc == 0, res
     assert res["changed"] is True
@@ -290,10 +315,13 @@ def test_build_check_mode_builds_nothing(toolchain):
     assert entries(toolchain["out_dir"]) == []
 
 
-@pytest.mark.parametrize(("mode", "message"), [
-    ("fail", "failed (rc 1)"),
-    ("noso", "holds no compiled .so"),
-])
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("fail", "failed (rc 1)"),
+        ("noso", "holds no compiled .so"),
+    ],
+)
 def test_failed_build_leaves_no_entry_and_no_temp_dir(toolchain, mode, message):
     args = {**toolchain, "key": "k1", "build_env": {"FAKE_MODE": mode}}
     rc, res = run_module("cuda_extension_build", args)
@@ -318,12 +346,14 @@ def test_build_timeout_kills_the_build_and_leaves_nothing(toolchain):
 def test_killed_build_leaves_no_entry_and_the_next_run_cleans_up(toolchain):
     args = {**toolchain, "key": "k1", "build_env": {"FAKE_MODE": "sleep"}}
     argv, args_file = module_argv("cuda_extension_build", args)
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60
-        while "fake pip wheel" not in (Path(toolchain["log_path"]).read_text()
-                                       if Path(toolchain["log_path"]).exists() else ""):
+        while "fake pip wheel" not in (
+            Path(toolchain["log_path"]).read_text() if Path(toolchain["log_path"]).exists() else ""
+        ):
             assert time.monotonic() < deadline, "the fake build never started"
             time.sleep(0.2)
         os.killpg(proc.pid, signal.SIGKILL)  # like a lost SSH connection or Ctrl-C of the whole run
@@ -353,6 +383,7 @@ def test_build_from_a_source_tarball(toolchain, tmp_path):
 
 # ------------------------------------------------------------------ the cache module
 
+
 def test_cache_publishes_a_fetched_entry_and_refuses_a_bad_one(tmp_path):
     cache = tmp_path / "cache" / "fake_ext"
     incoming = cache / ".incoming-k1"
@@ -376,14 +407,26 @@ def test_cache_publishes_a_fetched_entry_and_refuses_a_bad_one(tmp_path):
 
 # ------------------------------------------------------------------ the source module
 
+
 def git(*args, cwd):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"})
+    subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@e",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@e",
+        },
+    )
     if args[0] != "commit":
         return ""
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_source_from_git_resolves_tags_and_checks_the_commit(tmp_path):
@@ -429,6 +472,7 @@ def test_source_dir_and_archive_revisions(tmp_path):
 
 # ------------------------------------------------------------------ the plan module (real nvcc)
 
+
 def test_plan_keys_and_installed_state(cuda13_home, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -437,10 +481,17 @@ def test_plan_keys_and_installed_state(cuda13_home, tmp_path):
     so = site / "fake_ext" / "_C.so"
     so.parent.mkdir()
     so.write_bytes(b"\x7fELF")
-    args = {"name": "fake_ext", "source": "/src", "source_kind": "dir", "revision": "sha256:abc",
-            "archs": ["12.0"], "python": str(venv / "bin" / "python"),
-            "cuda_home": str(cuda13_home),
-            "state_dir": str(tmp_path / "state"), "facts_dir": str(tmp_path / "facts")}
+    args = {
+        "name": "fake_ext",
+        "source": "/src",
+        "source_kind": "dir",
+        "revision": "sha256:abc",
+        "archs": ["12.0"],
+        "python": str(venv / "bin" / "python"),
+        "cuda_home": str(cuda13_home),
+        "state_dir": str(tmp_path / "state"),
+        "facts_dir": str(tmp_path / "facts"),
+    }
     rc, res = run_module("cuda_extension_plan", args)
     assert rc == 0, res
     assert res["installed"] is False and res["reason"] == "no stamp" and res["changed"] is False
@@ -489,19 +540,23 @@ def test_safe_extract_refuses_escaping_members(tmp_path):
 
 
 def test_error_lines_find_the_cause_not_pips_noise():
-    log = "\n".join([
-        "=== 2026-11-30T12:00:00 cuda_extension canary key old: ...",
-        "error: an older build's failure",
-        "=== 2026-11-30T13:00:00 cuda_extension canary key new: ...",
-        "      /bin/sh: 1: c++: not found",
-        "          except ImportError as error:",
-        '              "ERROR: Can not execute `setup.py` since setuptools is not available in "',
-        "  error: subprocess-exited-with-error",
-        "csrc/k.cu(3): error: identifier \"x\" is undefined",
-        "  ERROR: Failed building wheel for epforge-canary",
-    ])
-    assert eb.error_lines(log) == ["/bin/sh: 1: c++: not found",
-                                   'csrc/k.cu(3): error: identifier "x" is undefined']
+    log = "\n".join(
+        [
+            "=== 2026-11-30T12:00:00 cuda_extension canary key old: ...",
+            "error: an older build's failure",
+            "=== 2026-11-30T13:00:00 cuda_extension canary key new: ...",
+            "      /bin/sh: 1: c++: not found",
+            "          except ImportError as error:",
+            '              "ERROR: Can not execute `setup.py` since setuptools is not available in "',
+            "  error: subprocess-exited-with-error",
+            'csrc/k.cu(3): error: identifier "x" is undefined',
+            "  ERROR: Failed building wheel for epforge-canary",
+        ]
+    )
+    assert eb.error_lines(log) == [
+        "/bin/sh: 1: c++: not found",
+        'csrc/k.cu(3): error: identifier "x" is undefined',
+    ]
 
 
 def test_failed_build_message_names_the_cause(toolchain):
@@ -518,8 +573,13 @@ def test_record_writes_stamp_and_merges_the_fact_idempotently(tmp_path):
     (facts / "epforge_cuda_extensions.fact").write_text(json.dumps({"deep_ep": {"key": "d1"}}))
     stamp = {"name": "canary", "key": "k1", "so_files": ["/x/_C.so"], "inputs": {"archs": ["12.0"]}}
     entry = {k: v for k, v in stamp.items() if k != "inputs"}
-    args = {"name": "canary", "state_dir": str(tmp_path / "state"), "stamp": stamp, "facts_dir": str(facts),
-            "entry": entry}
+    args = {
+        "name": "canary",
+        "state_dir": str(tmp_path / "state"),
+        "stamp": stamp,
+        "facts_dir": str(facts),
+        "entry": entry,
+    }
     rc, res = run_module("cuda_extension_record", args, check=True)
     assert rc == 0 and res["changed"] is True and not (tmp_path / "state").exists()
     rc, res = run_module("cuda_extension_record", args)

@@ -44,8 +44,23 @@ def ensure_cuobjdump() -> str:
         return str(target)
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
-                    "-d", str(wheels), stack_pin("nvidia-cuda-cuobjdump")], check=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-q",
+            "-d",
+            str(wheels),
+            stack_pin("nvidia-cuda-cuobjdump"),
+        ],
+        check=True,
+        timeout=600,
+    )
     wheel = next(wheels.glob("nvidia_cuda_cuobjdump-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         member = next(n for n in zf.namelist() if n.endswith("/bin/cuobjdump"))
@@ -109,8 +124,9 @@ def binaries(cuda13_nvcc, tmp_path_factory):
         "sm120a.o": ["-c", "-gencode", "arch=compute_120a,code=sm_120a"],
     }
     for name, flags in builds.items():
-        subprocess.run([nvcc, *flags, str(src), "-o", str(out / name)], check=True, timeout=300,
-                       capture_output=True)
+        subprocess.run(
+            [nvcc, *flags, str(src), "-o", str(out / name)], check=True, timeout=300, capture_output=True
+        )
     (out / "host.c").write_text("int host_only;\n")
     subprocess.run(["gcc", "-c", str(out / "host.c"), "-o", str(out / "host.o")], check=True)
     return out
@@ -122,8 +138,9 @@ def run_module(args: dict, module: str = "cuda_binary_archs", check: bool = Fals
 
 @pytest.mark.build
 def test_module_sm90_only_fails_for_12_0_naming_what_it_found(binaries):
-    rc, res = run_module({"paths": [str(binaries / "sm90.o")], "required_archs": ["12.0"],
-                          "cuobjdump": ensure_cuobjdump()})
+    rc, res = run_module(
+        {"paths": [str(binaries / "sm90.o")], "required_archs": ["12.0"], "cuobjdump": ensure_cuobjdump()}
+    )
     assert rc != 0
     assert res["failed"] is True
     assert "lacks 12.0 (SASS found: sm_90; PTX found: none)" in res["msg"]
@@ -133,8 +150,13 @@ def test_module_sm90_only_fails_for_12_0_naming_what_it_found(binaries):
 @pytest.mark.build
 def test_module_sm120_passes_every_spelling(binaries):
     for spelling in ("12.0", "sm_120", "12.0f"):
-        rc, res = run_module({"paths": [str(binaries / "sm120.so")], "required_archs": [spelling],
-                              "cuobjdump": ensure_cuobjdump()})
+        rc, res = run_module(
+            {
+                "paths": [str(binaries / "sm120.so")],
+                "required_archs": [spelling],
+                "cuobjdump": ensure_cuobjdump(),
+            }
+        )
         assert rc == 0, res
         assert res["files"][0]["sass"] == ["sm_120"]
         assert res["files"][0]["covered"] == {spelling: "sass sm_120"}
@@ -143,11 +165,13 @@ def test_module_sm120_passes_every_spelling(binaries):
 @pytest.mark.build
 def test_module_sm120a_covers_12_0_but_sm120_does_not_cover_12_0a(binaries):
     cuobjdump = ensure_cuobjdump()
-    rc, res = run_module({"paths": [str(binaries / "sm120a.o")], "required_archs": ["12.0"],
-                          "cuobjdump": cuobjdump})
+    rc, res = run_module(
+        {"paths": [str(binaries / "sm120a.o")], "required_archs": ["12.0"], "cuobjdump": cuobjdump}
+    )
     assert rc == 0 and res["sass_archs"] == ["sm_120a"]
-    rc, res = run_module({"paths": [str(binaries / "sm120.so")], "required_archs": ["12.0a"],
-                          "cuobjdump": cuobjdump})
+    rc, res = run_module(
+        {"paths": [str(binaries / "sm120.so")], "required_archs": ["12.0a"], "cuobjdump": cuobjdump}
+    )
     assert rc != 0 and "lacks 12.0a (SASS found: sm_120" in res["msg"]
 
 
@@ -169,11 +193,24 @@ def test_module_ptx_only_counts_only_when_accepted(binaries):
 def test_module_directory_glob_and_host_only(binaries):
     cuobjdump = ensure_cuobjdump()
     # a directory scan: the host-only object fails the requirement unless ignored
-    rc, res = run_module({"paths": [str(binaries)], "patterns": ["sm120*", "host.o"],
-                          "required_archs": ["12.0"], "cuobjdump": cuobjdump})
+    rc, res = run_module(
+        {
+            "paths": [str(binaries)],
+            "patterns": ["sm120*", "host.o"],
+            "required_archs": ["12.0"],
+            "cuobjdump": cuobjdump,
+        }
+    )
     assert rc != 0 and "host.o lacks 12.0 (no device code)" in res["msg"]
-    rc, res = run_module({"paths": [str(binaries)], "patterns": ["sm120*", "host.o"],
-                          "required_archs": ["12.0"], "cuobjdump": cuobjdump, "ignore_host_only": True})
+    rc, res = run_module(
+        {
+            "paths": [str(binaries)],
+            "patterns": ["sm120*", "host.o"],
+            "required_archs": ["12.0"],
+            "cuobjdump": cuobjdump,
+            "ignore_host_only": True,
+        }
+    )
     assert rc == 0, res
     assert [Path(f["path"]).name for f in res["files"]] == ["sm120.so", "sm120a.o"]
     assert res["host_only"] == [str(binaries / "host.o")]
@@ -181,12 +218,17 @@ def test_module_directory_glob_and_host_only(binaries):
     rc, res = run_module({"paths": [str(binaries / "*.o")], "cuobjdump": cuobjdump})
     assert rc == 0
     assert {Path(f["path"]).name: f["sass"] for f in res["files"]} == {
-        "host.o": [], "ptx90.o": [], "sm120a.o": ["sm_120a"], "sm90.o": ["sm_90"]}
+        "host.o": [],
+        "ptx90.o": [],
+        "sm120a.o": ["sm_120a"],
+        "sm90.o": ["sm_90"],
+    }
 
 
 def test_module_bad_input_fails_clearly(tmp_path):
-    rc, res = run_module({"paths": [str(tmp_path / "nothing-*.so")], "required_archs": ["12.0"],
-                          "cuobjdump": "/bin/true"})
+    rc, res = run_module(
+        {"paths": [str(tmp_path / "nothing-*.so")], "required_archs": ["12.0"], "cuobjdump": "/bin/true"}
+    )
     assert rc != 0 and "no file matched" in res["msg"]
     (tmp_path / "x.so").write_bytes(b"")
     rc, res = run_module({"paths": [str(tmp_path / "x.so")], "required_archs": ["twelve"]})

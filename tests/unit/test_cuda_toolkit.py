@@ -39,11 +39,23 @@ FIX = ROOT / "tests" / "fixtures" / "cuobjdump"
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
 # Role tasks that run on the controller only (no module call on the host).
-CONTROLLER_ACTIONS = {"ansible.builtin.set_fact", "ansible.builtin.assert", "ansible.builtin.include_tasks",
-                      "ansible.builtin.import_tasks", "ansible.builtin.debug", "ansible.builtin.fail",
-                      "ansible.builtin.validate_argument_spec", "ansible.builtin.include_vars",
-                      "set_fact", "assert", "include_tasks", "debug", "fail", "validate_argument_spec",
-                      "include_vars"}
+CONTROLLER_ACTIONS = {
+    "ansible.builtin.set_fact",
+    "ansible.builtin.assert",
+    "ansible.builtin.include_tasks",
+    "ansible.builtin.import_tasks",
+    "ansible.builtin.debug",
+    "ansible.builtin.fail",
+    "ansible.builtin.validate_argument_spec",
+    "ansible.builtin.include_vars",
+    "set_fact",
+    "assert",
+    "include_tasks",
+    "debug",
+    "fail",
+    "validate_argument_spec",
+    "include_vars",
+}
 
 
 def run_module(module: str, args: dict, check: bool = False, diff: bool = False) -> tuple[int, dict]:
@@ -53,25 +65,60 @@ def run_module(module: str, args: dict, check: bool = False, diff: bool = False)
 def run_role(tmp_path: Path, role_vars: dict, *, check: bool = False, name: str = "run") -> dict:
     """Run role cuda_toolkit on localhost with a JSON stdout callback; return a summary of the run."""
     playbook = tmp_path / f"{name}.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "cuda_toolkit test", "hosts": "localhost", "gather_facts": False,
-        "vars": {"epforge_facts_dir": str(tmp_path / "facts"), "epforge_state_dir": str(tmp_path / "state"),
-                 "epforge_log_dir": str(tmp_path / "log"), **role_vars},
-        "roles": ["cuda_toolkit"],
-        "post_tasks": [{"name": "Expose the outputs", "ansible.builtin.debug": {"msg": {
-            "home": "{{ cuda_toolkit_home }}", "nvcc": "{{ cuda_toolkit_nvcc }}",
-            "cuobjdump": "{{ cuda_toolkit_cuobjdump }}", "steps": "{{ epforge_steps }}"}}}],
-    }]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "cuda_toolkit test",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars": {
+                        "epforge_facts_dir": str(tmp_path / "facts"),
+                        "epforge_state_dir": str(tmp_path / "state"),
+                        "epforge_log_dir": str(tmp_path / "log"),
+                        **role_vars,
+                    },
+                    "roles": ["cuda_toolkit"],
+                    "post_tasks": [
+                        {
+                            "name": "Expose the outputs",
+                            "ansible.builtin.debug": {
+                                "msg": {
+                                    "home": "{{ cuda_toolkit_home }}",
+                                    "nvcc": "{{ cuda_toolkit_nvcc }}",
+                                    "cuobjdump": "{{ cuda_toolkit_cuobjdump }}",
+                                    "steps": "{{ epforge_steps }}",
+                                }
+                            },
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    env = dict(
+        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"
+    )
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "localhost": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                        }
+                    }
+                }
+            }
+        )
+    )
     argv = [str(PLAYBOOK_BIN), "-i", str(inventory), str(playbook)] + (["--check", "--diff"] if check else [])
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     seconds = time.monotonic() - started
-    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out = json.loads(proc.stdout[proc.stdout.index("{") :])
     role_calls, changed, failures, outputs = [], [], [], {}
     for play in out["plays"]:
         for task in play["tasks"]:
@@ -80,15 +127,23 @@ def run_role(tmp_path: Path, role_vars: dict, *, check: bool = False, name: str 
                 outputs = res.get("msg", {})
             action = res.get("action", "")
             if task["task"]["name"].startswith("cuda_toolkit : ") or "cuda_toolkit" in task["task"].get(
-                    "path", ""):
+                "path", ""
+            ):
                 if not res.get("skipped") and action not in CONTROLLER_ACTIONS:
                     role_calls.append(action)
             if res.get("changed"):
                 changed.append(task["task"]["name"])
             if res.get("failed"):
                 failures.append(res.get("msg", ""))
-    return {"rc": proc.returncode, "seconds": seconds, "role_calls": role_calls, "changed": changed,
-            "failures": failures, "outputs": outputs, "raw": out}
+    return {
+        "rc": proc.returncode,
+        "seconds": seconds,
+        "role_calls": role_calls,
+        "changed": changed,
+        "failures": failures,
+        "outputs": outputs,
+        "raw": out,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ parsers
@@ -108,20 +163,26 @@ def test_parse_nvcc_outputs_from_fixtures():
 
 def test_small_helpers():
     assert unversioned_links(["libcudart.so.13", "libnvvm.so.4", "libculibos.a", "libx.so", "libx.so.1"]) == {
-        "libcudart.so": "libcudart.so.13", "libnvvm.so": "libnvvm.so.4"}
+        "libcudart.so": "libcudart.so.13",
+        "libnvvm.so": "libnvvm.so.4",
+    }
     assert package_name("nvidia_cuda.NVCC==13.0.88") == "nvidia-cuda-nvcc"
     a = stamp_of({"packages": ["a==1"], "prefix": "/p"})
     assert a == stamp_of({"prefix": "/p", "packages": ["a==1"]})
     assert a["digest"] != stamp_of({"packages": ["a==2"], "prefix": "/p"})["digest"]
     assert cuda_toolkit_pypi.wheel_dist("nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.whl") == (
-        "nvidia-cuda-nvcc", "13.0.88")
+        "nvidia-cuda-nvcc",
+        "13.0.88",
+    )
     assert cuda_toolkit_pypi.pinned("nvidia-cuda-nvcc==13.0.88") == ("nvidia-cuda-nvcc", "13.0.88")
     assert cuda_toolkit_pypi.pinned("nvidia-cuda-nvcc>=13") is None
 
 
 def test_driver_api_symbols_and_stub_source():
-    text = "CUresult cuInit(unsigned int Flags);\nCUresult  cuMemAlloc_v2(CUdeviceptr *p, size_t n);\n" \
-           "typedef CUresult (*PFN_cuInit)(unsigned int);\nint cudaNotDriver(void);\n"
+    text = (
+        "CUresult cuInit(unsigned int Flags);\nCUresult  cuMemAlloc_v2(CUdeviceptr *p, size_t n);\n"
+        "typedef CUresult (*PFN_cuInit)(unsigned int);\nint cudaNotDriver(void);\n"
+    )
     assert driver_api_symbols(text) == ["cuInit", "cuMemAlloc_v2"]
     src = stub_source(["cuInit"])
     assert "int cuInit(void) { return 34; }" in src
@@ -137,13 +198,16 @@ def make_wheel(path: Path, files: dict[str, tuple[bytes, int]]) -> Path:
 
 
 def test_extract_wheel_keeps_toolkit_tree_modes_and_dist_info(tmp_path):
-    wheel = make_wheel(tmp_path / "nvidia_x-13.0.1-py3-none-any.whl", {
-        "nvidia/cu13/bin/tool": (b"#!/bin/sh\n", 0o744),
-        "nvidia/cu13/include/x.h": (b"/* x */", 0o644),
-        "nvidia/cu13/.metadata/provenance.txt": (b"build farm", 0o644),
-        "nvidia/__init__.py": (b"", 0o644),
-        "nvidia_x-13.0.1.dist-info/METADATA": (b"Name: nvidia-x", 0o644),
-    })
+    wheel = make_wheel(
+        tmp_path / "nvidia_x-13.0.1-py3-none-any.whl",
+        {
+            "nvidia/cu13/bin/tool": (b"#!/bin/sh\n", 0o744),
+            "nvidia/cu13/include/x.h": (b"/* x */", 0o644),
+            "nvidia/cu13/.metadata/provenance.txt": (b"build farm", 0o644),
+            "nvidia/__init__.py": (b"", 0o644),
+            "nvidia_x-13.0.1.dist-info/METADATA": (b"Name: nvidia-x", 0o644),
+        },
+    )
     dest = tmp_path / "home"
     dest.mkdir()
     count = cuda_toolkit_pypi.extract_wheel(str(wheel), "nvidia/cu13", str(dest))
@@ -167,17 +231,25 @@ def test_extract_wheel_refuses_paths_outside_the_prefix(tmp_path):
 
 
 def pypi_args(tmp_path: Path, **over) -> dict:
-    return {"prefix": str(tmp_path / "opt" / "cuda-13.0"), "cuda_version": "13.0",
-            "packages": CU130["cuda"]["pypi_packages"], "wheel_dir": str(tmp_path / "wheels"),
-            "log_path": str(tmp_path / "log" / "cuda_toolkit.log"), **over}
+    return {
+        "prefix": str(tmp_path / "opt" / "cuda-13.0"),
+        "cuda_version": "13.0",
+        "packages": CU130["cuda"]["pypi_packages"],
+        "wheel_dir": str(tmp_path / "wheels"),
+        "log_path": str(tmp_path / "log" / "cuda_toolkit.log"),
+        **over,
+    }
 
 
-@pytest.mark.parametrize(("over", "needle"), [
-    ({"cuda_version": "12.8", "prefix": "/tmp/never/cuda-12.8"}, "cannot install CUDA 12.8"),
-    ({"packages": ["nvidia-cuda-nvcc>=13"]}, "not pinned: nvidia-cuda-nvcc>=13"),
-    ({"packages": ["nvidia-cuda-runtime==13.0.96"]}, "lack nvidia-cuda-nvcc"),
-    ({"prefix": "/opt"}, "too close to /"),
-])
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"cuda_version": "12.8", "prefix": "/tmp/never/cuda-12.8"}, "cannot install CUDA 12.8"),
+        ({"packages": ["nvidia-cuda-nvcc>=13"]}, "not pinned: nvidia-cuda-nvcc>=13"),
+        ({"packages": ["nvidia-cuda-runtime==13.0.96"]}, "lack nvidia-cuda-nvcc"),
+        ({"prefix": "/opt"}, "too close to /"),
+    ],
+)
 def test_pypi_module_refuses_bad_input_before_any_change(tmp_path, over, needle):
     rc, res = run_module("cuda_toolkit_pypi", pypi_args(tmp_path, **over))
     assert rc != 0 and needle in res["msg"]
@@ -193,8 +265,9 @@ def test_pypi_module_never_overwrites_a_foreign_or_other_version_prefix(tmp_path
     assert (foreign / "README").read_text() == "someone else's toolkit"
     other = tmp_path / "opt" / "cuda-x"
     other.mkdir()
-    (other / ".epforge-cuda-toolkit.json").write_text(json.dumps({"inputs": {"cuda_version": "13.2"},
-                                                                 "digest": "0"}))
+    (other / ".epforge-cuda-toolkit.json").write_text(
+        json.dumps({"inputs": {"cuda_version": "13.2"}, "digest": "0"})
+    )
     rc, res = run_module("cuda_toolkit_pypi", pypi_args(tmp_path, prefix=str(other)))
     assert rc != 0 and "holds CUDA 13.2; it is never replaced by CUDA 13.0" in res["msg"]
 
@@ -210,14 +283,21 @@ def fake_nvcc(home: Path, release: str, codes: str) -> Path:
     """A CUDA_HOME whose bin/nvcc prints a real-format version and arch list (captured 13.0 text, edited)."""
     (home / "bin").mkdir(parents=True)
     major_minor = ".".join(release.split(".")[:2])
-    version = (FIX / "nvcc-13.0-version.txt").read_text().replace("13.0.88", release).replace(
-        "release 13.0", f"release {major_minor}").replace("cuda_13.0", f"cuda_{major_minor}")
+    version = (
+        (FIX / "nvcc-13.0-version.txt")
+        .read_text()
+        .replace("13.0.88", release)
+        .replace("release 13.0", f"release {major_minor}")
+        .replace("cuda_13.0", f"cuda_{major_minor}")
+    )
     nvcc = home / "bin" / "nvcc"
-    nvcc.write_text("#!/bin/sh\ncase \"$1\" in\n"
-                    f"  --version) cat <<'EOF'\n{version}EOF\n;;\n"
-                    f"  --list-gpu-code) printf '%s\\n' {codes.replace('compute_', 'sm_')} ;;\n"
-                    f"  --list-gpu-arch) printf '%s\\n' {codes.replace('sm_', 'compute_')} ;;\n"
-                    "  *) exit 1 ;;\nesac\n")
+    nvcc.write_text(
+        '#!/bin/sh\ncase "$1" in\n'
+        f"  --version) cat <<'EOF'\n{version}EOF\n;;\n"
+        f"  --list-gpu-code) printf '%s\\n' {codes.replace('compute_', 'sm_')} ;;\n"
+        f"  --list-gpu-arch) printf '%s\\n' {codes.replace('sm_', 'compute_')} ;;\n"
+        "  *) exit 1 ;;\nesac\n"
+    )
     nvcc.chmod(0o755)
     return nvcc
 
@@ -243,8 +323,15 @@ def test_verify_module_records_once_then_probe_is_ok(tmp_path):
     home = tmp_path / "cuda-12.8"
     fake_nvcc(home, "12.8.93", "sm_90 sm_120")
     fact = tmp_path / "facts" / "epforge_cuda_toolkit.fact"
-    args = {"home": str(home), "cuda_version": "12.8", "archs": ["12.0a"], "fact_path": str(fact),
-            "method": "existing", "source": "test", "inputs": {"a": 1}}
+    args = {
+        "home": str(home),
+        "cuda_version": "12.8",
+        "archs": ["12.0a"],
+        "fact_path": str(fact),
+        "method": "existing",
+        "source": "test",
+        "inputs": {"a": 1},
+    }
     rc, res = run_module("cuda_toolkit_verify", args, check=True)
     assert rc == 0 and res["changed"] is True and not fact.exists()
     rc, res = run_module("cuda_toolkit_verify", args, diff=True)
@@ -262,8 +349,14 @@ def test_verify_module_records_once_then_probe_is_ok(tmp_path):
 
 
 def test_role_refuses_pypi_for_cuda_12(tmp_path):
-    run = run_role(tmp_path, {"epforge_stack": "cu128", "cuda_toolkit_method": "pypi",
-                              "cuda_toolkit_prefix": str(tmp_path / "opt" / "cuda-12.8")})
+    run = run_role(
+        tmp_path,
+        {
+            "epforge_stack": "cu128",
+            "cuda_toolkit_method": "pypi",
+            "cuda_toolkit_prefix": str(tmp_path / "opt" / "cuda-12.8"),
+        },
+    )
     assert run["rc"] != 0
     assert any("cannot install CUDA 12.8" in msg and "no nvcc" in msg for msg in run["failures"])
     assert run["role_calls"] == []  # refused by an assert on the controller: nothing ran on the host
@@ -285,8 +378,9 @@ def test_role_refuses_existing_home_of_another_version(tmp_path):
     assert run["rc"] != 0
     assert any("is CUDA 12.8 (12.8.93) but the stack needs CUDA 13.0" in msg for msg in run["failures"])
     assert not (tmp_path / "facts").exists()
-    steps = [t for p in run["raw"]["plays"] for t in p["tasks"]
-             if "Record the failed step" in t["task"]["name"]]
+    steps = [
+        t for p in run["raw"]["plays"] for t in p["tasks"] if "Record the failed step" in t["task"]["name"]
+    ]
     assert steps, "the failure was not recorded in epforge_steps"
 
 
@@ -316,9 +410,17 @@ def test_pypi_module_assembles_a_working_cuda_home(tmp_path):
     assert rc == 0, res
     assert res["changed"] is True and res["nvcc_release"] == "13.0.88" and res["stub_symbols"] > 400
     home = Path(res["home"])
-    for rel in ("bin/nvcc", "bin/cuobjdump", "nvvm/bin/cicc", "include/cuda_runtime.h", "include/cccl/cub",
-                "lib64/libcudart.so", "lib64/stubs/libcuda.so", "targets/x86_64-linux/include/cuda.h",
-                "dist-info"):
+    for rel in (
+        "bin/nvcc",
+        "bin/cuobjdump",
+        "nvvm/bin/cicc",
+        "include/cuda_runtime.h",
+        "include/cccl/cub",
+        "lib64/libcudart.so",
+        "lib64/stubs/libcuda.so",
+        "targets/x86_64-linux/include/cuda.h",
+        "dist-info",
+    ):
         assert (home / rel).exists(), rel
     # a second run is a no-op by its stamp
     started = time.monotonic()
@@ -328,17 +430,32 @@ def test_pypi_module_assembles_a_working_cuda_home(tmp_path):
 
     # the prefix works as CUDA_HOME: compile for sm_120 and link an executable against the libcuda stub
     src = tmp_path / "drv.cu"
-    src.write_text("#include <cuda.h>\n#include <thrust/device_vector.h>\n"
-                   "__global__ void k(float *a) { a[threadIdx.x] = 1.f; }\n"
-                   "int main() { CUdevice d; CUcontext c; cuInit(0); cuDeviceGet(&d, 0);\n"
-                   "  cuCtxCreate(&c, nullptr, 0, d); return 0; }\n")
+    src.write_text(
+        "#include <cuda.h>\n#include <thrust/device_vector.h>\n"
+        "__global__ void k(float *a) { a[threadIdx.x] = 1.f; }\n"
+        "int main() { CUdevice d; CUcontext c; cuInit(0); cuDeviceGet(&d, 0);\n"
+        "  cuCtxCreate(&c, nullptr, 0, d); return 0; }\n"
+    )
     exe = tmp_path / "drv"
-    subprocess.run([str(home / "bin" / "nvcc"), "-gencode", "arch=compute_120,code=sm_120", str(src), "-o",
-                    str(exe), "-lcuda"], check=True, timeout=300, cwd=tmp_path)
+    subprocess.run(
+        [
+            str(home / "bin" / "nvcc"),
+            "-gencode",
+            "arch=compute_120,code=sm_120",
+            str(src),
+            "-o",
+            str(exe),
+            "-lcuda",
+        ],
+        check=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     needed = subprocess.run(["readelf", "-d", str(exe)], capture_output=True, text=True, check=True).stdout
     assert "[libcuda.so.1]" in needed  # the stub's SONAME: the driver's library is loaded at run time
-    rc, archs = run_module("cuda_binary_archs", {"paths": [str(exe)], "required_archs": ["12.0"],
-                                                 "cuda_home": str(home)})
+    rc, archs = run_module(
+        "cuda_binary_archs", {"paths": [str(exe)], "required_archs": ["12.0"], "cuda_home": str(home)}
+    )
     assert rc == 0 and archs["sass_archs"] == ["sm_120"]
     assert archs["cuobjdump"] == str(home / "bin" / "cuobjdump")
 
@@ -372,13 +489,22 @@ def test_role_pypi_installs_then_reruns_with_one_module_call(tmp_path):
     assert second["rc"] == 0 and second["changed"] == []
     assert second["role_calls"] == ["cuda_toolkit_verify"]
     assert "unchanged" in second["outputs"]["steps"][-1]["detail"]
-    print(f"role pypi: first run {first['seconds']:.1f} s, no-op rerun {second['seconds']:.1f} s "
-          f"({len(second['role_calls'])} module call)")
+    print(
+        f"role pypi: first run {first['seconds']:.1f} s, no-op rerun {second['seconds']:.1f} s "
+        f"({len(second['role_calls'])} module call)"
+    )
 
     # the same prefix under another CUDA version is refused before anything changes
     before = sorted(p.name for p in (tmp_path / "opt" / "cuda-13.0").iterdir())
-    bad = run_role(tmp_path, {**role_vars, "cuda_toolkit_version": "13.2",
-                              "cuda_toolkit_pypi_packages": ["nvidia-cuda-nvcc==13.2.51"]}, name="bad")
+    bad = run_role(
+        tmp_path,
+        {
+            **role_vars,
+            "cuda_toolkit_version": "13.2",
+            "cuda_toolkit_pypi_packages": ["nvidia-cuda-nvcc==13.2.51"],
+        },
+        name="bad",
+    )
     assert bad["rc"] != 0 and any("never replaced by CUDA 13.2" in m for m in bad["failures"])
     assert sorted(p.name for p in (tmp_path / "opt" / "cuda-13.0").iterdir()) == before
     shutil.rmtree(tmp_path / "opt")

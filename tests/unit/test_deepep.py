@@ -44,15 +44,23 @@ def fake_repo(tmp_path_factory) -> tuple[Path, str]:
 
 # ---- build rules (DeepEP v1.2.1 setup.py) ----
 
+
 def test_flags_for_sm120_force_no_aggressive_ptx():
     env = build_flags(["12.0"], nvshmem=True, disable_sm90_features=False, aggressive_ptx=False)
-    assert env == {"TORCH_CUDA_ARCH_LIST": "12.0", "DISABLE_AGGRESSIVE_PTX_INSTRS": "1",
-                   "DISABLE_SM90_FEATURES": "0"}
+    assert env == {
+        "TORCH_CUDA_ARCH_LIST": "12.0",
+        "DISABLE_AGGRESSIVE_PTX_INSTRS": "1",
+        "DISABLE_SM90_FEATURES": "0",
+    }
 
 
 def test_aggressive_ptx_only_for_exactly_9_0():
-    assert build_flags(["9.0"], nvshmem=True, disable_sm90_features=False,
-                       aggressive_ptx=True)["DISABLE_AGGRESSIVE_PTX_INSTRS"] == "0"
+    assert (
+        build_flags(["9.0"], nvshmem=True, disable_sm90_features=False, aggressive_ptx=True)[
+            "DISABLE_AGGRESSIVE_PTX_INSTRS"
+        ]
+        == "0"
+    )
     for archs in (["12.0"], ["9.0", "12.0"], ["9.0a"]):
         with pytest.raises(DeepEPError, match=r"exactly '9\.0'"):
             build_flags(archs, nvshmem=True, disable_sm90_features=False, aggressive_ptx=True)
@@ -91,8 +99,10 @@ def test_classify_source_on_the_stand_in_and_others():
     assert kind == UNKNOWN and "deep_ep_cpp" in reason
 
 
-@pytest.mark.skipif(not (ROOT / "third_party" / "DeepEP" / "setup.py").exists(),
-                    reason="GitHub: no fetched DeepEP checkout in third_party/DeepEP (git clone from GitHub)")
+@pytest.mark.skipif(
+    not (ROOT / "third_party" / "DeepEP" / "setup.py").exists(),
+    reason="GitHub: no fetched DeepEP checkout in third_party/DeepEP (git clone from GitHub)",
+)
 def test_classify_real_deepep_v1_2_1():
     text = (ROOT / "third_party" / "DeepEP" / "setup.py").read_text()
     assert classify_source(text, set())[0] == SUPPORTED
@@ -128,12 +138,14 @@ def test_include_path_adds_cccl_and_env_headers(tmp_path):
 
 def test_build_log_diagnosis():
     assert "libibverbs-dev" in classify_build_log(
-        "csrc/kernels/configs.cuh:3:10: fatal error: infiniband/mlx5dv.h: No such file or directory")
+        "csrc/kernels/configs.cuh:3:10: fatal error: infiniband/mlx5dv.h: No such file or directory"
+    )
     assert "cccl" in classify_build_log("fatal error: cuda/std/cstdint: No such file or directory")
     assert classify_build_log("all good") is None
 
 
 # ---- modules ----
+
 
 def test_deepep_source_reads_the_stand_in(fake_repo):
     repo, commit = fake_repo
@@ -162,7 +174,8 @@ def fake_nvshmem(root: Path, host_lib: str = "libnvshmem_host.so") -> Path:
     (root / "lib" / host_lib).write_text("")
     (root / "include" / "non_abi" / "nvshmem_version.h").write_text(
         "#define NVSHMEM_VENDOR_MAJOR_VERSION 3\n#define NVSHMEM_VENDOR_MINOR_VERSION 4\n"
-        "#define NVSHMEM_VENDOR_PATCH_VERSION 5\n")
+        "#define NVSHMEM_VENDOR_PATCH_VERSION 5\n"
+    )
     return root
 
 
@@ -172,8 +185,13 @@ def plan_args(tmp_path: Path, **over) -> dict:
     hdr = tmp_path / "hdr" / "infiniband"
     hdr.mkdir(parents=True, exist_ok=True)
     (hdr / "mlx5dv.h").write_text("/* stand-in */\n")
-    args = {"python": sys.executable, "cuda_home": str(cuda), "arch_list": ["12.0"],
-            "nvshmem_package": "nvidia-nvshmem-cu13", "system_include_dirs": [str(tmp_path / "hdr")]}
+    args = {
+        "python": sys.executable,
+        "cuda_home": str(cuda),
+        "arch_list": ["12.0"],
+        "nvshmem_package": "nvidia-nvshmem-cu13",
+        "system_include_dirs": [str(tmp_path / "hdr")],
+    }
     args.update(over)
     return args
 
@@ -202,20 +220,29 @@ def test_deepep_plan_with_nvshmem_dir(tmp_path):
 
 def test_deepep_plan_refuses_missing_mlx5dv_and_bad_flags(tmp_path):
     nv = fake_nvshmem(tmp_path / "nvshmem")
-    rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(nv),
-                                                  system_include_dirs=[str(tmp_path / "empty")]))
+    rc, res = run_module(
+        "deepep_plan", plan_args(tmp_path, nvshmem_dir=str(nv), system_include_dirs=[str(tmp_path / "empty")])
+    )
     assert rc != 0 and "mlx5dv.h not found" in res["msg"] and "libibverbs-dev" in res["msg"]
     rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(nv), aggressive_ptx=True))
     assert rc != 0 and "exactly '9.0'" in res["msg"]
     rc, res = run_module("deepep_plan", plan_args(tmp_path, nvshmem_dir=str(nv), disable_sm90_features=True))
     assert rc != 0 and "DISABLE_SM90_FEATURES" in res["msg"]
     # Without NVSHMEM (allowed): SM90 features off is fine and no mlx5dv.h is needed.
-    rc, res = run_module("deepep_plan", plan_args(tmp_path, require_nvshmem=False, disable_sm90_features=True,
-                                                  arch_list=["8.0"], system_include_dirs=[]))
+    rc, res = run_module(
+        "deepep_plan",
+        plan_args(
+            tmp_path,
+            require_nvshmem=False,
+            disable_sm90_features=True,
+            arch_list=["8.0"],
+            system_include_dirs=[],
+        ),
+    )
     assert rc == 0 and res["nvshmem"]["source"] == "none" and res["build_env"]["DISABLE_SM90_FEATURES"] == "1"
 
 
-GPU_SCRIPT = r'''
+GPU_SCRIPT = r"""
 import json, sys, time
 args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 mode = "{mode}"
@@ -229,16 +256,24 @@ res = {{"ok": ok, "modes": {{"normal": {{"ok": ok, "latency_us_mean": 41.5,
         **({{}} if ok else {{"error": "round trip result incorrect"}})}}}}}}
 open(args["--out"], "w").write(json.dumps(res))
 sys.exit(0 if ok else 1)
-'''
+"""
 
 
 @pytest.mark.parametrize("mode", ["ok", "wrong", "crash", "hang"])
 def test_deepep_gpu_verify_module(tmp_path, mode):
     script = tmp_path / "rt.py"
     script.write_text(GPU_SCRIPT.format(mode=mode))
-    rc, res = run_module("deepep_gpu_verify", {
-        "python": sys.executable, "script": str(script), "result_path": str(tmp_path / "r.json"),
-        "log_path": str(tmp_path / "gv.log"), "timeout": 5, "modes": ["normal"]})
+    rc, res = run_module(
+        "deepep_gpu_verify",
+        {
+            "python": sys.executable,
+            "script": str(script),
+            "result_path": str(tmp_path / "r.json"),
+            "log_path": str(tmp_path / "gv.log"),
+            "timeout": 5,
+            "modes": ["normal"],
+        },
+    )
     if mode == "ok":
         assert rc == 0 and res["result"]["modes"]["normal"]["latency_us_mean"] == 41.5 and not res["changed"]
     elif mode == "wrong":
@@ -250,10 +285,16 @@ def test_deepep_gpu_verify_module(tmp_path, mode):
 
 
 def test_deepep_gpu_verify_check_mode_runs_nothing(tmp_path):
-    rc, res = run_module("deepep_gpu_verify", {
-        "python": sys.executable, "script": str(tmp_path / "absent.py"),
-        "result_path": str(tmp_path / "r.json"),
-        "log_path": str(tmp_path / "gv.log")}, check=True)
+    rc, res = run_module(
+        "deepep_gpu_verify",
+        {
+            "python": sys.executable,
+            "script": str(tmp_path / "absent.py"),
+            "result_path": str(tmp_path / "r.json"),
+            "log_path": str(tmp_path / "gv.log"),
+        },
+        check=True,
+    )
     assert rc == 0 and res.get("skipped") and not (tmp_path / "gv.log").exists()
 
 
@@ -278,25 +319,35 @@ def fake_smi(tmp_path: Path, capture: str) -> Path:
     return smi
 
 
-MODES_SCRIPT = r'''
+MODES_SCRIPT = r"""
 import json, sys
 args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 modes = args["--modes"].split(",")
 res = {"ok": True, "modes": {m: {"ok": True, "latency_us_mean": 1.0} for m in modes}}
 open(args["--out"], "w").write(json.dumps(res))
-'''
+"""
 
 
-@pytest.mark.parametrize(("capture", "ran", "skipped"), [
-    ("h200x2-topo.txt", ["normal", "low_latency"], []),
-    ("public-8x4090-pcie-node-sys-topo.txt", ["low_latency"], ["normal"]),
-])
+@pytest.mark.parametrize(
+    ("capture", "ran", "skipped"),
+    [
+        ("h200x2-topo.txt", ["normal", "low_latency"], []),
+        ("public-8x4090-pcie-node-sys-topo.txt", ["low_latency"], ["normal"]),
+    ],
+)
 def test_gpu_verify_drops_normal_mode_without_nvlink(tmp_path, capture, ran, skipped):
     script = tmp_path / "rt.py"
     script.write_text(MODES_SCRIPT)
-    rc, res = run_module("deepep_gpu_verify", {
-        "python": sys.executable, "script": str(script), "result_path": str(tmp_path / "r.json"),
-        "log_path": str(tmp_path / "gv.log"), "nvidia_smi": str(fake_smi(tmp_path, capture))})
+    rc, res = run_module(
+        "deepep_gpu_verify",
+        {
+            "python": sys.executable,
+            "script": str(script),
+            "result_path": str(tmp_path / "r.json"),
+            "log_path": str(tmp_path / "gv.log"),
+            "nvidia_smi": str(fake_smi(tmp_path, capture)),
+        },
+    )
     assert rc == 0, res
     assert sorted(res["result"]["modes"]) == sorted(ran)
     assert sorted(res["skipped_modes"]) == skipped
@@ -306,8 +357,15 @@ def test_gpu_verify_drops_normal_mode_without_nvlink(tmp_path, capture, ran, ski
 
 
 def test_gpu_verify_fails_when_no_mode_is_left(tmp_path):
-    rc, res = run_module("deepep_gpu_verify", {
-        "python": sys.executable, "script": str(tmp_path / "rt.py"), "result_path": str(tmp_path / "r.json"),
-        "log_path": str(tmp_path / "gv.log"), "modes": ["normal"],
-        "nvidia_smi": str(fake_smi(tmp_path, "public-8x4090-pcie-node-sys-topo.txt"))})
+    rc, res = run_module(
+        "deepep_gpu_verify",
+        {
+            "python": sys.executable,
+            "script": str(tmp_path / "rt.py"),
+            "result_path": str(tmp_path / "r.json"),
+            "log_path": str(tmp_path / "gv.log"),
+            "modes": ["normal"],
+            "nvidia_smi": str(fake_smi(tmp_path, "public-8x4090-pcie-node-sys-topo.txt")),
+        },
+    )
     assert rc != 0 and "no DeepEP mode left" in res["msg"]

@@ -26,8 +26,11 @@ def run(args: dict) -> tuple[int, dict]:
 def fake_cuda(tmp_path: Path, release: str) -> Path:
     """A CUDA_HOME whose bin/nvcc prints `nvcc --version` in NVIDIA's format for the given release."""
     major, minor = release.split(".")
-    text = (FIX / "nvcc-13.0-version.txt").read_text().replace("release 13.0, V13.0.88",
-                                                                f"release {release}, V{major}.{minor}.93")
+    text = (
+        (FIX / "nvcc-13.0-version.txt")
+        .read_text()
+        .replace("release 13.0, V13.0.88", f"release {release}, V{major}.{minor}.93")
+    )
     home = tmp_path / f"cuda-{release}"
     (home / "bin").mkdir(parents=True)
     (home / "nvcc-version.txt").write_text(text)

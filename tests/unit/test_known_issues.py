@@ -36,22 +36,42 @@ NAMES = {"12.0": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "9.0": "NVIDIA 
 def gpus(arch: str = "12.0", count: int = 8, interconnect: str = "pcie") -> dict:
     """GPU facts in the schema of nvidia_gpu_facts."""
     return {
-        "available": True, "reason": "", "gpu_count": count,
-        "gpus": [{"index": i, "name": NAMES[arch], "compute_capability": arch, "arch": arch}
-                 for i in range(count)],
-        "driver_version": "580.159.04", "cuda_driver_version": "13.0", "interconnect": interconnect,
+        "available": True,
+        "reason": "",
+        "gpu_count": count,
+        "gpus": [
+            {"index": i, "name": NAMES[arch], "compute_capability": arch, "arch": arch} for i in range(count)
+        ],
+        "driver_version": "580.159.04",
+        "cuda_driver_version": "13.0",
+        "interconnect": interconnect,
         "archs": [arch],
     }
 
 
-NO_GPU = {"available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0, "gpus": [],
-          "driver_version": "", "cuda_driver_version": "", "interconnect": "none", "archs": []}
+NO_GPU = {
+    "available": False,
+    "reason": "nvidia-smi not found on PATH",
+    "gpu_count": 0,
+    "gpus": [],
+    "driver_version": "",
+    "cuda_driver_version": "",
+    "interconnect": "none",
+    "archs": [],
+}
 SM120_PCIE = gpus("12.0", 8, "pcie")
 # 4 GPUs where only two pairs have peer reads (as nvidia_gpu_facts reads tests/fixtures/nvidia-smi/
 # synthetic-4gpu-partial-p2p.txt)
-PARTIAL_P2P = {**gpus("12.0", 4, "pcie"), "peer_access": {
-    "status": "partial", "pairs": 6, "ok_pairs": 2, "error": "",
-    "missing": ["GPU0-GPU2 CNS", "GPU0-GPU3 CNS", "GPU1-GPU2 CNS", "GPU1-GPU3 CNS"]}}
+PARTIAL_P2P = {
+    **gpus("12.0", 4, "pcie"),
+    "peer_access": {
+        "status": "partial",
+        "pairs": 6,
+        "ok_pairs": 2,
+        "error": "",
+        "missing": ["GPU0-GPU2 CNS", "GPU0-GPU3 CNS", "GPU1-GPU2 CNS", "GPU1-GPU3 CNS"],
+    },
+}
 H200_NVLINK = gpus("9.0", 2, "nvlink")
 
 
@@ -69,145 +89,236 @@ def ids(result: dict, severity: str) -> list[str]:
 
 # id -> (severity, [matching cases], [non-matching cases]); a case is (gpu facts, stack, server settings).
 CASES = {
-    "tp_size_exceeds_gpus": ("error", [
-        (H200_NVLINK, CU130, {"tp_size": 8}),
-        (H200_NVLINK, CU130, {"tp_size": "4"}),  # extra vars arrive as text
-    ], [
-        (H200_NVLINK, CU130, {"tp_size": 2}),
-        (H200_NVLINK, CU130, {"tp_size": 4, "nnodes": 2}),
-        (NO_GPU, CU130, {"tp_size": 8}),  # a build host has no GPU count to compare with
-    ]),
-    "multi_node_without_dist_init_addr": ("error", [
-        (SM120_PCIE, CU130, {"tp_size": 16, "nnodes": 2}),
-        (NO_GPU, CU130, {"nnodes": "2", "node_rank": 1}),
-    ], [
-        (SM120_PCIE, CU130, {"tp_size": 16, "nnodes": 2, "dist_init_addr": "10.0.0.1:5000"}),
-        (SM120_PCIE, CU130, {"tp_size": 8}),
-    ]),
-    "flashinfer_allreduce_fusion_sm120": ("adjust", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "enable_flashinfer_allreduce_fusion": True}),
-        (NO_GPU, CU130, {"enable_flashinfer_allreduce_fusion": "yes"}),  # target archs from the stack
-    ], [
-        (H200_NVLINK, CU130, {"tp_size": 2, "enable_flashinfer_allreduce_fusion": True}),
-        (SM120_PCIE, CU130, {"tp_size": 8, "enable_flashinfer_allreduce_fusion": False}),
-    ]),
-    "torch_symm_mem_sm120_pcie": ("error", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "enable_torch_symm_mem": True}),
-        (gpus("9.0", 4, "pcie"), CU130, {"tp_size": 4, "enable_torch_symm_mem": True}),  # H200 NVL over PCIe
-        (NO_GPU, CU130, {"enable_torch_symm_mem": True}),  # the stack targets sm_120
-    ], [
-        (H200_NVLINK, CU130, {"tp_size": 2, "enable_torch_symm_mem": True}),
-        (SM120_PCIE, CU130, {"tp_size": 8}),
-    ]),
-    "custom_allreduce_pcie_multi_gpu": ("adjust", [
-        (SM120_PCIE, CU130, {"tp_size": 8}),
-        (gpus("12.0", 4, "mixed"), CU130, {"tp_size": 4, "disable_custom_all_reduce": False}),
-    ], [
-        (SM120_PCIE, CU130, {"tp_size": 2}),
-        (gpus("9.0", 8, "nvlink"), CU130, {"tp_size": 8}),
-        (SM120_PCIE, CU130, {"tp_size": 8, "disable_custom_all_reduce": True}),
-    ]),
-    "deepep_normal_mode_needs_nvlink": ("adjust", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),  # auto uses normal for prefill
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
-    ], [
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
-        (SM120_PCIE, CU130, {"tp_size": 8}),
-    ]),
-    "deepep_interconnect_unknown": ("warning", [
-        (gpus("12.0", 4, "unknown"), CU130, {"tp_size": 4, "moe_a2a_backend": "deepep"}),
-    ], [
-        (gpus("12.0", 4, "unknown"), CU130, {"tp_size": 4, "moe_a2a_backend": "deepep",
-                                             "deepep_mode": "low_latency"}),
-        (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),  # a build host: no GPU to ask
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
-    ]),
-    "deepep_normal_mode_disables_cuda_graph": ("warning", [
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
-    ], [
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "auto"}),
-        # On PCIe normal mode is adjusted to low_latency first, so this warning no longer applies.
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
-    ]),
-    "deepep_ep_size_differs_from_tp_size": ("adjust", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": 4, "moe_a2a_backend": "deepep"}),
-    ], [
-        (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": "8", "moe_a2a_backend": "deepep"}),
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
-        (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": 4}),
-    ]),
-    "deepep_deepgemm_disabled_sm120": ("warning", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
-        (NO_GPU, CU128, {"moe_a2a_backend": "DeepEP"}),
-    ], [
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "none"}),
-    ]),
-    "nccl_algo_tree_with_cuda_graphs": ("error", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "Tree"}}),
-        (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "allreduce:tree"}}),
-    ], [
-        (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "^Tree"}}),  # excludes Tree
-        (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "Ring"}}),
-        (SM120_PCIE, CU130, {"tp_size": 8, "disable_cuda_graph": True, "env": {"NCCL_ALGO": "Tree"}}),
-    ]),
-    "deepep_unquantized_low_latency_only": ("warning", [
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),  # auto: normal for prefill
-        (NO_GPU, CU130, {"moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
-    ], [
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
-        # on PCIe the mode is adjusted to low_latency first
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
-        (H200_NVLINK, CU130, {"tp_size": 2}),
-    ]),
-    "deepep_unquantized_no_runner_sm120": ("warning", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
-        (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),  # the stack targets sm_120
-    ], [
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
-        (SM120_PCIE, CU130, {"tp_size": 8}),
-    ]),
-    "deepep_v2_needs_deep_gemm_fp8_sm120": ("error", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep_v2"}),
-        (NO_GPU, CU130, {"moe_a2a_backend": "deepep_v2"}),
-    ], [
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep_v2"}),
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
-    ]),
-    "deepep_v2_requirements": ("warning", [
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep_v2"}),
-    ], [
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep_v2"}),  # the error row instead
-        (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
-    ]),
-    "deepep_partial_peer_access": ("error", [
-        (PARTIAL_P2P, CU130, {"tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
-        (PARTIAL_P2P, CU130, {"tp_size": 4, "moe_a2a_backend": "deepep_v2"}),
-    ], [
-        (PARTIAL_P2P, CU130, {"tp_size": 4}),
-        ({**PARTIAL_P2P, "peer_access": {"status": "full"}}, CU130,
-         {"tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
-    ]),
-    "deepep_peer_access_unknown": ("warning", [
-        (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
-        ({**SM120_PCIE, "peer_access": {"status": "unknown"}}, CU130,
-         {"tp_size": 8, "moe_a2a_backend": "deepep"}),
-    ], [
-        ({**SM120_PCIE, "peer_access": {"status": "full"}}, CU130,
-         {"tp_size": 8, "moe_a2a_backend": "deepep"}),
-        (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),
-        ({**gpus("12.0", 1, "single"), "peer_access": {"status": "unknown"}}, CU130,
-         {"moe_a2a_backend": "deepep"}),
-    ]),
-    "flashinfer_jit_nvcc_before_12_9_sm120": ("adjust", [
-        (SM120_PCIE, CU128, {"tp_size": 8, "env": {"NCCL_P2P_LEVEL": "SYS"}}),
-        (NO_GPU, CU128, {}),
-    ], [
-        (SM120_PCIE, CU130, {"tp_size": 8}),
-        (SM120_PCIE, CU128, {"tp_size": 8, "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0"}}),
-        (H200_NVLINK, CU128, {"tp_size": 2}),
-    ]),
+    "tp_size_exceeds_gpus": (
+        "error",
+        [
+            (H200_NVLINK, CU130, {"tp_size": 8}),
+            (H200_NVLINK, CU130, {"tp_size": "4"}),  # extra vars arrive as text
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2}),
+            (H200_NVLINK, CU130, {"tp_size": 4, "nnodes": 2}),
+            (NO_GPU, CU130, {"tp_size": 8}),  # a build host has no GPU count to compare with
+        ],
+    ),
+    "multi_node_without_dist_init_addr": (
+        "error",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 16, "nnodes": 2}),
+            (NO_GPU, CU130, {"nnodes": "2", "node_rank": 1}),
+        ],
+        [
+            (SM120_PCIE, CU130, {"tp_size": 16, "nnodes": 2, "dist_init_addr": "10.0.0.1:5000"}),
+            (SM120_PCIE, CU130, {"tp_size": 8}),
+        ],
+    ),
+    "flashinfer_allreduce_fusion_sm120": (
+        "adjust",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "enable_flashinfer_allreduce_fusion": True}),
+            (NO_GPU, CU130, {"enable_flashinfer_allreduce_fusion": "yes"}),  # target archs from the stack
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "enable_flashinfer_allreduce_fusion": True}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "enable_flashinfer_allreduce_fusion": False}),
+        ],
+    ),
+    "torch_symm_mem_sm120_pcie": (
+        "error",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "enable_torch_symm_mem": True}),
+            (
+                gpus("9.0", 4, "pcie"),
+                CU130,
+                {"tp_size": 4, "enable_torch_symm_mem": True},
+            ),  # H200 NVL over PCIe
+            (NO_GPU, CU130, {"enable_torch_symm_mem": True}),  # the stack targets sm_120
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "enable_torch_symm_mem": True}),
+            (SM120_PCIE, CU130, {"tp_size": 8}),
+        ],
+    ),
+    "custom_allreduce_pcie_multi_gpu": (
+        "adjust",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8}),
+            (gpus("12.0", 4, "mixed"), CU130, {"tp_size": 4, "disable_custom_all_reduce": False}),
+        ],
+        [
+            (SM120_PCIE, CU130, {"tp_size": 2}),
+            (gpus("9.0", 8, "nvlink"), CU130, {"tp_size": 8}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "disable_custom_all_reduce": True}),
+        ],
+    ),
+    "deepep_normal_mode_needs_nvlink": (
+        "adjust",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),  # auto uses normal for prefill
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+        ],
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+            (SM120_PCIE, CU130, {"tp_size": 8}),
+        ],
+    ),
+    "deepep_interconnect_unknown": (
+        "warning",
+        [
+            (gpus("12.0", 4, "unknown"), CU130, {"tp_size": 4, "moe_a2a_backend": "deepep"}),
+        ],
+        [
+            (
+                gpus("12.0", 4, "unknown"),
+                CU130,
+                {"tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"},
+            ),
+            (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),  # a build host: no GPU to ask
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+        ],
+    ),
+    "deepep_normal_mode_disables_cuda_graph": (
+        "warning",
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "auto"}),
+            # On PCIe normal mode is adjusted to low_latency first, so this warning no longer applies.
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+        ],
+    ),
+    "deepep_ep_size_differs_from_tp_size": (
+        "adjust",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": 4, "moe_a2a_backend": "deepep"}),
+        ],
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": "8", "moe_a2a_backend": "deepep"}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "ep_size": 4}),
+        ],
+    ),
+    "deepep_deepgemm_disabled_sm120": (
+        "warning",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+            (NO_GPU, CU128, {"moe_a2a_backend": "DeepEP"}),
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "none"}),
+        ],
+    ),
+    "nccl_algo_tree_with_cuda_graphs": (
+        "error",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "Tree"}}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "allreduce:tree"}}),
+        ],
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "^Tree"}}),  # excludes Tree
+            (SM120_PCIE, CU130, {"tp_size": 8, "env": {"NCCL_ALGO": "Ring"}}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "disable_cuda_graph": True, "env": {"NCCL_ALGO": "Tree"}}),
+        ],
+    ),
+    "deepep_unquantized_low_latency_only": (
+        "warning",
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),  # auto: normal for prefill
+            (NO_GPU, CU130, {"moe_a2a_backend": "deepep", "deepep_mode": "normal"}),
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+            # on PCIe the mode is adjusted to low_latency first
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
+            (H200_NVLINK, CU130, {"tp_size": 2}),
+        ],
+    ),
+    "deepep_unquantized_no_runner_sm120": (
+        "warning",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+            (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),  # the stack targets sm_120
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+            (SM120_PCIE, CU130, {"tp_size": 8}),
+        ],
+    ),
+    "deepep_v2_needs_deep_gemm_fp8_sm120": (
+        "error",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep_v2"}),
+            (NO_GPU, CU130, {"moe_a2a_backend": "deepep_v2"}),
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep_v2"}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep"}),
+        ],
+    ),
+    "deepep_v2_requirements": (
+        "warning",
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep_v2"}),
+        ],
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep_v2"}),  # the error row instead
+            (H200_NVLINK, CU130, {"tp_size": 2, "moe_a2a_backend": "deepep"}),
+        ],
+    ),
+    "deepep_partial_peer_access": (
+        "error",
+        [
+            (PARTIAL_P2P, CU130, {"tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+            (PARTIAL_P2P, CU130, {"tp_size": 4, "moe_a2a_backend": "deepep_v2"}),
+        ],
+        [
+            (PARTIAL_P2P, CU130, {"tp_size": 4}),
+            (
+                {**PARTIAL_P2P, "peer_access": {"status": "full"}},
+                CU130,
+                {"tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"},
+            ),
+        ],
+    ),
+    "deepep_peer_access_unknown": (
+        "warning",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}),
+            (
+                {**SM120_PCIE, "peer_access": {"status": "unknown"}},
+                CU130,
+                {"tp_size": 8, "moe_a2a_backend": "deepep"},
+            ),
+        ],
+        [
+            (
+                {**SM120_PCIE, "peer_access": {"status": "full"}},
+                CU130,
+                {"tp_size": 8, "moe_a2a_backend": "deepep"},
+            ),
+            (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),
+            (
+                {**gpus("12.0", 1, "single"), "peer_access": {"status": "unknown"}},
+                CU130,
+                {"moe_a2a_backend": "deepep"},
+            ),
+        ],
+    ),
+    "flashinfer_jit_nvcc_before_12_9_sm120": (
+        "adjust",
+        [
+            (SM120_PCIE, CU128, {"tp_size": 8, "env": {"NCCL_P2P_LEVEL": "SYS"}}),
+            (NO_GPU, CU128, {}),
+        ],
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8}),
+            (SM120_PCIE, CU128, {"tp_size": 8, "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0"}}),
+            (H200_NVLINK, CU128, {"tp_size": 2}),
+        ],
+    ),
 }
 
 
@@ -221,11 +332,17 @@ def test_table_is_valid_and_every_row_has_cases():
 def test_required_rows_present():
     """The dead ends issue 2 names, by id (renaming one must be deliberate)."""
     assert {
-        "flashinfer_allreduce_fusion_sm120", "torch_symm_mem_sm120_pcie", "custom_allreduce_pcie_multi_gpu",
-        "deepep_normal_mode_needs_nvlink", "nccl_algo_tree_with_cuda_graphs",
-        "flashinfer_jit_nvcc_before_12_9_sm120", "deepep_ep_size_differs_from_tp_size",
-        "deepep_deepgemm_disabled_sm120", "deepep_unquantized_no_runner_sm120",
-        "deepep_v2_needs_deep_gemm_fp8_sm120", "deepep_partial_peer_access",
+        "flashinfer_allreduce_fusion_sm120",
+        "torch_symm_mem_sm120_pcie",
+        "custom_allreduce_pcie_multi_gpu",
+        "deepep_normal_mode_needs_nvlink",
+        "nccl_algo_tree_with_cuda_graphs",
+        "flashinfer_jit_nvcc_before_12_9_sm120",
+        "deepep_ep_size_differs_from_tp_size",
+        "deepep_deepgemm_disabled_sm120",
+        "deepep_unquantized_no_runner_sm120",
+        "deepep_v2_needs_deep_gemm_fp8_sm120",
+        "deepep_partial_peer_access",
     } <= set(CASES)
     for row in TABLE["issues"]:
         assert row["source"] and row["remedy"] and row["consequence"]
@@ -245,8 +362,7 @@ def test_sources_are_public_or_a_project_doc_section():
         assert cited or "https://" in source or "sglang python/" in source, row["id"]
 
 
-@pytest.mark.parametrize(("issue_id", "case"),
-                         [(i, c) for i, (_, match, _) in CASES.items() for c in match])
+@pytest.mark.parametrize(("issue_id", "case"), [(i, c) for i, (_, match, _) in CASES.items() for c in match])
 def test_row_matches(issue_id, case):
     severity = CASES[issue_id][0]
     result = run(*case)
@@ -254,8 +370,9 @@ def test_row_matches(issue_id, case):
     assert issue_id in result["matched"]
 
 
-@pytest.mark.parametrize(("issue_id", "case"),
-                         [(i, c) for i, (_, _, nomatch) in CASES.items() for c in nomatch])
+@pytest.mark.parametrize(
+    ("issue_id", "case"), [(i, c) for i, (_, _, nomatch) in CASES.items() for c in nomatch]
+)
 def test_row_does_not_match(issue_id, case):
     result = run(*case)
     assert issue_id not in result["matched"]
@@ -283,8 +400,11 @@ def test_deepep_on_pcie_becomes_low_latency_with_the_reason():
 
 
 def test_ep_size_takes_tp_size():
-    result = run(SM120_PCIE, CU130, {"tp_size": 8, "ep_size": 4, "moe_a2a_backend": "deepep",
-                                     "deepep_mode": "low_latency"})
+    result = run(
+        SM120_PCIE,
+        CU130,
+        {"tp_size": 8, "ep_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"},
+    )
     assert result["adjusted_settings"]["ep_size"] == 8
     [adj] = [a for a in result["findings"]["adjustments"] if a["id"] == "deepep_ep_size_differs_from_tp_size"]
     assert adj["changes"]["ep_size"] == {"from": 4, "to": 8, "requested": True}
@@ -292,11 +412,14 @@ def test_ep_size_takes_tp_size():
 
 def test_flashinfer_arch_env_merges_into_existing_env():
     result = run(SM120_PCIE, CU128, {"tp_size": 8, "env": {"NCCL_P2P_LEVEL": "SYS"}})
-    assert result["adjusted_settings"]["env"] == {"NCCL_P2P_LEVEL": "SYS",
-                                                  "FLASHINFER_CUDA_ARCH_LIST": "12.0a"}
+    assert result["adjusted_settings"]["env"] == {
+        "NCCL_P2P_LEVEL": "SYS",
+        "FLASHINFER_CUDA_ARCH_LIST": "12.0a",
+    }
     assert result["settings_changes"]["env"] == {"FLASHINFER_CUDA_ARCH_LIST": "12.0a"}
-    [adj] = [a for a in result["findings"]["adjustments"]
-             if a["id"] == "flashinfer_jit_nvcc_before_12_9_sm120"]
+    [adj] = [
+        a for a in result["findings"]["adjustments"] if a["id"] == "flashinfer_jit_nvcc_before_12_9_sm120"
+    ]
     assert "env.FLASHINFER_CUDA_ARCH_LIST=12.0a" in format_adjustment(adj)
 
 
@@ -306,10 +429,15 @@ def test_example_inventory_of_the_motivating_host():
     server = inventory["all"]["vars"]["epforge_server"]
     result = run(SM120_PCIE, CU128, server)
     assert result["findings"]["errors"] == []
-    assert set(ids(result, "adjust")) == {"custom_allreduce_pcie_multi_gpu",
-                                          "flashinfer_jit_nvcc_before_12_9_sm120"}
-    assert ids(result, "warning") == ["deepep_deepgemm_disabled_sm120", "deepep_unquantized_no_runner_sm120",
-                                      "deepep_peer_access_unknown"]
+    assert set(ids(result, "adjust")) == {
+        "custom_allreduce_pcie_multi_gpu",
+        "flashinfer_jit_nvcc_before_12_9_sm120",
+    }
+    assert ids(result, "warning") == [
+        "deepep_deepgemm_disabled_sm120",
+        "deepep_unquantized_no_runner_sm120",
+        "deepep_peer_access_unknown",
+    ]
     assert result["adjusted_settings"]["deepep_mode"] == "low_latency"  # already requested: untouched
     assert result["adjusted_settings"]["env"]["NCCL_PROTO"] == "LL,LL128,Simple"
 
@@ -321,8 +449,12 @@ def test_no_gpu_and_no_settings_find_nothing():
 
 
 def test_secrets_never_come_back():
-    server = {"tp_size": 8, "api_key": "sk-secret", "moe_a2a_backend": "deepep",
-              "env": {"HF_TOKEN": "hf_secret", "NCCL_P2P_LEVEL": "SYS"}}
+    server = {
+        "tp_size": 8,
+        "api_key": "sk-secret",
+        "moe_a2a_backend": "deepep",
+        "env": {"HF_TOKEN": "hf_secret", "NCCL_P2P_LEVEL": "SYS"},
+    }
     before = copy.deepcopy(server)
     result = run(SM120_PCIE, CU128, server)
     assert server == before  # the input is not modified
@@ -344,41 +476,54 @@ def context(**server) -> dict:
     return build_context(SM120_PCIE, CU130, server, {"tp_size": 1})
 
 
-@pytest.mark.parametrize(("cond", "expected"), [
-    ({"fact": "gpu.interconnect", "equals": "PCIe"}, True),
-    ({"fact": "gpu.interconnect", "not_equals": "pcie"}, False),
-    ({"fact": "gpu.interconnect", "in": ["nvlink", "pcie"]}, True),
-    ({"fact": "gpu.interconnect", "not_in": ["nvlink"]}, True),
-    ({"fact": "gpu.count", "gt": 7}, True),
-    ({"fact": "gpu.count", "ge": 9}, False),
-    ({"fact": "gpu.count", "lt": 9}, True),
-    ({"fact": "gpu.count", "le": 7}, False),
-    ({"fact": "stack.cuda", "version_lt": "13.1"}, True),
-    ({"fact": "stack.cuda", "version_ge": "13.1"}, False),
-    ({"fact": "gpu.archs", "any_in": ["9.0", "12.0"]}, True),
-    ({"fact": "gpu.archs", "all_in": ["9.0"]}, False),
-    ({"fact": "gpu.archs", "any_not_in": ["12.0"]}, False),
-    ({"fact": "server.tp_size", "eq_fact": "gpu.count"}, False),
-    ({"fact": "server.tp_size", "lt_fact": "gpu.count"}, True),
-    ({"fact": "server.tp_size", "gt_fact": "gpu.count"}, False),
-    ({"fact": "server.missing", "present": False}, True),
-    ({"fact": "server.missing", "equals": "x"}, False),  # a missing fact matches nothing
-    ({"fact": "server.missing", "not_equals": "x"}, False),
-    ({"fact": "gpu.archs", "equals": "12.0"}, False),  # a list is no scalar
-    ({"fact": "gpu.interconnect", "gt": 1}, False),  # text is no number
-    ({"fact": "gpu.interconnect", "matches": "^pc"}, True),
-    ({"all": [{"fact": "gpu.count", "equals": 8}, {"fact": "server.tp_size", "equals": "1"}]}, True),
-    ({"any": [{"fact": "gpu.count", "equals": 2}, {"fact": "gpu.count", "equals": 3}]}, False),
-    ({"not": {"fact": "gpu.count", "equals": 2}}, True),
-])
+@pytest.mark.parametrize(
+    ("cond", "expected"),
+    [
+        ({"fact": "gpu.interconnect", "equals": "PCIe"}, True),
+        ({"fact": "gpu.interconnect", "not_equals": "pcie"}, False),
+        ({"fact": "gpu.interconnect", "in": ["nvlink", "pcie"]}, True),
+        ({"fact": "gpu.interconnect", "not_in": ["nvlink"]}, True),
+        ({"fact": "gpu.count", "gt": 7}, True),
+        ({"fact": "gpu.count", "ge": 9}, False),
+        ({"fact": "gpu.count", "lt": 9}, True),
+        ({"fact": "gpu.count", "le": 7}, False),
+        ({"fact": "stack.cuda", "version_lt": "13.1"}, True),
+        ({"fact": "stack.cuda", "version_ge": "13.1"}, False),
+        ({"fact": "gpu.archs", "any_in": ["9.0", "12.0"]}, True),
+        ({"fact": "gpu.archs", "all_in": ["9.0"]}, False),
+        ({"fact": "gpu.archs", "any_not_in": ["12.0"]}, False),
+        ({"fact": "server.tp_size", "eq_fact": "gpu.count"}, False),
+        ({"fact": "server.tp_size", "lt_fact": "gpu.count"}, True),
+        ({"fact": "server.tp_size", "gt_fact": "gpu.count"}, False),
+        ({"fact": "server.missing", "present": False}, True),
+        ({"fact": "server.missing", "equals": "x"}, False),  # a missing fact matches nothing
+        ({"fact": "server.missing", "not_equals": "x"}, False),
+        ({"fact": "gpu.archs", "equals": "12.0"}, False),  # a list is no scalar
+        ({"fact": "gpu.interconnect", "gt": 1}, False),  # text is no number
+        ({"fact": "gpu.interconnect", "matches": "^pc"}, True),
+        ({"all": [{"fact": "gpu.count", "equals": 8}, {"fact": "server.tp_size", "equals": "1"}]}, True),
+        ({"any": [{"fact": "gpu.count", "equals": 2}, {"fact": "gpu.count", "equals": 3}]}, False),
+        ({"not": {"fact": "gpu.count", "equals": 2}}, True),
+    ],
+)
 def test_operators(cond, expected):
     assert matches(cond, context()) is expected
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (True, True), ("true", True), ("Yes", True), (1, True), ("on", True),
-    (False, False), ("false", False), ("0", False), (None, False),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, True),
+        ("true", True),
+        ("Yes", True),
+        (1, True),
+        ("on", True),
+        (False, False),
+        ("false", False),
+        ("0", False),
+        (None, False),
+    ],
+)
 def test_truthy_accepts_yaml_and_extra_vars_booleans(value, expected):
     assert matches({"fact": "server.flag", "truthy": True}, context(flag=value)) is expected
 
@@ -389,29 +534,39 @@ def test_truthy_does_not_match_text_that_is_no_boolean():
 
 
 def row(**overrides) -> dict:
-    base = {"id": "r", "title": "t", "severity": "warning", "consequence": "c", "remedy": "r", "source": "s",
-            "condition": {"fact": "gpu.count", "gt": 1}}
+    base = {
+        "id": "r",
+        "title": "t",
+        "severity": "warning",
+        "consequence": "c",
+        "remedy": "r",
+        "source": "s",
+        "condition": {"fact": "gpu.count", "gt": 1},
+    }
     base.update(overrides)
     return base
 
 
-@pytest.mark.parametrize(("bad_row", "message"), [
-    (row(condition={"fact": "gpu.count", "bigger": 1}), "unknown operator"),
-    (row(condition={"fact": "gpu.count", "gt": 1, "lt": 3}), "exactly one operator"),
-    (row(condition={"fact": "host.name", "equals": "x"}), "must start with one of"),
-    (row(condition={"fact": "gpu.count", "in": "pcie"}), "'in' takes a list"),
-    (row(condition={"fact": "gpu.count", "gt": "many"}), "'gt' takes a number"),
-    (row(condition={"fact": "server.x", "matches": "("}), "no regular expression"),
-    (row(condition={"fact": "server.x", "truthy": "yes"}), "takes true or false"),
-    (row(condition={"all": []}), "non-empty list"),
-    (row(condition={"all": [{"fact": "gpu.count", "gt": 1}], "fact": "x"}), "must stand alone"),
-    (row(condition="{{ gpu.count > 1 }}"), "must be a non-empty mapping"),  # no templates
-    (row(severity="fatal"), "severity 'fatal'"),
-    (row(severity="adjust"), "needs 'adjust'"),
-    (row(adjust={"x": 1}), "only severity adjust rows"),
-    (row(severity="adjust", adjust={"x": {"from": "elsewhere"}}), "'from' takes a fact path"),
-    (row(remedy=""), "missing remedy"),
-])
+@pytest.mark.parametrize(
+    ("bad_row", "message"),
+    [
+        (row(condition={"fact": "gpu.count", "bigger": 1}), "unknown operator"),
+        (row(condition={"fact": "gpu.count", "gt": 1, "lt": 3}), "exactly one operator"),
+        (row(condition={"fact": "host.name", "equals": "x"}), "must start with one of"),
+        (row(condition={"fact": "gpu.count", "in": "pcie"}), "'in' takes a list"),
+        (row(condition={"fact": "gpu.count", "gt": "many"}), "'gt' takes a number"),
+        (row(condition={"fact": "server.x", "matches": "("}), "no regular expression"),
+        (row(condition={"fact": "server.x", "truthy": "yes"}), "takes true or false"),
+        (row(condition={"all": []}), "non-empty list"),
+        (row(condition={"all": [{"fact": "gpu.count", "gt": 1}], "fact": "x"}), "must stand alone"),
+        (row(condition="{{ gpu.count > 1 }}"), "must be a non-empty mapping"),  # no templates
+        (row(severity="fatal"), "severity 'fatal'"),
+        (row(severity="adjust"), "needs 'adjust'"),
+        (row(adjust={"x": 1}), "only severity adjust rows"),
+        (row(severity="adjust", adjust={"x": {"from": "elsewhere"}}), "'from' takes a fact path"),
+        (row(remedy=""), "missing remedy"),
+    ],
+)
 def test_validation_names_the_problem(bad_row, message):
     problems = validate_table({"issues": [bad_row]})
     assert any(message in p for p in problems), problems
@@ -421,20 +576,27 @@ def test_validation_names_the_problem(bad_row, message):
 
 def test_validation_of_the_table_shape():
     assert validate_table([]) == [
-        "the known-issues table must be a mapping with keys server_defaults and issues"]
+        "the known-issues table must be a mapping with keys server_defaults and issues"
+    ]
     assert "issues must be a non-empty list of rows" in validate_table({"issues": []})
     assert any("duplicate id" in p for p in validate_table({"issues": [row(), row()]}))
 
 
 def test_adjustments_chain_until_nothing_changes():
     """A later adjust row sees what an earlier one set (rows are re-read after every change)."""
-    table = {"issues": [
-        row(id="second", severity="adjust", condition={"fact": "server.a", "equals": 1}, adjust={"b": 2}),
-        row(id="first", severity="adjust", condition={"fact": "server.start", "truthy": True},
-            adjust={"a": 1}),
-        row(id="warn", severity="warning", condition={"fact": "server.b", "equals": 2}),
-        row(id="gone", severity="error", condition={"fact": "server.start", "truthy": False}),
-    ]}
+    table = {
+        "issues": [
+            row(id="second", severity="adjust", condition={"fact": "server.a", "equals": 1}, adjust={"b": 2}),
+            row(
+                id="first",
+                severity="adjust",
+                condition={"fact": "server.start", "truthy": True},
+                adjust={"a": 1},
+            ),
+            row(id="warn", severity="warning", condition={"fact": "server.b", "equals": 2}),
+            row(id="gone", severity="error", condition={"fact": "server.start", "truthy": False}),
+        ]
+    }
     result = evaluate(table, NO_GPU, CU130, {"start": True})
     assert [a["id"] for a in result["findings"]["adjustments"]] == ["first", "second"]
     assert result["adjusted_settings"] == {"start": True, "a": 1, "b": 2}
@@ -449,8 +611,14 @@ def run_module(args: dict) -> tuple[str, dict]:
 
 
 def test_module_fails_on_an_error_row_with_problem_and_remedy():
-    how, result = run_module({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130,
-                              "server": {"tp_size": 8, "enable_torch_symm_mem": True, "api_key": "sk-1"}})
+    how, result = run_module(
+        {
+            "table": TABLE,
+            "gpu_facts": SM120_PCIE,
+            "stack": CU130,
+            "server": {"tp_size": 8, "enable_torch_symm_mem": True, "api_key": "sk-1"},
+        }
+    )
     assert how == "fail"
     assert result["msg"].startswith("1 known dead end(s) in the requested server settings: [torch_symm_mem")
     assert "KeyError: 12" in result["msg"] and "Remedy:" in result["msg"]
@@ -459,22 +627,38 @@ def test_module_fails_on_an_error_row_with_problem_and_remedy():
 
 
 def test_module_returns_errors_when_told_not_to_fail():
-    how, result = run_module({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130, "fail_on_error": False,
-                              "server": {"tp_size": 8, "env": {"NCCL_ALGO": "Tree"}}})
+    how, result = run_module(
+        {
+            "table": TABLE,
+            "gpu_facts": SM120_PCIE,
+            "stack": CU130,
+            "fail_on_error": False,
+            "server": {"tp_size": 8, "env": {"NCCL_ALGO": "Tree"}},
+        }
+    )
     assert how == "exit" and result["changed"] is False
     assert [e["id"] for e in result["findings"]["errors"]] == ["nccl_algo_tree_with_cuda_graphs"]
     assert result["messages"][0].startswith("ERROR [nccl_algo_tree_with_cuda_graphs]")
 
 
 def test_module_reports_adjustments_and_warnings():
-    how, result = run_module({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130,
-                              "server": {"tp_size": 8, "moe_a2a_backend": "deepep"}})
+    how, result = run_module(
+        {
+            "table": TABLE,
+            "gpu_facts": SM120_PCIE,
+            "stack": CU130,
+            "server": {"tp_size": 8, "moe_a2a_backend": "deepep"},
+        }
+    )
     assert how == "exit"
     assert result["settings_changes"] == {"disable_custom_all_reduce": True, "deepep_mode": "low_latency"}
     assert [m.split(" ", 2)[:2] for m in result["messages"]] == [
-        ["ADJUSTED", "[custom_allreduce_pcie_multi_gpu]"], ["ADJUSTED", "[deepep_normal_mode_needs_nvlink]"],
-        ["WARNING", "[deepep_deepgemm_disabled_sm120]"], ["WARNING", "[deepep_unquantized_no_runner_sm120]"],
-        ["WARNING", "[deepep_peer_access_unknown]"]]
+        ["ADJUSTED", "[custom_allreduce_pcie_multi_gpu]"],
+        ["ADJUSTED", "[deepep_normal_mode_needs_nvlink]"],
+        ["WARNING", "[deepep_deepgemm_disabled_sm120]"],
+        ["WARNING", "[deepep_unquantized_no_runner_sm120]"],
+        ["WARNING", "[deepep_peer_access_unknown]"],
+    ]
     assert len(result["_warnings"]) == 3 and "DeepGEMM" in result["_warnings"][0]
 
 
@@ -488,8 +672,10 @@ def test_module_refuses_a_malformed_table():
 def test_module_output_masks_secrets_even_in_its_invocation(capsys):
     """The real exit path (JSON on stdout, as Ansible reads it): secrets are masked, with -vvv too."""
     server = {"tp_size": 8, "api_key": "sk-live-123", "env": {"HF_TOKEN": "hf_abcdef", "NCCL_PROTO": "LL"}}
-    with patch_module_args({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130, "server": server}), \
-            pytest.raises(SystemExit) as done:
+    with (
+        patch_module_args({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130, "server": server}),
+        pytest.raises(SystemExit) as done,
+    ):
         module_under_test.main()
     assert done.value.code == 0
     out = capsys.readouterr().out
@@ -502,8 +688,16 @@ def test_module_output_masks_secrets_even_in_its_invocation(capsys):
 
 def test_the_preflight_fact_gpu_summary_is_valid_gpu_facts():
     """A later play without nvidia_gpu_facts can pass ansible_local.epforge_preflight.gpu instead."""
-    summary = {"available": True, "reason": "", "gpu_count": 8, "names": [NAMES["12.0"]], "archs": ["12.0"],
-               "interconnect": "pcie", "driver_version": "580.159.04", "cuda_driver_version": "13.0"}
+    summary = {
+        "available": True,
+        "reason": "",
+        "gpu_count": 8,
+        "names": [NAMES["12.0"]],
+        "archs": ["12.0"],
+        "interconnect": "pcie",
+        "driver_version": "580.159.04",
+        "cuda_driver_version": "13.0",
+    }
     server = {"tp_size": 8, "moe_a2a_backend": "deepep", "enable_flashinfer_allreduce_fusion": True}
     full, short = run(SM120_PCIE, CU128, server), run(summary, CU128, server)
     assert short["matched"] == full["matched"] and short["settings_changes"] == full["settings_changes"]

@@ -19,9 +19,17 @@ PACKAGES = ["setuptools", "wheel", "ninja", "packaging"]
 
 
 def base_args(tmp_path: Path, venv: Path) -> dict:
-    return {"path": str(venv), "torch_version": "2.14.1", "torch_cuda": "13.0", "toolkit_cuda": "13.0",
-            "archs": ["12.0"], "packages": PACKAGES, "log_path": str(tmp_path / "log" / "ml_env.log"),
-            "stamp_path": str(tmp_path / "state" / "ml_env.json"), "base_python": sys.executable}
+    return {
+        "path": str(venv),
+        "torch_version": "2.14.1",
+        "torch_cuda": "13.0",
+        "toolkit_cuda": "13.0",
+        "archs": ["12.0"],
+        "packages": PACKAGES,
+        "log_path": str(tmp_path / "log" / "ml_env.log"),
+        "stamp_path": str(tmp_path / "state" / "ml_env.json"),
+        "base_python": sys.executable,
+    }
 
 
 def test_torch_for_another_cuda_major_is_refused_before_anything_changes(tmp_path):

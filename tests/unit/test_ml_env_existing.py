@@ -31,15 +31,21 @@ STACK = {"torch_version": "2.11.0", "torch_cuda": "13.0", "toolkit_cuda": "13.0"
 @pytest.fixture
 def fake_torch(tmp_path):
     """make(name, version, cuda, archs) -> python of a venv holding that fake torch."""
-    def make(name: str, version: str = "2.11.0+cu130", cuda: str | None = "13.0",
-             archs: list[str] | None = None) -> Path:
+
+    def make(
+        name: str, version: str = "2.11.0+cu130", cuda: str | None = "13.0", archs: list[str] | None = None
+    ) -> Path:
         return make_fake_torch_venv(tmp_path / name, version, cuda, ARCHS_CU130 if archs is None else archs)
+
     return make
 
 
 def tree(path: Path) -> dict:
-    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*"))
-            if "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(path)): p.stat().st_mtime_ns
+        for p in sorted(path.rglob("*"))
+        if "__pycache__" not in p.parts
+    }
 
 
 def test_matching_torch_is_adopted_and_nothing_changes(fake_torch):
@@ -61,8 +67,10 @@ def test_matching_torch_is_adopted_and_nothing_changes(fake_torch):
     ("torch", "expected"),
     [
         ({"version": "2.14.1+cu130"}, "its torch is 2.14.1+cu130, the stack wants 2.11.0"),
-        ({"version": "2.11.0+cu128", "cuda": "12.8"},
-         "its torch 2.11.0+cu128 is built for CUDA 12.8, the stack wants CUDA 13.0 (major 13)"),
+        (
+            {"version": "2.11.0+cu128", "cuda": "12.8"},
+            "its torch 2.11.0+cu128 is built for CUDA 12.8, the stack wants CUDA 13.0 (major 13)",
+        ),
         ({"version": "2.11.0+cpu", "cuda": None}, "is a build without CUDA"),
         ({"archs": ["sm_90", "sm_100"]}, "does not cover 12.0"),
     ],
@@ -77,8 +85,9 @@ def test_mismatching_torch_is_refused_naming_both_sides(fake_torch, torch, expec
 
 
 def test_stack_torch_for_another_cuda_major_is_refused_before_python_runs(tmp_path):
-    rc, res = run_module("ml_env_existing", {"python": str(tmp_path / "no-such-python"), **STACK,
-                                             "torch_cuda": "12.8"})
+    rc, res = run_module(
+        "ml_env_existing", {"python": str(tmp_path / "no-such-python"), **STACK, "torch_cuda": "12.8"}
+    )
     assert rc != 0 and "built for CUDA 12.8 but the toolkit is CUDA 13.0" in res["msg"]
 
 
@@ -108,15 +117,38 @@ PLAY = """---
 
 def play(tmp_path: Path, python: Path, *extra: str) -> subprocess.CompletedProcess:
     (tmp_path / "play.yml").write_text(PLAY)
-    (tmp_path / "vars.json").write_text(json.dumps({
-        "epforge_stack": "cu130-torch211", "epforge_facts_dir": str(tmp_path / "facts"),
-        "epforge_log_dir": str(tmp_path / "log"), "epforge_state_dir": str(tmp_path / "state"),
-        "ml_env_method": "existing", "ml_env_existing_python": str(python),
-        "ml_env_path": str(tmp_path / "must-not-exist"), "seen_file": str(tmp_path / "seen.json")}))
+    (tmp_path / "vars.json").write_text(
+        json.dumps(
+            {
+                "epforge_stack": "cu130-torch211",
+                "epforge_facts_dir": str(tmp_path / "facts"),
+                "epforge_log_dir": str(tmp_path / "log"),
+                "epforge_state_dir": str(tmp_path / "state"),
+                "ml_env_method": "existing",
+                "ml_env_existing_python": str(python),
+                "ml_env_path": str(tmp_path / "must-not-exist"),
+                "seen_file": str(tmp_path / "seen.json"),
+            }
+        )
+    )
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(ROOT / "inventory" / "local.yml"),
-                           str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'vars.json'}", *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False, env=env)
+    return subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            str(ROOT / "inventory" / "local.yml"),
+            str(tmp_path / "play.yml"),
+            "-e",
+            f"@{tmp_path / 'vars.json'}",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+    )
 
 
 def changed(proc: subprocess.CompletedProcess) -> int:

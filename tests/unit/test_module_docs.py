@@ -21,8 +21,15 @@ def test_there_are_modules_to_check():
 @pytest.mark.parametrize("name", MODULES)
 def test_ansible_doc_renders(name):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([str(ANSIBLE_DOC), "-M", str(ROOT / "library"), name], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT, env=env, check=False)
+    proc = subprocess.run(
+        [str(ANSIBLE_DOC), "-M", str(ROOT / "library"), name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout
     assert f"({ROOT / 'library' / name}.py)" in text or name in text.splitlines()[0]

@@ -45,12 +45,26 @@ def links(**counts: int) -> dict:
 def test_query_csv_from_h200_capture():
     gpus = parse_query_csv(fixture("h200x2-query.csv"))
     assert gpus == [
-        {"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0", "arch": "9.0",
-         "memory_total_mib": 143771, "pci_bus_id": "00000000:00:06.0",
-         "uuid": "GPU-ab94a1d0-a636-e01b-ca8f-2a7a9b05f8af", "driver_version": "580.159.04"},
-        {"index": 1, "name": "NVIDIA H200", "compute_capability": "9.0", "arch": "9.0",
-         "memory_total_mib": 143771, "pci_bus_id": "00000000:00:07.0",
-         "uuid": "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406", "driver_version": "580.159.04"},
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "compute_capability": "9.0",
+            "arch": "9.0",
+            "memory_total_mib": 143771,
+            "pci_bus_id": "00000000:00:06.0",
+            "uuid": "GPU-ab94a1d0-a636-e01b-ca8f-2a7a9b05f8af",
+            "driver_version": "580.159.04",
+        },
+        {
+            "index": 1,
+            "name": "NVIDIA H200",
+            "compute_capability": "9.0",
+            "arch": "9.0",
+            "memory_total_mib": 143771,
+            "pci_bus_id": "00000000:00:07.0",
+            "uuid": "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406",
+            "driver_version": "580.159.04",
+        },
     ]
 
 
@@ -60,8 +74,9 @@ def test_query_csv_empty_output_lists_no_gpu():
 
 
 def test_query_csv_name_with_comma_is_quoted_csv():
-    line = ('0, "NVIDIA RTX PRO 6000 Blackwell, Server Edition", 12.0, 97887, 00000000:01:00.0, GPU-x, '
-            '580.95.05')
+    line = (
+        '0, "NVIDIA RTX PRO 6000 Blackwell, Server Edition", 12.0, 97887, 00000000:01:00.0, GPU-x, 580.95.05'
+    )
     (gpu,) = parse_query_csv(line)
     assert gpu["name"] == "NVIDIA RTX PRO 6000 Blackwell, Server Edition"
     assert gpu["arch"] == "12.0" and gpu["memory_total_mib"] == 97887
@@ -74,8 +89,10 @@ def test_query_csv_name_with_comma_is_quoted_csv():
         (fixture("h200x2-query-header.csv"), "index 'index' is not a number"),
         # the real answer to an unknown field: one field instead of seven
         (fixture("h200x2-query-bad-field.txt"), "has 1 fields, expected 7"),
-        (fixture("h200x2-query.csv").replace(", 9.0,", ", [N/A],", 1),
-         "compute_cap '[N/A]' is not MAJOR.MINOR"),
+        (
+            fixture("h200x2-query.csv").replace(", 9.0,", ", [N/A],", 1),
+            "compute_cap '[N/A]' is not MAJOR.MINOR",
+        ),
         (fixture("h200x2-query.csv").replace(", 9.0,", ", 9,", 1), "compute_cap '9' is not MAJOR.MINOR"),
         (fixture("h200x2-query.csv").replace("143771", "143771 MiB", 1), "memory.total '143771 MiB'"),
         (fixture("h200x2-query.csv").replace("1, NVIDIA", "0, NVIDIA"), "index twice"),
@@ -200,18 +217,27 @@ def _drop_line(text: str, starts: str) -> str:
         (fixture("public-driver-not-loaded.txt"), "no header row"),
         ("\n".join(fixture("public-8x4090-pcie-node-sys-topo.txt").splitlines()[1:]), "no header row"),
         (_drop_line(fixture("public-8x4090-pcie-node-sys-topo.txt"), "GPU7"), "no matrix row for GPU7"),
-        (fixture("public-8x4090-pcie-node-sys-topo.txt").replace(
-            "GPU3\tNODE\tNODE\tPHB\t X \tNODE\tNODE\tSYS\tSYS\t0-35,72-107\t0\t\tN/A",
-            "GPU3\tNODE\tNODE\tPHB"),
-         "row GPU3 has"),
-        (fixture("public-8x4090-pcie-node-sys-topo.txt").replace("GPU5\tNODE\tNODE", "GPU5\tFOO\tNODE"),
-         "unknown link 'FOO' between GPU5 and GPU0"),
+        (
+            fixture("public-8x4090-pcie-node-sys-topo.txt").replace(
+                "GPU3\tNODE\tNODE\tPHB\t X \tNODE\tNODE\tSYS\tSYS\t0-35,72-107\t0\t\tN/A",
+                "GPU3\tNODE\tNODE\tPHB",
+            ),
+            "row GPU3 has",
+        ),
+        (
+            fixture("public-8x4090-pcie-node-sys-topo.txt").replace("GPU5\tNODE\tNODE", "GPU5\tFOO\tNODE"),
+            "unknown link 'FOO' between GPU5 and GPU0",
+        ),
         (fixture("h200x2-topo.txt").replace("GPU0\t X \t", "GPU0\tNV18\t"), "GPU0 to itself reads 'NV18'"),
         (fixture("public-aikitoria18-4x3090-mixed-topo.txt").replace("GPU2 ", "GPU9 ", 1), "not GPU0..GPU3"),
-        (fixture("public-aikitoria18-4x3090-mixed-topo.txt").replace("\nGPU3 ", "\nGPU7 "),
-         "matrix row 'GPU7'"),
-        (fixture("public-nccl1617-4xh100-nv6-nic-topo.txt").replace("GPU3    NIC0", "NIC0    GPU3", 1),
-         "non-GPU device before a GPU"),
+        (
+            fixture("public-aikitoria18-4x3090-mixed-topo.txt").replace("\nGPU3 ", "\nGPU7 "),
+            "matrix row 'GPU7'",
+        ),
+        (
+            fixture("public-nccl1617-4xh100-nv6-nic-topo.txt").replace("GPU3    NIC0", "NIC0    GPU3", 1),
+            "non-GPU device before a GPU",
+        ),
     ],
 )
 def test_topology_malformed_raises_with_the_reason(text, message):
@@ -286,6 +312,7 @@ class FakeSmi:
 def bin_path(found: dict):
     def get_bin_path(self, arg, required=False, opt_dirs=None):
         return found.get(arg)
+
     return get_bin_path
 
 
@@ -294,10 +321,16 @@ ON_PATH = {"nvidia-smi": "/usr/bin/nvidia-smi", "timeout": "/usr/bin/timeout"}
 
 def run_module(args: dict, smi: FakeSmi | None = None, found: dict | None = None):
     smi = smi or FakeSmi()
-    with patch_module_args(args), \
-            mock.patch.multiple(basic.AnsibleModule, exit_json=exit_json, fail_json=fail_json,
-                                get_bin_path=bin_path(ON_PATH if found is None else found)), \
-            mock.patch.object(nvidia_gpu_facts, "run_bounded", side_effect=smi):
+    with (
+        patch_module_args(args),
+        mock.patch.multiple(
+            basic.AnsibleModule,
+            exit_json=exit_json,
+            fail_json=fail_json,
+            get_bin_path=bin_path(ON_PATH if found is None else found),
+        ),
+        mock.patch.object(nvidia_gpu_facts, "run_bounded", side_effect=smi),
+    ):
         try:
             nvidia_gpu_facts.main()
         except AnsibleExitJson as done:
@@ -313,9 +346,15 @@ def test_module_h200_host():
     facts = result["ansible_facts"]["epforge_gpu_facts"]
     assert facts["available"] is True and facts["reason"] == ""
     assert facts["gpu_count"] == 2
-    assert facts["gpus"][1] == {"index": 1, "name": "NVIDIA H200", "compute_capability": "9.0", "arch": "9.0",
-                                "memory_total_mib": 143771, "pci_bus_id": "00000000:00:07.0",
-                                "uuid": "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406"}
+    assert facts["gpus"][1] == {
+        "index": 1,
+        "name": "NVIDIA H200",
+        "compute_capability": "9.0",
+        "arch": "9.0",
+        "memory_total_mib": 143771,
+        "pci_bus_id": "00000000:00:07.0",
+        "uuid": "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406",
+    }
     assert facts["driver_version"] == "580.159.04"
     assert facts["cuda_driver_version"] == "13.0"
     assert facts["interconnect"] == "nvlink" and facts["topology_error"] == ""
@@ -324,8 +363,11 @@ def test_module_h200_host():
     argvs = [argv for argv, _ in smi.calls]
     prefix = ["/usr/bin/nvidia-smi"]
     assert argvs == [
-        [*prefix, "--query-gpu=index,name,compute_cap,memory.total,pci.bus_id,uuid,driver_version",
-         "--format=csv,noheader,nounits"],
+        [
+            *prefix,
+            "--query-gpu=index,name,compute_cap,memory.total,pci.bus_id,uuid,driver_version",
+            "--format=csv,noheader,nounits",
+        ],
         prefix,
         [*prefix, "topo", "-p2p", "r"],
         [*prefix, "topo", "-m"],
@@ -346,9 +388,16 @@ def test_module_without_nvidia_smi_succeeds_with_reason():
     assert how == "exit"
     facts = result["ansible_facts"]["epforge_gpu_facts"]
     assert facts == {
-        "available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0, "gpus": [],
-        "driver_version": "", "cuda_driver_version": "", "interconnect": "none",
-        "topology": {"gpus": [], "matrix": {}, "links": links()}, "topology_error": "", "archs": [],
+        "available": False,
+        "reason": "nvidia-smi not found on PATH",
+        "gpu_count": 0,
+        "gpus": [],
+        "driver_version": "",
+        "cuda_driver_version": "",
+        "interconnect": "none",
+        "topology": {"gpus": [], "matrix": {}, "links": links()},
+        "topology_error": "",
+        "archs": [],
         "peer_access": {"status": "no_gpu", "pairs": 0, "ok_pairs": 0, "missing": [], "error": ""},
     }
     assert smi.calls == []
@@ -361,7 +410,8 @@ def test_module_driver_not_loaded_succeeds_with_reason():
     assert how == "exit" and facts["available"] is False and facts["gpu_count"] == 0
     assert facts["reason"] == (
         "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-        "Make sure that the latest NVIDIA driver is installed and running., rc 9")
+        "Make sure that the latest NVIDIA driver is installed and running., rc 9"
+    )
     assert len(smi.calls) == 1
 
 
@@ -369,13 +419,15 @@ def test_module_error_on_stderr_is_preferred():
     smi = FakeSmi(query=(2, "", fixture("h200x2-query-bad-field.txt")))
     _, result, _ = run_module({}, smi)
     assert result["ansible_facts"]["epforge_gpu_facts"]["reason"] == (
-        'nvidia-smi failed: Field "bogus_field" is not a valid field to query., rc 2')
+        'nvidia-smi failed: Field "bogus_field" is not a valid field to query., rc 2'
+    )
 
 
 def test_module_no_devices_and_empty_answer():
     _, result, _ = run_module({}, FakeSmi(query=(6, fixture("h200x2-query-no-device.txt"), "")))
     assert result["ansible_facts"]["epforge_gpu_facts"]["reason"] == (
-        "no GPU listed (nvidia-smi: No devices were found)")
+        "no GPU listed (nvidia-smi: No devices were found)"
+    )
     _, result, _ = run_module({}, FakeSmi(query=(0, "\n", "")))
     facts = result["ansible_facts"]["epforge_gpu_facts"]
     assert facts["reason"] == "no GPU listed"
@@ -402,10 +454,17 @@ def test_module_malformed_query_fails_with_cmd_rc_and_tail():
 
 # ---------------------------------------------------------------- peer access (nvidia-smi topo -p2p r)
 
+
 def test_p2p_real_h200_capture_is_full():
     p2p = parse_p2p(fixture("h200x2-p2p.txt"))
-    assert p2p == {"gpus": ["GPU0", "GPU1"], "matrix": {"GPU0": {"GPU1": "OK"}, "GPU1": {"GPU0": "OK"}},
-                   "pairs": 1, "ok_pairs": 1, "missing": [], "status": "full"}
+    assert p2p == {
+        "gpus": ["GPU0", "GPU1"],
+        "matrix": {"GPU0": {"GPU1": "OK"}, "GPU1": {"GPU0": "OK"}},
+        "pairs": 1,
+        "ok_pairs": 1,
+        "missing": [],
+        "status": "full",
+    }
 
 
 def test_p2p_partial_access_names_the_missing_pairs():
@@ -427,12 +486,15 @@ def test_p2p_none_single_one_direction_and_space_aligned():
     assert parse_p2p(single)["status"] == "single"
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (("OK\tX", "OK\tY"), "GPU1 to itself reads 'Y', expected X"),
-    (("X\tOK", "X\tBAD"), "unknown peer status 'BAD' between GPU0 and GPU1"),
-    (("GPU1\tOK\tX\t", "GPU1\tOK\t"), "row GPU1 has 1 cells for 2 GPUs"),
-    (("GPU0\tGPU1", "GPU0\tGPU2"), "header GPU names are not GPU0..GPU1"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("OK\tX", "OK\tY"), "GPU1 to itself reads 'Y', expected X"),
+        (("X\tOK", "X\tBAD"), "unknown peer status 'BAD' between GPU0 and GPU1"),
+        (("GPU1\tOK\tX\t", "GPU1\tOK\t"), "row GPU1 has 1 cells for 2 GPUs"),
+        (("GPU0\tGPU1", "GPU0\tGPU2"), "header GPU names are not GPU0..GPU1"),
+    ],
+)
 def test_p2p_malformed_is_named(change, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_p2p(fixture("h200x2-p2p.txt").replace(*change))
@@ -441,9 +503,11 @@ def test_p2p_malformed_is_named(change, message):
 
 
 def test_module_partial_peer_access_and_unreadable_p2p():
-    smi = FakeSmi(query=(0, query_for(4), ""),
-                  topo=(0, fixture("public-aikitoria18-4x3090-mixed-topo.txt"), ""),
-                  p2p=(0, fixture("synthetic-4gpu-partial-p2p.txt"), ""))
+    smi = FakeSmi(
+        query=(0, query_for(4), ""),
+        topo=(0, fixture("public-aikitoria18-4x3090-mixed-topo.txt"), ""),
+        p2p=(0, fixture("synthetic-4gpu-partial-p2p.txt"), ""),
+    )
     facts = run_module({}, smi)[1]["ansible_facts"]["epforge_gpu_facts"]
     assert facts["peer_access"]["status"] == "partial" and facts["peer_access"]["ok_pairs"] == 2
     facts = run_module({}, FakeSmi(p2p=(6, "", "Unknown Error")))[1]["ansible_facts"]["epforge_gpu_facts"]
@@ -536,8 +600,13 @@ def test_module_rejects_timeout_below_one():
 
 
 def ansible_adhoc(args: str = "", path: str | None = None) -> dict:
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_DEPRECATION_WARNINGS="0")
+    env = dict(
+        os.environ,
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_DEPRECATION_WARNINGS="0",
+    )
     if path is not None:
         env["PATH"] = path
     argv = [os.path.join(VENV_BIN, "ansible"), "localhost", "-m", "nvidia_gpu_facts"]
@@ -581,8 +650,10 @@ def test_real_run_with_fake_nvidia_smi_on_path(tmp_path):
     path = fake_smi(tmp_path, "h200x2-query.csv", "h200x2-topo.txt")
     facts = ansible_adhoc(path=path)["ansible_facts"]["epforge_gpu_facts"]
     assert facts["available"] is True and facts["gpu_count"] == 2
-    assert [gpu["uuid"] for gpu in facts["gpus"]] == ["GPU-ab94a1d0-a636-e01b-ca8f-2a7a9b05f8af",
-                                                      "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406"]
+    assert [gpu["uuid"] for gpu in facts["gpus"]] == [
+        "GPU-ab94a1d0-a636-e01b-ca8f-2a7a9b05f8af",
+        "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406",
+    ]
     assert facts["driver_version"] == "580.159.04" and facts["cuda_driver_version"] == "13.0"
     assert facts["interconnect"] == "nvlink" and facts["topology"]["matrix"]["GPU1"]["GPU0"] == "NV18"
 

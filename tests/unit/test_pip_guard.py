@@ -77,8 +77,19 @@ class Module:
 
 def pip_install(python: Path, wheels: Path, *requirements: str) -> list[str]:
     """pip install against PYTHON's env (pip --python: the fake venv has no pip of its own)."""
-    return [sys.executable, "-m", "pip", "--python", str(python), "install", "--disable-pip-version-check",
-            "--no-index", "--find-links", str(wheels), *requirements]
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(python),
+        "install",
+        "--disable-pip-version-check",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+        *requirements,
+    ]
 
 
 def site_listing(python: Path) -> list[str]:
@@ -106,22 +117,31 @@ def test_the_same_version_of_another_build_is_caught_too(image_python, wheels):
 
 def test_keep_pins_on_the_argv_make_pip_refuse_and_the_guard_says_so(image_python, wheels):
     with pytest.raises(Refused) as refused:
-        guard.refuse_replacing(Module(), str(image_python),
-                               pip_install(image_python, wheels, "needs-new-torch", *KEEP), KEEP)
+        guard.refuse_replacing(
+            Module(), str(image_python), pip_install(image_python, wheels, "needs-new-torch", *KEEP), KEEP
+        )
     msg = refused.value.args[0]["msg"]
     assert "pip cannot make a plan that keeps torch==2.11.0" in msg and "needs-new-torch" in msg
 
 
 def test_a_plan_that_keeps_torch_passes_and_installs_nothing(image_python, wheels):
     before = site_listing(image_python)
-    assert guard.refuse_replacing(Module(), str(image_python),
-                                  pip_install(image_python, wheels, "fits-any-torch", *KEEP), KEEP) is None
+    assert (
+        guard.refuse_replacing(
+            Module(), str(image_python), pip_install(image_python, wheels, "fits-any-torch", *KEEP), KEEP
+        )
+        is None
+    )
     assert site_listing(image_python) == before  # a dry run only
 
 
 def test_replacements_reads_pips_report():
-    report = {"install": [{"metadata": {"name": "Torch", "version": "2.14.1"}},
-                          {"metadata": {"name": "numpy", "version": "2.4.0"}}]}
+    report = {
+        "install": [
+            {"metadata": {"name": "Torch", "version": "2.14.1"}},
+            {"metadata": {"name": "numpy", "version": "2.4.0"}},
+        ]
+    }
     assert guard.replacements(report, {"torch": "2.11.0+cu130"}, KEEP) == ["torch 2.11.0+cu130 -> 2.14.1"]
     assert guard.replacements(report, {}, KEEP) == []  # a first install replaces nothing
     assert guard.replacements(report, {"numpy": "2.3.0", "torch": "2.11.0"}, []) == []
@@ -138,11 +158,19 @@ def test_sglang_install_refuses_an_sglang_whose_pins_replace_the_adopted_torch(t
         (donor_site / item).rename(site / item)
     make_wheel(wheels, "sglang", "0.5.99", ["torch==2.14.1"])
     before = sorted(p.name for p in site.iterdir())
-    rc, res = run_module("sglang_install", {
-        "python": str(env / "bin" / "python"), "version": "0.5.99", "install_deps": True, "keep": KEEP,
-        "pip_args": ["--no-index", "--find-links", str(wheels)],
-        "log_path": str(tmp_path / "log" / "sglang.log"), "stamp_path": str(tmp_path / "state" / "s.json")},
-        timeout=300)
+    rc, res = run_module(
+        "sglang_install",
+        {
+            "python": str(env / "bin" / "python"),
+            "version": "0.5.99",
+            "install_deps": True,
+            "keep": KEEP,
+            "pip_args": ["--no-index", "--find-links", str(wheels)],
+            "log_path": str(tmp_path / "log" / "sglang.log"),
+            "stamp_path": str(tmp_path / "state" / "s.json"),
+        },
+        timeout=300,
+    )
     assert rc != 0 and "pip cannot make a plan that keeps torch==2.11.0" in res["msg"], res
     assert "sglang 0.5.99 depends on torch==2.14.1" in res["msg"]
     assert sorted(p.name for p in site.iterdir()) == before

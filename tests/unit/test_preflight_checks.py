@@ -35,18 +35,38 @@ CU128 = yaml.safe_load((ROOT / "stacks" / "cu128.yml").read_text())["epforge_sta
 FACT = "epforge_preflight.fact"
 
 
-def gpu_facts(arch: str = "12.0", count: int = 8, driver: str = "580.159.04", cuda: str = "13.0",
-              interconnect: str = "pcie") -> dict:
+def gpu_facts(
+    arch: str = "12.0",
+    count: int = 8,
+    driver: str = "580.159.04",
+    cuda: str = "13.0",
+    interconnect: str = "pcie",
+) -> dict:
     return {
-        "available": True, "reason": "", "gpu_count": count,
-        "gpus": [{"index": i, "name": f"GPU-{arch}", "compute_capability": arch, "arch": arch}
-                 for i in range(count)],
-        "driver_version": driver, "cuda_driver_version": cuda, "interconnect": interconnect, "archs": [arch],
+        "available": True,
+        "reason": "",
+        "gpu_count": count,
+        "gpus": [
+            {"index": i, "name": f"GPU-{arch}", "compute_capability": arch, "arch": arch}
+            for i in range(count)
+        ],
+        "driver_version": driver,
+        "cuda_driver_version": cuda,
+        "interconnect": interconnect,
+        "archs": [arch],
     }
 
 
-NO_GPU = {"available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0, "gpus": [],
-          "driver_version": "", "cuda_driver_version": "", "interconnect": "none", "archs": []}
+NO_GPU = {
+    "available": False,
+    "reason": "nvidia-smi not found on PATH",
+    "gpu_count": 0,
+    "gpus": [],
+    "driver_version": "",
+    "cuda_driver_version": "",
+    "interconnect": "none",
+    "archs": [],
+}
 
 
 def by_name(checks: list[dict]) -> dict:
@@ -112,7 +132,8 @@ def test_gpu_arch_outside_the_stack_fails_naming_the_gpu():
     check = by_name(gpu_checks(CU130, gpu_facts(arch="9.0", count=2), False))["gpu_arch"]
     assert check["status"] == "failed"
     assert check["detail"].startswith(
-        "GPU 0 (GPU-9.0) is arch 9.0; GPU 1 (GPU-9.0) is arch 9.0 but stack cu130")
+        "GPU 0 (GPU-9.0) is arch 9.0; GPU 1 (GPU-9.0) is arch 9.0 but stack cu130"
+    )
     assert "add their arch to arch_list in stacks/cu130.yml" in check["detail"]
 
 
@@ -133,8 +154,10 @@ def test_python_check():
     assert python_check(CU130, "python3", "3.11.7")["status"] == "passed"
     old = python_check(CU130, "python3", "3.9.18")
     assert old["status"] == "failed"
-    assert old["detail"] == ("python3 is Python 3.9.18, older than 3.10 that stack cu130 needs: install "
-                             "Python >= 3.10 and set preflight_python to it")
+    assert old["detail"] == (
+        "python3 is Python 3.9.18, older than 3.10 that stack cu130 needs: install "
+        "Python >= 3.10 and set preflight_python to it"
+    )
     missing = python_check(CU130, "python3.99", "", "'python3.99' not found on PATH")
     assert missing["status"] == "failed" and "'python3.99' not found on PATH" in missing["detail"]
     assert "apt-get install python3 python3-venv" in missing["detail"]
@@ -161,7 +184,8 @@ def test_existing_parent(tmp_path):
 
 def test_disk_check():
     assert disk_check("/var/lib/epforge", 20, 25 * GIB, "/var/lib")["detail"] == (
-        "at least 20 GiB free on /var/lib/epforge")  # no byte count, no measured parent: stable
+        "at least 20 GiB free on /var/lib/epforge"
+    )  # no byte count, no measured parent: stable
     low = disk_check("/var/lib/epforge", 20, int(5.5 * GIB), "/var/lib")
     assert low["status"] == "failed"
     assert low["detail"].startswith("5.5 GiB free on /var/lib/epforge (measured on /var/lib), 20 GiB needed")
@@ -173,9 +197,15 @@ def test_disk_check():
 def test_gpu_runtime():
     steps = ["sglang_server", "collective_probe"]
     assert gpu_runtime(NO_GPU, steps) == {
-        "available": False, "reason": "no usable GPU: nvidia-smi not found on PATH", "skipped_steps": steps}
-    assert gpu_runtime(gpu_facts(count=2), steps) == {"available": True, "reason": "2 usable GPU(s)",
-                                                      "skipped_steps": []}
+        "available": False,
+        "reason": "no usable GPU: nvidia-smi not found on PATH",
+        "skipped_steps": steps,
+    }
+    assert gpu_runtime(gpu_facts(count=2), steps) == {
+        "available": True,
+        "reason": "2 usable GPU(s)",
+        "skipped_steps": [],
+    }
 
 
 # ---------------------------------------------------------------- the module, in process
@@ -186,11 +216,24 @@ def run_module(args: dict) -> tuple[str, dict]:
 
 
 def test_module_on_this_machine(tmp_path):
-    how, result = run_module({"stack": CU130, "gpu_facts": NO_GPU, "python": sys.executable,
-                              "disk_path": str(tmp_path / "state"), "min_free_gib": 0.01})
+    how, result = run_module(
+        {
+            "stack": CU130,
+            "gpu_facts": NO_GPU,
+            "python": sys.executable,
+            "disk_path": str(tmp_path / "state"),
+            "min_free_gib": 0.01,
+        }
+    )
     assert how == "exit" and result["changed"] is False
     assert [c["name"] for c in result["checks"]] == [
-        "gpu", "driver", "driver_cuda", "gpu_arch", "python", "disk"]
+        "gpu",
+        "driver",
+        "driver_cuda",
+        "gpu_arch",
+        "python",
+        "disk",
+    ]
     assert result["failed"] == [] and result["gpu_runtime"]["available"] is False
     assert result["gpu_runtime"]["skipped_steps"] == list(checks_module.DEFAULT_GPU_STEPS)
     assert not (tmp_path / "state").exists()  # reads only
@@ -198,8 +241,15 @@ def test_module_on_this_machine(tmp_path):
 
 def test_module_fails_on_too_little_disk_with_the_remedy(tmp_path):
     free = shutil.disk_usage(tmp_path).free / GIB
-    how, result = run_module({"stack": CU130, "gpu_facts": NO_GPU, "python": sys.executable,
-                              "disk_path": str(tmp_path), "min_free_gib": free * 2 + 1})
+    how, result = run_module(
+        {
+            "stack": CU130,
+            "gpu_facts": NO_GPU,
+            "python": sys.executable,
+            "disk_path": str(tmp_path),
+            "min_free_gib": free * 2 + 1,
+        }
+    )
     assert how == "fail" and result["failed"] == ["disk"]
     assert result["msg"].startswith("preflight: host does not fit stack 'cu130': ")
     assert "lower preflight_min_free_gib" in result["msg"]
@@ -207,8 +257,15 @@ def test_module_fails_on_too_little_disk_with_the_remedy(tmp_path):
 
 def test_module_collects_every_failure(tmp_path):
     facts = gpu_facts(arch="9.0", driver="570.26", cuda="12.8")
-    how, result = run_module({"stack": CU130, "gpu_facts": facts,
-                              "python": "no-such-python-here", "disk_path": str(tmp_path), "min_free_gib": 0})
+    how, result = run_module(
+        {
+            "stack": CU130,
+            "gpu_facts": facts,
+            "python": "no-such-python-here",
+            "disk_path": str(tmp_path),
+            "min_free_gib": 0,
+        }
+    )
     assert how == "fail"
     assert result["failed"] == ["driver", "driver_cuda", "gpu_arch", "python"]
     assert result["msg"].count(" | ") == 3
@@ -237,7 +294,7 @@ def fake_smi(tmp_path: Path, query: Path, topo: Path, header: Path, p2p: Path | 
         f"  --query-gpu=*) cat '{query}' ;;\n"
         f"  topo) if [ \"$2\" = -p2p ]; then cat '{p2p}'; else cat '{topo}'; fi ;;\n"
         f"  '') cat '{header}' ;;\n"
-        "  *) echo \"fake nvidia-smi: unexpected arguments $*\" >&2; exit 2 ;;\n"
+        '  *) echo "fake nvidia-smi: unexpected arguments $*" >&2; exit 2 ;;\n'
         "esac\n"
     )
     script.chmod(0o755)
@@ -251,14 +308,19 @@ def p2p_matrix(count: int, missing: set[tuple[int, int]] = frozenset()) -> str:
     names = [f"GPU{i}" for i in range(count)]
     rows = [" \t\x1b[4m" + "\t".join(names) + "\t\x1b[0m"]
     for i in range(count):
-        cells = ["X" if i == j else ("CNS" if (min(i, j), max(i, j)) in missing else "OK")
-                 for j in range(count)]
+        cells = [
+            "X" if i == j else ("CNS" if (min(i, j), max(i, j)) in missing else "OK") for j in range(count)
+        ]
         rows.append(f" GPU{i}\t" + "\t".join(cells) + "\t")
     return "\n".join(rows) + "\n\n" + legend
 
 
-def sm120_pcie_host(tmp_path: Path, count: int = 8, topo: str = "public-8x4090-pcie-node-sys-topo.txt",
-                    p2p_missing: set[tuple[int, int]] = frozenset()) -> str:
+def sm120_pcie_host(
+    tmp_path: Path,
+    count: int = 8,
+    topo: str = "public-8x4090-pcie-node-sys-topo.txt",
+    p2p_missing: set[tuple[int, int]] = frozenset(),
+) -> str:
     """RTX PRO 6000s (sm_120) over PCIe. No such capture exists, so the query answer is derived from the
     real H200 capture (same fields and format, RTX PRO 6000 values), and so is the peer-read matrix; the
     topology is a real PCIe capture and the header the real driver 580.159.04 / CUDA 13.0 one."""
@@ -266,8 +328,14 @@ def sm120_pcie_host(tmp_path: Path, count: int = 8, topo: str = "public-8x4090-p
     lines = []
     for i in range(count):
         fields = list(template)
-        fields[0:6] = [str(i), "NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", "97887",
-                       f"00000000:{0x18 + i:02X}:00.0", f"GPU-0e4a5f5c-0000-0000-0000-00000000000{i}"]
+        fields[0:6] = [
+            str(i),
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            "12.0",
+            "97887",
+            f"00000000:{0x18 + i:02X}:00.0",
+            f"GPU-0e4a5f5c-0000-0000-0000-00000000000{i}",
+        ]
         lines.append(", ".join(fields))
     query = tmp_path / f"rtx-pro-6000x{count}-query.csv"
     query.write_text("\n".join(lines) + "\n")
@@ -287,13 +355,22 @@ def no_gpu_path() -> str:
 def play(tmp_path: Path, extra: dict, path: str, *, check: bool = False) -> tuple[int, dict]:
     book = tmp_path / "preflight.yml"
     book.write_text(PLAYBOOK)
-    extra = {"epforge_facts_dir": str(tmp_path / "facts"), "epforge_state_dir": str(tmp_path / "state"),
-             "preflight_min_free_gib": 1, **extra}
+    extra = {
+        "epforge_facts_dir": str(tmp_path / "facts"),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "preflight_min_free_gib": 1,
+        **extra,
+    }
     vars_file = tmp_path / "vars.json"
     vars_file.write_text(json.dumps(extra))
-    env = dict(os.environ, PATH=path, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_DEPRECATION_WARNINGS="0")
+    env = dict(
+        os.environ,
+        PATH=path,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_DEPRECATION_WARNINGS="0",
+    )
     argv = [os.path.join(VENV_BIN, "ansible-playbook"), str(book), "-e", f"@{vars_file}"]
     if check:
         argv.append("--check")
@@ -301,15 +378,18 @@ def play(tmp_path: Path, extra: dict, path: str, *, check: bool = False) -> tupl
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
-        raise AssertionError(f"no JSON report: rc {proc.returncode}\n{proc.stdout[-3000:]}\n"
-                             f"{proc.stderr[-3000:]}") from exc
+        raise AssertionError(
+            f"no JSON report: rc {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        ) from exc
     return proc.returncode, report
 
 
 def host_results(report: dict) -> dict:
     """task name (without the 'role : ' prefix) -> the localhost result."""
-    return {task["task"]["name"].split(" : ", 1)[-1]: task["hosts"]["localhost"]
-            for task in report["plays"][0]["tasks"]}
+    return {
+        task["task"]["name"].split(" : ", 1)[-1]: task["hosts"]["localhost"]
+        for task in report["plays"][0]["tasks"]
+    }
 
 
 def failure(report: dict) -> tuple[str, str]:
@@ -338,15 +418,29 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     assert report["stats"]["localhost"]["changed"] == 2  # the facts dir and the fact file
     fact = json.loads(fact_file(tmp_path).read_text())
     assert fact["schema"] == 1 and fact["stack"]["name"] == "cu130" and fact["stack"]["arch_list"] == ["12.0"]
-    assert fact["gpu"] == {"available": False, "reason": "nvidia-smi not found on PATH", "gpu_count": 0,
-                           "names": [], "archs": [], "interconnect": "none", "driver_version": "",
-                           "cuda_driver_version": ""}
+    assert fact["gpu"] == {
+        "available": False,
+        "reason": "nvidia-smi not found on PATH",
+        "gpu_count": 0,
+        "names": [],
+        "archs": [],
+        "interconnect": "none",
+        "driver_version": "",
+        "cuda_driver_version": "",
+    }
     assert fact["gpu_runtime"] == {
-        "available": False, "reason": "no usable GPU: nvidia-smi not found on PATH",
-        "skipped_steps": ["sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify"]}
+        "available": False,
+        "reason": "no usable GPU: nvidia-smi not found on PATH",
+        "skipped_steps": ["sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify"],
+    }
     assert [(c["name"], c["status"]) for c in fact["checks"]] == [
-        ("gpu", "skipped"), ("driver", "skipped"), ("driver_cuda", "skipped"), ("gpu_arch", "skipped"),
-        ("python", "passed"), ("disk", "passed")]
+        ("gpu", "skipped"),
+        ("driver", "skipped"),
+        ("driver_cuda", "skipped"),
+        ("gpu_arch", "skipped"),
+        ("python", "passed"),
+        ("disk", "passed"),
+    ]
     assert fact["known_issues"] == {"matched": [], "errors": [], "warnings": [], "adjustments": []}
     results = host_results(report)
     assert results["Assemble the preflight result"]["ansible_facts"]["preflight_result"] == fact
@@ -376,14 +470,21 @@ def test_role_adjusts_the_motivating_host_and_reruns_unchanged(tmp_path):
     assert fact["gpu"]["interconnect"] == "pcie" and fact["gpu_runtime"]["skipped_steps"] == []
     assert all(c["status"] == "passed" for c in fact["checks"])
     assert [a["id"] for a in fact["known_issues"]["adjustments"]] == [
-        "custom_allreduce_pcie_multi_gpu", "deepep_normal_mode_needs_nvlink",
-        "flashinfer_jit_nvcc_before_12_9_sm120"]
-    assert fact["settings_changes"] == {"disable_custom_all_reduce": True, "deepep_mode": "low_latency",
-                                        "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0a"}}
+        "custom_allreduce_pcie_multi_gpu",
+        "deepep_normal_mode_needs_nvlink",
+        "flashinfer_jit_nvcc_before_12_9_sm120",
+    ]
+    assert fact["settings_changes"] == {
+        "disable_custom_all_reduce": True,
+        "deepep_mode": "low_latency",
+        "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0a"},
+    }
     assert fact["server_settings"]["deepep_mode"] == "low_latency"
     assert fact["server_settings"]["env"]["NCCL_P2P_LEVEL"] == "SYS"
-    assert [w["id"] for w in fact["known_issues"]["warnings"]] == ["deepep_deepgemm_disabled_sm120",
-                                                                   "deepep_unquantized_no_runner_sm120"]
+    assert [w["id"] for w in fact["known_issues"]["warnings"]] == [
+        "deepep_deepgemm_disabled_sm120",
+        "deepep_unquantized_no_runner_sm120",
+    ]
     first = fact_file(tmp_path).read_bytes()
 
     rc, report = play(tmp_path, extra, path)
@@ -404,25 +505,32 @@ def test_role_refuses_a_dead_end_setting_before_writing(tmp_path):
 
 def test_role_refuses_deepep_on_partial_peer_access(tmp_path):
     # 4 GPUs in two PCIe pairs: GPU0-GPU1 and GPU2-GPU3 reach each other, the rest read CNS
-    path = sm120_pcie_host(tmp_path, 4, "public-missalignment106-4xl40s-nic-topo.txt",
-                           {(0, 2), (0, 3), (1, 2), (1, 3)})
+    path = sm120_pcie_host(
+        tmp_path, 4, "public-missalignment106-4xl40s-nic-topo.txt", {(0, 2), (0, 3), (1, 2), (1, 3)}
+    )
     server = {"model_path": "/m", "tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"}
     rc, report = play(tmp_path, {"epforge_server": server}, path)
     assert rc != 0
     task, msg = failure(report)
     assert task == "Refuse, warn about or adjust known dead ends of the requested server settings"
     assert "[deepep_partial_peer_access]" in msg and "deep_ep.cpp:200" in msg
-    gathered = host_results(report)["Gather NVIDIA GPU facts (a host without a GPU reports available=false "
-                                    "with the reason)"]
+    gathered = host_results(report)[
+        "Gather NVIDIA GPU facts (a host without a GPU reports available=false with the reason)"
+    ]
     peer = gathered["ansible_facts"]["epforge_gpu_facts"]["peer_access"]
-    assert peer["status"] == "partial" and peer["missing"] == ["GPU0-GPU2 CNS", "GPU0-GPU3 CNS",
-                                                               "GPU1-GPU2 CNS", "GPU1-GPU3 CNS"]
+    assert peer["status"] == "partial" and peer["missing"] == [
+        "GPU0-GPU2 CNS",
+        "GPU0-GPU3 CNS",
+        "GPU1-GPU2 CNS",
+        "GPU1-GPU3 CNS",
+    ]
     assert not fact_file(tmp_path).exists()
 
 
 def test_role_refuses_gpus_outside_the_stack(tmp_path):
-    path = fake_smi(tmp_path, SMI / "h200x2-query.csv", SMI / "h200x2-topo.txt",
-                    SMI / "h200x2-nvidia-smi.txt")
+    path = fake_smi(
+        tmp_path, SMI / "h200x2-query.csv", SMI / "h200x2-topo.txt", SMI / "h200x2-nvidia-smi.txt"
+    )
     rc, report = play(tmp_path, {}, path)
     assert rc != 0
     task, msg = failure(report)

@@ -41,8 +41,10 @@ def alive(pid: int) -> bool:
 
 def test_timeout_kills_the_process_group_and_keeps_partial_output(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
-    script = (f"import subprocess, sys, time; p = subprocess.Popen(['sleep', '60']); "
-              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)")
+    script = (
+        f"import subprocess, sys, time; p = subprocess.Popen(['sleep', '60']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)"
+    )
     started = time.monotonic()
     res = run_bounded([sys.executable, "-c", script], timeout=2)
     assert res.rc == TIMED_OUT and res.timed_out and time.monotonic() - started < 20
@@ -56,8 +58,12 @@ def test_run_logged_appends_with_headers_and_bounds(tmp_path):
     log = tmp_path / "log" / "build.log"
     rc, _ = run_logged([sys.executable, "-c", "print('one')"], str(log), header="step 1")
     assert rc == 0
-    rc, seconds = run_logged([sys.executable, "-c", "import time; print('two', flush=True); time.sleep(60)"],
-                             str(log), timeout=1, header="step 2")
+    rc, seconds = run_logged(
+        [sys.executable, "-c", "import time; print('two', flush=True); time.sleep(60)"],
+        str(log),
+        timeout=1,
+        header="step 2",
+    )
     text = log.read_text()
     assert rc == TIMED_OUT and seconds < 20
     assert "step 1" in text and "one" in text and "step 2" in text and "two" in text

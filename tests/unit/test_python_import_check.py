@@ -24,9 +24,11 @@ def pkgs(tmp_path) -> Path:
     """Importable stand-ins for the failure kinds seen in real packages."""
     (tmp_path / "needs_gpu.py").write_text(
         # sgl-deep-ep's prerequisite check raises exactly this on a host without a usable GPU.
-        'raise ImportError("The NVIDIA driver does not expose a usable CUDA device")\n')
+        'raise ImportError("The NVIDIA driver does not expose a usable CUDA device")\n'
+    )
     (tmp_path / "bad_symbol.py").write_text(
-        'raise ImportError("/venv/deep_ep_cpp.so: undefined symbol: _ZN3c104cuda9SetDeviceEi")\n')
+        'raise ImportError("/venv/deep_ep_cpp.so: undefined symbol: _ZN3c104cuda9SetDeviceEi")\n'
+    )
     (tmp_path / "needs_dep.py").write_text("import a_dependency_that_is_absent\n")
     (tmp_path / "aborts.py").write_text("import os\nos.abort()\n")
     (tmp_path / "fine.py").write_text('__version__ = "1.2.3"\n')
@@ -65,9 +67,12 @@ def test_no_gpu_is_told_apart_and_allowed_or_not(pkgs):
 
 
 def test_no_gpu_signature_on_a_gpu_host_is_broken():
-    result = {"ok": False, "error_type": "ImportError",
-              "error": "ImportError: The NVIDIA driver does not expose a usable CUDA device",
-              "gpu": {"dev_nvidiactl": True, "torch_cuda_available": True}}
+    result = {
+        "ok": False,
+        "error_type": "ImportError",
+        "error": "ImportError: The NVIDIA driver does not expose a usable CUDA device",
+        "gpu": {"dev_nvidiactl": True, "torch_cuda_available": True},
+    }
     assert pic.classify(result, "deep_ep") == "broken"
     result["gpu"] = {"dev_nvidiactl": False}
     assert pic.classify(result, "deep_ep") == "no_gpu"

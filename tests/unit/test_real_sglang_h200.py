@@ -42,10 +42,14 @@ def real_log(name: str) -> str:
 
 # ------------------------------------------------------------------------------------ classification
 
-@pytest.mark.parametrize(("log", "expected"), [
-    ("crash-tp2-server.log", "not_enough_gpus"),
-    ("crash-deepep-normal-server.log", "deep_ep_missing"),
-])
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ("crash-tp2-server.log", "not_enough_gpus"),
+        ("crash-deepep-normal-server.log", "deep_ep_missing"),
+    ],
+)
 def test_real_crash_logs_are_classified(log, expected):
     found = classify(real_log(log))
     assert found, f"{log} was not classified"
@@ -68,6 +72,7 @@ def test_a_real_crash_after_the_benign_warning_names_the_crash():
 
 
 # ------------------------------------------------------------------------------------ sglang_verify
+
 
 @pytest.mark.parametrize("tag", ["tp1-nograph", "tp1-graph"])
 def test_verify_accepts_the_real_answers(tag):
@@ -96,15 +101,26 @@ def test_greedy_output_is_identical_across_the_two_real_servers():
 
 # ------------------------------------------------------------------------------------ sglang_server
 
+
 @pytest.mark.parametrize(("tag", "graph"), [("tp1-nograph", False), ("tp1-graph", True)])
 def test_running_settings_compare_with_the_real_server_info(tag, graph):
     info = real_json(f"{tag}-get_server_info.json")
-    settings = {"model_path": "/root/smoke", "tp_size": 1, "host": "127.0.0.1", "port": 30000,
-                "disable_cuda_graph": not graph}
+    settings = {
+        "model_path": "/root/smoke",
+        "tp_size": 1,
+        "host": "127.0.0.1",
+        "port": 30000,
+        "disable_cuda_graph": not graph,
+    }
     report = confirm_settings(settings, info, "0.5.16")
     assert report["mismatched"] == [] and report["unconfirmed"] == []
-    assert report["running"] == {"model_path": "/root/smoke", "tp_size": 1, "host": "127.0.0.1",
-                                 "port": 30000, "disable_cuda_graph": not graph}
+    assert report["running"] == {
+        "model_path": "/root/smoke",
+        "tp_size": 1,
+        "host": "127.0.0.1",
+        "port": 30000,
+        "disable_cuda_graph": not graph,
+    }
     report = confirm_settings({**settings, "tp_size": 2}, info, "0.5.16")
     assert report["mismatched"] == [{"key": "tp_size", "requested": 2, "running": 1}]
     assert info["version"] == "0.5.16"
@@ -112,8 +128,10 @@ def test_running_settings_compare_with_the_real_server_info(tag, graph):
 
 # ------------------------------------------------------------------------------------ bench_serving
 
-@pytest.mark.parametrize("name", ["tp1-nograph-bench.jsonl", "tp1-nograph-2-bench.jsonl",
-                                  "tp1-graph-bench.jsonl"])
+
+@pytest.mark.parametrize(
+    "name", ["tp1-nograph-bench.jsonl", "tp1-nograph-2-bench.jsonl", "tp1-graph-bench.jsonl"]
+)
 def test_real_bench_lines_parse(name):
     text = (REAL / name).read_text()
     assert '"request_rate": Infinity' in text  # not strict JSON
@@ -128,14 +146,28 @@ def test_real_bench_lines_parse(name):
 
 # ------------------------------------------------------------------------------------ the stand-in
 
+
 @pytest.fixture
 def standin(tmp_path):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0"}
     log = open(tmp_path / "standin.log", "ab")  # the child keeps its own copy
-    proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", "--model-path", "/root/smoke",
-                             "--port", str(port), "--disable-cuda-graph"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/root/smoke",
+            "--port",
+            str(port),
+            "--disable-cuda-graph",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
@@ -164,18 +196,34 @@ def call(url: str, path: str, body: dict | None = None) -> tuple[int, dict]:
 def test_standin_answers_in_the_real_servers_shape(standin):
     real_info = real_json("tp1-nograph-get_server_info.json")
     _, info = call(standin, "/get_server_info")
-    read_by_epforge = ("model_path", "tp_size", "ep_size", "host", "port", "moe_a2a_backend", "deepep_mode",
-                       "disable_cuda_graph", "cuda_graph_max_bs_decode", "version", "internal_states")
+    read_by_epforge = (
+        "model_path",
+        "tp_size",
+        "ep_size",
+        "host",
+        "port",
+        "moe_a2a_backend",
+        "deepep_mode",
+        "disable_cuda_graph",
+        "cuda_graph_max_bs_decode",
+        "version",
+        "internal_states",
+    )
     for key in read_by_epforge:
         assert key in real_info and key in info, key
         assert type(info[key]) is type(real_info[key]) or real_info[key] is None, key
     settings = {"model_path": "/root/smoke", "tp_size": 1, "host": "127.0.0.1", "disable_cuda_graph": True}
-    assert confirm_settings(settings, info, "0.5.16") == {**confirm_settings(settings, real_info, "0.5.16"),
-                                                          "version": info["version"]}
+    assert confirm_settings(settings, info, "0.5.16") == {
+        **confirm_settings(settings, real_info, "0.5.16"),
+        "version": info["version"],
+    }
 
     real_gen = real_json("tp1-nograph-generate.json")
-    _, gen = call(standin, "/generate", {"text": "The capital of France is",
-                                         "sampling_params": {"max_new_tokens": 16, "temperature": 0}})
+    _, gen = call(
+        standin,
+        "/generate",
+        {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 16, "temperature": 0}},
+    )
     assert set(real_gen) <= set(gen) | {"output_ids"} and "text" in gen
     for key in ("prompt_tokens", "completion_tokens", "finish_reason", "e2e_latency"):
         assert key in real_gen["meta_info"] and key in gen["meta_info"], key
@@ -185,7 +233,15 @@ def test_standin_answers_in_the_real_servers_shape(standin):
     assert (status, bad) == (400, real_json("tp1-nograph-generate_bad.json"))
 
     real_chat = real_json("tp1-nograph-chat.json")
-    _, chat = call(standin, "/v1/chat/completions", {"model": "default", "max_tokens": 16, "temperature": 0,
-                                                      "messages": [{"role": "user", "content": "hi"}]})
+    _, chat = call(
+        standin,
+        "/v1/chat/completions",
+        {
+            "model": "default",
+            "max_tokens": 16,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
     assert set(real_chat) >= {"id", "object", "model", "choices", "usage"} <= set(chat)
     assert chat["object"] == real_chat["object"] and chat["model"] == real_chat["model"]

@@ -81,17 +81,36 @@ def test_report_shows_invalid_runs_as_invalid(tmp_path):
     bench = json.loads((FACTS / "standin-host" / "epforge_bench.fact").read_text())
     good = next(e for e in bench["history"] if e["status"] == "ok")
     reason = "generated 32 output tokens, fewer than the 128 asked for (num_prompts 8 x output_len 16)"
-    invalid = {**good, "id": "short-run", "label": "short-gens", "status": "invalid",
-               "invalid_reasons": [reason],
-               "figures": {**good["figures"], "total_output_tokens": 32, "output_throughput": 261.2}}
+    invalid = {
+        **good,
+        "id": "short-run",
+        "label": "short-gens",
+        "status": "invalid",
+        "invalid_reasons": [reason],
+        "figures": {**good["figures"], "total_output_tokens": 32, "output_throughput": 261.2},
+    }
     host = tmp_path / "facts" / "bench-host"
     host.mkdir(parents=True)
-    (host / "epforge_bench.fact").write_text(json.dumps({**bench, "history": [good, invalid],
-                                                         "last": invalid}))
+    (host / "epforge_bench.fact").write_text(
+        json.dumps({**bench, "history": [good, invalid], "last": invalid})
+    )
     sweep_host = tmp_path / "facts" / "sweep-host"
     sweep_host.mkdir()
-    (sweep_host / "epforge_sweep.fact").write_text(json.dumps({"schema": 1, "configurations": [
-        {"name": "ep2-short", "outcome": "invalid", "reason": reason, "figures": invalid["figures"]}]}))
+    (sweep_host / "epforge_sweep.fact").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "configurations": [
+                    {
+                        "name": "ep2-short",
+                        "outcome": "invalid",
+                        "reason": reason,
+                        "figures": invalid["figures"],
+                    }
+                ],
+            }
+        )
+    )
     out = tmp_path / "report"
     proc = epforge("report", "--from", str(tmp_path / "facts"), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -198,8 +217,9 @@ def test_run_ends_with_the_step_summary_ansible_playbook_prints(tmp_path):
     (not with the loop's closing "All items completed")."""
     steps = json.dumps(STEPS)
     facts_dir = tmp_path / "facts.d"
-    proc = epforge("run", "playbooks/summary.yml", "-e", f"epforge_steps={steps}", "-e",
-                   f"epforge_facts_dir={facts_dir}")
+    proc = epforge(
+        "run", "playbooks/summary.yml", "-e", f"epforge_steps={steps}", "-e", f"epforge_facts_dir={facts_dir}"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the steps fact for `epforge report`: status per step, the reason for those not done
     recorded = json.loads((facts_dir / "epforge_steps.fact").read_text())["steps"]
@@ -209,12 +229,24 @@ def test_run_ends_with_the_step_summary_ansible_playbook_prints(tmp_path):
         ("sglang_server", "skipped", "no GPU on this host"),
     ]
     playbook = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/local.yml",
-         "playbooks/summary.yml", "-e",
-         json.dumps({"epforge_steps": STEPS, "epforge_facts_dir": str(facts_dir)})],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()),
-             "ANSIBLE_NOCOLOR": "1"},
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "inventory/local.yml",
+            "playbooks/summary.yml",
+            "-e",
+            json.dumps({"epforge_steps": STEPS, "epforge_facts_dir": str(facts_dir)}),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HOME": str(Path.home()),
+            "ANSIBLE_NOCOLOR": "1",
+        },
     )
     assert playbook.returncode == 0, playbook.stdout + playbook.stderr
     # ansible.cfg prints results as YAML: "ok: [localhost] => (item=STEP) => " then "    msg: LINE"
@@ -233,8 +265,15 @@ def test_run_ends_with_the_step_summary_ansible_playbook_prints(tmp_path):
 # SGLang 0.5.23 after a DeepEP stand-in build for 12.0; final_env repaired deep_ep), plus the stand-in
 # sweep host.
 FLEET = ROOT / "tests" / "fixtures" / "report-fleet"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -242,8 +281,13 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     assert exe, "chromium is not installed: run scripts/bootstrap.sh (apt package chromium)"
     profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
-    return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                          text=True, timeout=180, check=False)
+    return subprocess.run(
+        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def test_report_shows_the_fleet_overview_and_coverage_matrix_in_a_real_browser(tmp_path):
@@ -256,7 +300,8 @@ def test_report_shows_the_fleet_overview_and_coverage_matrix_in_a_real_browser(t
     final = json.loads((FLEET / "cpu-i10fe" / "epforge_final_env.fact").read_text())
 
     dom = chromium(tmp_path, "--dump-dom", (out / "report.html").as_uri())
-    assert dom.returncode == 0 and "<table class=\"overview\">" in dom.stdout, dom.stderr[-2000:]
+    assert dom.returncode == 0 and '<table class="overview">' in dom.stdout, dom.stderr[-2000:]
+
     class Cells(HTMLParser):
         """The text of every td/th, row by row, and the class and data-component of coverage cells."""
 
@@ -294,8 +339,9 @@ def test_report_shows_the_fleet_overview_and_coverage_matrix_in_a_real_browser(t
     assert set(cells) == set(final["components"])
     for name, comp in final["components"].items():
         cls, text = cells[name]
-        expected = {"ok": "cov-ok", "missing_archs": "cov-missing", "jit": "cov-jit"}.get(comp["status"],
-                                                                                         f"cov-{comp['status']}")
+        expected = {"ok": "cov-ok", "missing_archs": "cov-missing", "jit": "cov-jit"}.get(
+            comp["status"], f"cov-{comp['status']}"
+        )
         assert cls == expected, (name, cls, comp["status"])
         assert (comp["distribution"] or "not installed") in text
     assert cells["deep_ep"][0] == "cov-ok" and "SASS sm_120" in cells["deep_ep"][1]

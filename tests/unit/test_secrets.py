@@ -21,16 +21,41 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures"
 SERVER_INFO = FIX / "sglang_h200" / "tp1-graph-get_server_info.json"
 
 
-@pytest.mark.parametrize("name", ["api_key", "admin_api_key", "ssl_keyfile_password", "hf_token", "HF_TOKEN",
-                                  "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "client_secret", "--api-key",
-                                  "--ssl-keyfile-password", "EPFORGE_SGLANG_API_KEY", "db_passwd"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "api_key",
+        "admin_api_key",
+        "ssl_keyfile_password",
+        "hf_token",
+        "HF_TOKEN",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "client_secret",
+        "--api-key",
+        "--ssl-keyfile-password",
+        "EPFORGE_SGLANG_API_KEY",
+        "db_passwd",
+    ],
+)
 def test_secret_names(name):
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["tokenizer_path", "max_total_tokens", "speculative_num_draft_tokens",
-                                  "token_capacity", "ssl_keyfile", "cache_key", "NCCL_P2P_LEVEL", "--port",
-                                  "skip_tokenizer_init"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tokenizer_path",
+        "max_total_tokens",
+        "speculative_num_draft_tokens",
+        "token_capacity",
+        "ssl_keyfile",
+        "cache_key",
+        "NCCL_P2P_LEVEL",
+        "--port",
+        "skip_tokenizer_init",
+    ],
+)
 def test_names_that_only_contain_a_secret_word_are_not_secret(name):
     assert not is_secret_name(name)
 
@@ -45,9 +70,15 @@ def test_real_server_info_keeps_its_figures_and_hides_its_keys():
 
 
 def test_redact_hides_keys_flags_and_values():
-    info = {"api_key": "k3y", "tp_size": 8, "launch_command": "python -m sglang.launch_server --api-key k3y",
-            "argv": ["--api-key", "k3y", "--port", "1"], "nested": [{"admin_api_key": None}],
-            "x": "--api-key=k3y", "env": {"HF_TOKEN": "hf_x", "NCCL_P2P_LEVEL": "SYS"}}
+    info = {
+        "api_key": "k3y",
+        "tp_size": 8,
+        "launch_command": "python -m sglang.launch_server --api-key k3y",
+        "argv": ["--api-key", "k3y", "--port", "1"],
+        "nested": [{"admin_api_key": None}],
+        "x": "--api-key=k3y",
+        "env": {"HF_TOKEN": "hf_x", "NCCL_P2P_LEVEL": "SYS"},
+    }
     out = redact(info, ["k3y"])
     assert "k3y" not in repr(out) and "hf_x" not in repr(out)
     assert out["api_key"] == REDACTED and out["tp_size"] == 8

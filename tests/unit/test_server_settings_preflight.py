@@ -21,8 +21,9 @@ from moduletools import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = str(Path(sys.executable).parent)
-SETTINGS_TASK = ("preflight : Refuse malformed server settings (shape, keys, types, ranges) before anything "
-                 "changes")
+SETTINGS_TASK = (
+    "preflight : Refuse malformed server settings (shape, keys, types, ranges) before anything changes"
+)
 
 # The bad inputs of issue 11, as a new user wrote them (host name -> epforge_server).
 BAD = {
@@ -34,10 +35,10 @@ BAD = {
 EXPECTED = {
     "typo": "unknown server setting 'tpsize' (did you mean 'tp_size'?) (value 8)",
     "port": "port must be an integer, got str '30000x' (write it as a number, e.g. 8); accepted: an integer "
-            "from 1 to 65535",
+    "from 1 to 65535",
     "tp0": "tp_size is out of range, got 0; accepted: an integer >= 1",
     "string": "server settings (epforge_server) must be a mapping of setting names to values, e.g. "
-              "{model_path: /models/m, tp_size: 8}, got str 'tp=8'",
+    "{model_path: /models/m, tp_size: 8}, got str 'tp=8'",
 }
 
 
@@ -47,37 +48,65 @@ def test_module_refuses_each_bad_input_and_passes_a_good_one():
         assert kind == "fail", name
         assert result["msg"].startswith("epforge_server is refused before anything changes: (1) "), result
         assert EXPECTED[name] in result["msg"], (name, result["msg"])
-    kind, good = run_main(epforge_server_settings, {"settings": {"model_path": "/m", "tp_size": "8",
-                                                                 "ep_size": 8, "api_key": "sk-secret-value"}})
+    kind, good = run_main(
+        epforge_server_settings,
+        {"settings": {"model_path": "/m", "tp_size": "8", "ep_size": 8, "api_key": "sk-secret-value"}},
+    )
     assert kind == "exit" and good["changed"] is False and good["problems"] == []
     assert good["keys"] == ["api_key", "ep_size", "model_path", "tp_size"]
     assert run_main(epforge_server_settings, {"settings": {}})[0] == "exit"
 
 
 def test_module_requires_a_model_when_told_and_hides_the_api_key():
-    kind, result = run_main(epforge_server_settings, {"settings": {"tp_size": 2, "api_key": "sk-never-shown",
-                                                                  "tpsize": 1}, "require_model": True})
+    kind, result = run_main(
+        epforge_server_settings,
+        {"settings": {"tp_size": 2, "api_key": "sk-never-shown", "tpsize": 1}, "require_model": True},
+    )
     assert kind == "fail" and "model_path is required" in result["msg"]
     assert "sk-never-shown" not in json.dumps(result)
 
 
 def test_provision_refuses_each_bad_input_in_preflight_before_cuda_toolkit(tmp_path):
     hosts = {
-        name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-               "epforge_server": settings}
+        name: {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "epforge_server": settings,
+        }
         for name, settings in BAD.items()
     }
     inventory = tmp_path / "inventory.json"
-    inventory.write_text(json.dumps({"all": {"hosts": hosts, "vars": {
-        "epforge_stack": "cu130",
-        "epforge_facts_dir": str(tmp_path / "facts"),
-        "epforge_state_dir": str(tmp_path / "state"),
-    }}}))
-    env = dict(os.environ, PATH=f"{VENV_BIN}:/usr/bin:/bin", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_DEPRECATION_WARNINGS="0")
-    argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", str(inventory), "--check", "--forks", "1",
-            str(ROOT / "playbooks" / "provision.yml")]
+    inventory.write_text(
+        json.dumps(
+            {
+                "all": {
+                    "hosts": hosts,
+                    "vars": {
+                        "epforge_stack": "cu130",
+                        "epforge_facts_dir": str(tmp_path / "facts"),
+                        "epforge_state_dir": str(tmp_path / "state"),
+                    },
+                }
+            }
+        )
+    )
+    env = dict(
+        os.environ,
+        PATH=f"{VENV_BIN}:/usr/bin:/bin",
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_DEPRECATION_WARNINGS="0",
+    )
+    argv = [
+        os.path.join(VENV_BIN, "ansible-playbook"),
+        "-i",
+        str(inventory),
+        "--check",
+        "--forks",
+        "1",
+        str(ROOT / "playbooks" / "provision.yml"),
+    ]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     report = json.loads(proc.stdout)
     assert proc.returncode != 0
@@ -88,8 +117,9 @@ def test_provision_refuses_each_bad_input_in_preflight_before_cuda_toolkit(tmp_p
         assert failed == [SETTINGS_TASK], (name, failed)
         # the settings task is preflight's first: no GPU query, no host check, no toolkit task ran before
         assert ran[-1] == SETTINGS_TASK
-        assert not [task for task in ran
-                    if task.startswith(("cuda_toolkit :", "ml_env :", "preflight : Gather"))]
+        assert not [
+            task for task in ran if task.startswith(("cuda_toolkit :", "ml_env :", "preflight : Gather"))
+        ]
         result = next(task["hosts"][name] for task in tasks if task["task"]["name"] == SETTINGS_TASK)
         assert EXPECTED[name] in result["msg"], (name, result["msg"])
     assert report["stats"].keys() == BAD.keys()

@@ -191,8 +191,9 @@ def test_zero_generated_tokens_is_always_a_failure(tmp_path):
     """A client TEST DOUBLE writes a real result line with total_output_tokens 0 (all 8 'completed')."""
     result = run_module({**fake_client_args("no-tokens", tmp_path), "max_failed_requests": 8}, tmp_path)
     assert result["_rc"] != 0 and result["failure_class"] == "no_output_tokens"
-    assert ("no output tokens were generated (total_output_tokens 0, 8 of 8 requests completed)"
-            in result["msg"])
+    assert (
+        "no output tokens were generated (total_output_tokens 0, 8 of 8 requests completed)" in result["msg"]
+    )
     fact = json.loads((tmp_path / "epforge_bench.fact").read_text())
     assert fact["last"]["status"] == "failed" and fact.get("last_ok") is None and fact["failures"] == 1
     assert fact["last"]["figures"]["total_output_tokens"] == 0
@@ -201,8 +202,9 @@ def test_zero_generated_tokens_is_always_a_failure(tmp_path):
 def test_short_generations_are_recorded_invalid_with_the_figures(client, tmp_path):
     """The real client against a stand-in that ends every generation after 4 of the 16 tokens asked."""
     _, tok = client
-    proc, url = bench_env.start_standin(str(tok), log_path=tmp_path / "standin.log",
-                                        env={"SGLANG_STANDIN_MAX_NEW_TOKENS": "4"})
+    proc, url = bench_env.start_standin(
+        str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_MAX_NEW_TOKENS": "4"}
+    )
     try:
         result = run_module(base_args(client, tmp_path, url), tmp_path)
     finally:
@@ -210,7 +212,8 @@ def test_short_generations_are_recorded_invalid_with_the_figures(client, tmp_pat
     assert result["_rc"] == 0, result.get("msg")
     assert result["status"] == "invalid"
     assert result["invalid_reasons"] == [
-        "generated 32 output tokens, fewer than the 128 asked for (num_prompts 8 x output_len 16)"]
+        "generated 32 output tokens, fewer than the 128 asked for (num_prompts 8 x output_len 16)"
+    ]
     assert result["msg"].startswith("INVALID (generated 32 output tokens")
     entry = result["ansible_facts"]["epforge_bench_result"]
     assert entry["status"] == "invalid" and entry["figures"]["total_output_tokens"] == 32
@@ -219,20 +222,37 @@ def test_short_generations_are_recorded_invalid_with_the_figures(client, tmp_pat
     assert fact["last"]["status"] == "invalid" and fact.get("last_ok") is None and fact["failures"] == 1
 
 
-@pytest.mark.parametrize(("figures", "status", "reasons"), [
-    ({"completed": 8, "total_output_tokens": 128}, "ok", []),
-    ({"completed": 8, "total_output_tokens": 0}, "failed",
-     ["no output tokens were generated (total_output_tokens 0, 8 of 8 requests completed)"]),
-    ({"completed": 0, "total_output_tokens": None}, "failed",
-     ["no output tokens were generated (total_output_tokens None, 0 of 8 requests completed)"]),
-    ({"completed": 7, "total_output_tokens": 112}, "invalid",
-     ["completed 7 of 8 requests",
-      "generated 112 output tokens, fewer than the 128 asked for (num_prompts 8 x output_len 16)"]),
-])
+@pytest.mark.parametrize(
+    ("figures", "status", "reasons"),
+    [
+        ({"completed": 8, "total_output_tokens": 128}, "ok", []),
+        (
+            {"completed": 8, "total_output_tokens": 0},
+            "failed",
+            ["no output tokens were generated (total_output_tokens 0, 8 of 8 requests completed)"],
+        ),
+        (
+            {"completed": 0, "total_output_tokens": None},
+            "failed",
+            ["no output tokens were generated (total_output_tokens None, 0 of 8 requests completed)"],
+        ),
+        (
+            {"completed": 7, "total_output_tokens": 112},
+            "invalid",
+            [
+                "completed 7 of 8 requests",
+                "generated 112 output tokens, fewer than the 128 asked for (num_prompts 8 x output_len 16)",
+            ],
+        ),
+    ],
+)
 def test_validity_rules(figures, status, reasons):
     workload = normalize_workload(WORKLOAD)
-    assert check_validity(figures, workload) == (status, reasons, {"completed": 8, "min_output_tokens": 128,
-                                                                   "ignores_eos": True})
+    assert check_validity(figures, workload) == (
+        status,
+        reasons,
+        {"completed": 8, "min_output_tokens": 128, "ignores_eos": True},
+    )
 
 
 def test_validity_without_ignore_eos_or_with_a_length_range():
@@ -242,8 +262,10 @@ def test_validity_without_ignore_eos_or_with_a_length_range():
     assert "x range_ratio 0.5" in check_validity({"completed": 8, "total_output_tokens": 63}, workload)[1][0]
     # with --disable-ignore-eos a request may end at EOS: one token each is the floor
     workload = normalize_workload(WORKLOAD)
-    assert check_validity({"completed": 8, "total_output_tokens": 8}, workload,
-                          ["--disable-ignore-eos"])[0] == "ok"
+    assert (
+        check_validity({"completed": 8, "total_output_tokens": 8}, workload, ["--disable-ignore-eos"])[0]
+        == "ok"
+    )
 
 
 def test_bad_input_is_refused_before_running(tmp_path):

@@ -47,10 +47,17 @@ def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]
 
 
 def install_args(python: str, state: Path, **over) -> dict:
-    args = {"python": python, "version": SGLANG_VERSION, "kernel_package": STACK["sglang"]["kernel_package"],
-            "install_deps": False, "parser_deps": PARSER_DEPS, "keep": [TORCH_PIN],
-            "log_path": str(state / "sglang-install.log"), "stamp_path": str(state / "sglang.stamp.json"),
-            "timeout": 900}
+    args = {
+        "python": python,
+        "version": SGLANG_VERSION,
+        "kernel_package": STACK["sglang"]["kernel_package"],
+        "install_deps": False,
+        "parser_deps": PARSER_DEPS,
+        "keep": [TORCH_PIN],
+        "log_path": str(state / "sglang-install.log"),
+        "stamp_path": str(state / "sglang.stamp.json"),
+        "timeout": 900,
+    }
     args.update(over)
     return args
 
@@ -81,19 +88,26 @@ def sglang_env() -> dict:
         log = state / "venv.log"
         started = time.monotonic()
         with open(log, "ab") as out:
-            for argv in ([sys.executable, "-m", "venv", "--clear", str(venv)],
-                         [python, "-m", "pip", "install", "--disable-pip-version-check", TORCH_PIN]):
+            for argv in (
+                [sys.executable, "-m", "venv", "--clear", str(venv)],
+                [python, "-m", "pip", "install", "--disable-pip-version-check", TORCH_PIN],
+            ):
                 proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1200, check=False)
                 if proc.returncode != 0:
-                    pytest.fail(f"{argv} failed (rc {proc.returncode}); log {log}:\n"
-                                + "\n".join(log.read_text().splitlines()[-30:]))
+                    pytest.fail(
+                        f"{argv} failed (rc {proc.returncode}); log {log}:\n"
+                        + "\n".join(log.read_text().splitlines()[-30:])
+                    )
         torch_seconds = time.monotonic() - started
         rc, first = run_module("sglang_install", install_args(python, state))
         if rc != 0:
             pytest.fail(f"sglang_install failed: {first.get('msg')}\n{first.get('log_tail')}")
         size = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True).stdout
-        first["measured"] = {"torch_seconds": round(torch_seconds), "total_seconds": round(
-            time.monotonic() - started), "venv_mib": int(size.split()[0])}
+        first["measured"] = {
+            "torch_seconds": round(torch_seconds),
+            "total_seconds": round(time.monotonic() - started),
+            "venv_mib": int(size.split()[0]),
+        }
         (state / "first-install.json").write_text(json.dumps(first, indent=1))
         ready.write_text(json.dumps(first["measured"]) + "\n")
         return {"python": python, "built_now": True, "first_install": first, "state": state}
@@ -135,12 +149,23 @@ def test_install_module_rerun_is_a_cheap_noop(sglang_env, tmp_path):
     assert seconds < 20, seconds
 
     # A changed input (full mode) is reported in check mode, and nothing changes.
-    rc, res = run_module("sglang_install", install_args(python, sglang_env["state"], install_deps=True),
-                         check=True)
+    rc, res = run_module(
+        "sglang_install", install_args(python, sglang_env["state"], install_deps=True), check=True
+    )
     assert rc == 0, res
     assert res["changed"] is True
-    assert res["commands"] == [[python, "-m", "pip", "install", "--disable-pip-version-check",
-                                f"sglang=={SGLANG_VERSION}", STACK["sglang"]["kernel_package"], TORCH_PIN]]
+    assert res["commands"] == [
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            f"sglang=={SGLANG_VERSION}",
+            STACK["sglang"]["kernel_package"],
+            TORCH_PIN,
+        ]
+    ]
     assert '"mode": "full"' in res["diff"]["after"] and '"mode": "parser-only"' in res["diff"]["before"]
     assert stamp.read_text() == before
 
@@ -156,10 +181,19 @@ def test_motivating_configuration_passes_sglang_parser(sglang_env):
     assert res["ok"], res["output"][-3000:]
     assert res["sglang_version"] == SGLANG_VERSION
     assert res["parsed"] == {
-        "model_path": "/models/Kimi-K2.5", "host": "127.0.0.1", "port": 30000, "tp_size": 8, "ep_size": 8,
-        "moe_a2a_backend": "deepep", "deepep_mode": "low_latency", "speculative_algorithm": "EAGLE3",
-        "speculative_draft_model_path": "/models/Kimi-K2.5-eagle3", "speculative_num_steps": 3,
-        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "cuda_graph_max_bs_decode": 32,
+        "model_path": "/models/Kimi-K2.5",
+        "host": "127.0.0.1",
+        "port": 30000,
+        "tp_size": 8,
+        "ep_size": 8,
+        "moe_a2a_backend": "deepep",
+        "deepep_mode": "low_latency",
+        "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": "/models/Kimi-K2.5-eagle3",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+        "cuda_graph_max_bs_decode": 32,
     }
     # 0.5.23 builds ServerArgs without resolving it (no GPU needed), so construction was checked too.
     assert res["constructed"] is True
@@ -167,15 +201,20 @@ def test_motivating_configuration_passes_sglang_parser(sglang_env):
 
 
 INVALID = [
-    ({"deepep_mode": "lowlatency"}, 2,
-     "error: argument --deepep-mode: invalid choice: 'lowlatency' "
-     "(choose from 'auto', 'normal', 'low_latency')"),
+    (
+        {"deepep_mode": "lowlatency"},
+        2,
+        "error: argument --deepep-mode: invalid choice: 'lowlatency' "
+        "(choose from 'auto', 'normal', 'low_latency')",
+    ),
     ({"moe_a2a_backend": "deep_ep"}, 2, "error: argument --moe-a2a-backend: invalid choice: 'deep_ep'"),
     ({"extra_args": ["--enable-ep-moe"]}, 2, "error: unrecognized arguments: --enable-ep-moe"),
-    ({"tp_size": "eight"}, 2,
-     "error: argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"),
-    ({"speculative_num_steps": "3.5"}, 2,
-     "error: argument --speculative-num-steps: invalid int value: '3.5'"),
+    ({"tp_size": "eight"}, 2, "error: argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"),
+    (
+        {"speculative_num_steps": "3.5"},
+        2,
+        "error: argument --speculative-num-steps: invalid int value: '3.5'",
+    ),
     # 0.5.23's parser takes any name here; SGLang's SpeculativeAlgorithm.from_string refuses it.
     ({"speculative_algorithm": "EAGLE4"}, 3, "Unknown speculative algorithm name: EAGLE4"),
 ]
@@ -211,8 +250,9 @@ def batch(sglang_env) -> dict:
     return dict(zip(argvs, results, strict=True))
 
 
-@pytest.mark.parametrize("name, change, rc, message", [(i, *v) for i, v in zip(IDS, INVALID, strict=True)],
-                         ids=IDS)
+@pytest.mark.parametrize(
+    "name, change, rc, message", [(i, *v) for i, v in zip(IDS, INVALID, strict=True)], ids=IDS
+)
 def test_invalid_variants_refused_with_sglang_messages(batch, name, change, rc, message):
     res = batch[name]
     assert not res["ok"]
@@ -242,8 +282,10 @@ def test_abbreviated_flag_passes_but_is_noted(batch):
     res = batch["abbreviated"]
     assert res["ok"]
     assert res["parsed"]["mem_fraction_static"] == 0.8
-    assert res["notes"] == ["--mem-fraction is an abbreviation of --mem-fraction-static: write the flag in "
-                            "full, a later SGLang may refuse it"]
+    assert res["notes"] == [
+        "--mem-fraction is an abbreviation of --mem-fraction-static: write the flag in "
+        "full, a later SGLang may refuse it"
+    ]
 
 
 def test_deprecated_flag_passes(batch):
@@ -255,33 +297,69 @@ def test_deprecated_flag_passes(batch):
 # ---------------------------------------------------------------------------------------- role sglang
 
 
-def run_role(tmp_path: Path, python: str, server: dict, *, check: bool = False, name: str = "run",
-             state: Path | None = None, hosts: dict | None = None, group: str = "") -> dict:
+def run_role(
+    tmp_path: Path,
+    python: str,
+    server: dict,
+    *,
+    check: bool = False,
+    name: str = "run",
+    state: Path | None = None,
+    hosts: dict | None = None,
+    group: str = "",
+) -> dict:
     """Run role sglang on local hosts with a JSON stdout callback; return a summary of the run."""
     playbook = tmp_path / f"{name}.yml"
     state = state or tmp_path / "state"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "sglang test", "hosts": "all", "gather_facts": False,
-        "vars": {"epforge_state_dir": str(state), "epforge_log_dir": str(tmp_path / "log"),
-                 "sglang_python": python, "sglang_install_deps": False, "epforge_server": server,
-                 "sglang_node_group": group},
-        "roles": ["sglang"],
-    }]))
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "sglang test",
+                    "hosts": "all",
+                    "gather_facts": False,
+                    "vars": {
+                        "epforge_state_dir": str(state),
+                        "epforge_log_dir": str(tmp_path / "log"),
+                        "sglang_python": python,
+                        "sglang_install_deps": False,
+                        "epforge_server": server,
+                        "sglang_node_group": group,
+                    },
+                    "roles": ["sglang"],
+                }
+            ]
+        )
+    )
     hosts = hosts or {"localhost": {}}
     inventory = tmp_path / f"{name}-inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {
-        "hosts": {host: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                         "epforge_facts_dir": str(tmp_path / f"facts-{host}"), **extra}
-                  for host, extra in hosts.items()},
-        "children": {"nodes": {"hosts": {host: {} for host in hosts}}}}}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        host: {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "epforge_facts_dir": str(tmp_path / f"facts-{host}"),
+                            **extra,
+                        }
+                        for host, extra in hosts.items()
+                    },
+                    "children": {"nodes": {"hosts": {host: {} for host in hosts}}},
+                }
+            }
+        )
+    )
+    env = dict(
+        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"
+    )
     # One host at a time: hosts of one machine share one venv.
     argv = [str(PLAYBOOK_BIN), "-i", str(inventory), "--forks", "1", str(playbook)]
     argv += ["--check", "--diff"] if check else []
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
-    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out = json.loads(proc.stdout[proc.stdout.index("{") :])
     changed, failures, results = [], [], {}
     for play in out["plays"]:
         for task in play["tasks"]:
@@ -291,8 +369,14 @@ def run_role(tmp_path: Path, python: str, server: dict, *, check: bool = False, 
                     changed.append((host, task["task"]["name"]))
                 if res.get("failed"):
                     failures.append(res.get("msg", ""))
-    return {"rc": proc.returncode, "seconds": time.monotonic() - started, "changed": changed,
-            "failures": failures, "stats": out.get("stats", {}), "results": results}
+    return {
+        "rc": proc.returncode,
+        "seconds": time.monotonic() - started,
+        "changed": changed,
+        "failures": failures,
+        "stats": out.get("stats", {}),
+        "results": results,
+    }
 
 
 def flags_result(run: dict, host: str = "localhost") -> dict:
@@ -332,15 +416,25 @@ def test_role_installs_validates_and_reruns_with_no_change(sglang_env, tmp_path)
 def test_role_refuses_bad_settings_with_sglangs_message(sglang_env, tmp_path):
     # The cached venv's stamp matches the role's inputs, so only the parser runs.
     # moe_a2a_backend's choices move between releases, so only SGLang's parser judges them.
-    bad = run_role(tmp_path, sglang_env["python"], {**MOTIVATING, "moe_a2a_backend": "deep_ep"}, name="bad",
-                   state=sglang_env["state"])
+    bad = run_role(
+        tmp_path,
+        sglang_env["python"],
+        {**MOTIVATING, "moe_a2a_backend": "deep_ep"},
+        name="bad",
+        state=sglang_env["state"],
+    )
     assert bad["rc"] != 0
     assert any("argument --moe-a2a-backend: invalid choice: 'deep_ep'" in msg for msg in bad["failures"]), bad
     assert not (tmp_path / "facts-localhost" / "epforge_sglang.fact").exists()
 
     # A shape error is refused before anything is installed (no stamp, no log).
-    shape = run_role(tmp_path, sglang_env["python"], {**MOTIVATING, "tp_sise": 8}, name="shape",
-                     state=tmp_path / "shape-state")
+    shape = run_role(
+        tmp_path,
+        sglang_env["python"],
+        {**MOTIVATING, "tp_sise": 8},
+        name="shape",
+        state=tmp_path / "shape-state",
+    )
     assert shape["rc"] != 0
     expected = "unknown server setting 'tp_sise' (did you mean 'tp_size'?)"
     assert any(expected in msg for msg in shape["failures"]), shape
@@ -357,8 +451,15 @@ def test_role_check_mode_changes_nothing(sglang_env, tmp_path):
 def test_role_derives_multinode_settings_from_the_group(sglang_env, tmp_path):
     server = {key: value for key, value in MOTIVATING.items() if not key.startswith("speculative")}
     hosts = {"node-a": {"ansible_host": "10.1.2.3"}, "node-b": {}}
-    run = run_role(tmp_path, sglang_env["python"], server, name="multi", hosts=hosts, group="nodes",
-                   state=sglang_env["state"])
+    run = run_role(
+        tmp_path,
+        sglang_env["python"],
+        server,
+        name="multi",
+        hosts=hosts,
+        group="nodes",
+        state=sglang_env["state"],
+    )
     assert run["rc"] == 0, run["failures"]
     # The role's default parser deps are the list the cached venv was built with: its stamp matched.
     installs = [name for _, name in run["changed"] if name.startswith("sglang : Install SGLang")]

@@ -31,8 +31,9 @@ STANDIN = ROOT / "tests" / "sglang_standin"
 KEY = "sk-test-6f1d0c9e-never-print-me"
 
 
-def run_module(module: Path, args: dict, tmp_path: Path, *, check: bool = False, diff: bool = False,
-               timeout: float = 120) -> dict:
+def run_module(
+    module: Path, args: dict, tmp_path: Path, *, check: bool = False, diff: bool = False, timeout: float = 120
+) -> dict:
     return run_module_in(tmp_path, module, args, check=check, diff=diff, timeout=timeout)
 
 
@@ -44,15 +45,18 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------------------------------------ unit
 
-@pytest.mark.parametrize("word", ["--model-path", "/models/Kimi K2.5", 'say "hi"', "100%", "$HOME", "a\\b",
-                                  "", "--x=a b", "'single'"])
+
+@pytest.mark.parametrize(
+    "word",
+    ["--model-path", "/models/Kimi K2.5", 'say "hi"', "100%", "$HOME", "a\\b", "", "--x=a b", "'single'"],
+)
 def test_exec_quoting_round_trips(word):
     rendered = render_exec_start(["/usr/bin/python3", word])
     assert split_exec_start(rendered) == ["/usr/bin/python3", word]
 
 
 def test_exec_quoting_escapes_systemd_specials():
-    assert quote_exec_word("100%") == "\"100%%\""
+    assert quote_exec_word("100%") == '"100%%"'
     assert quote_exec_word("$HOME") == '"$$HOME"'
     assert quote_exec_word("--tp-size") == "--tp-size"
     with pytest.raises(UnitError):
@@ -64,34 +68,50 @@ def test_exec_quoting_escapes_systemd_specials():
 def test_unit_refuses_root_and_renders_required_lines():
     with pytest.raises(UnitError):
         render_unit(description="x", argv=["/bin/true"], user="root")
-    unit = render_unit(description="SGLang", argv=["/venv/bin/python", "/l.py", "--port", "30000"],
-                       user="sglang", env_file="/etc/epforge/s.env", log_path="/var/log/epforge/s.log",
-                       limits={"NOFILE": 65535})
+    unit = render_unit(
+        description="SGLang",
+        argv=["/venv/bin/python", "/l.py", "--port", "30000"],
+        user="sglang",
+        env_file="/etc/epforge/s.env",
+        log_path="/var/log/epforge/s.log",
+        limits={"NOFILE": 65535},
+    )
     lines = unit.splitlines()
-    for expected in ("User=sglang", "EnvironmentFile=/etc/epforge/s.env", "Restart=on-failure",
-                     "StartLimitBurst=3", "StandardOutput=append:/var/log/epforge/s.log", "LimitNOFILE=65535",
-                     "ExecStart=/venv/bin/python /l.py --port 30000"):
+    for expected in (
+        "User=sglang",
+        "EnvironmentFile=/etc/epforge/s.env",
+        "Restart=on-failure",
+        "StartLimitBurst=3",
+        "StandardOutput=append:/var/log/epforge/s.log",
+        "LimitNOFILE=65535",
+        "ExecStart=/venv/bin/python /l.py --port 30000",
+    ):
         assert expected in lines
     journal = render_unit(description="SGLang", argv=["/bin/true"], user="sglang", log_path=None)
     assert "StandardOutput=journal" in journal.splitlines()
 
 
 def test_env_file_quoting_and_masking():
-    text = render_env_file({"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple", "X": 'a "b" $c'},
-                           {"EPFORGE_SGLANG_API_KEY": KEY})
+    text = render_env_file(
+        {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple", "X": 'a "b" $c'},
+        {"EPFORGE_SGLANG_API_KEY": KEY},
+    )
     assert "NCCL_P2P_LEVEL=SYS\n" in text
     assert "NCCL_PROTO=LL,LL128,Simple\n" in text
     assert 'X="a \\"b\\" \\$c"\n' in text
     masked = mask_secrets(text, ["EPFORGE_SGLANG_API_KEY"])
     assert KEY not in masked
     assert "EPFORGE_SGLANG_API_KEY=<secret sha256:" in masked
-    assert mask_secrets(render_env_file({}, {"EPFORGE_SGLANG_API_KEY": "other"}),
-                        ["EPFORGE_SGLANG_API_KEY"]) != masked.split("NCCL")[0] + masked.split("\n", 1)[1]
+    assert (
+        mask_secrets(render_env_file({}, {"EPFORGE_SGLANG_API_KEY": "other"}), ["EPFORGE_SGLANG_API_KEY"])
+        != masked.split("NCCL")[0] + masked.split("\n", 1)[1]
+    )
     with pytest.raises(UnitError):
         render_env_file({"BAD-NAME": "1"})
 
 
 # ---------------------------------------------------------------------------------- process manager e2e
+
 
 @pytest.fixture
 def server(tmp_path):
@@ -100,9 +120,15 @@ def server(tmp_path):
     args = {
         "name": "standin-test",
         "manager": "process",
-        "settings": {"model_path": "/models/standin", "tp_size": 2, "ep_size": 2, "port": port,
-                     "moe_a2a_backend": "deepep", "deepep_mode": "low_latency",
-                     "env": {"PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.6"}},
+        "settings": {
+            "model_path": "/models/standin",
+            "tp_size": 2,
+            "ep_size": 2,
+            "port": port,
+            "moe_a2a_backend": "deepep",
+            "deepep_mode": "low_latency",
+            "env": {"PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.6"},
+        },
         "python": sys.executable,
         "launcher": str(LAUNCHER),
         "api_key": KEY,
@@ -121,7 +147,7 @@ def test_process_lifecycle(server, tmp_path):
     assert first["changed"] is True
     assert first["running"]["tp_size"] == 2 and first["running"]["moe_a2a_backend"] == "deepep"
     assert first["settings_mismatch"] == []
-    assert first["polls"] >= 2          # it answered 503 while loading, then 200
+    assert first["polls"] >= 2  # it answered 503 while loading, then 200
     assert 0.4 < first["ready_s"] < 5
     pid = first["pid"]
     # The key is nowhere: not in the result, not in the process's command line, not in the log.
@@ -143,8 +169,9 @@ def test_process_lifecycle(server, tmp_path):
     assert restarted["changed"] is True and restarted["restarted"] is True and restarted["pid"] != pid
     pid = restarted["pid"]
 
-    check = run_module(MODULE, {**server, "settings": {**server["settings"], "tp_size": 4}}, tmp_path,
-                       check=True, diff=True)
+    check = run_module(
+        MODULE, {**server, "settings": {**server["settings"], "tp_size": 4}}, tmp_path, check=True, diff=True
+    )
     assert check["changed"] is True and "--tp-size\n4\n" in check["diff"][0]["after"]
     assert run_module(MODULE, server, tmp_path)["changed"] is False  # check mode changed nothing
 
@@ -156,8 +183,10 @@ def test_process_lifecycle(server, tmp_path):
     stopped = run_module(MODULE, {**server, "state": "stopped"}, tmp_path)
     assert stopped["changed"] is True
     time.sleep(0.2)
-    assert not Path(f"/proc/{changed['pid']}/cmdline").exists() or not Path(
-        f"/proc/{changed['pid']}/cmdline").read_bytes()
+    assert (
+        not Path(f"/proc/{changed['pid']}/cmdline").exists()
+        or not Path(f"/proc/{changed['pid']}/cmdline").read_bytes()
+    )
     assert run_module(MODULE, {**server, "state": "stopped"}, tmp_path)["changed"] is False
     removed = run_module(MODULE, {**server, "state": "absent"}, tmp_path)
     assert removed["changed"] is True
@@ -166,8 +195,11 @@ def test_process_lifecycle(server, tmp_path):
 
 
 def test_process_crash_is_classified_fast(server, tmp_path):
-    env = {**server["settings"]["env"], "SGLANG_STANDIN_CRASH_AFTER": "0.3",
-           "SGLANG_STANDIN_CRASH_LINE": "KeyError: 12"}
+    env = {
+        **server["settings"]["env"],
+        "SGLANG_STANDIN_CRASH_AFTER": "0.3",
+        "SGLANG_STANDIN_CRASH_LINE": "KeyError: 12",
+    }
     args = {**server, "settings": {**server["settings"], "env": env, "enable_torch_symm_mem": True}}
     started = time.monotonic()
     result = run_module(MODULE, args, tmp_path)
@@ -177,20 +209,25 @@ def test_process_crash_is_classified_fast(server, tmp_path):
     assert result["classification"][0]["id"] == "torch_symm_mem_keyerror"
     assert "enable-torch-symm-mem" in result["msg"]
     assert "KeyError: 12" in result["log_tail"]
-    assert elapsed < 10          # seconds, not the 20 s timeout
+    assert elapsed < 10  # seconds, not the 20 s timeout
     assert KEY not in result["_stdout"]
 
 
 def test_unknown_crash_names_its_final_exception_line(server, tmp_path):
     line = "ModuleNotFoundError: No module named 'sglang_no_such_helper'"
-    env = {**server["settings"]["env"], "SGLANG_STANDIN_CRASH_AFTER": "0.3",
-           "SGLANG_STANDIN_CRASH_LINE": "AssertionError: forward_deepgemm_masked is deprecated"}
+    env = {
+        **server["settings"]["env"],
+        "SGLANG_STANDIN_CRASH_AFTER": "0.3",
+        "SGLANG_STANDIN_CRASH_LINE": "AssertionError: forward_deepgemm_masked is deprecated",
+    }
     result = run_module(MODULE, {**server, "settings": {**server["settings"], "env": env}}, tmp_path)
     assert result["failed"] is True and result["reason"] == "died"
     assert result["classification"][0]["id"] == "unclassified"
     assert result["classification"][0]["line"] == "AssertionError: forward_deepgemm_masked is deprecated"
-    assert ("[unclassified] no known failure signature matched; the log's final exception is: "
-            "AssertionError: forward_deepgemm_masked is deprecated") in result["msg"]
+    assert (
+        "[unclassified] no known failure signature matched; the log's final exception is: "
+        "AssertionError: forward_deepgemm_masked is deprecated"
+    ) in result["msg"]
     env["SGLANG_STANDIN_CRASH_LINE"] = line
     result = run_module(MODULE, {**server, "settings": {**server["settings"], "env": env}}, tmp_path)
     assert result["classification"][0]["id"] == "python_module_missing"
@@ -248,8 +285,7 @@ def test_unconfirmed_critical_setting_fails_strict_and_is_listed_in_warn(server,
     args = {**server, "settings": {**server["settings"], "env": env}}
     strict = run_module(MODULE, args, tmp_path)
     assert strict["failed"] is True
-    assert ("tp_size: requested 2 (unconfirmed: the running server reports 'tp_size' as null)"
-            in strict["msg"])
+    assert "tp_size: requested 2 (unconfirmed: the running server reports 'tp_size' as null)" in strict["msg"]
     warn = run_module(MODULE, {**args, "settings_check": "warn"}, tmp_path)
     assert warn["_rc"] == 0
     confirmation = warn["settings_confirmation"]
@@ -257,8 +293,13 @@ def test_unconfirmed_critical_setting_fails_strict_and_is_listed_in_warn(server,
     assert unconfirmed["tp_size"] == "the running server reports 'tp_size' as null"
     # the environment is listed, not dropped; the confirmed ones are there too
     assert unconfirmed["env.SGLANG_STANDIN_ADJUST"].startswith("an environment variable")
-    assert {e["key"] for e in confirmation["confirmed"]} >= {"ep_size", "moe_a2a_backend", "deepep_mode",
-                                                              "port", "model_path"}
+    assert {e["key"] for e in confirmation["confirmed"]} >= {
+        "ep_size",
+        "moe_a2a_backend",
+        "deepep_mode",
+        "port",
+        "model_path",
+    }
     requested = {k for k in args["settings"] if k != "env"} | {f"env.{k}" for k in env} | {"host"}
     assert {e["key"] for kind in confirmation.values() for e in kind} == requested
     assert "tp_size" in json.dumps(warn.get("warnings"))
@@ -282,14 +323,15 @@ def test_launcher_redacts_the_key_across_reads_and_long_lines(monkeypatch):
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)
     key = KEY.encode()
-    payload = (b"server_args={'api_key': '" + key + b"'}\n" + b"x" * 70000 + key + b"y" * 10
-               + b"\npartial " + key)
+    payload = (
+        b"server_args={'api_key': '" + key + b"'}\n" + b"x" * 70000 + key + b"y" * 10 + b"\npartial " + key
+    )
     read_fd, write_fd = os.pipe()
 
     def writer():
         # Small writes, so the key is split across reads.
         for i in range(0, len(payload), 7):
-            os.write(write_fd, payload[i:i + 7])
+            os.write(write_fd, payload[i : i + 7])
         os.close(write_fd)
 
     out = io.BytesIO()

@@ -19,12 +19,21 @@ KEY = "sk-verify-0b7e-never-print-me"
 
 def start_standin(tmp_path, *flags, env=None):
     port = free_port()
-    full_env = {**os.environ, "PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0",
-                "EPFORGE_SGLANG_API_KEY": KEY, **(env or {})}
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(STANDIN),
+        "SGLANG_STANDIN_LOAD_SECONDS": "0",
+        "EPFORGE_SGLANG_API_KEY": KEY,
+        **(env or {}),
+    }
     log = open(tmp_path / "standin.log", "ab")  # the child keeps its own copy
-    proc = subprocess.Popen([sys.executable, str(LAUNCHER), "--model-path", "/models/standin", "--port",
-                             str(port), *flags], env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(LAUNCHER), "--model-path", "/models/standin", "--port", str(port), *flags],
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -66,10 +75,16 @@ def test_verify_plain_server(standin, tmp_path):
 
 
 def test_verify_speculative_reports_accept_length(standin, tmp_path):
-    url = standin("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
-                  env={"SGLANG_STANDIN_ACCEPT_LENGTH": "2.75"})
-    result = run_module(MODULE, {"url": url, "api_key": KEY, "openai_api": "completions"}, tmp_path,
-                        check=True)
+    url = standin(
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        "3",
+        env={"SGLANG_STANDIN_ACCEPT_LENGTH": "2.75"},
+    )
+    result = run_module(
+        MODULE, {"url": url, "api_key": KEY, "openai_api": "completions"}, tmp_path, check=True
+    )
     facts = result["ansible_facts"]["epforge_sglang_verify"]
     assert facts["speculative"] is True and facts["accept_length"] == 2.75
     assert facts["openai"]["endpoint"] == "/v1/completions" and facts["openai"]["ok"]
@@ -90,9 +105,15 @@ def test_answer_checks_refuse_malformed_answers():
     assert check_generate(["x"], 1)[1]
     assert check_generate({"text": "Paris", "meta_info": {"completion_tokens": 2}}, 1)[1] == ""
     assert check_openai({"choices": []}, True, 1)[1] == "the answer has no choices"
-    assert check_openai({"choices": [{"message": {"content": " "}}], "usage": {"completion_tokens": 1}},
-                        True, 1)[1] == "the first choice has no text"
+    assert (
+        check_openai(
+            {"choices": [{"message": {"content": " "}}], "usage": {"completion_tokens": 1}}, True, 1
+        )[1]
+        == "the first choice has no text"
+    )
     assert check_openai({"choices": [{"text": "ok"}], "usage": {"completion_tokens": 1}}, False, 1)[1] == ""
-    assert accept_length({"internal_states": [{"avg_spec_accept_length": 2.0},
-                                              {"avg_spec_accept_length": 3.0}]}) == 2.5
+    assert (
+        accept_length({"internal_states": [{"avg_spec_accept_length": 2.0}, {"avg_spec_accept_length": 3.0}]})
+        == 2.5
+    )
     assert accept_length({"internal_states": [{}]}) is None

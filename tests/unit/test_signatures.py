@@ -22,35 +22,60 @@ NOISE = """[2026-11-30 10:00:01] server_args=ServerArgs(model_path='/models/Kimi
 """
 
 CASES = [
-    ("torch_symm_mem_keyerror", """Traceback (most recent call last):
+    (
+        "torch_symm_mem_keyerror",
+        """Traceback (most recent call last):
   File "/venv/sglang/srt/distributed/device_communicators/torch_symm_mem.py", line 71
     self.max_size = TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[self.device_capability][self.world_size]
-KeyError: 12"""),
+KeyError: 12""",
+    ),
     ("flashinfer_no_target_arch", "RuntimeError: FlashInfer requires GPUs with sm75 or higher"),
     ("deep_ep_missing", "ModuleNotFoundError: No module named 'deep_ep'"),
     ("python_module_missing", "ModuleNotFoundError: No module named 'flashinfer'"),
     ("deep_ep_no_gpu", "ImportError: The NVIDIA driver does not expose a usable CUDA device"),
-    ("no_kernel_image", "torch.AcceleratorError: CUDA error: no kernel image is available for execution "
-                        "on the device"),
-    ("cuda_graph_capture_failed", "Exception: Capture cuda graph failed: CUDA error: operation failed "
-                                  "due to a previous error during capture"),
-    ("cuda_out_of_memory", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
-                           "GPU 3 has a total capacity of 94.97 GiB"),
+    (
+        "no_kernel_image",
+        "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device",
+    ),
+    (
+        "cuda_graph_capture_failed",
+        "Exception: Capture cuda graph failed: CUDA error: operation failed "
+        "due to a previous error during capture",
+    ),
+    (
+        "cuda_out_of_memory",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 3 has a total capacity of 94.97 GiB",
+    ),
     ("cuda_out_of_memory", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
-    ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
-                   "ProcessGroupNCCL.cpp:3356, unhandled system error, NCCL version 2.28.9\nncclSystemError: "
-                   "System call (e.g. socket, malloc) or external library call failed"),
-    ("cuda_driver_too_old", "RuntimeError: The NVIDIA driver on your system is too old "
-                            "(found version 12040)."),
+    (
+        "nccl_error",
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:3356, unhandled system error, NCCL version 2.28.9\nncclSystemError: "
+        "System call (e.g. socket, malloc) or external library call failed",
+    ),
+    (
+        "cuda_driver_too_old",
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 12040).",
+    ),
     ("no_gpu", "RuntimeError: No CUDA GPUs are available"),
-    ("not_enough_gpus", "torch.AcceleratorError: CUDA error: invalid device ordinal\nGPU device may be out "
-                        "of range, do you have enough GPUs?"),
-    ("port_in_use", "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
-                    "address already in use"),
+    (
+        "not_enough_gpus",
+        "torch.AcceleratorError: CUDA error: invalid device ordinal\nGPU device may be out "
+        "of range, do you have enough GPUs?",
+    ),
+    (
+        "port_in_use",
+        "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): "
+        "address already in use",
+    ),
     ("bad_cli_flag", "sglang serve: error: unrecognized arguments: --tp-sise 8"),
     ("bad_cli_flag", "sglang serve: error: argument --moe-a2a-backend: invalid choice: 'deepepp'"),
-    ("model_not_found", "OSError: /models/nope is not a local folder and is not a valid model identifier "
-                        "listed on 'https://huggingface.co/models'"),
+    (
+        "model_not_found",
+        "OSError: /models/nope is not a local folder and is not a valid model identifier "
+        "listed on 'https://huggingface.co/models'",
+    ),
     ("permission_denied", "PermissionError: [Errno 13] Permission denied: '/root/.cache/huggingface'"),
 ]
 
@@ -85,8 +110,10 @@ def test_primary_is_the_specific_signature():
 
 
 def test_missing_module_names_the_package_and_the_role():
-    found = classify(NOISE + "  File \"/venv/sglang/srt/layers/sampler.py\", line 12\n"
-                     "ModuleNotFoundError: No module named 'flashinfer.sampling'\n")
+    found = classify(
+        NOISE + '  File "/venv/sglang/srt/layers/sampler.py", line 12\n'
+        "ModuleNotFoundError: No module named 'flashinfer.sampling'\n"
+    )
     assert found[0]["id"] == "python_module_missing"
     assert "flashinfer.sampling" in found[0]["summary"]
     assert "flashinfer-python" in found[0]["remedy"] and "role flashinfer" in found[0]["remedy"]
@@ -98,7 +125,9 @@ def test_missing_module_names_the_package_and_the_role():
 
 # Shape of an SGLang 0.5.16 scheduler crash (logger prefix on the first line, traceback under it); the
 # assertion text is the one in sglang 0.5.16's DeepEP MoE path.
-UNKNOWN_CRASH = NOISE + """[2026-11-30 10:04:00 TP1] Scheduler hit an exception: Traceback (most recent call \
+UNKNOWN_CRASH = (
+    NOISE
+    + """[2026-11-30 10:04:00 TP1] Scheduler hit an exception: Traceback (most recent call \
 last):
   File "/venv/sglang/srt/managers/scheduler.py", line 2561, in run_scheduler_process
     scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)
@@ -108,6 +137,7 @@ AssertionError: forward_deepgemm_masked is deprecated
 
 [2026-11-30 10:04:01] Received sigquit from a child process. It usually means the child failed.
 """
+)
 
 
 def test_unknown_crash_names_its_final_exception_line():
@@ -116,11 +146,15 @@ def test_unknown_crash_names_its_final_exception_line():
     [entry] = explain_failure(UNKNOWN_CRASH)
     assert entry["id"] == "unclassified"
     assert entry["line"] == "AssertionError: forward_deepgemm_masked is deprecated"
-    assert describe([entry]).startswith("[unclassified] no known failure signature matched; the log's final "
-                                        "exception is: AssertionError: forward_deepgemm_masked is deprecated")
+    assert describe([entry]).startswith(
+        "[unclassified] no known failure signature matched; the log's final "
+        "exception is: AssertionError: forward_deepgemm_masked is deprecated"
+    )
     # the last of several exceptions wins (a chained traceback ends with the one that killed the process)
-    chained = "ValueError: first\nDuring handling of the above exception, another exception occurred:\n" \
-              "[2026-11-30 10:04:00 TP0] torch.distributed.DistStoreError: timed out after 600 s\n"
+    chained = (
+        "ValueError: first\nDuring handling of the above exception, another exception occurred:\n"
+        "[2026-11-30 10:04:00 TP0] torch.distributed.DistStoreError: timed out after 600 s\n"
+    )
     assert final_exception_line(chained) == "torch.distributed.DistStoreError: timed out after 600 s"
 
 
@@ -168,8 +202,14 @@ def test_wait_polls_on_a_fixed_bounded_cadence():
 def test_wait_stops_at_once_on_death_and_at_deadline():
     fake = FakeClock()
     deaths = iter([None, None, "exited with status 1"])
-    out = wait_until(lambda: False, timeout=100, interval=0.5, alive=lambda: next(deaths), clock=fake.clock,
-                     sleep=fake.sleep)
+    out = wait_until(
+        lambda: False,
+        timeout=100,
+        interval=0.5,
+        alive=lambda: next(deaths),
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
     assert out["reason"] == "died" and out["detail"] == "exited with status 1" and out["polls"] == 2
     assert fake.now == pytest.approx(1.0)
     fake = FakeClock()

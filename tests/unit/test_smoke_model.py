@@ -21,14 +21,26 @@ from moduletools import run_module
 from transformers import AutoConfig, AutoTokenizer  # the test extra (pyproject.toml) brings it
 
 # Small enough to write in well under a second; hidden 2048 keeps the DeepEP-supported default width.
-TINY = {"num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
-        "vocab_size": 512, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 64}
+TINY = {
+    "num_hidden_layers": 2,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "vocab_size": 512,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+}
 
 
 def write(tmp_path: Path, name: str = "model", check: bool = False, **settings) -> tuple[int, dict]:
-    return run_module("smoke_model", {"path": str(tmp_path / name), "python": sys.executable, **settings},
-                      check=check, timeout=300)
+    return run_module(
+        "smoke_model",
+        {"path": str(tmp_path / name), "python": sys.executable, **settings},
+        check=check,
+        timeout=300,
+    )
 
 
 def safetensors_header(path: Path) -> dict:
@@ -44,11 +56,17 @@ def sglang_qwen3_moe_names(layers: int, experts: int) -> set[str]:
     names = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
     for n in range(layers):
         p = f"model.layers.{n}"
-        names |= {f"{p}.input_layernorm.weight", f"{p}.post_attention_layernorm.weight",
-                  f"{p}.mlp.gate.weight", f"{p}.self_attn.q_norm.weight", f"{p}.self_attn.k_norm.weight"}
+        names |= {
+            f"{p}.input_layernorm.weight",
+            f"{p}.post_attention_layernorm.weight",
+            f"{p}.mlp.gate.weight",
+            f"{p}.self_attn.q_norm.weight",
+            f"{p}.self_attn.k_norm.weight",
+        }
         names |= {f"{p}.self_attn.{x}_proj.weight" for x in "qkvo"}
-        names |= {f"{p}.mlp.experts.{e}.{x}_proj.weight"
-                  for e in range(experts) for x in ("gate", "up", "down")}
+        names |= {
+            f"{p}.mlp.experts.{e}.{x}_proj.weight" for e in range(experts) for x in ("gate", "up", "down")
+        }
     return names
 
 
@@ -60,9 +78,17 @@ def test_default_checkpoint_loads_with_transformers_and_has_sglangs_names(tmp_pa
 
     config = AutoConfig.from_pretrained(model, local_files_only=True)
     assert type(config).__name__ == "Qwen3MoeConfig" and config.architectures == ["Qwen3MoeForCausalLM"]
-    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
-            config.num_key_value_heads, config.head_dim, config.num_experts, config.num_experts_per_tok,
-            config.moe_intermediate_size, config.vocab_size) == (2048, 2, 16, 4, 128, 16, 4, 256, 2048)
+    assert (
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+        config.num_experts,
+        config.num_experts_per_tok,
+        config.moe_intermediate_size,
+        config.vocab_size,
+    ) == (2048, 2, 16, 4, 128, 16, 4, 256, 2048)
     assert config.hidden_size in sm.DEEPEP_LL_HIDDEN_SIZES
 
     tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
@@ -72,8 +98,9 @@ def test_default_checkpoint_loads_with_transformers_and_has_sglangs_names(tmp_pa
     ids = tokenizer(text)["input_ids"]
     assert tokenizer.decode(ids) == text and max(ids) < config.vocab_size
     assert tokenizer.eos_token == sm.SPECIAL_TOKENS[0] and tokenizer.eos_token_id == config.eos_token_id
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                           add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
     header = safetensors_header(model / "model.safetensors")

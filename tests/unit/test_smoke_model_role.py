@@ -20,19 +20,47 @@ PLAY = """---
   roles:
     - role: smoke_model
 """
-TINY = {"smoke_model_num_experts": 4, "smoke_model_num_experts_per_tok": 2, "smoke_model_vocab_size": 512,
-        "smoke_model_moe_intermediate_size": 64, "smoke_model_num_hidden_layers": 1}
+TINY = {
+    "smoke_model_num_experts": 4,
+    "smoke_model_num_experts_per_tok": 2,
+    "smoke_model_vocab_size": 512,
+    "smoke_model_moe_intermediate_size": 64,
+    "smoke_model_num_hidden_layers": 1,
+}
 
 
 def play(tmp_path: Path, extra: dict, *check: str) -> subprocess.CompletedProcess:
     (tmp_path / "play.yml").write_text(PLAY)
-    (tmp_path / "vars.json").write_text(json.dumps({
-        "epforge_facts_dir": str(tmp_path / "facts"), "epforge_log_dir": str(tmp_path / "log"),
-        "epforge_state_dir": str(tmp_path / "state"), "smoke_model_python": sys.executable, **TINY, **extra}))
+    (tmp_path / "vars.json").write_text(
+        json.dumps(
+            {
+                "epforge_facts_dir": str(tmp_path / "facts"),
+                "epforge_log_dir": str(tmp_path / "log"),
+                "epforge_state_dir": str(tmp_path / "state"),
+                "smoke_model_python": sys.executable,
+                **TINY,
+                **extra,
+            }
+        )
+    )
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(ROOT / "inventory" / "local.yml"),
-                           str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'vars.json'}", *check],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False, env=env)
+    return subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            str(ROOT / "inventory" / "local.yml"),
+            str(tmp_path / "play.yml"),
+            "-e",
+            f"@{tmp_path / 'vars.json'}",
+            *check,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+    )
 
 
 def changed(proc: subprocess.CompletedProcess) -> int:

@@ -15,9 +15,17 @@ import subprocess
 
 from moduletools import run_module
 
-TINY = {"num_hidden_layers": 2, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
-        "vocab_size": 512, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 64}
+TINY = {
+    "num_hidden_layers": 2,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "vocab_size": 512,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+}
 
 PROBE = r"""
 import json, sys, torch
@@ -48,8 +56,9 @@ def test_transformers_loads_and_runs_the_model_on_cpu(tmp_path, torch_cpu_python
     model = tmp_path / "model"
     rc, res = run_module("smoke_model", {"path": str(model), "python": torch_cpu_python, **TINY}, timeout=300)
     assert rc == 0 and res["changed"] is True, res
-    proc = subprocess.run([torch_cpu_python, "-c", PROBE, str(model)], capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = subprocess.run(
+        [torch_cpu_python, "-c", PROBE, str(model)], capture_output=True, text=True, timeout=600, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["class"] == "Qwen3MoeForCausalLM"
@@ -58,5 +67,5 @@ def test_transformers_loads_and_runs_the_model_on_cpu(tmp_path, torch_cpu_python
     first, second = out["runs"]
     assert first == second and len(first) == out["prompt_len"] + 6  # greedy: the same tokens every time
     # Uniform weights with std initializer_range (0.02): bounded by 0.02 * sqrt(3).
-    assert 0.019 < out["std"] < 0.021 and out["max_abs"] <= 0.02 * 3 ** 0.5 + 1e-3
+    assert 0.019 < out["std"] < 0.021 and out["max_abs"] <= 0.02 * 3**0.5 + 1e-3
     assert out["norm"] == 1.0

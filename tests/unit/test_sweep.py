@@ -128,8 +128,16 @@ def test_sweep_records_ok_refused_and_failed(client, base_dir):
     inventory.write_text(json.dumps({"all": {"hosts": host_vars}}))
     started = time.monotonic()
     proc = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-i", str(ROOT / "inventory" / "local.yml"),
-         "-i", str(inventory), "-e", f"@{vars_file}"],
+        [
+            str(ANSIBLE_PLAYBOOK),
+            str(PLAYBOOK),
+            "-i",
+            str(ROOT / "inventory" / "local.yml"),
+            "-i",
+            str(inventory),
+            "-e",
+            f"@{vars_file}",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -37,8 +37,24 @@ def status_of(url, key=None):
 
 
 out = {"key_given": bool(KEY)}
-show = subprocess.run(["systemctl", "show", "sglang-server.service", "-p", "ActiveState", "-p", "MainPID",
-                       "-p", "User", "-p", "Restart"], capture_output=True, text=True, check=True).stdout
+show = subprocess.run(
+    [
+        "systemctl",
+        "show",
+        "sglang-server.service",
+        "-p",
+        "ActiveState",
+        "-p",
+        "MainPID",
+        "-p",
+        "User",
+        "-p",
+        "Restart",
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+).stdout
 out["show"] = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
 main_pid = out["show"].get("MainPID", "0")
 status = read(f"/proc/{main_pid}/status")
@@ -49,12 +65,18 @@ out["unit"] = unit if KEY not in unit else "<holds the key>"
 out["unit_has_key"] = KEY in unit
 stat = os.stat(ENV_FILE)
 env_text = read(ENV_FILE)
-out["env_file"] = {"mode": oct(stat.st_mode & 0o777), "uid": stat.st_uid,
-                   "has_key_line": f"EPFORGE_SGLANG_API_KEY={KEY}\n" in env_text,
-                   "has_nccl": "NCCL_P2P_LEVEL=SYS\n" in env_text}
+out["env_file"] = {
+    "mode": oct(stat.st_mode & 0o777),
+    "uid": stat.st_uid,
+    "has_key_line": f"EPFORGE_SGLANG_API_KEY={KEY}\n" in env_text,
+    "has_nccl": "NCCL_P2P_LEVEL=SYS\n" in env_text,
+}
 log = read(LOG)
-out["log"] = {"has_key": KEY in log, "has_server_args": "server_args=" in log,
-              "has_redacted": "<redacted>" in log}
+out["log"] = {
+    "has_key": KEY in log,
+    "has_server_args": "server_args=" in log,
+    "has_redacted": "<redacted>" in log,
+}
 fact = read(FACT)
 out["fact_has_key"] = KEY in fact
 out["fact"] = json.loads(fact)

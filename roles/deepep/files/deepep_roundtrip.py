@@ -70,8 +70,13 @@ def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
 
         def roundtrip():
             recv_x, _, _, _, handle, _ = buffer.dispatch(
-                x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
-                topk_idx=topk_idx, topk_weights=topk_weights)
+                x,
+                num_tokens_per_rank=per_rank,
+                is_token_in_rank=in_rank,
+                num_tokens_per_expert=per_expert,
+                topk_idx=topk_idx,
+                topk_weights=topk_weights,
+            )
             combined, _, _ = buffer.combine(recv_x, handle)
             return recv_x, combined
 
@@ -87,10 +92,19 @@ def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
         ok = diff < 5e-6 and count_ok
         # NVLink bytes per rank: the received tokens (bf16) come in on dispatch and go back on combine.
         wire = int(recv_x.size(0)) * hidden * 2 * 2
-        return {"ok": bool(ok), "rel_diff": diff, "recv_tokens": int(recv_x.size(0)), "count_ok": count_ok,
-                "latency_us_mean": round(mean_us, 2), "latency_us_min": round(min_us, 2),
-                "gbps_mean": round(wire / mean_us / 1e3, 1),
-                "tokens": tokens, "hidden": hidden, "topk": topk, "experts": experts}
+        return {
+            "ok": bool(ok),
+            "rel_diff": diff,
+            "recv_tokens": int(recv_x.size(0)),
+            "count_ok": count_ok,
+            "latency_us_mean": round(mean_us, 2),
+            "latency_us_min": round(min_us, 2),
+            "gbps_mean": round(wire / mean_us / 1e3, 1),
+            "tokens": tokens,
+            "hidden": hidden,
+            "topk": topk,
+            "experts": experts,
+        }
     finally:
         buffer.destroy()
 
@@ -98,8 +112,13 @@ def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
 def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
     tokens, hidden, topk, experts = args.ll_num_tokens, args.hidden, args.num_topk, args.ll_num_experts
     rdma_bytes = deep_ep.Buffer.get_low_latency_rdma_size_hint(tokens, hidden, num_ranks, experts)
-    buffer = deep_ep.Buffer(group, num_rdma_bytes=rdma_bytes, low_latency_mode=True,
-                            num_qps_per_rank=experts // num_ranks, explicitly_destroy=True)
+    buffer = deep_ep.Buffer(
+        group,
+        num_rdma_bytes=rdma_bytes,
+        low_latency_mode=True,
+        num_qps_per_rank=experts // num_ranks,
+        explicitly_destroy=True,
+    )
     try:
         gen = torch.Generator(device="cuda").manual_seed(4321 + rank)
         x = torch.randn((tokens, hidden), dtype=torch.bfloat16, device="cuda", generator=gen)
@@ -108,8 +127,9 @@ def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
         topk_weights = torch.rand((tokens, topk), dtype=torch.float32, device="cuda", generator=gen)
 
         def dispatch():
-            recv, _count, handle, _, _ = buffer.low_latency_dispatch(x, topk_idx, tokens, experts,
-                                                                     use_fp8=False, async_finish=False)
+            recv, _count, handle, _, _ = buffer.low_latency_dispatch(
+                x, topk_idx, tokens, experts, use_fp8=False, async_finish=False
+            )
             return recv, handle
 
         # Checked once: the experts' output is the received tokens themselves (copied out of the receive
@@ -129,18 +149,30 @@ def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
         mean_us, min_us = timed(roundtrip, args.warmup, args.iters)
         # Bytes on the wire per rank: every (token, expert) pair sends hidden bf16 values each way.
         wire = tokens * topk * hidden * 2 * 2
-        return {"ok": bool(diff < 1e-5), "rel_diff": diff, "latency_us_mean": round(mean_us, 2),
-                "latency_us_min": round(min_us, 2), "gbps_mean": round(wire / mean_us / 1e3, 1),
-                "tokens": tokens, "hidden": hidden, "topk": topk, "experts": experts}
+        return {
+            "ok": bool(diff < 1e-5),
+            "rel_diff": diff,
+            "latency_us_mean": round(mean_us, 2),
+            "latency_us_min": round(min_us, 2),
+            "gbps_mean": round(wire / mean_us / 1e3, 1),
+            "tokens": tokens,
+            "hidden": hidden,
+            "topk": topk,
+            "experts": experts,
+        }
     finally:
         buffer.destroy()
 
 
 def worker(local_rank: int, num_ranks: int, port: int, args, queue) -> None:
     torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", world_size=num_ranks,
-                            rank=local_rank,
-                            device_id=torch.device(f"cuda:{local_rank}"))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        world_size=num_ranks,
+        rank=local_rank,
+        device_id=torch.device(f"cuda:{local_rank}"),
+    )
     group = dist.new_group(list(range(num_ranks)))
 
     results = {}
@@ -149,8 +181,11 @@ def worker(local_rank: int, num_ranks: int, port: int, args, queue) -> None:
         try:
             results[mode] = fn(args, local_rank, num_ranks, group)
         except Exception as exc:
-            results[mode] = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                             "traceback_tail": traceback.format_exc()[-1500:]}
+            results[mode] = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback_tail": traceback.format_exc()[-1500:],
+            }
         dist.barrier(group=group)
     queue.put((local_rank, results))
     dist.barrier()
@@ -174,17 +209,24 @@ def main() -> int:
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
 
     started = time.monotonic()
-    out = {"num_processes": args.num_processes, "device_count": torch.cuda.device_count(),
-           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
-           "torch": torch.__version__, "modes": {}, "ok": False}
+    out = {
+        "num_processes": args.num_processes,
+        "device_count": torch.cuda.device_count(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
+        "torch": torch.__version__,
+        "modes": {},
+        "ok": False,
+    }
     if torch.cuda.device_count() < args.num_processes:
         out["error"] = f"{args.num_processes} GPUs needed, {torch.cuda.device_count()} visible"
     else:
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
         port = free_port()
-        procs = [ctx.Process(target=worker, args=(r, args.num_processes, port, args, queue))
-                 for r in range(args.num_processes)]
+        procs = [
+            ctx.Process(target=worker, args=(r, args.num_processes, port, args, queue))
+            for r in range(args.num_processes)
+        ]
         for proc in procs:
             proc.start()
         per_rank = {}
@@ -201,8 +243,10 @@ def main() -> int:
             if proc.is_alive():
                 proc.kill()
         if len(per_rank) < args.num_processes:
-            out["error"] = (f"only {len(per_rank)} of {args.num_processes} ranks reported "
-                            f"(exit codes {[p.exitcode for p in procs]})")
+            out["error"] = (
+                f"only {len(per_rank)} of {args.num_processes} ranks reported "
+                f"(exit codes {[p.exitcode for p in procs]})"
+            )
         for mode in args.modes:
             ranks = [per_rank[r].get(mode, {"ok": False, "error": "no result"}) for r in sorted(per_rank)]
             entry = dict(ranks[0]) if ranks else {"ok": False, "error": "no rank reported"}

@@ -44,10 +44,46 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 VERSION = "0.0.0+standin"
-MOE_A2A_CHOICES = ["none", "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe",
-                   "deepep_v2", "pplx", "ascend_tp", "flashinfer_megamoe"]
-WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda",
-         "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega")
+MOE_A2A_CHOICES = [
+    "none",
+    "deepep",
+    "mooncake",
+    "nixl",
+    "mori",
+    "ascend_fuseep",
+    "flashinfer",
+    "megamoe",
+    "deepep_v2",
+    "pplx",
+    "ascend_tp",
+    "flashinfer_megamoe",
+]
+WORDS = (
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+    "pi",
+    "rho",
+    "sigma",
+    "tau",
+    "upsilon",
+    "phi",
+    "chi",
+    "psi",
+    "omega",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,8 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deepep-mode", choices=["auto", "normal", "low_latency"], default="auto")
     p.add_argument("--enable-dp-attention", action="store_true")
     p.add_argument("--speculative-algorithm", default=None)
-    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model",
-                   dest="speculative_draft_model_path", default=None)
+    p.add_argument(
+        "--speculative-draft-model-path",
+        "--speculative-draft-model",
+        dest="speculative_draft_model_path",
+        default=None,
+    )
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
@@ -249,13 +289,33 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/get_server_info", "/server_info"):
             self.send_json(200, st.server_info())
         elif path in ("/get_model_info", "/model_info"):
-            self.send_json(200, {"model_path": st.args.model_path, "served_model_name": st.served_name,
-                                 "tokenizer_path": st.args.tokenizer_path or st.args.model_path,
-                                 "is_generation": True, "weight_version": "default"})
+            self.send_json(
+                200,
+                {
+                    "model_path": st.args.model_path,
+                    "served_model_name": st.served_name,
+                    "tokenizer_path": st.args.tokenizer_path or st.args.model_path,
+                    "is_generation": True,
+                    "weight_version": "default",
+                },
+            )
         elif path == "/v1/models":
-            self.send_json(200, {"object": "list", "data": [
-                {"id": st.served_name, "object": "model", "created": int(st.started), "owned_by": "sglang",
-                 "root": st.served_name, "max_model_len": st.args.context_length or 4096}]})
+            self.send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": st.served_name,
+                            "object": "model",
+                            "created": int(st.started),
+                            "owned_by": "sglang",
+                            "root": st.served_name,
+                            "max_model_len": st.args.context_length or 4096,
+                        }
+                    ],
+                },
+            )
         elif path == "/flush_cache":
             self.send_json(200, {"success": True})
         else:
@@ -284,9 +344,14 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"detail": "Not Found"})
 
     def meta(self, rid: str, prompt_tokens: int, done: int, started: float, finished: bool) -> dict:
-        meta = {"id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": done, "cached_tokens": 0,
-                "e2e_latency": time.time() - started,
-                "finish_reason": {"type": "length", "length": done} if finished else None}
+        meta = {
+            "id": rid,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": done,
+            "cached_tokens": 0,
+            "e2e_latency": time.time() - started,
+            "finish_reason": {"type": "length", "length": done} if finished else None,
+        }
         if self.state.speculative:
             meta["spec_accept_length"] = self.state.accept_length
             meta["spec_verify_ct"] = max(1, int(done / self.state.accept_length))
@@ -297,8 +362,14 @@ class Handler(BaseHTTPRequestHandler):
         prompt, prompt_tokens = prompt_of(body)
         params = body.get("sampling_params") or {}
         if int(params.get("max_new_tokens", 16)) < 0:  # SGLang 0.5.16's answer (tests/fixtures/sglang_h200)
-            self.send_json(400, {"error": {"message": "max_new_tokens must be at least 0, got "
-                                                      f"{int(params['max_new_tokens'])}."}})
+            self.send_json(
+                400,
+                {
+                    "error": {
+                        "message": f"max_new_tokens must be at least 0, got {int(params['max_new_tokens'])}."
+                    }
+                },
+            )
             return
         count = capped(max(1, int(params.get("max_new_tokens", 16))))
         tokens = make_tokens(prompt, count)
@@ -307,13 +378,18 @@ class Handler(BaseHTTPRequestHandler):
             self.start_stream()
             for i in range(1, count + 1):
                 time.sleep(self.state.token_delay)
-                self.sse({"text": " ".join(tokens[:i]),
-                          "meta_info": self.meta(rid, prompt_tokens, i, started, i == count)})
+                self.sse(
+                    {
+                        "text": " ".join(tokens[:i]),
+                        "meta_info": self.meta(rid, prompt_tokens, i, started, i == count),
+                    }
+                )
             self.sse("[DONE]")
             return
         time.sleep(self.state.token_delay * count)
-        self.send_json(200, {"text": " ".join(tokens),
-                             "meta_info": self.meta(rid, prompt_tokens, count, started, True)})
+        self.send_json(
+            200, {"text": " ".join(tokens), "meta_info": self.meta(rid, prompt_tokens, count, started, True)}
+        )
 
     def openai(self, body: dict, *, chat: bool) -> None:
         prompt, prompt_tokens = prompt_of(body)
@@ -323,37 +399,73 @@ class Handler(BaseHTTPRequestHandler):
         model = body.get("model") or self.state.served_name
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count,
-                 "total_tokens": prompt_tokens + count}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": count,
+            "total_tokens": prompt_tokens + count,
+        }
         if body.get("stream"):
             self.start_stream()
             for i, token in enumerate(tokens):
                 time.sleep(self.state.token_delay)
                 piece = token if i == 0 else " " + token
                 last = i == count - 1
-                choice = ({"index": 0, "delta": {"role": "assistant", "content": piece} if i == 0
-                           else {"content": piece}} if chat else {"index": 0, "text": piece})
+                choice = (
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": piece} if i == 0 else {"content": piece},
+                    }
+                    if chat
+                    else {"index": 0, "text": piece}
+                )
                 choice["finish_reason"] = "length" if last else None
-                self.sse({"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
-                          "model": model, "choices": [choice]})
+                self.sse(
+                    {
+                        "id": rid,
+                        "object": kind + (".chunk" if chat else ""),
+                        "created": created,
+                        "model": model,
+                        "choices": [choice],
+                    }
+                )
             if (body.get("stream_options") or {}).get("include_usage"):
-                self.sse({"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
-                          "model": model, "choices": [], "usage": usage})
+                self.sse(
+                    {
+                        "id": rid,
+                        "object": kind + (".chunk" if chat else ""),
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
             self.sse("[DONE]")
             return
         time.sleep(self.state.token_delay * count)
         text = " ".join(tokens)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                  if chat else {"index": 0, "text": text, "finish_reason": "length"})
-        self.send_json(200, {"id": rid, "object": kind, "created": created, "model": model,
-                             "choices": [choice], "usage": usage})
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            if chat
+            else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        self.send_json(
+            200,
+            {
+                "id": rid,
+                "object": kind,
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "usage": usage,
+            },
+        )
 
 
 def crash_later(seconds: float) -> None:
     def crash() -> None:
         time.sleep(seconds)
         line = os.environ.get("SGLANG_STANDIN_CRASH_LINE", "RuntimeError: stand-in crash requested")
-        sys.stderr.write("Traceback (most recent call last):\n  File \"standin\", line 1, in <module>\n")
+        sys.stderr.write('Traceback (most recent call last):\n  File "standin", line 1, in <module>\n')
         sys.stderr.write(line.replace("\\n", "\n") + "\n")
         sys.stderr.flush()
         os._exit(int(os.environ.get("SGLANG_STANDIN_CRASH_RC", "1")))
@@ -375,8 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     Handler.state = state
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
-    log(f"Load weight begin. tp_size={args.tp_size} ep_size={args.ep_size} "
-        f"moe_a2a_backend={args.moe_a2a_backend}")
+    log(
+        f"Load weight begin. tp_size={args.tp_size} ep_size={args.ep_size} "
+        f"moe_a2a_backend={args.moe_a2a_backend}"
+    )
 
     def stop(signum, _frame):
         log(f"Received signal {signum}; shutting down")
