@@ -2,7 +2,7 @@
 
 The wheels are ours and tiny, their binaries real: kernels compiled with this machine's nvcc (sm_90 only,
 sm_120 only, both) and read with a real cuobjdump. They mimic the layouts of the real packages (read from the
-wheels, stack-facts in docs/ARCHITECTURE.md): `deep_ep` 1.2.1 as a DeepEP v1.x source build installs it
+wheels; see docs/final-env.md): `deep_ep` 1.2.1 as a DeepEP v1.x source build installs it
 (package deep_ep + top-level extension deep_ep_cpp), `sgl-deep-ep` as SGLang's packaged DeepEP (deep_ep/_C.so,
 sm_90 only like the real one's sm_90/sm_100/sm_103), `sglang-kernel` (sgl_kernel/sm90 and sm100 common_ops,
 FlashAttention 3 in flash_ops), `flashinfer-python` (no binaries: JIT) and a torch with libtorch_cuda.so.
