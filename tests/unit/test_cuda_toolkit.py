@@ -43,6 +43,7 @@ CONTROLLER_ACTIONS = {
     "ansible.builtin.set_fact",
     "ansible.builtin.assert",
     "ansible.builtin.include_tasks",
+    "ansible.builtin.include_role",
     "ansible.builtin.import_tasks",
     "ansible.builtin.debug",
     "ansible.builtin.fail",
