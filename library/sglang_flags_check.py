@@ -78,11 +78,11 @@ EXAMPLES = r"""
   sglang_flags_check:
     python: /opt/epforge/ml/bin/python
     settings:
-      model_path: /models/Kimi-K2.5
-      tp_size: 8
-      ep_size: 8
+      model_path: /models/Qwen3-30B-A3B
+      tp_size: 4
+      ep_size: 4
       moe_a2a_backend: deepep
-      deepep_mode: low_latency
+      deepep_mode: normal
 
 - name: Check raw flags
   sglang_flags_check:

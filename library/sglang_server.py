@@ -269,22 +269,16 @@ log_path:
 """
 
 import grp
-import hashlib
-import json
 import os
 import pwd
-import signal
-import socket
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_files import write_atomic
 from ansible.module_utils.epforge_http import get_json, request, wait_until
-from ansible.module_utils.epforge_process import Completed, run_bounded
 from ansible.module_utils.epforge_secrets import redact
-from ansible.module_utils.epforge_server_confirm import confirm_settings, describe_entry, unconfirmed_critical
+from ansible.module_utils.epforge_server_confirm import settings_verdict
+from ansible.module_utils.epforge_server_managers import KEY_VAR, MANAGERS, public_result
 from ansible.module_utils.epforge_sglang_args import (
     build_server_argv,
     build_server_env,
@@ -292,94 +286,56 @@ from ansible.module_utils.epforge_sglang_args import (
     with_defaults,
 )
 from ansible.module_utils.epforge_signatures import describe, explain_failure
-from ansible.module_utils.epforge_unit import (
-    UnitError,
-    mask_secrets,
-    render_env_file,
-    render_unit,
-)
 
-KEY_VAR = "EPFORGE_SGLANG_API_KEY"
-
-# ----------------------------------------------------------------------------------------------- helpers
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
-def file_size(path: str | None) -> int:
-    try:
-        return os.path.getsize(path) if path else 0
-    except OSError:
-        return 0
-
-
-def read_from(path: str, offset: int, max_bytes: int = 512 * 1024) -> str:
-    """The text a log gained since offset (at most max_bytes from its end)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            start = offset if offset <= size else 0
-            start = max(start, size - max_bytes)
-            handle.seek(start)
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+# Addresses that bind every interface; the module connects to such a server on the loopback.
+BIND_ALL = ("0.0.0.0", "::", "")
 
 
 class Server:
-    """Shared logic of both managers; subclasses implement the lifecycle primitives."""
+    """The request (validated settings, argv, environment), the bounded wait for readiness and the settings
+    check; the manager (module_utils/epforge_server_managers.py) starts, stops and watches the server."""
 
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
         self.p = module.params
         self.name = self.p["name"]
         self.api_key = self.p["api_key"] or ""
-        self.log_path = self.p["log_path"] or ""
-        self.state_dir = self.p["state_dir"]
         self.result: dict = {
             "changed": False,
-            "log_path": self.log_path,
+            "log_path": self.p["log_path"] or "",
             "poll_interval": max(0.05, float(self.p["poll_interval"])),
         }
         self.diffs: list[dict] = []
         self.settings = with_defaults(self.p["settings"] or {})
-        self.log_offset = 0
+        self.manager = MANAGERS[self.p["manager"]](module, self.result, self.diffs)
 
     # -- request
-    def prepare(self) -> None:
-        module = self.module
-        settings = self.p["settings"] or {}
+    def refuse_bad_request(self, settings: dict) -> None:
         if "api_key" in settings:
-            module.fail_json(
+            self.module.fail_json(
                 msg="settings.api_key is refused: pass the key as the module's api_key option "
                 "(no_log), so it lands only in the root-only environment file"
             )
         problems = validate_settings(settings, require_model=True)
         if problems:
-            module.fail_json(msg="invalid server settings: " + "; ".join(problems), problems=problems)
+            self.module.fail_json(msg="invalid server settings: " + "; ".join(problems), problems=problems)
         for option in ("python", "launcher"):
-            path = self.p[option]
-            if not path:
-                module.fail_json(msg=f"{option} is required to start the server")
-            if not os.path.isabs(path):
-                module.fail_json(msg=f"{option} must be an absolute path, got {path!r}")
-            if not module.check_mode and not os.path.exists(path):
-                module.fail_json(
-                    msg=f"{option} {path} does not exist (the sglang role installs the env, "
-                    "the sglang_server role the launcher)"
-                )
-        try:
-            flags = build_server_argv(settings, sglang_version=self.p["sglang_version"])
-        except ValueError as exc:
-            module.fail_json(msg=str(exc))
-        self.argv = [self.p["python"], self.p["launcher"], *flags]
+            self.refuse_bad_path(option)
+
+    def refuse_bad_path(self, option: str) -> None:
+        path = self.p[option]
+        if not path:
+            self.module.fail_json(msg=f"{option} is required to start the server")
+        if not os.path.isabs(path):
+            self.module.fail_json(msg=f"{option} must be an absolute path, got {path!r}")
+        if not self.module.check_mode and not os.path.exists(path):
+            self.module.fail_json(
+                msg=f"{option} {path} does not exist (the sglang role installs the env, "
+                "the sglang_server role the launcher)"
+            )
+
+    def server_env(self, settings: dict) -> dict:
+        """The settings' environment plus the env option (booleans as true/false); the key var is reserved."""
         env = build_server_env(settings)
         env.update(
             {
@@ -388,16 +344,25 @@ class Server:
             }
         )
         if KEY_VAR in env:
-            module.fail_json(msg=f"{KEY_VAR} is reserved for the api_key option")
-        self.env = env
-        self.secrets = {KEY_VAR: self.api_key} if self.api_key else {}
+            self.module.fail_json(msg=f"{KEY_VAR} is reserved for the api_key option")
+        return env
+
+    def prepare(self) -> None:
+        settings = self.p["settings"] or {}
+        self.refuse_bad_request(settings)
+        try:
+            flags = build_server_argv(settings, sglang_version=self.p["sglang_version"])
+        except ValueError as exc:
+            self.module.fail_json(msg=str(exc))
+        self.argv = [self.p["python"], self.p["launcher"], *flags]
+        env = self.server_env(settings)
         host = self.settings["host"]
-        connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104 - a bind-all address
-        if ":" in connect and not connect.startswith("["):
-            connect = f"[{connect}]"
-        self.url = f"http://{connect}:{self.settings['port']}"
+        connect = "127.0.0.1" if host in BIND_ALL else host
+        shown = f"[{connect}]" if ":" in connect and not connect.startswith("[") else connect
+        self.url = f"http://{shown}:{self.settings['port']}"
         self.result.update(url=self.url, argv=self.argv)
-        self.uid, self.gid = self.resolve_user()
+        uid, gid = self.resolve_user()
+        self.manager.request(self.argv, env, host=connect, port=self.settings["port"], uid=uid, gid=gid)
 
     def resolve_user(self) -> tuple[int, int]:
         user = self.p["user"]
@@ -417,52 +382,17 @@ class Server:
                 self.module.fail_json(msg=f"group {self.p['group']!r} does not exist")
         return entry.pw_uid, gid
 
-    def refuse_taken_port(self) -> None:
-        """Before a start: another process answering on the port would pass the readiness probe."""
-        host = self.url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
-        try:
-            with socket.create_connection((host, int(self.settings["port"])), timeout=1.0):
-                pass
-        except OSError:
-            return
-        self.module.fail_json(
-            msg=f"port {self.settings['port']} on {host} is already taken by another "
-            f"process, not {self.name}: stop it (or choose another port) before "
-            "starting this server",
-            **self.public_result(),
-        )
-
     # -- readiness
     def probe(self) -> bool:
         status, _, _ = request("GET", self.url + self.p["health_path"], timeout=2.0)
         return status == 200
 
-    def prepare_log(self) -> None:
-        if not self.log_path:
-            return
-        os.makedirs(os.path.dirname(self.log_path), mode=0o755, exist_ok=True)
-        if not os.path.exists(self.log_path):
-            fd = os.open(self.log_path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o640)
-            os.close(fd)
-        if os.geteuid() == 0 and self.uid >= 0:
-            os.chown(self.log_path, self.uid, self.gid)
-        self.log_offset = file_size(self.log_path)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        with open(self.log_path, "a", encoding="utf-8") as handle:
-            handle.write(
-                f"=== {stamp} epforge sglang_server: starting {self.name}: "
-                f"{' '.join(redact(self.argv, [self.api_key]))}\n"
-            )
-        self.log_offset = file_size(self.log_path)
-
-    def log_text(self) -> str:
-        if self.log_path:
-            return read_from(self.log_path, self.log_offset)
-        return ""
+    def public_result(self) -> dict:
+        return public_result(self.result, self.api_key)
 
     def wait_ready(self) -> None:
         outcome = wait_until(
-            self.probe, timeout=self.p["timeout"], interval=self.p["poll_interval"], alive=self.death
+            self.probe, timeout=self.p["timeout"], interval=self.p["poll_interval"], alive=self.manager.death
         )
         self.result.update(
             ready_s=round(outcome["waited_s"], 3), polls=outcome["polls"], poll_interval=outcome["interval"]
@@ -470,7 +400,11 @@ class Server:
         if outcome["ready"]:
             self.result["ready_at"] = round(time.time(), 3)
             return
-        text = self.log_text()
+        self.fail_not_ready(outcome)
+
+    def fail_not_ready(self, outcome: dict) -> None:
+        """The server died or did not answer in time: why (classified from its log), its log tail."""
+        text = self.manager.log_text()
         classes = explain_failure(text)
         log_tail = tail(redact(text, [self.api_key]), self.p["log_tail_lines"])
         if outcome["reason"] == "died":
@@ -482,7 +416,7 @@ class Server:
             )
         stopped = ""
         if self.p["stop_on_failure"]:
-            self.stop_server()
+            self.manager.stop_server()
             stopped = "; the server was stopped (stop_on_failure)"
         if classes:
             msg += ". " + describe(classes)
@@ -497,66 +431,37 @@ class Server:
             **self.public_result(),
         )
 
-    def public_result(self) -> dict:
-        out = dict(self.result)
-        out.pop("changed", None)
-        return redact(out, [self.api_key])
-
-    def verify_settings(self) -> None:
+    # -- settings
+    def server_info(self) -> dict:
+        """/get_server_info, or /server_info on releases that only have that (redacted)."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        info = None
         for path in ("/get_server_info", "/server_info"):
             status, body, error = get_json(self.url + path, headers=headers, timeout=10.0)
             if status == 200 and isinstance(body, dict):
-                info = body
-                break
-        if info is None:
-            self.module.fail_json(
-                msg=f"{self.url} is ready but neither /get_server_info nor /server_info "
-                f"answered (last: HTTP {status} {error})",
-                **self.public_result(),
-            )
-        info = redact(info, [self.api_key])
-        report = confirm_settings(self.settings, info, self.p["sglang_version"])
-        mismatches = report["mismatched"]
-        running = dict(report["running"], version=info.get("version"))
-        states = info.get("internal_states") or []
-        if states and isinstance(states[0], dict) and "avg_spec_accept_length" in states[0]:
-            running["avg_spec_accept_length"] = states[0]["avg_spec_accept_length"]
-        confirmation = {k: report[k] for k in ("confirmed", "mismatched", "unconfirmed")}
-        self.result.update(
-            server_info=info,
-            running=running,
-            settings_mismatch=mismatches,
-            settings_confirmation=confirmation,
+                return redact(body, [self.api_key])
+        self.module.fail_json(
+            msg=f"{self.url} is ready but neither /get_server_info nor /server_info "
+            f"answered (last: HTTP {status} {error})",
+            **self.public_result(),
         )
-        if self.p["settings_check"] == "strict":
-            critical = unconfirmed_critical(report)
-            if mismatches or critical:
-                lines = "; ".join(describe_entry(e) for e in mismatches + critical)
-                self.module.fail_json(
-                    msg=f"SGLang server {self.name} runs other settings than requested, or cannot show "
-                    f"that it runs them: {lines} (SGLang may have adjusted or ignored them; set the "
-                    "value SGLang uses, or settings_check: warn)",
-                    **self.public_result(),
-                )
-        if mismatches:
-            self.module.warn(
-                "running settings differ from the requested ones: "
-                + "; ".join(describe_entry(e) for e in mismatches)
-            )
-        if report["unconfirmed"]:
-            self.module.warn(
-                "settings the running server does not confirm: "
-                + "; ".join(describe_entry(e) for e in report["unconfirmed"])
-            )
+        return {}
+
+    def verify_settings(self) -> None:
+        info = self.server_info()
+        strict = self.p["settings_check"] == "strict"
+        verdict = settings_verdict(self.settings, info, self.p["sglang_version"], self.name, strict)
+        self.result.update(server_info=info, **verdict["result"])
+        if verdict["failure"]:
+            self.module.fail_json(msg=verdict["failure"], **self.public_result())
+        for warning in verdict["warnings"]:
+            self.module.warn(warning)
 
     def finish_started(self) -> None:
         if self.module.check_mode:
             self.exit()
         self.wait_ready()
         self.verify_settings()
-        self.result["pid"] = self.main_pid()
+        self.result["pid"] = self.manager.main_pid()
         self.exit()
 
     def exit(self) -> None:
@@ -571,388 +476,17 @@ class Server:
         state = self.p["state"]
         if state in ("started", "restarted"):
             self.prepare()
-            self.ensure_started(force_restart=state == "restarted")
+            self.manager.ensure_started(force_restart=state == "restarted")
+            self.finish_started()
         elif state == "stopped":
-            if self.is_running():
+            if self.manager.is_running():
                 self.result["changed"] = True
                 if not self.module.check_mode:
-                    self.stop_server()
+                    self.manager.stop_server()
             self.exit()
         else:
-            self.remove()
+            self.manager.remove()
             self.exit()
-
-
-# --------------------------------------------------------------------------------------------- systemd
-
-
-class SystemdServer(Server):
-    def __init__(self, module: AnsibleModule) -> None:
-        super().__init__(module)
-        self.unit = f"{self.name}.service"
-        self.unit_path = os.path.join(self.p["unit_dir"], self.unit)
-        self.env_file = self.p["env_file"] or f"/etc/epforge/{self.name}.env"
-        self.result.update(unit_path=self.unit_path, env_file=self.env_file)
-        if not module.check_mode or os.path.isdir("/run/systemd/system"):
-            if not os.path.isdir("/run/systemd/system"):
-                module.fail_json(
-                    msg="systemd is not running on this host (no /run/systemd/system): use manager: process"
-                )
-
-    def systemctl(self, *args: str, check: bool = True) -> Completed:
-        argv = ["systemctl", *args]
-        proc = run_bounded(argv, timeout=120)
-        if check and proc.rc != 0:
-            self.module.fail_json(
-                msg=f"systemctl {' '.join(args)} failed",
-                cmd=argv,
-                rc=proc.rc,
-                log_tail=tail(proc.output),
-                **self.public_result(),
-            )
-        return proc
-
-    def show(self) -> dict:
-        proc = self.systemctl(
-            "show",
-            self.unit,
-            "--property=ActiveState,SubState,NRestarts,MainPID,"
-            "ExecMainStatus,Result,InvocationID,UnitFileState,LoadState",
-            check=False,
-        )
-        props = {}
-        for line in proc.out.splitlines():
-            key, _, value = line.partition("=")
-            props[key] = value
-        return props
-
-    def is_running(self) -> bool:
-        return self.show().get("ActiveState") in ("active", "activating", "reloading")
-
-    def main_pid(self) -> int:
-        try:
-            return int(self.show().get("MainPID") or 0)
-        except ValueError:
-            return 0
-
-    def death(self) -> str | None:
-        props = self.show()
-        active, sub = props.get("ActiveState"), props.get("SubState")
-        if sub == "auto-restart" or active in ("failed", "inactive", "deactivating"):
-            return (
-                f"unit {self.unit} is {active}/{sub}, result {props.get('Result')}, "
-                f"exit status {props.get('ExecMainStatus')}"
-            )
-        restarts = int(props.get("NRestarts") or 0)
-        if restarts > self.restarts0:
-            return f"unit {self.unit} restarted {restarts - self.restarts0} time(s) while starting"
-        return None
-
-    def log_text(self) -> str:
-        if self.log_path:
-            return super().log_text()
-        return run_bounded(
-            [
-                "journalctl",
-                "-u",
-                self.unit,
-                f"_SYSTEMD_INVOCATION_ID={self.invocation}",
-                "-o",
-                "cat",
-                "--no-pager",
-                "-n",
-                "400",
-            ],
-            timeout=60,
-        ).out
-
-    def stop_server(self) -> None:
-        self.systemctl("stop", self.unit, check=False)
-
-    def render(self) -> tuple[str, str]:
-        try:
-            unit = render_unit(
-                description=f"SGLang server {self.name} (epforge)",
-                argv=self.argv,
-                user=self.p["user"] or "",
-                group=self.p["group"],
-                env_file=self.env_file,
-                log_path=self.log_path or None,
-                working_dir=self.p["working_dir"] or self.state_dir,
-                restart_sec=self.p["restart_sec"],
-                start_limit_burst=self.p["start_limit_burst"],
-                start_limit_interval=self.p["start_limit_interval"],
-                stop_timeout=self.p["stop_timeout"],
-                limits=self.p["limits"],
-            )
-            env_text = render_env_file(self.env, self.secrets)
-        except UnitError as exc:
-            self.module.fail_json(msg=f"cannot render the unit: {exc}")
-        return unit, env_text
-
-    def ensure_started(self, force_restart: bool) -> None:
-        if not self.p["user"] or self.p["user"] == "root":
-            self.module.fail_json(
-                msg="user is required with manager systemd and must not be root: the "
-                "server runs as an unprivileged user (the sglang_server role "
-                "creates it)"
-            )
-        unit_text, env_text = self.render()
-        old_unit = read_text(self.unit_path)
-        old_env = read_text(self.env_file)
-        unit_changed = old_unit != unit_text
-        env_changed = old_env != env_text
-        secret_names = [KEY_VAR]
-        if unit_changed:
-            self.diffs.append(
-                {
-                    "before_header": self.unit_path,
-                    "after_header": self.unit_path,
-                    "before": old_unit or "",
-                    "after": unit_text,
-                }
-            )
-        if env_changed:
-            self.diffs.append(
-                {
-                    "before_header": self.env_file,
-                    "after_header": self.env_file,
-                    "before": mask_secrets(old_env or "", secret_names),
-                    "after": mask_secrets(env_text, secret_names),
-                }
-            )
-        props = self.show() if os.path.isdir("/run/systemd/system") else {}
-        active = props.get("ActiveState") in ("active", "activating", "reloading")
-        enabled_now = props.get("UnitFileState") == "enabled"
-        need_enable = self.p["enabled"] and not enabled_now
-        need_start = force_restart or unit_changed or env_changed or not active
-        self.result["changed"] = bool(need_start or need_enable)
-        self.result["restarted"] = bool(active and need_start)
-        if self.module.check_mode:
-            self.exit()
-        os.makedirs(self.state_dir, exist_ok=True)
-        if os.geteuid() == 0 and self.uid >= 0:
-            os.chown(self.state_dir, self.uid, self.gid)
-        if env_changed:
-            env_dir = os.path.dirname(self.env_file)
-            if not os.path.isdir(env_dir):
-                os.makedirs(env_dir, mode=0o700)
-            write_atomic(self.env_file, env_text, 0o600)
-        if unit_changed:
-            write_atomic(self.unit_path, unit_text, 0o644)
-            self.systemctl("daemon-reload")
-        if need_enable:
-            self.systemctl("enable", self.unit)
-        elif not self.p["enabled"] and enabled_now:
-            self.systemctl("disable", self.unit)
-            self.result["changed"] = True
-        if need_start:
-            if not active:
-                self.refuse_taken_port()
-            self.prepare_log()
-            self.systemctl("reset-failed", self.unit, check=False)
-            self.restarts0 = 0
-            self.systemctl("restart" if active else "start", self.unit)
-            props = self.show()
-            self.restarts0 = int(props.get("NRestarts") or 0)
-            self.invocation = props.get("InvocationID", "")
-        else:
-            self.log_offset = max(0, file_size(self.log_path) - 256 * 1024)
-            props = self.show()
-            self.restarts0 = int(props.get("NRestarts") or 0)
-            self.invocation = props.get("InvocationID", "")
-        self.finish_started()
-
-    def remove(self) -> None:
-        exists = os.path.exists(self.unit_path) or os.path.exists(self.env_file)
-        running = os.path.isdir("/run/systemd/system") and self.is_running()
-        if exists or running:
-            self.result["changed"] = True
-            old_unit = read_text(self.unit_path)
-            if old_unit is not None:
-                self.diffs.append(
-                    {
-                        "before_header": self.unit_path,
-                        "after_header": "(absent)",
-                        "before": old_unit,
-                        "after": "",
-                    }
-                )
-        if self.module.check_mode or not (exists or running):
-            return
-        self.systemctl("disable", "--now", self.unit, check=False)
-        for path in (self.unit_path, self.env_file):
-            if os.path.exists(path):
-                os.unlink(path)
-        self.systemctl("daemon-reload")
-        self.systemctl("reset-failed", self.unit, check=False)
-
-
-# --------------------------------------------------------------------------------------------- process
-
-
-class ProcessServer(Server):
-    def __init__(self, module: AnsibleModule) -> None:
-        super().__init__(module)
-        self.pidfile = os.path.join(self.state_dir, f"{self.name}.pid")
-        self.stamp_path = os.path.join(self.state_dir, f"{self.name}.json")
-        self.proc: subprocess.Popen | None = None
-        self.result.update(pidfile=self.pidfile)
-
-    def read_pid(self) -> int:
-        try:
-            return int((read_text(self.pidfile) or "0").strip() or 0)
-        except ValueError:
-            return 0
-
-    def pid_alive(self, pid: int) -> bool:
-        if pid <= 0:
-            return False
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-                stat = handle.read()
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                cmdline = handle.read().split(b"\0")
-        except OSError:
-            return False
-        if stat.rpartition(")")[2].split()[0] == "Z":
-            return False
-        launcher = (self.p["launcher"] or "epforge_sglang_launch.py").encode()
-        return any(part.endswith(os.path.basename(launcher)) for part in cmdline)
-
-    def is_running(self) -> bool:
-        return self.pid_alive(self.read_pid())
-
-    def main_pid(self) -> int:
-        return self.read_pid()
-
-    def death(self) -> str | None:
-        if self.proc is not None:
-            rc = self.proc.poll()
-            if rc is not None:
-                return f"process {self.proc.pid} exited with status {rc}"
-            return None
-        if not self.is_running():
-            return f"process {self.read_pid()} is gone"
-        return None
-
-    def fingerprint(self) -> str:
-        blob = json.dumps(
-            {
-                "argv": self.argv,
-                "env": render_env_file(self.env, self.secrets),
-                "user": self.p["user"],
-                "group": self.p["group"],
-                "log": self.log_path,
-                "cwd": self.p["working_dir"],
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    def stop_server(self) -> None:
-        pid = self.proc.pid if self.proc is not None else self.read_pid()
-        if self.pid_alive(pid) or (self.proc is not None and self.proc.poll() is None):
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-            deadline = time.monotonic() + self.p["stop_timeout"]
-            while time.monotonic() < deadline:
-                if self.proc is not None:
-                    if self.proc.poll() is not None:
-                        break
-                elif not self.pid_alive(pid):
-                    break
-                time.sleep(0.05)
-            else:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                if self.proc is not None:
-                    self.proc.wait(timeout=10)
-        for path in (self.pidfile,):
-            if os.path.exists(path):
-                os.unlink(path)
-
-    def ensure_started(self, force_restart: bool) -> None:
-        if self.p["user"] == "root":
-            self.module.fail_json(msg="the server must not run as root: set user to an unprivileged user")
-        if self.p["user"] and os.geteuid() != 0:
-            self.module.fail_json(msg="switching to another user needs root (become: true)")
-        stamp = {"fingerprint": self.fingerprint(), "argv": self.argv}
-        old = read_text(self.stamp_path)
-        try:
-            old_stamp = json.loads(old) if old else {}
-        except ValueError:
-            old_stamp = {}
-        changed_settings = old_stamp.get("fingerprint") != stamp["fingerprint"]
-        running = self.is_running()
-        need_start = force_restart or changed_settings or not running
-        self.result["changed"] = bool(need_start)
-        self.result["restarted"] = bool(running and need_start)
-        if changed_settings:
-            self.diffs.append(
-                {
-                    "before_header": self.stamp_path,
-                    "after_header": self.stamp_path,
-                    "before": "\n".join(old_stamp.get("argv") or []) + "\n" if old_stamp else "",
-                    "after": "\n".join(self.argv) + "\n",
-                }
-            )
-        if self.module.check_mode:
-            self.exit()
-        if not need_start:
-            self.log_offset = max(0, file_size(self.log_path) - 256 * 1024)
-            self.finish_started()
-        if running:
-            self.stop_server()
-        else:
-            self.refuse_taken_port()
-        os.makedirs(self.state_dir, exist_ok=True)
-        self.prepare_log()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-        env.update(self.env)
-        env.update(self.secrets)
-        cwd = self.p["working_dir"] or self.state_dir
-        kwargs = {}
-        if self.p["user"]:
-            kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
-            env["HOME"] = pwd.getpwuid(self.uid).pw_dir
-            env["USER"] = env["LOGNAME"] = self.p["user"]
-        log = open(self.log_path or os.devnull, "ab")  # handed to the child, closed below
-        try:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                close_fds=True,
-                **kwargs,
-            )
-        except OSError as exc:
-            self.module.fail_json(msg=f"cannot start {self.argv[0]}: {exc}", cmd=self.argv, rc=127)
-        finally:
-            log.close()
-        write_atomic(self.pidfile, f"{self.proc.pid}\n", 0o644)
-        write_atomic(self.stamp_path, json.dumps(stamp, indent=1, sort_keys=True) + "\n", 0o600)
-        self.finish_started()
-
-    def remove(self) -> None:
-        running = self.is_running()
-        exists = os.path.exists(self.stamp_path) or os.path.exists(self.pidfile)
-        self.result["changed"] = bool(running or exists)
-        if self.module.check_mode:
-            return
-        if running:
-            self.stop_server()
-        for path in (self.pidfile, self.stamp_path):
-            if os.path.exists(path):
-                os.unlink(path)
 
 
 def main() -> None:
@@ -1002,8 +536,7 @@ def main() -> None:
         module.fail_json(msg="manager process needs a log_path (there is no journal for it)")
     if module.params["timeout"] <= 0:
         module.fail_json(msg="timeout must be positive (seconds)")
-    server = SystemdServer(module) if module.params["manager"] == "systemd" else ProcessServer(module)
-    server.run()
+    Server(module).run()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ can tail. Unit-tested in tests/unit/test_process.py.
 
 - run_bounded(): a short command whose output the module reads (nvcc --version, git rev-parse, a probe).
 - run_logged(): long work (pip, builds) with stdout+stderr appended to a log, for `tail -f`.
+- start_detached(): a daemon (a server) in its own session, its output appended to a log; the caller
+  bounds the wait for it (its readiness probe) and stops its process group.
 Both return rc 124 when the timeout ended the command (coreutils' timeout convention); run_bounded returns
 rc 127 with the reason in err when the command could not be started.
 """
@@ -91,6 +93,36 @@ def run_bounded(
     return Completed(rc, out or "", err or "", time.monotonic() - started)
 
 
+def _popen_to_log(argv: list[str], log, *, env: dict | None, cwd: str | None, **extra) -> subprocess.Popen:
+    """Start argv in its own process group with stdout+stderr going to the open binary file log."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        **extra,
+    )
+
+
+def start_detached(
+    argv,
+    log_path: str | None,
+    *,
+    env: dict | None = None,
+    cwd: str | None = None,
+    user: int | None = None,
+    group: int | None = None,
+) -> subprocess.Popen:
+    """Start argv as a daemon (its own session; output appended to log_path, or discarded when None),
+    as user/group when given (root only; no supplementary groups). Raises OSError when it cannot start."""
+    extra = {} if user is None else {"user": user, "group": group, "extra_groups": []}
+    with open(log_path or os.devnull, "ab") as log:  # the child keeps its own copy of the descriptor
+        return _popen_to_log(_argv(argv), log, env=env, cwd=cwd, close_fds=True, **extra)
+
+
 def run_logged(
     argv,
     log_path: str,
@@ -111,15 +143,7 @@ def run_logged(
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         log.write(f"\n=== {stamp} {header or ''}\n$ {' '.join(argv)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
+        proc = _popen_to_log(argv, log, env=env, cwd=cwd)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

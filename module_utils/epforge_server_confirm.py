@@ -176,3 +176,56 @@ def describe_entry(entry: dict) -> str:
         return f"{entry['key']}: requested {entry['requested']!r} (unconfirmed: {entry['reason']})"
     shown = f"{entry['key']}: requested {entry['requested']!r}, running {entry['running']!r}"
     return shown + (f" (reported as {entry['reported_as']})" if entry.get("reported_as") else "")
+
+
+def running_view(report: dict, info: dict) -> dict:
+    """The running settings to return: the compared ones, the version and the speculative accept length."""
+    running = dict(report["running"], version=info.get("version"))
+    states = info.get("internal_states") or []
+    if states and isinstance(states[0], dict) and "avg_spec_accept_length" in states[0]:
+        running["avg_spec_accept_length"] = states[0]["avg_spec_accept_length"]
+    return running
+
+
+def strict_failure(report: dict, name: str) -> str | None:
+    """The message settings_check strict fails with: a mismatch, or a critical setting not confirmed."""
+    problems = report["mismatched"] + unconfirmed_critical(report)
+    if not problems:
+        return None
+    lines = "; ".join(describe_entry(e) for e in problems)
+    return (
+        f"SGLang server {name} runs other settings than requested, or cannot show "
+        f"that it runs them: {lines} (SGLang may have adjusted or ignored them; set the "
+        "value SGLang uses, or settings_check: warn)"
+    )
+
+
+def settings_warnings(report: dict) -> list[str]:
+    """Warnings for settings that differ or that the running server does not confirm."""
+    warnings = []
+    if report["mismatched"]:
+        warnings.append(
+            "running settings differ from the requested ones: "
+            + "; ".join(describe_entry(e) for e in report["mismatched"])
+        )
+    if report["unconfirmed"]:
+        warnings.append(
+            "settings the running server does not confirm: "
+            + "; ".join(describe_entry(e) for e in report["unconfirmed"])
+        )
+    return warnings
+
+
+def settings_verdict(settings: dict, info: dict, sglang_version: str | None, name: str, strict: bool) -> dict:
+    """What the sglang_server module reports about the running settings: the result fields, the failure
+    message under settings_check strict (None when the server runs what was asked) and the warnings."""
+    report = confirm_settings(settings, info, sglang_version)
+    return {
+        "result": {
+            "running": running_view(report, info),
+            "settings_mismatch": report["mismatched"],
+            "settings_confirmation": {k: report[k] for k in ("confirmed", "mismatched", "unconfirmed")},
+        },
+        "failure": strict_failure(report, name) if strict else None,
+        "warnings": settings_warnings(report),
+    }
