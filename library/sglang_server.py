@@ -288,7 +288,7 @@ from ansible.module_utils.epforge_sglang_args import (
 from ansible.module_utils.epforge_signatures import describe, explain_failure
 
 # Addresses that bind every interface; the module connects to such a server on the loopback.
-BIND_ALL = ("0.0.0.0", "::", "")
+BIND_ALL = ("0.0.0.0", "::", "")  # noqa: S104 - compared with, never bound to
 
 
 class Server:
