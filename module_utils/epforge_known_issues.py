@@ -35,6 +35,7 @@ import re
 
 from ansible.module_utils.epforge_arch import base_arch
 from ansible.module_utils.epforge_secrets import without_secrets
+from ansible.module_utils.epforge_version import version_tuple  # also imported from here by modules
 
 SEVERITIES = ("error", "warning", "adjust")
 ROW_KEYS = ("id", "title", "severity", "condition", "consequence", "remedy", "source")
@@ -64,17 +65,6 @@ _FALSE_TEXT = ("0", "false", "no", "off", "")
 
 class TableError(ValueError):
     """The known-issues table is malformed."""
-
-
-def version_tuple(text) -> tuple[int, ...]:
-    """'12.8' -> (12, 8); '580.95.05' -> (580, 95, 5). Non-numeric parts end the tuple."""
-    parts = []
-    for piece in str(text).split("."):
-        match = re.match(r"\d+", piece)
-        if not match:
-            break
-        parts.append(int(match.group(0)))
-    return tuple(parts)
 
 
 def to_bool(value) -> bool | None:
@@ -126,57 +116,119 @@ def _norm(value):
 # ---------------------------------------------------------------- validation
 
 
-def validate_condition(cond, where: str) -> list[str]:
-    """Every structural problem of a condition tree (an empty list means well formed)."""
-    if not isinstance(cond, dict) or not cond:
-        return [f"{where}: a condition must be a non-empty mapping"]
-    keys = set(cond)
-    if keys & {"all", "any"}:
-        if len(keys) != 1:
-            return [f"{where}: 'all'/'any' must stand alone, found keys {sorted(keys)}"]
-        key = next(iter(keys))
-        items = cond[key]
-        if not isinstance(items, list) or not items:
-            return [f"{where}.{key}: must be a non-empty list of conditions"]
-        problems = []
-        for index, item in enumerate(items):
-            problems += validate_condition(item, f"{where}.{key}[{index}]")
-        return problems
-    if "not" in keys:
-        if len(keys) != 1:
-            return [f"{where}: 'not' must stand alone, found keys {sorted(keys)}"]
-        return validate_condition(cond["not"], f"{where}.not")
+def _is_fact_path(value) -> bool:
+    return isinstance(value, str) and value.split(".")[0] in FACT_ROOTS
+
+
+def _validate_group(cond: dict, where: str) -> list[str]:
+    """{all: [...]} or {any: [...]}: the key stands alone over a non-empty list of conditions."""
+    if len(cond) != 1:
+        return [f"{where}: 'all'/'any' must stand alone, found keys {sorted(cond)}"]
+    key = next(iter(cond))
+    items = cond[key]
+    if not isinstance(items, list) or not items:
+        return [f"{where}.{key}: must be a non-empty list of conditions"]
+    problems = []
+    for index, item in enumerate(items):
+        problems += validate_condition(item, f"{where}.{key}[{index}]")
+    return problems
+
+
+def _validate_not(cond: dict, where: str) -> list[str]:
+    if len(cond) != 1:
+        return [f"{where}: 'not' must stand alone, found keys {sorted(cond)}"]
+    return validate_condition(cond["not"], f"{where}.not")
+
+
+def _check_regex(value) -> str | None:
+    try:
+        re.compile(str(value))
+    except re.error as exc:
+        return f"'matches' pattern {value!r} is no regular expression ({exc})"
+    return None
+
+
+# What each operator's value must be: (operators, test of the value, what the problem says).
+_OPERAND_RULES = (
+    (("in", "not_in", *LIST_OPS), lambda v: isinstance(v, list), "'{op}' takes a list"),
+    (("truthy", "present"), lambda v: isinstance(v, bool), "'{op}' takes true or false"),
+    (("gt", "ge", "lt", "le"), lambda v: _number(v) is not None, "'{op}' takes a number"),
+    (("version_lt", "version_ge"), lambda v: bool(version_tuple(v)), "'{op}' takes a version such as '12.9'"),
+    (FACT_OPS, _is_fact_path, "'{op}' takes a fact path starting with one of " + ", ".join(FACT_ROOTS)),
+)
+
+
+def _validate_operand(op: str, value, where: str) -> list[str]:
+    """Whether a leaf operator's value has the kind the operator compares with."""
+    problems = [
+        f"{where}: {message.format(op=op)}"
+        for ops, is_valid, message in _OPERAND_RULES
+        if op in ops and not is_valid(value)
+    ]
+    if op == "matches":
+        regex_problem = _check_regex(value)
+        if regex_problem:
+            problems.append(f"{where}: {regex_problem}")
+    return problems
+
+
+def _validate_leaf(cond: dict, where: str) -> list[str]:
+    """{fact: PATH, OP: VALUE}: a known fact root and exactly one known operator with a fitting value."""
     if "fact" not in cond:
         return [f"{where}: a leaf needs 'fact' (one of {', '.join(FACT_ROOTS)}.*) and one operator"]
     problems = []
     fact = cond["fact"]
-    if not isinstance(fact, str) or fact.split(".")[0] not in FACT_ROOTS:
+    if not _is_fact_path(fact):
         problems.append(f"{where}: fact '{fact}' must start with one of {', '.join(FACT_ROOTS)}")
-    ops = [key for key in keys if key != "fact"]
+    ops = [key for key in cond if key != "fact"]
     unknown = [key for key in ops if key not in OPERATORS]
     if unknown:
         problems.append(f"{where}: unknown operator(s) {unknown}; known: {', '.join(OPERATORS)}")
     elif len(ops) != 1:
         problems.append(f"{where}: a leaf takes exactly one operator, found {sorted(ops)}")
     else:
-        op = ops[0]
-        value = cond[op]
-        if op in ("in", "not_in", *LIST_OPS) and not isinstance(value, list):
-            problems.append(f"{where}: '{op}' takes a list")
-        if op in ("truthy", "present") and not isinstance(value, bool):
-            problems.append(f"{where}: '{op}' takes true or false")
-        if op in ("gt", "ge", "lt", "le") and _number(value) is None:
-            problems.append(f"{where}: '{op}' takes a number")
-        if op in ("version_lt", "version_ge") and not version_tuple(value):
-            problems.append(f"{where}: '{op}' takes a version such as '12.9'")
-        if op in FACT_OPS and (not isinstance(value, str) or value.split(".")[0] not in FACT_ROOTS):
-            problems.append(f"{where}: '{op}' takes a fact path starting with one of {', '.join(FACT_ROOTS)}")
-        if op == "matches":
-            try:
-                re.compile(str(value))
-            except re.error as exc:
-                problems.append(f"{where}: 'matches' pattern {value!r} is no regular expression ({exc})")
+        problems += _validate_operand(ops[0], cond[ops[0]], where)
     return problems
+
+
+def validate_condition(cond, where: str) -> list[str]:
+    """Every structural problem of a condition tree (an empty list means well formed)."""
+    if not isinstance(cond, dict) or not cond:
+        return [f"{where}: a condition must be a non-empty mapping"]
+    if set(cond) & {"all", "any"}:
+        return _validate_group(cond, where)
+    if "not" in cond:
+        return _validate_not(cond, where)
+    return _validate_leaf(cond, where)
+
+
+def _validate_adjust(row: dict, where: str) -> list[str]:
+    """Only adjust rows carry 'adjust': a non-empty mapping whose {from: PATH} values name facts."""
+    adjust = row.get("adjust")
+    if row.get("severity") != "adjust":
+        return [] if adjust is None else [f"{where}: only severity adjust rows may carry 'adjust'"]
+    if not isinstance(adjust, dict) or not adjust:
+        return [f"{where}: an adjust row needs 'adjust', a mapping of server settings to set"]
+    return [
+        f"{where}.adjust.{key}: 'from' takes a fact path"
+        for key, value in adjust.items()
+        if isinstance(value, dict) and "from" in value and not _is_fact_path(value["from"])
+    ]
+
+
+def _validate_row(row: dict, where: str, duplicate: bool) -> list[str]:
+    """The problems of one row; duplicate: an earlier row has the same id."""
+    problems = []
+    missing = [key for key in ROW_KEYS if not row.get(key)]
+    if missing:
+        problems.append(f"{where}: missing {', '.join(missing)}")
+    if duplicate:
+        problems.append(f"{where}: duplicate id")
+    if row.get("severity") not in SEVERITIES:
+        problems.append(f"{where}: severity '{row.get('severity')}' is not one of {', '.join(SEVERITIES)}")
+    if row.get("condition"):
+        problems += validate_condition(row["condition"], f"{where}.condition")
+    return problems + _validate_adjust(row, where)
 
 
 def validate_table(table) -> list[str]:
@@ -191,35 +243,12 @@ def validate_table(table) -> list[str]:
         return [*problems, "issues must be a non-empty list of rows"]
     seen = set()
     for index, row in enumerate(issues):
-        where = f"issues[{index}]"
         if not isinstance(row, dict):
-            problems.append(f"{where}: a row must be a mapping")
+            problems.append(f"issues[{index}]: a row must be a mapping")
             continue
         where = f"issue '{row.get('id', index)}'"
-        missing = [key for key in ROW_KEYS if not row.get(key)]
-        if missing:
-            problems.append(f"{where}: missing {', '.join(missing)}")
-        if row.get("id") in seen:
-            problems.append(f"{where}: duplicate id")
+        problems += _validate_row(row, where, duplicate=row.get("id") in seen)
         seen.add(row.get("id"))
-        if row.get("severity") not in SEVERITIES:
-            problems.append(
-                f"{where}: severity '{row.get('severity')}' is not one of {', '.join(SEVERITIES)}"
-            )
-        if row.get("condition"):
-            problems += validate_condition(row["condition"], f"{where}.condition")
-        adjust = row.get("adjust")
-        if row.get("severity") == "adjust":
-            if not isinstance(adjust, dict) or not adjust:
-                problems.append(f"{where}: an adjust row needs 'adjust', a mapping of server settings to set")
-            else:
-                for key, value in adjust.items():
-                    if isinstance(value, dict) and "from" in value:
-                        path = value["from"]
-                        if not isinstance(path, str) or path.split(".")[0] not in FACT_ROOTS:
-                            problems.append(f"{where}.adjust.{key}: 'from' takes a fact path")
-        elif adjust is not None:
-            problems.append(f"{where}: only severity adjust rows may carry 'adjust'")
     return problems
 
 
@@ -309,18 +338,15 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
 # ---------------------------------------------------------------- matching
 
 
-def _leaf(cond: dict, context: dict) -> bool:
-    op = next(key for key in cond if key != "fact")
-    expected = cond[op]
-    value = lookup(context, cond["fact"])
-    if op == "present":
-        return (value is not _MISSING and value is not None) == expected
-    if value is _MISSING or value is None:
-        return False
-    if op == "truthy":
-        flag = to_bool(value)
-        return flag is not None and flag == expected
-    if op in LIST_OPS:
+def _truthy(value, expected) -> bool:
+    flag = to_bool(value)
+    return flag is not None and flag == expected
+
+
+def _list_op(op: str):
+    """any_in / all_in / any_not_in: compare a list fact with a list of wanted values."""
+
+    def compare(value, expected) -> bool:
         if not isinstance(value, list):
             return False
         have = {_norm(v) for v in value}
@@ -330,41 +356,78 @@ def _leaf(cond: dict, context: dict) -> bool:
         if op == "all_in":
             return bool(have) and have <= want
         return bool(have - want)
+
+    return compare
+
+
+def _scalar_op(compare):
+    """A comparison of one scalar fact: a list or mapping fact never matches."""
+    return lambda value, expected: not isinstance(value, list | dict) and compare(value, expected)
+
+
+def _numeric(compare):
+    """A comparison of numbers: a fact that is no number never matches."""
+
+    def check(value, expected) -> bool:
+        number = _number(value)
+        return number is not None and compare(number, _number(expected))
+
+    return check
+
+
+def _version(compare):
+    """A comparison of versions: a fact that is no version never matches."""
+
+    def check(value, expected) -> bool:
+        have = version_tuple(value)
+        return bool(have) and compare(have, version_tuple(expected))
+
+    return check
+
+
+def _fact_op(op: str, value, other) -> bool:
+    """eq_fact / ne_fact / gt_fact / lt_fact: compare with the value at another path."""
+    if op in ("gt_fact", "lt_fact"):
+        left, right = _number(value), _number(other)
+        if left is None or right is None:
+            return False
+        return left > right if op == "gt_fact" else left < right
+    same = _norm(value) == _norm(other)
+    return same if op == "eq_fact" else not same
+
+
+# Operators that compare the fact's value with the row's value: op -> compare(value, expected).
+_VALUE_OPS = {
+    "truthy": _truthy,
+    **{op: _list_op(op) for op in LIST_OPS},
+    "equals": _scalar_op(lambda v, e: _norm(v) == _norm(e)),
+    "not_equals": _scalar_op(lambda v, e: _norm(v) != _norm(e)),
+    "in": _scalar_op(lambda v, e: _norm(v) in {_norm(x) for x in e}),
+    "not_in": _scalar_op(lambda v, e: _norm(v) not in {_norm(x) for x in e}),
+    "gt": _scalar_op(_numeric(lambda n, limit: n > limit)),
+    "ge": _scalar_op(_numeric(lambda n, limit: n >= limit)),
+    "lt": _scalar_op(_numeric(lambda n, limit: n < limit)),
+    "le": _scalar_op(_numeric(lambda n, limit: n <= limit)),
+    "version_lt": _scalar_op(_version(lambda have, want: have < want)),
+    "version_ge": _scalar_op(_version(lambda have, want: have >= want)),
+    "matches": _scalar_op(lambda v, e: re.search(str(e), str(v)) is not None),
+}
+
+
+def _leaf(cond: dict, context: dict) -> bool:
+    op = next(key for key in cond if key != "fact")
+    expected = cond[op]
+    value = lookup(context, cond["fact"])
+    if op == "present":
+        return (value is not _MISSING and value is not None) == expected
+    if value is _MISSING or value is None:
+        return False
     if op in FACT_OPS:
         other = lookup(context, expected)
-        if other is _MISSING or other is None:
-            return False
-        if op in ("gt_fact", "lt_fact"):
-            left, right = _number(value), _number(other)
-            if left is None or right is None:
-                return False
-            return left > right if op == "gt_fact" else left < right
-        same = _norm(value) == _norm(other)
-        return same if op == "eq_fact" else not same
-    if isinstance(value, list | dict):
-        return False
-    if op == "equals":
-        return _norm(value) == _norm(expected)
-    if op == "not_equals":
-        return _norm(value) != _norm(expected)
-    if op == "in":
-        return _norm(value) in {_norm(v) for v in expected}
-    if op == "not_in":
-        return _norm(value) not in {_norm(v) for v in expected}
-    if op in ("gt", "ge", "lt", "le"):
-        number = _number(value)
-        if number is None:
-            return False
-        limit = _number(expected)
-        return {"gt": number > limit, "ge": number >= limit, "lt": number < limit, "le": number <= limit}[op]
-    if op in ("version_lt", "version_ge"):
-        have_v = version_tuple(value)
-        if not have_v:
-            return False
-        return have_v < version_tuple(expected) if op == "version_lt" else have_v >= version_tuple(expected)
-    if op == "matches":
-        return re.search(str(expected), str(value)) is not None
-    raise TableError(f"unknown operator {op}")
+        return other is not _MISSING and other is not None and _fact_op(op, value, other)
+    if op not in _VALUE_OPS:
+        raise TableError(f"unknown operator {op}")
+    return _VALUE_OPS[op](value, expected)
 
 
 def matches(cond: dict, context: dict) -> bool:
@@ -421,6 +484,46 @@ def _apply(row: dict, settings: dict, context: dict) -> dict:
     return changes
 
 
+def _next_adjustment(rows: list, settings: dict, context: dict, applied_ids: set) -> dict | None:
+    """Apply the first matching adjust row not applied yet that changes something; return its finding."""
+    for row in rows:
+        if row["severity"] != "adjust" or row["id"] in applied_ids:
+            continue
+        if not matches(row["condition"], context):
+            continue
+        applied_ids.add(row["id"])
+        changes = _apply(row, settings, context)
+        if changes:
+            return {**_finding(row), "changes": changes}
+    return None
+
+
+def _adjust(rows: list, gpu_facts: dict, stack: dict, settings: dict, defaults: dict) -> list[dict]:
+    """Apply adjust rows to settings in place until nothing changes; return the adjustments made."""
+    adjustments = []
+    applied_ids = set()
+    # Each row adjusts at most once, so this ends; the context is re-read after every change.
+    for _ in range(len(rows) + 1):
+        context = build_context(gpu_facts, stack, settings, defaults)
+        adjustment = _next_adjustment(rows, settings, context, applied_ids)
+        if adjustment is None:
+            break
+        adjustments.append(adjustment)
+    return adjustments
+
+
+def _settings_changes(adjustments: list[dict]) -> dict:
+    """The net change of every adjusted key (mapping values merged)."""
+    settings_changes = {}
+    for adjustment in adjustments:
+        for key, change in adjustment["changes"].items():
+            if isinstance(change["to"], dict):
+                settings_changes[key] = {**settings_changes.get(key, {}), **change["to"]}
+            else:
+                settings_changes[key] = change["to"]
+    return settings_changes
+
+
 def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
     """Evaluate every row; return findings (errors, warnings, adjustments), matched ids and adjusted settings.
 
@@ -432,25 +535,7 @@ def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
     rows = table["issues"]
     defaults = table.get("server_defaults") or {}
     settings = copy.deepcopy(server or {})
-    adjustments = []
-    applied_ids = set()
-    # Adjust until nothing changes; each row adjusts at most once, so this ends.
-    for _ in range(len(rows) + 1):
-        context = build_context(gpu_facts, stack, settings, defaults)
-        changed = False
-        for row in rows:
-            if row["severity"] != "adjust" or row["id"] in applied_ids:
-                continue
-            if not matches(row["condition"], context):
-                continue
-            applied_ids.add(row["id"])
-            changes = _apply(row, settings, context)
-            if changes:
-                adjustments.append({**_finding(row), "changes": changes})
-                changed = True
-                break  # re-read the context before the next row
-        if not changed:
-            break
+    adjustments = _adjust(rows, gpu_facts, stack, settings, defaults)
 
     context = build_context(gpu_facts, stack, settings, defaults)
     errors, warnings = [], []
@@ -458,20 +543,12 @@ def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
         if row["severity"] == "adjust" or not matches(row["condition"], context):
             continue
         (errors if row["severity"] == "error" else warnings).append(_finding(row))
-
-    settings_changes = {}
-    for adjustment in adjustments:
-        for key, change in adjustment["changes"].items():
-            if isinstance(change["to"], dict):
-                settings_changes[key] = {**settings_changes.get(key, {}), **change["to"]}
-            else:
-                settings_changes[key] = change["to"]
     return {
         # Nested: Ansible takes a module's top-level "warnings" key as its own.
         "findings": {"errors": errors, "warnings": warnings, "adjustments": adjustments},
         "matched": [f["id"] for f in errors + warnings + adjustments],
         "adjusted_settings": without_secrets(settings),
-        "settings_changes": without_secrets(settings_changes),
+        "settings_changes": without_secrets(_settings_changes(adjustments)),
         "context": {"gpu": context["gpu"], "target": context["target"], "stack": context["stack"]},
     }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.epforge_arch import PTX_SUFFIX, ArchError, arch_list, base_arch, require_arch
+from ansible.module_utils.epforge_version import version_tuple  # also imported from here by modules
 
 REQUIRED_KEYS = {
     "name": str,
@@ -56,17 +57,6 @@ VALID_METHODS = ("nvidia_repo", "pypi", "existing")
 PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 # Distributions an override must never name: they are the stack's torch build (pip would swap it).
 TORCH_DISTS = ("torch",)
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    """'12.8' -> (12, 8); '570.124.06' -> (570, 124, 6). Non-numeric parts end the tuple."""
-    parts = []
-    for piece in str(text).split("."):
-        match = re.match(r"\d+", piece)
-        if not match:
-            break
-        parts.append(int(match.group(0)))
-    return tuple(parts)
 
 
 def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
