@@ -86,6 +86,102 @@ def _link_class(token: str) -> str | None:
     return token if token in LINK_CLASSES else None
 
 
+def _clean_lines(text: str) -> list[str]:
+    """The output's lines without the escape codes nvidia-smi adds on a terminal."""
+    return [_ANSI.sub("", line).rstrip() for line in (text or "").splitlines()]
+
+
+def _is_legend(tokens: list[str]) -> bool:
+    return bool(tokens) and tokens[0].rstrip(":") == "Legend"
+
+
+def _matrix_rows(lines: list[str]):
+    """(tokens, line) of each matrix row: blank lines before the first row are skipped; a blank line
+    after it, or the legend, ends the matrix."""
+    seen_row = False
+    for line in lines:
+        tokens = line.split()
+        if not tokens:
+            if seen_row:
+                return
+            continue
+        if _is_legend(tokens):
+            return
+        seen_row = True
+        yield tokens, line
+
+
+def _topology_header(lines: list[str]) -> tuple[int, list[str]]:
+    """The line number of the header and the device names it lists (GPUs first, then NICs)."""
+    for number, line in enumerate(lines):
+        tokens = line.split()
+        # The header starts with GPU0; GPU0's own row has X right after its name.
+        if tokens and tokens[0] == "GPU0" and (len(tokens) == 1 or tokens[1] != "X"):
+            devices = []
+            for token in tokens:
+                if token in _HEADER_TAIL_WORDS:
+                    break
+                devices.append(token)
+            return number, devices
+        if _is_legend(tokens):
+            break
+    raise ValueError("no header row of GPU names (a line starting with GPU0) before the legend")
+
+
+def _header_gpus(devices: list[str]) -> list[str]:
+    """The header's GPU names, which must be GPU0..GPUn and stand before any other device."""
+    gpus = [device for device in devices if _GPU.match(device)]
+    if [int(_GPU.match(gpu).group(1)) for gpu in gpus] != list(range(len(gpus))):
+        raise ValueError(f"header GPU names are not GPU0..GPU{len(gpus) - 1}: {devices}")
+    if devices[: len(gpus)] != gpus:
+        raise ValueError(f"header lists a non-GPU device before a GPU: {devices}")
+    return gpus
+
+
+def _topology_rows(lines: list[str], devices: list[str], gpus: list[str]) -> dict[str, list[str]]:
+    """Each device's row of cells (NIC rows empty: they say nothing about GPU pairs)."""
+    rows: dict[str, list[str]] = {}
+    for tokens, line in _matrix_rows(lines):
+        name = tokens[0]
+        if name not in devices:
+            raise ValueError(f"matrix row {name!r} is not a device of the header {devices}")
+        if name not in gpus:
+            rows[name] = []
+            continue
+        cells = tokens[1 : 1 + len(devices)]
+        if len(cells) < len(devices):
+            raise ValueError(f"row {name} has {len(cells)} cells for {len(devices)} devices: {line!r}")
+        rows[name] = cells
+    return rows
+
+
+def _check_diagonal(gpu: str, cell: str) -> None:
+    if cell != "X":
+        raise ValueError(f"{gpu} to itself reads {cell!r}, expected X")
+
+
+def _link_matrix(rows: dict[str, list[str]], gpus: list[str]) -> tuple[dict, dict]:
+    """The GPU-to-GPU matrix and the count of each link class over unordered pairs."""
+    matrix: dict[str, dict[str, str]] = {}
+    links = dict.fromkeys(LINK_CLASSES, 0)
+    for row_number, gpu in enumerate(gpus):
+        if gpu not in rows:
+            raise ValueError(f"no matrix row for {gpu} (header lists {len(gpus)} GPUs)")
+        matrix[gpu] = {}
+        for column, peer in enumerate(gpus):
+            cell = rows[gpu][column]
+            if column == row_number:
+                _check_diagonal(gpu, cell)
+                continue
+            link = _link_class(cell)
+            if link is None:
+                raise ValueError(f"unknown link {cell!r} between {gpu} and {peer}")
+            matrix[gpu][peer] = cell
+            if column > row_number:
+                links[link] += 1
+    return matrix, links
+
+
 def parse_topology(text: str) -> dict:
     """GPU-to-GPU links from `nvidia-smi topo -m`.
 
@@ -98,68 +194,11 @@ def parse_topology(text: str) -> dict:
     Raises ValueError for a missing header, a missing or short GPU row, a diagonal other than X,
     or a link token the legend does not define.
     """
-    lines = [_ANSI.sub("", line).rstrip() for line in (text or "").splitlines()]
-    header_at = None
-    devices: list[str] = []
-    for number, line in enumerate(lines):
-        tokens = line.split()
-        # The header starts with GPU0; GPU0's own row has X right after its name.
-        if tokens and tokens[0] == "GPU0" and (len(tokens) == 1 or tokens[1] != "X"):
-            header_at = number
-            for token in tokens:
-                if token in _HEADER_TAIL_WORDS:
-                    break
-                devices.append(token)
-            break
-        if tokens and tokens[0].rstrip(":") == "Legend":
-            break
-    if header_at is None:
-        raise ValueError("no header row of GPU names (a line starting with GPU0) before the legend")
-    gpus = [device for device in devices if _GPU.match(device)]
-    if [int(_GPU.match(gpu).group(1)) for gpu in gpus] != list(range(len(gpus))):
-        raise ValueError(f"header GPU names are not GPU0..GPU{len(gpus) - 1}: {devices}")
-    if devices[: len(gpus)] != gpus:
-        raise ValueError(f"header lists a non-GPU device before a GPU: {devices}")
-
-    rows: dict[str, list[str]] = {}
-    for line in lines[header_at + 1 :]:
-        tokens = line.split()
-        if not tokens:
-            if rows:
-                break  # the blank line that ends the matrix
-            continue
-        if tokens[0].rstrip(":") == "Legend":
-            break
-        name = tokens[0]
-        if name not in devices:
-            raise ValueError(f"matrix row {name!r} is not a device of the header {devices}")
-        if name in gpus:
-            cells = tokens[1 : 1 + len(devices)]
-            if len(cells) < len(devices):
-                raise ValueError(f"row {name} has {len(cells)} cells for {len(devices)} devices: {line!r}")
-            rows[name] = cells
-        else:
-            rows[name] = []  # NIC rows say nothing about GPU pairs
-
-    matrix: dict[str, dict[str, str]] = {}
-    links = dict.fromkeys(LINK_CLASSES, 0)
-    for row_number, gpu in enumerate(gpus):
-        if gpu not in rows:
-            raise ValueError(f"no matrix row for {gpu} (header lists {len(gpus)} GPUs)")
-        cells = rows[gpu]
-        matrix[gpu] = {}
-        for column, peer in enumerate(gpus):
-            cell = cells[column]
-            if column == row_number:
-                if cell != "X":
-                    raise ValueError(f"{gpu} to itself reads {cell!r}, expected X")
-                continue
-            link = _link_class(cell)
-            if link is None:
-                raise ValueError(f"unknown link {cell!r} between {gpu} and {peer}")
-            matrix[gpu][peer] = cell
-            if column > row_number:
-                links[link] += 1
+    lines = _clean_lines(text)
+    header_at, devices = _topology_header(lines)
+    gpus = _header_gpus(devices)
+    rows = _topology_rows(lines[header_at + 1 :], devices, gpus)
+    matrix, links = _link_matrix(rows, gpus)
     return {"gpus": gpus, "matrix": matrix, "links": links}
 
 
@@ -192,6 +231,67 @@ P2P_STATUSES = {
 }
 
 
+def _p2p_header(lines: list[str]) -> tuple[int, list[str]]:
+    """The line number after the header and its GPU names (GPU0..GPUn)."""
+    for number, line in enumerate(lines):
+        tokens = line.split()
+        if tokens and all(_GPU.match(token) for token in tokens):
+            if tokens != [f"GPU{i}" for i in range(len(tokens))]:
+                raise ValueError(f"header GPU names are not GPU0..GPU{len(tokens) - 1}: {tokens}")
+            return number + 1, tokens
+        if _is_legend(tokens):
+            break
+    raise ValueError("no header row of GPU names (GPU0 GPU1 ...) before the legend")
+
+
+def _p2p_row(name: str, cells: list[str], gpus: list[str]) -> dict[str, str]:
+    """One GPU's peer statuses: X on the diagonal, a legend status elsewhere."""
+    row = {}
+    for peer, cell in zip(gpus, cells, strict=True):
+        if peer == name:
+            _check_diagonal(name, cell)
+            continue
+        if cell not in P2P_STATUSES:
+            raise ValueError(f"unknown peer status {cell!r} between {name} and {peer}")
+        row[peer] = cell
+    return row
+
+
+def _p2p_matrix(lines: list[str], gpus: list[str]) -> dict[str, dict[str, str]]:
+    matrix: dict[str, dict[str, str]] = {}
+    for tokens, line in _matrix_rows(lines):
+        name, cells = tokens[0], tokens[1:]
+        if name not in gpus or name in matrix:
+            raise ValueError(f"matrix row {name!r} is not a new GPU of the header {gpus}: {line!r}")
+        if len(cells) != len(gpus):
+            raise ValueError(f"row {name} has {len(cells)} cells for {len(gpus)} GPUs: {line!r}")
+        matrix[name] = _p2p_row(name, cells, gpus)
+    if sorted(matrix) != sorted(gpus):
+        raise ValueError(f"rows for {sorted(matrix)} but the header lists {gpus}")
+    return matrix
+
+
+def _missing_pairs(matrix: dict[str, dict[str, str]], gpus: list[str]) -> list[str]:
+    """'GPU0-GPU2 CNS' for each pair without peer access both ways (the status of the failing way)."""
+    missing = []
+    for i, gpu in enumerate(gpus):
+        for peer in gpus[i + 1 :]:
+            there, back = matrix[gpu][peer], matrix[peer][gpu]
+            if there != "OK" or back != "OK":
+                missing.append(f"{gpu}-{peer} {there if there != 'OK' else back}")
+    return missing
+
+
+def _p2p_status(gpu_count: int, pairs: int, missing: int) -> str:
+    if gpu_count == 1:
+        return "single"
+    if not missing:
+        return "full"
+    if missing == pairs:
+        return "none"
+    return "partial"
+
+
 def parse_p2p(text: str) -> dict:
     """The GPU pairs with and without peer access from `nvidia-smi topo -p2p r` (or w/n/a/p).
 
@@ -201,69 +301,16 @@ def parse_p2p(text: str) -> dict:
      "missing": ["GPU0-GPU2 CNS", ...], "status": full|none|partial|single}, where a pair has peer access
     only when both directions read OK. Raises ValueError naming the line at fault.
     """
-    lines = [_ANSI.sub("", line).rstrip() for line in (text or "").splitlines()]
-    gpus: list[str] = []
-    start = None
-    for number, line in enumerate(lines):
-        tokens = line.split()
-        if tokens and all(_GPU.match(token) for token in tokens):
-            gpus = tokens
-            start = number + 1
-            break
-        if tokens and tokens[0].rstrip(":") == "Legend":
-            break
-    if start is None:
-        raise ValueError("no header row of GPU names (GPU0 GPU1 ...) before the legend")
-    if gpus != [f"GPU{i}" for i in range(len(gpus))]:
-        raise ValueError(f"header GPU names are not GPU0..GPU{len(gpus) - 1}: {gpus}")
-    matrix: dict[str, dict[str, str]] = {}
-    for line in lines[start:]:
-        tokens = line.split()
-        if not tokens:
-            if matrix:
-                break
-            continue
-        if tokens[0].rstrip(":") == "Legend":
-            break
-        name, cells = tokens[0], tokens[1:]
-        if name not in gpus or name in matrix:
-            raise ValueError(f"matrix row {name!r} is not a new GPU of the header {gpus}: {line!r}")
-        if len(cells) != len(gpus):
-            raise ValueError(f"row {name} has {len(cells)} cells for {len(gpus)} GPUs: {line!r}")
-        row = {}
-        for peer, cell in zip(gpus, cells, strict=True):
-            if peer == name:
-                if cell != "X":
-                    raise ValueError(f"{name} to itself reads {cell!r}, expected X")
-                continue
-            if cell not in P2P_STATUSES:
-                raise ValueError(f"unknown peer status {cell!r} between {name} and {peer}")
-            row[peer] = cell
-        matrix[name] = row
-    if sorted(matrix) != sorted(gpus):
-        raise ValueError(f"rows for {sorted(matrix)} but the header lists {gpus}")
-    pairs = 0
-    missing = []
-    for i, gpu in enumerate(gpus):
-        for peer in gpus[i + 1 :]:
-            pairs += 1
-            there, back = matrix[gpu][peer], matrix[peer][gpu]
-            if there != "OK" or back != "OK":
-                missing.append(f"{gpu}-{peer} {there if there != 'OK' else back}")
-    ok_pairs = pairs - len(missing)
-    if len(gpus) == 1:
-        status = "single"
-    elif not missing:
-        status = "full"
-    elif ok_pairs == 0:
-        status = "none"
-    else:
-        status = "partial"
+    lines = _clean_lines(text)
+    start, gpus = _p2p_header(lines)
+    matrix = _p2p_matrix(lines[start:], gpus)
+    missing = _missing_pairs(matrix, gpus)
+    pairs = len(gpus) * (len(gpus) - 1) // 2
     return {
         "gpus": gpus,
         "matrix": matrix,
         "pairs": pairs,
-        "ok_pairs": ok_pairs,
+        "ok_pairs": pairs - len(missing),
         "missing": missing,
-        "status": status,
+        "status": _p2p_status(len(gpus), pairs, len(missing)),
     }
