@@ -180,54 +180,75 @@ def _show(value) -> str:
     return f"{type(value).__name__} {value!r}"[:100]
 
 
+def _str_problem(key: str, value) -> str | None:
+    if not isinstance(value, str):
+        return f"{key} must be a string, got {_show(value)}; accepted: {accepted(key)}"
+    choices = SETTINGS_SCHEMA[key].get("choices")
+    if choices and value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"{key} must be one of {', '.join(choices)}, got {value!r}{hint}"
+    return None
+
+
+def _int_problem(key: str, value) -> str | None:
+    number = as_int(value)
+    if number is None:
+        # bool is an int in Python, but True would render as "True": refuse it.
+        return (
+            f"{key} must be an integer, got {_show(value)} (write it as a number, e.g. 8); "
+            f"accepted: {accepted(key)}"
+        )
+    spec = SETTINGS_SCHEMA[key]
+    low, high = spec.get("min"), spec.get("max")
+    if (low is not None and number < low) or (high is not None and number > high):
+        return f"{key} is out of range, got {value!r}; accepted: {accepted(key)}"
+    return None
+
+
+def _bool_problem(key: str, value) -> str | None:
+    if isinstance(value, bool):
+        return None
+    return f"{key} must be a boolean (true/false), got {_show(value)}"
+
+
+def _list_problem(key: str, value) -> str | None:
+    if not isinstance(value, list):
+        return f"{key} must be a list of strings, got {_show(value)}; accepted: {accepted(key)}"
+    bad = [item for item in value if not isinstance(item, str) or isinstance(item, bool)]
+    if bad:
+        return f"{key} must hold only strings (quote numbers, e.g. '0.8'), got {bad[0]!r}"
+    return None
+
+
+def _dict_problem(key: str, value) -> str | None:
+    if not isinstance(value, dict):
+        return f"{key} must be a mapping of environment variable names to values, got {_show(value)}"
+    for name, item in value.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            return f"{key}: {name!r} is not a valid environment variable name"
+        if isinstance(item, (dict, list)) or item is None:
+            return f"{key}.{name} must be a string or number, got {type(item).__name__}"
+    return None
+
+
+# kind (SETTINGS_SCHEMA) -> the check of a set value.
+_KIND_CHECKS = {
+    "str": _str_problem,
+    "int": _int_problem,
+    "bool": _bool_problem,
+    "list": _list_problem,
+    "dict": _dict_problem,
+}
+
+
 def _kind_problem(key: str, kind: str, value) -> str | None:
     """A sentence when value does not fit its kind, range or choices, else None. None means 'not set'."""
     if value is None:
         return None
-    spec = SETTINGS_SCHEMA[key]
-    shown = _show(value)
-    if kind == "str":
-        if not isinstance(value, str):
-            return f"{key} must be a string, got {shown}; accepted: {accepted(key)}"
-        choices = spec.get("choices")
-        if choices and value not in choices:
-            close = difflib.get_close_matches(value, choices, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            return f"{key} must be one of {', '.join(choices)}, got {value!r}{hint}"
-        return None
-    if kind == "int":
-        number = as_int(value)
-        if number is None:
-            # bool is an int in Python, but True would render as "True": refuse it.
-            return (
-                f"{key} must be an integer, got {shown} (write it as a number, e.g. 8); "
-                f"accepted: {accepted(key)}"
-            )
-        low, high = spec.get("min"), spec.get("max")
-        if (low is not None and number < low) or (high is not None and number > high):
-            return f"{key} is out of range, got {value!r}; accepted: {accepted(key)}"
-        return None
-    if kind == "bool":
-        if isinstance(value, bool):
-            return None
-        return f"{key} must be a boolean (true/false), got {shown}"
-    if kind == "list":
-        if not isinstance(value, list):
-            return f"{key} must be a list of strings, got {shown}; accepted: {accepted(key)}"
-        bad = [item for item in value if not isinstance(item, str) or isinstance(item, bool)]
-        if bad:
-            return f"{key} must hold only strings (quote numbers, e.g. '0.8'), got {bad[0]!r}"
-        return None
-    if kind == "dict":
-        if not isinstance(value, dict):
-            return f"{key} must be a mapping of environment variable names to values, got {shown}"
-        for name, item in value.items():
-            if not isinstance(name, str) or not _ENV_NAME.match(name):
-                return f"{key}: {name!r} is not a valid environment variable name"
-            if isinstance(item, (dict, list)) or item is None:
-                return f"{key}.{name} must be a string or number, got {type(item).__name__}"
-        return None
-    raise ValueError(f"unknown kind {kind}")
+    if kind not in _KIND_CHECKS:
+        raise ValueError(f"unknown kind {kind}")
+    return _KIND_CHECKS[kind](key, value)
 
 
 def _divisors(number: int) -> str:
