@@ -59,28 +59,17 @@ PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 TORCH_DISTS = ("torch",)
 
 
-def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
-    """Return every conflict found in the stack; an empty list means coherent."""
-    if not isinstance(spec, dict):
-        return ["the stack file does not define epforge_stack_spec as a mapping"]
+def _missing_keys(spec: dict) -> list[str]:
+    return [
+        f"stack key '{key}' is missing or not a {kind.__name__}"
+        for key, kind in REQUIRED_KEYS.items()
+        if not isinstance(spec.get(key), kind)
+    ]
+
+
+def _check_torch(torch: dict, cuda: str, cuda_t: tuple[int, ...]) -> list[str]:
+    """torch's CUDA build agrees with the toolkit's major version and with the index it comes from."""
     problems = []
-    for key, kind in REQUIRED_KEYS.items():
-        if not isinstance(spec.get(key), kind):
-            problems.append(f"stack key '{key}' is missing or not a {kind.__name__}")
-    if problems:
-        return problems
-
-    name = spec["name"]
-    if expected_name is not None and name != expected_name:
-        problems.append(f"stack file for '{expected_name}' declares name '{name}': rename one so they agree")
-
-    cuda = str(spec["cuda"].get("version", ""))
-    cuda_t = version_tuple(cuda)
-    if len(cuda_t) < 2:
-        problems.append(f"cuda.version '{cuda}' is not MAJOR.MINOR")
-        return problems
-
-    torch = spec["torch"]
     torch_cuda_t = version_tuple(torch.get("cuda", ""))
     if not torch_cuda_t:
         problems.append("torch.cuda (the CUDA version torch is built for) is missing")
@@ -99,17 +88,22 @@ def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
                 f"not torch.cuda {torch.get('cuda')}: set torch.index_url to a CUDA "
                 f"{torch.get('cuda')} index or correct torch.cuda"
             )
+    return problems
 
-    sglang = spec["sglang"]
+
+def _check_sglang(sglang: dict, torch: dict) -> list[str]:
+    """sglang's own torch pin matches the stack's torch; its package overrides are exact pins."""
+    problems = []
     if sglang.get("requires_torch") and str(sglang["requires_torch"]) != str(torch.get("version")):
         problems.append(
             f"sglang {sglang.get('version')} pins torch=={sglang['requires_torch']} but the stack installs "
             f"torch {torch.get('version')}: pip would replace torch; choose a matching pair"
         )
+    return problems + check_package_overrides(sglang)
 
-    problems += check_package_overrides(sglang)
 
-    method = spec["cuda"].get("default_method", "")
+def _check_cuda_method(method: str, cuda: str, cuda_t: tuple[int, ...]) -> list[str]:
+    problems = []
     if method not in VALID_METHODS:
         problems.append(f"cuda.default_method '{method}' is not one of {', '.join(VALID_METHODS)}")
     if method == "pypi" and cuda_t[0] < 13:
@@ -117,36 +111,72 @@ def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
             f"cuda.default_method pypi cannot install CUDA {cuda}: NVIDIA's CUDA 12 wheels carry no nvcc; "
             "use nvidia_repo (or existing)"
         )
+    return problems
 
-    nvshmem_pkg = str(spec["nvshmem"].get("package", ""))
+
+def _check_nvshmem(nvshmem: dict, cuda: str, cuda_t: tuple[int, ...]) -> list[str]:
+    nvshmem_pkg = str(nvshmem.get("package", ""))
     nv_match = re.search(r"-cu(\d+)$", nvshmem_pkg)
     if nv_match and int(nv_match.group(1)) != cuda_t[0]:
-        problems.append(
+        return [
             f"nvshmem package {nvshmem_pkg} is for CUDA {nv_match.group(1)} but the toolkit is CUDA {cuda}: "
             f"use nvidia-nvshmem-cu{cuda_t[0]}"
-        )
+        ]
+    return []
 
+
+def _check_arch(arch, cuda: str, cuda_t: tuple[int, ...]) -> list[str]:
+    """One arch_list entry: a valid SASS target (no +PTX) that the stack's CUDA can compile for."""
+    try:
+        arch_list([arch])
+    except ArchError as exc:
+        return [f"stack arch_list: {exc}"]
+    if str(arch).endswith(PTX_SUFFIX):
+        return [f"stack arch_list entry '{arch}': the stack names SASS targets, without '+PTX'"]
+    problems = []
+    base, suffix = base_arch(arch), require_arch(arch)[2]
+    need = ARCH_MIN_CUDA.get(base)
+    if need and cuda_t[:2] < need:
+        problems.append(f"arch {arch} needs CUDA >= {need[0]}.{need[1]} but the stack's CUDA is {cuda}")
+    if suffix == "f" and cuda_t[:2] < FAMILY_SUFFIX_MIN_CUDA:
+        problems.append(f"arch {arch} (family target) needs CUDA >= 12.9; use {base}a with CUDA {cuda}")
+    return problems
+
+
+def _check_arch_list(archs: list, cuda: str, cuda_t: tuple[int, ...]) -> list[str]:
+    problems = []
+    if not archs:
+        problems.append("arch_list is empty: name the GPU archs the binaries must carry (e.g. '12.0')")
+    for arch in archs:
+        problems += _check_arch(arch, cuda, cuda_t)
+    return problems
+
+
+def check_stack(spec: dict, expected_name: str | None = None) -> list[str]:
+    """Return every conflict found in the stack; an empty list means coherent."""
+    if not isinstance(spec, dict):
+        return ["the stack file does not define epforge_stack_spec as a mapping"]
+    problems = _missing_keys(spec)
+    if problems:
+        return problems
+
+    name = spec["name"]
+    if expected_name is not None and name != expected_name:
+        problems.append(f"stack file for '{expected_name}' declares name '{name}': rename one so they agree")
+
+    cuda = str(spec["cuda"].get("version", ""))
+    cuda_t = version_tuple(cuda)
+    if len(cuda_t) < 2:
+        problems.append(f"cuda.version '{cuda}' is not MAJOR.MINOR")
+        return problems
+
+    problems += _check_torch(spec["torch"], cuda, cuda_t)
+    problems += _check_sglang(spec["sglang"], spec["torch"])
+    problems += _check_cuda_method(spec["cuda"].get("default_method", ""), cuda, cuda_t)
+    problems += _check_nvshmem(spec["nvshmem"], cuda, cuda_t)
     if not version_tuple(spec["driver"].get("min_version", "")):
         problems.append("driver.min_version is missing")
-
-    if not spec["arch_list"]:
-        problems.append("arch_list is empty: name the GPU archs the binaries must carry (e.g. '12.0')")
-    for arch in spec["arch_list"]:
-        try:
-            arch_list([arch])
-        except ArchError as exc:
-            problems.append(f"stack arch_list: {exc}")
-            continue
-        if str(arch).endswith(PTX_SUFFIX):
-            problems.append(f"stack arch_list entry '{arch}': the stack names SASS targets, without '+PTX'")
-            continue
-        base, suffix = base_arch(arch), require_arch(arch)[2]
-        need = ARCH_MIN_CUDA.get(base)
-        if need and cuda_t[:2] < need:
-            problems.append(f"arch {arch} needs CUDA >= {need[0]}.{need[1]} but the stack's CUDA is {cuda}")
-        if suffix == "f" and cuda_t[:2] < FAMILY_SUFFIX_MIN_CUDA:
-            problems.append(f"arch {arch} (family target) needs CUDA >= 12.9; use {base}a with CUDA {cuda}")
-    return problems
+    return problems + _check_arch_list(spec["arch_list"], cuda, cuda_t)
 
 
 def check_package_overrides(sglang: dict) -> list[str]:
