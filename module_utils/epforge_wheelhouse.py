@@ -81,6 +81,86 @@ def _group(
     }
 
 
+def _cuda_toolkit_groups(stack: dict, choice: dict) -> list[dict]:
+    cuda = stack.get("cuda", {})
+    if choice.get("cuda_toolkit_method", cuda.get("default_method")) != "pypi":
+        return []
+    return [_group("cuda_toolkit", list(cuda.get("pypi_packages", [])), no_deps=True, env="download")]
+
+
+def _ml_env_groups(stack: dict, choice: dict) -> list[dict]:
+    # An adopted env (method existing) is used as it is: no torch, no build tools installed into it.
+    if choice.get("ml_env_method", "venv") != "venv":
+        return []
+    torch = stack.get("torch", {})
+    return [
+        _group("ml_env torch", [f"torch=={torch.get('version')}"], index_url=torch.get("index_url") or ""),
+        _group("ml_env build tools", list(choice.get("ml_env_build_packages") or [])),
+    ]
+
+
+def _flashinfer_groups(stack: dict, choice: dict) -> list[dict]:
+    flashinfer = stack.get("flashinfer", {})
+    if not choice.get("flashinfer", True) or not flashinfer.get("version"):
+        return []
+    return [
+        _group("flashinfer", [f"{flashinfer.get('package', 'flashinfer-python')}=={flashinfer['version']}"])
+    ]
+
+
+def _deepep_groups(stack: dict, choice: dict) -> list[dict]:
+    if not choice.get("deepep", False):
+        return []
+    groups = []
+    nvshmem = stack.get("nvshmem", {})
+    if nvshmem.get("package"):
+        groups.append(_group("deepep nvshmem", [f"{nvshmem['package']}=={nvshmem['version']}"]))
+    prebuilt = stack.get("deepep", {}).get("prebuilt_wheel")
+    if prebuilt:
+        groups.append(_group("deepep prebuilt", [prebuilt], no_deps=True, env="download"))
+    return groups
+
+
+def _sglang_groups(stack: dict, choice: dict, keep: list[str]) -> list[dict]:
+    """SGLang as its profile installs it (full, server or parser), then any overrides of its pins."""
+    if not choice.get("sglang", True):
+        return []
+    sglang = stack.get("sglang", {})
+    profile = choice.get("sglang_profile", "full")
+    release = f"sglang=={sglang.get('version')}"
+    kernel = sglang.get("kernel_package", "")
+    if profile == "full":
+        groups = [_group("sglang full", [release, kernel, *keep])]
+    elif profile == "server":
+        # As role sglang does: SGLang + kernel --no-deps, then its imports pinned from its Requires-Dist.
+        groups = [
+            _group("sglang", [release, kernel], no_deps=True),
+            _group("sglang server deps", [*choice.get("sglang_deps", []), *keep], pin_from="sglang"),
+        ]
+    else:
+        groups = [
+            _group("sglang", [release], no_deps=True),
+            _group(f"sglang {profile} deps", [*choice.get("sglang_deps", []), *keep]),
+        ]
+    overrides = list(choice.get("sglang_overrides") or [])
+    if overrides:
+        groups.append(_group("sglang overrides", [*overrides, *keep]))
+    return groups
+
+
+def _extra_groups(choice: dict) -> list[dict]:
+    return [
+        _group(
+            extra["name"],
+            list(extra["requirements"]),
+            no_deps=bool(extra.get("no_deps")),
+            index_url=extra.get("index_url", ""),
+            env=extra.get("env", "ml"),
+        )
+        for extra in choice.get("extra") or []
+    ]
+
+
 def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     """The pip runs the roles make on a host, in the order they make them.
 
@@ -90,69 +170,15 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     env 'ml' groups install into the ML env (resolved against what it already holds, in this order);
     env 'download' groups are fetched with --no-deps and unpacked or inspected by a role, not installed.
     """
-    groups: list[dict] = []
-    torch = stack.get("torch", {})
-    keep = list(choice.get("sglang_keep") or [f"torch=={torch.get('version')}"])
-    if choice.get("cuda_toolkit_method", stack.get("cuda", {}).get("default_method")) == "pypi":
-        groups.append(
-            _group(
-                "cuda_toolkit",
-                list(stack.get("cuda", {}).get("pypi_packages", [])),
-                no_deps=True,
-                env="download",
-            )
-        )
-    if choice.get("ml_env_method", "venv") == "venv":
-        # An adopted env (method existing) is used as it is: no torch, no build tools installed into it.
-        groups.append(
-            _group("ml_env torch", [f"torch=={torch.get('version')}"], index_url=torch.get("index_url") or "")
-        )
-        groups.append(_group("ml_env build tools", list(choice.get("ml_env_build_packages") or [])))
-    if choice.get("flashinfer", True):
-        flashinfer = stack.get("flashinfer", {})
-        if flashinfer.get("version"):
-            groups.append(
-                _group(
-                    "flashinfer",
-                    [f"{flashinfer.get('package', 'flashinfer-python')}=={flashinfer['version']}"],
-                )
-            )
-    if choice.get("deepep", False):
-        nvshmem = stack.get("nvshmem", {})
-        if nvshmem.get("package"):
-            groups.append(_group("deepep nvshmem", [f"{nvshmem['package']}=={nvshmem['version']}"]))
-        prebuilt = stack.get("deepep", {}).get("prebuilt_wheel")
-        if prebuilt:
-            groups.append(_group("deepep prebuilt", [prebuilt], no_deps=True, env="download"))
-    if choice.get("sglang", True):
-        sglang = stack.get("sglang", {})
-        profile = choice.get("sglang_profile", "full")
-        release = f"sglang=={sglang.get('version')}"
-        kernel = sglang.get("kernel_package", "")
-        if profile == "full":
-            groups.append(_group("sglang full", [release, kernel, *keep]))
-        elif profile == "server":
-            # As role sglang does: SGLang + kernel --no-deps, then its imports pinned from its Requires-Dist.
-            groups.append(_group("sglang", [release, kernel], no_deps=True))
-            groups.append(
-                _group("sglang server deps", [*choice.get("sglang_deps", []), *keep], pin_from="sglang")
-            )
-        else:
-            groups.append(_group("sglang", [release], no_deps=True))
-            groups.append(_group(f"sglang {profile} deps", [*choice.get("sglang_deps", []), *keep]))
-        overrides = list(choice.get("sglang_overrides") or [])
-        if overrides:
-            groups.append(_group("sglang overrides", [*overrides, *keep]))
-    for extra in choice.get("extra") or []:
-        groups.append(
-            _group(
-                extra["name"],
-                list(extra["requirements"]),
-                no_deps=bool(extra.get("no_deps")),
-                index_url=extra.get("index_url", ""),
-                env=extra.get("env", "ml"),
-            )
-        )
+    keep = list(choice.get("sglang_keep") or [f"torch=={stack.get('torch', {}).get('version')}"])
+    groups = [
+        *_cuda_toolkit_groups(stack, choice),
+        *_ml_env_groups(stack, choice),
+        *_flashinfer_groups(stack, choice),
+        *_deepep_groups(stack, choice),
+        *_sglang_groups(stack, choice, keep),
+        *_extra_groups(choice),
+    ]
     # A run with nothing to install (no build tools asked for, say) is no pip run at all.
     return [group for group in groups if group["requirements"]]
 
