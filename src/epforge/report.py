@@ -571,13 +571,11 @@ td.cov-jit{background:#e3f2fd}td.cov-absent,td.cov-no_binaries,td.cov-unowned{ba
 td.cov-would_repair{background:#fff3e0}table.overview td{vertical-align:top;max-width:260px}"""
 
 
-def render(
-    hosts: dict[str, dict], out_dir: str | Path, title: str = "epforge report", generated: str = ""
-) -> dict:
-    """Write report.md, report.html and PNG plots into out_dir; return what was written."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = configuration_rows(hosts)
+NO_FACTS_TEXT = "No epforge provisioning, benchmark, sweep or probe facts were found on these hosts."
+
+
+def _plots(hosts: dict[str, dict], rows: list[dict], out: Path) -> list[tuple[str, Path]]:
+    """(caption, PNG) of every plot there is data for."""
     images: list[tuple[str, Path]] = []
     for caption, made in (
         ("Output throughput per configuration", plot_throughput(rows, out / "throughput.png")),
@@ -586,7 +584,6 @@ def render(
     ):
         if made:
             images.append((caption, made))
-    probes = probe_tables(hosts)
     for host, facts in hosts.items():
         if (facts.get("collective") or {}).get("table"):
             made = plot_probe(
@@ -594,21 +591,12 @@ def render(
             )
             if made:
                 images.append((f"Collective probe on {host}", made))
+    return images
 
-    md = [f"# {title}", ""]
-    if generated:
-        md += [f"Generated {generated} from the local facts of {len(hosts)} host(s): {', '.join(hosts)}.", ""]
-    html_parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
-    ]
-    if generated:
-        html_parts.append(
-            f"<p>Generated {html.escape(generated)} from the local facts of {len(hosts)} host(s): "
-            f"{html.escape(', '.join(hosts))}.</p>"
-        )
+
+def _sections(hosts: dict[str, dict], rows: list[dict], overview: list[dict]) -> list[tuple]:
+    """(heading, text, [(head, body), ...]) of each table section there is data for, in report order."""
     sections = []
-    overview = overview_rows(hosts)
     if overview:
         sections.append(
             (
@@ -618,7 +606,6 @@ def render(
                 [([t for _, t in OVERVIEW_COLUMNS], [[r[k] for k, _ in OVERVIEW_COLUMNS] for r in overview])],
             )
         )
-    matrix = coverage_matrix(hosts)
     if rows:
         sections.append(
             (
@@ -633,7 +620,7 @@ def render(
         sections.append(
             ("Benchmark history", "The most recent entries of each host's epforge_bench history.", [history])
         )
-    for probe_title, head, body, est_head, est_body in probes:
+    for probe_title, head, body, est_head, est_body in probe_tables(hosts):
         sections.append(
             (
                 f"Collective probe: {probe_title}",
@@ -642,33 +629,75 @@ def render(
                 [(head, body), (est_head, est_body)],
             )
         )
-    for index, (heading, text, tables) in enumerate(sections):
-        md += [f"## {heading}", "", text, ""]
-        html_parts.append(f"<h2>{html.escape(heading)}</h2><p>{html.escape(text)}</p>")
-        for head, body in tables:
-            md += [md_table(head, body), ""]
-            table = html_table(head, body)
-            if heading == "Fleet overview":
-                table = table.replace("<table>", "<table class='overview'>", 1)
-            html_parts.append(table)
-        if index == 0 and overview and matrix[1]:
-            md += [f"## {MATRIX_TITLE}", "", MATRIX_TEXT, "", matrix_md(*matrix), ""]
-            html_parts.append(f"<h2>{html.escape(MATRIX_TITLE)}</h2><p>{html.escape(MATRIX_TEXT)}</p>")
-            html_parts.append(matrix_html(*matrix))
-    if images:
-        md += ["## Plots", ""]
-        html_parts.append("<h2>Plots</h2>")
-        for caption, path in images:
-            md += [f"![{caption}]({path.name})", ""]
-            html_parts.append(
-                f"<h3>{html.escape(caption)}</h3><img src='{html.escape(path.name)}' "
-                f"alt='{html.escape(caption)}'>"
-            )
-    if not sections:
-        md += ["No epforge provisioning, benchmark, sweep or probe facts were found on these hosts.", ""]
+    return sections
+
+
+def _page_start(title: str, generated: str, hosts: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """The Markdown and HTML lines before the first section."""
+    md = [f"# {title}", ""]
+    html_parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+    ]
+    if generated:
+        md += [f"Generated {generated} from the local facts of {len(hosts)} host(s): {', '.join(hosts)}.", ""]
         html_parts.append(
-            "<p>No epforge provisioning, benchmark, sweep or probe facts were found on these hosts.</p>"
+            f"<p>Generated {html.escape(generated)} from the local facts of {len(hosts)} host(s): "
+            f"{html.escape(', '.join(hosts))}.</p>"
         )
+    return md, html_parts
+
+
+def _add_section(md: list[str], html_parts: list[str], heading: str, text: str, tables: list) -> None:
+    md += [f"## {heading}", "", text, ""]
+    html_parts.append(f"<h2>{html.escape(heading)}</h2><p>{html.escape(text)}</p>")
+    for head, body in tables:
+        md += [md_table(head, body), ""]
+        table = html_table(head, body)
+        if heading == "Fleet overview":
+            table = table.replace("<table>", "<table class='overview'>", 1)
+        html_parts.append(table)
+
+
+def _add_matrix(md: list[str], html_parts: list[str], matrix: tuple) -> None:
+    md += [f"## {MATRIX_TITLE}", "", MATRIX_TEXT, "", matrix_md(*matrix), ""]
+    html_parts.append(f"<h2>{html.escape(MATRIX_TITLE)}</h2><p>{html.escape(MATRIX_TEXT)}</p>")
+    html_parts.append(matrix_html(*matrix))
+
+
+def _add_plots(md: list[str], html_parts: list[str], images: list[tuple[str, Path]]) -> None:
+    md += ["## Plots", ""]
+    html_parts.append("<h2>Plots</h2>")
+    for caption, path in images:
+        md += [f"![{caption}]({path.name})", ""]
+        html_parts.append(
+            f"<h3>{html.escape(caption)}</h3><img src='{html.escape(path.name)}' "
+            f"alt='{html.escape(caption)}'>"
+        )
+
+
+def render(
+    hosts: dict[str, dict], out_dir: str | Path, title: str = "epforge report", generated: str = ""
+) -> dict:
+    """Write report.md, report.html and PNG plots into out_dir; return what was written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = configuration_rows(hosts)
+    images = _plots(hosts, rows, out)
+    overview = overview_rows(hosts)
+    matrix = coverage_matrix(hosts)
+    sections = _sections(hosts, rows, overview)
+    md, html_parts = _page_start(title, generated, hosts)
+    for index, section in enumerate(sections):
+        _add_section(md, html_parts, *section)
+        # The coverage matrix reads with the fleet overview, so it follows that first section.
+        if index == 0 and overview and matrix[1]:
+            _add_matrix(md, html_parts, matrix)
+    if images:
+        _add_plots(md, html_parts, images)
+    if not sections:
+        md += [NO_FACTS_TEXT, ""]
+        html_parts.append(f"<p>{NO_FACTS_TEXT}</p>")
     html_parts.append("</body></html>")
     (out / "report.md").write_text("\n".join(md))
     (out / "report.html").write_text("\n".join(html_parts))
