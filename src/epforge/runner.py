@@ -14,6 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import ansible_runner
 
@@ -59,74 +60,107 @@ class Progress:
     def __call__(self, event: dict) -> bool:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
-        host = data.get("host") or data.get("remote_addr") or ""
+        handler = self._HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, kind, data)
+        self._show_debug(kind, data)
+        return True
+
+    def _show_task(self) -> None:
+        """The task's name, once, before its first result line."""
+        if not self._task_printed:
+            self.say(f"  TASK {self._task}")
+            self._task_printed = True
+
+    def _fail(self, host: str, res: dict) -> None:
+        self.result.failures.append({"host": host, "task": self._task, "msg": str(res.get("msg", ""))})
+
+    def _on_play_start(self, _kind: str, data: dict) -> None:
+        self.say(f"PLAY {data.get('play', '')}")
+
+    def _on_task_start(self, _kind: str, data: dict) -> None:
+        self._task = data.get("task", "")
+        self._task_printed = False
+
+    def _on_host_result(self, kind: str, data: dict) -> None:
+        """A host's result of a task: keep its facts, print one line (skips only when verbose)."""
+        host, res = _host(data), data.get("res") or {}
+        if isinstance(res.get("ansible_facts"), dict):
+            self.result.facts.setdefault(host, {}).update(res["ansible_facts"])
+        if kind == "runner_on_skipped" and not self.verbose:
+            return
+        self._show_task()
+        self._RESULT_LINES[kind](self, host, res, data)
+
+    def _ok_line(self, host: str, res: dict, _data: dict) -> None:
+        state = "changed" if res.get("changed") else "ok"
+        msg = res.get("msg") if isinstance(res.get("msg"), str) and self.verbose else ""
+        self.say(f"    {state}: {host}" + (f" - {msg}" if msg else ""))
+
+    def _failed_line(self, host: str, res: dict, data: dict) -> None:
+        ignored = data.get("ignore_errors")
+        msg = str(res.get("msg", "")).strip().splitlines()
+        msg_line = msg[0][:300] if msg else ""
+        self.say(f"    {'failed (ignored)' if ignored else 'FAILED'}: {host} - {msg_line}")
+        if not ignored:
+            self._fail(host, res)
+
+    def _unreachable_line(self, host: str, res: dict, _data: dict) -> None:
+        self.say(f"    UNREACHABLE: {host} - {res.get('msg', '')}")
+        self._fail(host, res)
+
+    def _skipped_line(self, host: str, _res: dict, _data: dict) -> None:
+        self.say(f"    skipped: {host}")
+
+    def _on_stats(self, _kind: str, data: dict) -> None:
+        self.result.stats = data.get("artifact_data") or {}
+        counts: dict = {}
+        for key in ("ok", "changed", "failures", "skipped", "dark", "rescued", "ignored"):
+            for h, n in (data.get(key) or {}).items():
+                counts.setdefault(h, {})[key] = n
+        self.result.counts = counts
+
+    def _show_debug(self, kind: str, data: dict) -> None:
+        """Debug messages as ansible-playbook prints them; the summary play's step lines are kept."""
         res = data.get("res") or {}
-        if kind == "playbook_on_play_start":
-            self.say(f"PLAY {data.get('play', '')}")
-        elif kind == "playbook_on_task_start":
-            self._task = data.get("task", "")
-            self._task_printed = False
-        elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"):
-            if isinstance(res.get("ansible_facts"), dict):
-                self.result.facts.setdefault(host, {}).update(res["ansible_facts"])
-            if kind == "runner_on_skipped" and not self.verbose:
-                return True
-            if not self._task_printed:
-                self.say(f"  TASK {self._task}")
-                self._task_printed = True
-            if kind == "runner_on_ok":
-                state = "changed" if res.get("changed") else "ok"
-                msg = res.get("msg") if isinstance(res.get("msg"), str) and self.verbose else ""
-                self.say(f"    {state}: {host}" + (f" - {msg}" if msg else ""))
-            elif kind == "runner_on_failed":
-                ignored = data.get("ignore_errors")
-                msg = str(res.get("msg", "")).strip().splitlines()
-                msg_line = msg[0][:300] if msg else ""
-                self.say(f"    {'failed (ignored)' if ignored else 'FAILED'}: {host} - {msg_line}")
-                if not ignored:
-                    self.result.failures.append(
-                        {"host": host, "task": self._task, "msg": str(res.get("msg", ""))}
-                    )
-            elif kind == "runner_on_unreachable":
-                self.say(f"    UNREACHABLE: {host} - {res.get('msg', '')}")
-                self.result.failures.append(
-                    {"host": host, "task": self._task, "msg": str(res.get("msg", ""))}
-                )
-            else:
-                self.say(f"    skipped: {host}")
-        elif kind == "runner_on_ok_debug":  # pragma: no cover - not an ansible event, kept for symmetry
-            pass
-        elif kind == "playbook_on_stats":
-            self.result.stats = data.get("artifact_data") or {}
-            counts: dict = {}
-            for key in ("ok", "changed", "failures", "skipped", "dark", "rescued", "ignored"):
-                for h, n in (data.get(key) or {}).items():
-                    counts.setdefault(h, {})[key] = n
-            self.result.counts = counts
-        is_debug = data.get("task_action") in ("ansible.builtin.debug", "debug")
-        if kind == "runner_item_on_ok" and is_debug and res.get("msg"):
-            # one loop item of a debug task (the summary play loops over epforge_steps): show its message as
-            # ansible-playbook does, and keep the step lines for the end of the run
-            if not self._task_printed:
-                self.say(f"  TASK {self._task}")
-                self._task_printed = True
+        if data.get("task_action") not in ("ansible.builtin.debug", "debug") or not res.get("msg"):
+            return
+        if kind == "runner_item_on_ok":
+            # one loop item of a debug task (the summary play loops over epforge_steps): show its message
+            # as ansible-playbook does, and keep the step lines for the end of the run
+            self._show_task()
             lines = message_lines(res["msg"])
             for line in lines:
                 self.say(f"      {line}")
             item = res.get("item")
             if isinstance(item, dict) and {"step", "status"} <= set(item):
-                self.result.steps.setdefault(host, []).extend(lines)
-        elif (
-            kind == "runner_on_ok"
-            and not self.verbose
-            and is_debug
-            and res.get("msg")
-            and "results" not in res
-        ):
+                self.result.steps.setdefault(_host(data), []).extend(lines)
+        elif kind == "runner_on_ok" and not self.verbose and "results" not in res:
             # a plain debug message (not a loop's closing "All items completed") is the run's plain outcome
             for line in message_lines(res["msg"]):
                 self.say(f"      {line}")
-        return True
+
+    # event kind -> handler; events of other kinds only reach _show_debug
+    _HANDLERS: ClassVar[dict] = {
+        "playbook_on_play_start": _on_play_start,
+        "playbook_on_task_start": _on_task_start,
+        "runner_on_ok": _on_host_result,
+        "runner_on_failed": _on_host_result,
+        "runner_on_unreachable": _on_host_result,
+        "runner_on_skipped": _on_host_result,
+        "playbook_on_stats": _on_stats,
+    }
+    _RESULT_LINES: ClassVar[dict] = {
+        "runner_on_ok": _ok_line,
+        "runner_on_failed": _failed_line,
+        "runner_on_unreachable": _unreachable_line,
+        "runner_on_skipped": _skipped_line,
+    }
+
+
+def _host(data: dict) -> str:
+    """The host an event is about."""
+    return data.get("host") or data.get("remote_addr") or ""
 
 
 def message_lines(msg) -> list[str]:
