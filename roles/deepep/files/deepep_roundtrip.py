@@ -57,15 +57,36 @@ def rel_diff(x, y) -> float:
     return float(1 - 2 * (x * y).sum() / denom)
 
 
+def routed_tokens(shape: dict, seed: int, *, sort_topk: bool):
+    """Random bf16 tokens, their top-k experts (by random scores) and top-k weights, seeded per rank."""
+    tokens, hidden, topk, experts = shape["tokens"], shape["hidden"], shape["topk"], shape["experts"]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn((tokens, hidden), dtype=torch.bfloat16, device="cuda", generator=gen)
+    scores = torch.rand((tokens, experts), dtype=torch.float32, device="cuda", generator=gen) + 1
+    topk_idx = torch.topk(scores, topk, dim=-1, sorted=sort_topk)[1].to(torch.int64)
+    topk_weights = torch.rand((tokens, topk), dtype=torch.float32, device="cuda", generator=gen)
+    return x, topk_idx, topk_weights
+
+
+def mode_result(ok: bool, diff: float, timing: tuple[float, float], wire_bytes: int, shape: dict) -> dict:
+    """One mode's JSON: the check, latency (mean, min in us), bandwidth of the bytes moved, the shape."""
+    mean_us, min_us = timing
+    return {
+        "ok": bool(ok),
+        "rel_diff": diff,
+        "latency_us_mean": round(mean_us, 2),
+        "latency_us_min": round(min_us, 2),
+        "gbps_mean": round(wire_bytes / mean_us / 1e3, 1),
+        **shape,
+    }
+
+
 def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
     tokens, hidden, topk, experts = args.num_tokens, args.hidden, args.num_topk, args.num_experts
+    shape = {"tokens": tokens, "hidden": hidden, "topk": topk, "experts": experts}
     buffer = deep_ep.Buffer(group, int(1e9), 0, low_latency_mode=False, explicitly_destroy=True)
     try:
-        gen = torch.Generator(device="cuda").manual_seed(1234 + rank)
-        x = torch.randn((tokens, hidden), dtype=torch.bfloat16, device="cuda", generator=gen)
-        scores = torch.rand((tokens, experts), dtype=torch.float32, device="cuda", generator=gen) + 1
-        topk_idx = torch.topk(scores, topk, dim=-1, sorted=False)[1].to(torch.int64)
-        topk_weights = torch.rand((tokens, topk), dtype=torch.float32, device="cuda", generator=gen)
+        x, topk_idx, topk_weights = routed_tokens(shape, 1234 + rank, sort_topk=False)
         per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, experts)
 
         def roundtrip():
@@ -88,29 +109,18 @@ def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
         expect = per_rank.clone()
         dist.all_reduce(expect, group=group)
         count_ok = int(expect[rank].item()) == recv_x.size(0)
-        mean_us, min_us = timed(roundtrip, args.warmup, args.iters)
-        ok = diff < 5e-6 and count_ok
+        timing = timed(roundtrip, args.warmup, args.iters)
         # NVLink bytes per rank: the received tokens (bf16) come in on dispatch and go back on combine.
         wire = int(recv_x.size(0)) * hidden * 2 * 2
-        return {
-            "ok": bool(ok),
-            "rel_diff": diff,
-            "recv_tokens": int(recv_x.size(0)),
-            "count_ok": count_ok,
-            "latency_us_mean": round(mean_us, 2),
-            "latency_us_min": round(min_us, 2),
-            "gbps_mean": round(wire / mean_us / 1e3, 1),
-            "tokens": tokens,
-            "hidden": hidden,
-            "topk": topk,
-            "experts": experts,
-        }
+        result = mode_result(diff < 5e-6 and count_ok, diff, timing, wire, shape)
+        return {**result, "recv_tokens": int(recv_x.size(0)), "count_ok": count_ok}
     finally:
         buffer.destroy()
 
 
 def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
     tokens, hidden, topk, experts = args.ll_num_tokens, args.hidden, args.num_topk, args.ll_num_experts
+    shape = {"tokens": tokens, "hidden": hidden, "topk": topk, "experts": experts}
     rdma_bytes = deep_ep.Buffer.get_low_latency_rdma_size_hint(tokens, hidden, num_ranks, experts)
     buffer = deep_ep.Buffer(
         group,
@@ -120,11 +130,7 @@ def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
         explicitly_destroy=True,
     )
     try:
-        gen = torch.Generator(device="cuda").manual_seed(4321 + rank)
-        x = torch.randn((tokens, hidden), dtype=torch.bfloat16, device="cuda", generator=gen)
-        scores = torch.rand((tokens, experts), dtype=torch.float32, device="cuda", generator=gen) + 1
-        topk_idx = torch.topk(scores, topk, dim=-1, sorted=True)[1].to(torch.int64)
-        topk_weights = torch.rand((tokens, topk), dtype=torch.float32, device="cuda", generator=gen)
+        x, topk_idx, topk_weights = routed_tokens(shape, 4321 + rank, sort_topk=True)
 
         def dispatch():
             recv, _count, handle, _, _ = buffer.low_latency_dispatch(
@@ -146,20 +152,10 @@ def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
             _, handle = dispatch()
             buffer.low_latency_combine(expert_out, topk_idx, topk_weights, handle)
 
-        mean_us, min_us = timed(roundtrip, args.warmup, args.iters)
+        timing = timed(roundtrip, args.warmup, args.iters)
         # Bytes on the wire per rank: every (token, expert) pair sends hidden bf16 values each way.
         wire = tokens * topk * hidden * 2 * 2
-        return {
-            "ok": bool(diff < 1e-5),
-            "rel_diff": diff,
-            "latency_us_mean": round(mean_us, 2),
-            "latency_us_min": round(min_us, 2),
-            "gbps_mean": round(wire / mean_us / 1e3, 1),
-            "tokens": tokens,
-            "hidden": hidden,
-            "topk": topk,
-            "experts": experts,
-        }
+        return mode_result(diff < 1e-5, diff, timing, wire, shape)
     finally:
         buffer.destroy()
 
@@ -192,7 +188,7 @@ def worker(local_rank: int, num_ranks: int, port: int, args, queue) -> None:
     dist.destroy_process_group()
 
 
-def main() -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--num-processes", type=int, default=2)
     parser.add_argument("--modes", default="normal,low_latency")
@@ -205,9 +201,74 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--out", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    return args
 
+
+def collect(queue, procs: list, num_ranks: int) -> dict:
+    """rank -> its results, as the workers report them (bounded by DEEPEP_VERIFY_TIMEOUT seconds)."""
+    per_rank = {}
+    deadline = time.monotonic() + float(os.environ.get("DEEPEP_VERIFY_TIMEOUT", "400"))
+    while len(per_rank) < num_ranks and time.monotonic() < deadline:
+        try:
+            rank, res = queue.get(timeout=5)
+            per_rank[rank] = res
+        except Exception:  # queue.Empty: keep waiting while the workers live
+            if not any(p.is_alive() for p in procs) and queue.empty():
+                break
+    return per_rank
+
+
+def run_ranks(args) -> tuple[dict, list]:
+    """Start one worker per rank, collect their results, end them; return (per_rank, exit codes)."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=worker, args=(r, args.num_processes, port, args, queue))
+        for r in range(args.num_processes)
+    ]
+    for proc in procs:
+        proc.start()
+    per_rank = collect(queue, procs, args.num_processes)
+    for proc in procs:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+    return per_rank, [p.exitcode for p in procs]
+
+
+def mode_entry(mode: str, per_rank: dict, num_ranks: int) -> dict:
+    """A mode's result across ranks: rank 0's figures, ok only when every rank reported ok."""
+    ranks = [per_rank[r].get(mode, {"ok": False, "error": "no result"}) for r in sorted(per_rank)]
+    entry = dict(ranks[0]) if ranks else {"ok": False, "error": "no rank reported"}
+    entry["ok"] = bool(ranks) and len(ranks) == num_ranks and all(r.get("ok") for r in ranks)
+    entry["per_rank_ok"] = [bool(r.get("ok")) for r in ranks]
+    entry["max_rel_diff"] = max((r.get("rel_diff", 1.0) for r in ranks), default=1.0)
+    if not entry["ok"] and "error" not in entry:
+        errors = [r.get("error") for r in ranks if r.get("error")]
+        entry["error"] = errors[0] if errors else "round trip result incorrect"
+    return entry
+
+
+def verify(args, out: dict) -> None:
+    """Run the round trips on the GPUs and record each mode's entry (and any error) in out."""
+    if torch.cuda.device_count() < args.num_processes:
+        out["error"] = f"{args.num_processes} GPUs needed, {torch.cuda.device_count()} visible"
+        return
+    per_rank, exit_codes = run_ranks(args)
+    if len(per_rank) < args.num_processes:
+        out["error"] = (
+            f"only {len(per_rank)} of {args.num_processes} ranks reported (exit codes {exit_codes})"
+        )
+    for mode in args.modes:
+        out["modes"][mode] = mode_entry(mode, per_rank, args.num_processes)
+    out["ok"] = "error" not in out and all(m["ok"] for m in out["modes"].values())
+
+
+def main() -> int:
+    args = parse_args()
     started = time.monotonic()
     out = {
         "num_processes": args.num_processes,
@@ -217,47 +278,7 @@ def main() -> int:
         "modes": {},
         "ok": False,
     }
-    if torch.cuda.device_count() < args.num_processes:
-        out["error"] = f"{args.num_processes} GPUs needed, {torch.cuda.device_count()} visible"
-    else:
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        port = free_port()
-        procs = [
-            ctx.Process(target=worker, args=(r, args.num_processes, port, args, queue))
-            for r in range(args.num_processes)
-        ]
-        for proc in procs:
-            proc.start()
-        per_rank = {}
-        deadline = time.monotonic() + float(os.environ.get("DEEPEP_VERIFY_TIMEOUT", "400"))
-        while len(per_rank) < args.num_processes and time.monotonic() < deadline:
-            try:
-                rank, res = queue.get(timeout=5)
-                per_rank[rank] = res
-            except Exception:  # queue.Empty: keep waiting while the workers live
-                if not any(p.is_alive() for p in procs) and queue.empty():
-                    break
-        for proc in procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-        if len(per_rank) < args.num_processes:
-            out["error"] = (
-                f"only {len(per_rank)} of {args.num_processes} ranks reported "
-                f"(exit codes {[p.exitcode for p in procs]})"
-            )
-        for mode in args.modes:
-            ranks = [per_rank[r].get(mode, {"ok": False, "error": "no result"}) for r in sorted(per_rank)]
-            entry = dict(ranks[0]) if ranks else {"ok": False, "error": "no rank reported"}
-            entry["ok"] = bool(ranks) and len(ranks) == args.num_processes and all(r.get("ok") for r in ranks)
-            entry["per_rank_ok"] = [bool(r.get("ok")) for r in ranks]
-            entry["max_rel_diff"] = max((r.get("rel_diff", 1.0) for r in ranks), default=1.0)
-            if not entry["ok"] and "error" not in entry:
-                errors = [r.get("error") for r in ranks if r.get("error")]
-                entry["error"] = errors[0] if errors else "round trip result incorrect"
-            out["modes"][mode] = entry
-        out["ok"] = "error" not in out and all(m["ok"] for m in out["modes"].values())
+    verify(args, out)
     out["seconds"] = round(time.monotonic() - started, 1)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(out, handle, indent=1)
