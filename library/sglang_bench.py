@@ -223,36 +223,35 @@ def read_new_log(path: str, offset: int) -> str:
         return ""
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "base_url": {"type": "str", "required": True},
-            "workload": {"type": "dict", "default": {}},
-            "tokenizer": {"type": "str", "default": ""},
-            "model": {"type": "str", "default": ""},
-            "backend": {
-                "type": "str",
-                "default": "sglang",
-                "choices": ["sglang", "sglang-native", "sglang-oai", "sglang-oai-chat"],
-            },
-            "client_module": {"type": "str", "default": "sglang.bench_serving"},
-            "api_key": {"type": "str", "no_log": True},
-            "env": {"type": "dict", "default": {}},
-            "extra_args": {"type": "list", "elements": "str", "default": []},
-            "timeout": {"type": "float", "default": 1800},
-            "ready_check_timeout": {"type": "int", "default": 60},
-            "max_failed_requests": {"type": "int", "default": 0},
-            "work_dir": {"type": "path", "default": "/var/lib/epforge/bench"},
-            "log_path": {"type": "path", "default": "/var/log/epforge/sglang-bench.log"},
-            "fact_path": {"type": "path"},
-            "history_max": {"type": "int", "default": 50},
-            "record_success": {"type": "bool", "default": True},
-            "record": {"type": "dict", "default": {}},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "base_url": {"type": "str", "required": True},
+    "workload": {"type": "dict", "default": {}},
+    "tokenizer": {"type": "str", "default": ""},
+    "model": {"type": "str", "default": ""},
+    "backend": {
+        "type": "str",
+        "default": "sglang",
+        "choices": ["sglang", "sglang-native", "sglang-oai", "sglang-oai-chat"],
+    },
+    "client_module": {"type": "str", "default": "sglang.bench_serving"},
+    "api_key": {"type": "str", "no_log": True},
+    "env": {"type": "dict", "default": {}},
+    "extra_args": {"type": "list", "elements": "str", "default": []},
+    "timeout": {"type": "float", "default": 1800},
+    "ready_check_timeout": {"type": "int", "default": 60},
+    "max_failed_requests": {"type": "int", "default": 0},
+    "work_dir": {"type": "path", "default": "/var/lib/epforge/bench"},
+    "log_path": {"type": "path", "default": "/var/log/epforge/sglang-bench.log"},
+    "fact_path": {"type": "path"},
+    "history_max": {"type": "int", "default": 50},
+    "record_success": {"type": "bool", "default": True},
+    "record": {"type": "dict", "default": {}},
+}
+
+
+def input_problems(p: dict) -> tuple[dict | None, list[str]]:
+    """The normalized workload (None when it is bad) and every problem of the input."""
     problems = []
     try:
         workload = normalize_workload(p["workload"])
@@ -269,34 +268,15 @@ def main() -> None:
         problems.append(f"history_max must be >= 1, got {p['history_max']}")
     if p["max_failed_requests"] < 0:
         problems.append(f"max_failed_requests must be >= 0, got {p['max_failed_requests']}")
-    if problems:
-        module.fail_json(msg="bad sglang_bench input: " + "; ".join(problems), problems=problems)
+    return workload, problems
 
-    result_file = os.path.join(p["work_dir"], f"{workload['name']}.last.jsonl")
-    argv = bench_argv(
-        p["python"],
-        p["base_url"].rstrip("/"),
-        workload,
-        result_file,
-        tokenizer=p["tokenizer"],
-        model=p["model"],
-        backend=p["backend"],
-        module=p["client_module"],
-        ready_check_timeout=p["ready_check_timeout"],
-        extra_args=p["extra_args"],
-    )
-    if module.check_mode:
-        module.exit_json(
-            changed=True,
-            argv=argv,
-            msg=f"would run workload {workload['name']} against "
-            f"{p['base_url']}" + (f" and append it to {p['fact_path']}" if p["fact_path"] else ""),
-        )
 
+def history_entry(p: dict, workload: dict) -> dict:
+    """This run's history entry before it runs: id, time, workload, client and the caller's context."""
     context = dict(p["record"])
     if "server" in context:
         context["server"] = redact(context["server"])
-    entry = {
+    return {
         "id": f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}",
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "label": str(context.pop("label", "") or workload["name"]),
@@ -306,171 +286,239 @@ def main() -> None:
         **context,
     }
 
-    def finish_failed(msg: str, failure_class: str, explanation: str, rc, output: str, **extra) -> None:
-        entry.update(
-            status="failed",
-            # figures stay only where the client finished (requests_failed): they show how far it got
-            figures=entry.get("figures"),
-            error={
-                "class": failure_class,
-                "reason": explanation,
-                "msg": msg,
-                "rc": rc,
-                "log_tail": tail(output, 15),
-            },
-        )
-        history_length = None
-        if p["fact_path"]:
-            try:
-                history_length = len(record_run(p["fact_path"], entry, p["history_max"])["history"])
-            except (BenchError, OSError) as exc:
-                msg += f" (and the failure could not be recorded: {exc})"
-        module.fail_json(
-            msg=msg,
-            cmd=argv,
-            rc=rc,
-            failure_class=failure_class,
-            log_path=p["log_path"],
-            log_tail=tail(output, LOG_TAIL_LINES),
-            history_length=history_length,
-            ansible_facts={"epforge_bench_result": entry},
-            **extra,
-        )
 
-    try:
-        os.makedirs(p["work_dir"], exist_ok=True)
-        os.makedirs(os.path.dirname(p["log_path"]) or ".", exist_ok=True)
-        if os.path.exists(result_file):
-            os.unlink(result_file)
-        log_offset = os.path.getsize(p["log_path"]) if os.path.exists(p["log_path"]) else 0
-    except OSError as exc:
-        module.fail_json(msg=f"cannot prepare {p['work_dir']} or {p['log_path']}: {exc}")
-
+def client_env(p: dict) -> dict:
+    """The client's environment: offline hub, unbuffered output, the env option and the key."""
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env["PYTHONUNBUFFERED"] = "1"
     env.update({str(k): str(v) for k, v in p["env"].items()})
     if p["api_key"]:
         env["OPENAI_API_KEY"] = p["api_key"]
-    rc, seconds = run_logged(
-        argv,
-        p["log_path"],
-        env=env,
-        timeout=p["timeout"],
-        header=f"bench_serving workload {workload['name']}",
-    )
-    output = read_new_log(p["log_path"], log_offset)
-    entry["seconds"] = round(seconds, 2)
+    return env
 
-    if rc != 0:
-        failure_class, explanation = classify_failure(output, rc)
-        finish_failed(
-            f"bench_serving failed ({failure_class}: {explanation}), rc {rc}",
-            failure_class,
-            explanation,
-            rc,
-            output,
-            seconds=round(seconds, 2),
+
+def summary(workload: dict, figures: dict, invalid_reasons: list[str]) -> str:
+    return (
+        ("INVALID (" + "; ".join(invalid_reasons) + "): " if invalid_reasons else "")
+        + f"{workload['name']}: {figures['output_throughput']:.1f} output tok/s, "
+        f"TTFT median {figures['ttft_median_ms']:.1f} ms, TPOT median "
+        f"{figures['tpot_median_ms']:.2f} ms ({figures['completed']} requests)"
+    )
+
+
+class BenchRun:
+    """One client run: its argv, history entry, output; every failure recorded (with fact_path) and raised."""
+
+    def __init__(self, module: AnsibleModule, workload: dict) -> None:
+        self.module = module
+        self.p = p = module.params
+        self.workload = workload
+        self.result_file = os.path.join(p["work_dir"], f"{workload['name']}.last.jsonl")
+        self.argv = bench_argv(
+            p["python"],
+            p["base_url"].rstrip("/"),
+            workload,
+            self.result_file,
+            tokenizer=p["tokenizer"],
+            model=p["model"],
+            backend=p["backend"],
+            module=p["client_module"],
+            ready_check_timeout=p["ready_check_timeout"],
+            extra_args=p["extra_args"],
         )
-    try:
-        with open(result_file, encoding="utf-8") as handle:
-            records = parse_result_lines(handle.read())
-        record = records[-1]
-        figures = extract_figures(record)
-    except FileNotFoundError:
-        failure_class, explanation = classify_failure(output, rc)
-        if failure_class == "client_failed":
-            failure_class, explanation = "no_result", "the client exited 0 but wrote no result file"
-        finish_failed(
-            f"bench_serving wrote no result file ({failure_class}: {explanation})",
-            failure_class,
-            explanation,
-            rc,
-            output,
-            seconds=round(seconds, 2),
-        )
-    except (BenchError, OSError) as exc:
-        finish_failed(
-            f"bench_serving result is incomplete: {exc}",
-            "incomplete_result",
-            "the result file is missing figures or holds a cut-off line",
-            rc,
-            output,
-            result_file=result_file,
-        )
-    mismatch = check_record_matches(record, workload)
-    if mismatch:
-        finish_failed(
-            "bench_serving ran another workload than asked: " + "; ".join(mismatch),
-            "workload_mismatch",
-            "the client's recorded workload differs from the request",
-            rc,
-            output,
-            result_file=result_file,
-        )
-    failed_requests = workload["num_prompts"] - int(figures["completed"])
-    figures["failed_requests"] = failed_requests
-    status, invalid_reasons, expected = check_validity(figures, workload, p["extra_args"])
-    if status == "failed":
-        entry["figures"] = figures
-        finish_failed(
-            f"bench_serving produced nothing: {invalid_reasons[0]}",
-            "no_output_tokens",
-            "the server answered without generating any token",
-            rc,
-            output,
-            result_file=result_file,
-        )
-    if failed_requests > p["max_failed_requests"]:
-        entry["figures"] = figures
-        finish_failed(
-            f"{failed_requests} of {workload['num_prompts']} requests failed (max_failed_requests "
-            f"{p['max_failed_requests']})",
-            "requests_failed",
-            "the server answered some requests with errors",
-            rc,
-            output,
-            result_file=result_file,
+        self.entry: dict = {}
+        self.rc = 0
+        self.output = ""
+        self.seconds = 0.0
+
+    def exit_check_mode(self) -> None:
+        p = self.p
+        self.module.exit_json(
+            changed=True,
+            argv=self.argv,
+            msg=f"would run workload {self.workload['name']} against "
+            f"{p['base_url']}" + (f" and append it to {p['fact_path']}" if p["fact_path"] else ""),
         )
 
-    entry.update(
-        status=status,
-        expected=expected,
-        figures=figures,
-        client_recorded=record_workload(record),
-        server_version=(record.get("server_info") or {}).get("version"),
-    )
-    if status == "invalid":
-        # The figures describe a smaller load than asked: recorded (with the reasons) but never as ok.
-        entry["invalid_reasons"] = invalid_reasons
-        module.warn(f"benchmark {workload['name']} is INVALID: " + "; ".join(invalid_reasons))
-    history_length = None
-    if p["fact_path"] and p["record_success"]:
+    def record(self) -> int:
+        """Append the entry to the history at fact_path; the history's length."""
+        return len(record_run(self.p["fact_path"], self.entry, self.p["history_max"])["history"])
+
+    def fail(self, msg: str, failure_class: str, explanation: str, **extra) -> None:
+        p = self.p
+        self.entry.update(
+            status="failed",
+            # figures stay only where the client finished (requests_failed): they show how far it got
+            figures=self.entry.get("figures"),
+            error={
+                "class": failure_class,
+                "reason": explanation,
+                "msg": msg,
+                "rc": self.rc,
+                "log_tail": tail(self.output, 15),
+            },
+        )
+        history_length = None
+        if p["fact_path"]:
+            try:
+                history_length = self.record()
+            except (BenchError, OSError) as exc:
+                msg += f" (and the failure could not be recorded: {exc})"
+        self.module.fail_json(
+            msg=msg,
+            cmd=self.argv,
+            rc=self.rc,
+            failure_class=failure_class,
+            log_path=p["log_path"],
+            log_tail=tail(self.output, LOG_TAIL_LINES),
+            history_length=history_length,
+            ansible_facts={"epforge_bench_result": self.entry},
+            **extra,
+        )
+
+    def prepare_dirs(self) -> int:
+        """Create the work and log dirs, drop the last result; the log's size before this run."""
+        p = self.p
         try:
-            history_length = len(record_run(p["fact_path"], entry, p["history_max"])["history"])
-        except (BenchError, OSError) as exc:
-            module.fail_json(
-                msg=f"benchmark ran but could not be recorded in {p['fact_path']}: {exc}",
-                figures=figures,
-                ansible_facts={"epforge_bench_result": entry},
+            os.makedirs(p["work_dir"], exist_ok=True)
+            os.makedirs(os.path.dirname(p["log_path"]) or ".", exist_ok=True)
+            if os.path.exists(self.result_file):
+                os.unlink(self.result_file)
+            return os.path.getsize(p["log_path"]) if os.path.exists(p["log_path"]) else 0
+        except OSError as exc:
+            self.module.fail_json(msg=f"cannot prepare {p['work_dir']} or {p['log_path']}: {exc}")
+        return 0
+
+    def run_client(self) -> None:
+        log_offset = self.prepare_dirs()
+        header = f"bench_serving workload {self.workload['name']}"
+        self.rc, seconds = run_logged(
+            self.argv, self.p["log_path"], env=client_env(self.p), timeout=self.p["timeout"], header=header
+        )
+        self.output = read_new_log(self.p["log_path"], log_offset)
+        self.seconds = round(seconds, 2)
+        self.entry["seconds"] = self.seconds
+        if self.rc != 0:
+            failure_class, explanation = classify_failure(self.output, self.rc)
+            self.fail(
+                f"bench_serving failed ({failure_class}: {explanation}), rc {self.rc}",
+                failure_class,
+                explanation,
+                seconds=self.seconds,
             )
-    module.exit_json(
-        changed=True,
-        argv=argv,
-        figures=figures,
-        result_file=result_file,
-        seconds=round(seconds, 2),
-        history_length=history_length,
-        ansible_facts={"epforge_bench_result": entry},
-        status=status,
-        invalid_reasons=invalid_reasons,
-        msg=(
-            ("INVALID (" + "; ".join(invalid_reasons) + "): " if invalid_reasons else "")
-            + f"{workload['name']}: {figures['output_throughput']:.1f} output tok/s, "
-            f"TTFT median {figures['ttft_median_ms']:.1f} ms, TPOT median "
-            f"{figures['tpot_median_ms']:.2f} ms ({figures['completed']} requests)"
-        ),
-    )
+
+    def read_record(self) -> tuple[dict, dict]:
+        """The client's last result record and its figures (a missing or cut-off result fails)."""
+        try:
+            with open(self.result_file, encoding="utf-8") as handle:
+                record = parse_result_lines(handle.read())[-1]
+            return record, extract_figures(record)
+        except FileNotFoundError:
+            failure_class, explanation = classify_failure(self.output, self.rc)
+            if failure_class == "client_failed":
+                failure_class, explanation = "no_result", "the client exited 0 but wrote no result file"
+            self.fail(
+                f"bench_serving wrote no result file ({failure_class}: {explanation})",
+                failure_class,
+                explanation,
+                seconds=self.seconds,
+            )
+        except (BenchError, OSError) as exc:
+            self.fail(
+                f"bench_serving result is incomplete: {exc}",
+                "incomplete_result",
+                "the result file is missing figures or holds a cut-off line",
+                result_file=self.result_file,
+            )
+        return {}, {}
+
+    def judge(self, record: dict, figures: dict) -> tuple[str, list[str], dict]:
+        """Fail on another workload, no output token or too many failed requests; else the validity."""
+        workload, p = self.workload, self.p
+        mismatch = check_record_matches(record, workload)
+        if mismatch:
+            self.fail(
+                "bench_serving ran another workload than asked: " + "; ".join(mismatch),
+                "workload_mismatch",
+                "the client's recorded workload differs from the request",
+                result_file=self.result_file,
+            )
+        failed_requests = workload["num_prompts"] - int(figures["completed"])
+        figures["failed_requests"] = failed_requests
+        status, invalid_reasons, expected = check_validity(figures, workload, p["extra_args"])
+        if status == "failed":
+            self.entry["figures"] = figures
+            self.fail(
+                f"bench_serving produced nothing: {invalid_reasons[0]}",
+                "no_output_tokens",
+                "the server answered without generating any token",
+                result_file=self.result_file,
+            )
+        if failed_requests > p["max_failed_requests"]:
+            self.entry["figures"] = figures
+            self.fail(
+                f"{failed_requests} of {workload['num_prompts']} requests failed (max_failed_requests "
+                f"{p['max_failed_requests']})",
+                "requests_failed",
+                "the server answered some requests with errors",
+                result_file=self.result_file,
+            )
+        return status, invalid_reasons, expected
+
+    def record_success(self, figures: dict) -> int | None:
+        if not (self.p["fact_path"] and self.p["record_success"]):
+            return None
+        try:
+            return self.record()
+        except (BenchError, OSError) as exc:
+            self.module.fail_json(
+                msg=f"benchmark ran but could not be recorded in {self.p['fact_path']}: {exc}",
+                figures=figures,
+                ansible_facts={"epforge_bench_result": self.entry},
+            )
+        return None
+
+    def finish(self) -> None:
+        record, figures = self.read_record()
+        status, invalid_reasons, expected = self.judge(record, figures)
+        self.entry.update(
+            status=status,
+            expected=expected,
+            figures=figures,
+            client_recorded=record_workload(record),
+            server_version=(record.get("server_info") or {}).get("version"),
+        )
+        if status == "invalid":
+            # The figures describe a smaller load than asked: recorded (with the reasons) but never as ok.
+            self.entry["invalid_reasons"] = invalid_reasons
+            self.module.warn(f"benchmark {self.workload['name']} is INVALID: " + "; ".join(invalid_reasons))
+        history_length = self.record_success(figures)
+        self.module.exit_json(
+            changed=True,
+            argv=self.argv,
+            figures=figures,
+            result_file=self.result_file,
+            seconds=self.seconds,
+            history_length=history_length,
+            ansible_facts={"epforge_bench_result": self.entry},
+            status=status,
+            invalid_reasons=invalid_reasons,
+            msg=summary(self.workload, figures, invalid_reasons),
+        )
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    workload, problems = input_problems(module.params)
+    if problems:
+        module.fail_json(msg="bad sglang_bench input: " + "; ".join(problems), problems=problems)
+    run = BenchRun(module, workload)
+    if module.check_mode:
+        run.exit_check_mode()
+    run.entry = history_entry(module.params, workload)
+    run.run_client()
+    run.finish()
 
 
 if __name__ == "__main__":
