@@ -158,6 +158,107 @@ def check_openai(body: object, chat: bool, min_tokens: int) -> tuple[dict, str]:
     return facts, ""
 
 
+def openai_request(prompt: str, model: str | None, max_tokens: int, chat: bool) -> tuple[str, dict]:
+    """The OpenAI-compatible endpoint and request body for one greedy answer."""
+    request = {"model": model or "default", "max_tokens": max_tokens, "temperature": 0}
+    if chat:
+        request["messages"] = [{"role": "user", "content": prompt}]
+        return "/v1/chat/completions", request
+    request["prompt"] = prompt
+    return "/v1/completions", request
+
+
+class Verifier:
+    """The requests that prove a server answers; facts gathered as they go, every failure with them."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.url = self.p["url"].rstrip("/")
+        self.key = self.p["api_key"] or ""
+        self.headers = auth_headers(self.key)
+        self.timeout = self.p["timeout"]
+        self.facts: dict = {"url": self.url}
+
+    def refuse_bad_input(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            self.module.fail_json(msg=f"url must start with http:// or https://, got {self.url!r}")
+        if self.p["max_new_tokens"] < 1 or self.p["min_tokens"] < 0:
+            self.module.fail_json(msg="max_new_tokens must be at least 1 and min_tokens at least 0")
+
+    def fail(self, msg: str, **extra) -> None:
+        self.module.fail_json(msg=msg, **redact({"epforge_sglang_verify": self.facts, **extra}, [self.key]))
+
+    def server_info(self) -> dict:
+        return server_info(self.url, self.headers, min(self.timeout, 30))
+
+    def ask(self, fact: str, endpoint: str, request: dict, check) -> None:
+        """POST request to endpoint; facts[fact] records status, latency and check(body)'s facts; a non-200
+        answer or a problem check finds fails the module."""
+        status, body, error, seconds = post_json(
+            self.url + endpoint, request, headers=self.headers, timeout=self.timeout
+        )
+        answer = {"endpoint": endpoint, "status": status, "latency_s": round(seconds, 4)}
+        self.facts[fact] = answer
+        if status != 200:
+            answer["ok"] = False
+            self.fail(
+                f"POST {self.url}{endpoint} answered HTTP {status or 'nothing'} {error}".strip(),
+                body=str(body)[:500] if body is not None else None,
+            )
+        checked, problem = check(body)
+        answer.update(checked, ok=not problem)
+        if problem:
+            self.fail(f"POST {self.url}{endpoint}: {problem}", body=str(body)[:500])
+
+    def ask_generate(self) -> None:
+        p = self.p
+        request = {
+            "text": p["prompt"],
+            "sampling_params": {"max_new_tokens": p["max_new_tokens"], "temperature": 0},
+        }
+        self.ask("generate", "/generate", request, lambda body: check_generate(body, p["min_tokens"]))
+
+    def served_model(self) -> str | None:
+        """The model option, else the first model /v1/models lists."""
+        if self.p["model"]:
+            return self.p["model"]
+        _, models, _ = get_json(self.url + "/v1/models", headers=self.headers, timeout=min(self.timeout, 30))
+        data = (models or {}).get("data") if isinstance(models, dict) else None
+        return data[0].get("id") if data and isinstance(data[0], dict) else None
+
+    def ask_openai(self) -> None:
+        p = self.p
+        model = self.served_model()
+        self.facts["model"] = model
+        chat = p["openai_api"] == "chat"
+        endpoint, request = openai_request(p["prompt"], model, p["max_new_tokens"], chat)
+        self.ask("openai", endpoint, request, lambda body: check_openai(body, chat, p["min_tokens"]))
+
+    def read_accept_length(self) -> None:
+        if not self.facts["speculative"]:
+            self.facts["accept_length"] = None
+            return
+        # Read after the requests, so the server has verified at least one speculative step.
+        self.facts["accept_length"] = accept_length(self.server_info())
+        if self.facts["accept_length"] is None:
+            self.facts["accept_length"] = self.facts["generate"].get("spec_accept_length")
+
+    def run(self) -> None:
+        self.refuse_bad_input()
+        info = self.server_info()
+        self.facts["speculative"] = bool(info.get("speculative_algorithm"))
+        self.facts["speculative_algorithm"] = info.get("speculative_algorithm")
+        self.facts["server_version"] = info.get("version")
+        self.ask_generate()
+        if self.p["openai_api"] != "none":
+            self.ask_openai()
+        self.read_accept_length()
+        self.module.exit_json(
+            changed=False, ansible_facts={"epforge_sglang_verify": redact(self.facts, [self.key])}
+        )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -172,82 +273,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    p = module.params
-    url = p["url"].rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        module.fail_json(msg=f"url must start with http:// or https://, got {url!r}")
-    if p["max_new_tokens"] < 1 or p["min_tokens"] < 0:
-        module.fail_json(msg="max_new_tokens must be at least 1 and min_tokens at least 0")
-    key = p["api_key"] or ""
-    headers = auth_headers(key)
-    timeout = p["timeout"]
-    facts: dict = {"url": url}
-
-    def fail(msg: str, **extra) -> None:
-        module.fail_json(msg=msg, **redact({"epforge_sglang_verify": facts, **extra}, [key]))
-
-    info = server_info(url, headers, min(timeout, 30))
-    facts["speculative"] = bool(info.get("speculative_algorithm"))
-    facts["speculative_algorithm"] = info.get("speculative_algorithm")
-    facts["server_version"] = info.get("version")
-
-    status, body, error, seconds = post_json(
-        url + "/generate",
-        {"text": p["prompt"], "sampling_params": {"max_new_tokens": p["max_new_tokens"], "temperature": 0}},
-        headers=headers,
-        timeout=timeout,
-    )
-    generate = {"endpoint": "/generate", "status": status, "latency_s": round(seconds, 4)}
-    if status != 200:
-        generate["ok"] = False
-        facts["generate"] = generate
-        fail(
-            f"POST {url}/generate answered HTTP {status or 'nothing'} {error}".strip(),
-            body=str(body)[:500] if body is not None else None,
-        )
-    checked, problem = check_generate(body, p["min_tokens"])
-    generate.update(checked, ok=not problem)
-    facts["generate"] = generate
-    if problem:
-        fail(f"POST {url}/generate: {problem}", body=str(body)[:500])
-
-    if p["openai_api"] != "none":
-        model = p["model"]
-        if not model:
-            _, models, _ = get_json(url + "/v1/models", headers=headers, timeout=min(timeout, 30))
-            data = (models or {}).get("data") if isinstance(models, dict) else None
-            model = data[0].get("id") if data and isinstance(data[0], dict) else None
-        facts["model"] = model
-        chat = p["openai_api"] == "chat"
-        endpoint = "/v1/chat/completions" if chat else "/v1/completions"
-        request = {"model": model or "default", "max_tokens": p["max_new_tokens"], "temperature": 0}
-        if chat:
-            request["messages"] = [{"role": "user", "content": p["prompt"]}]
-        else:
-            request["prompt"] = p["prompt"]
-        status, body, error, seconds = post_json(url + endpoint, request, headers=headers, timeout=timeout)
-        openai = {"endpoint": endpoint, "status": status, "latency_s": round(seconds, 4)}
-        if status != 200:
-            openai["ok"] = False
-            facts["openai"] = openai
-            fail(
-                f"POST {url}{endpoint} answered HTTP {status or 'nothing'} {error}".strip(),
-                body=str(body)[:500] if body is not None else None,
-            )
-        checked, problem = check_openai(body, chat, p["min_tokens"])
-        openai.update(checked, ok=not problem)
-        facts["openai"] = openai
-        if problem:
-            fail(f"POST {url}{endpoint}: {problem}", body=str(body)[:500])
-
-    if facts["speculative"]:
-        # Read after the requests, so the server has verified at least one speculative step.
-        facts["accept_length"] = accept_length(server_info(url, headers, min(timeout, 30)))
-        if facts["accept_length"] is None:
-            facts["accept_length"] = facts["generate"].get("spec_accept_length")
-    else:
-        facts["accept_length"] = None
-    module.exit_json(changed=False, ansible_facts={"epforge_sglang_verify": redact(facts, [key])})
+    Verifier(module).run()
 
 
 if __name__ == "__main__":
