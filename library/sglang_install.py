@@ -289,114 +289,233 @@ def installed_versions(module, python: str, names: list[str]) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "version": {"type": "str", "required": True},
-            "kernel_package": {"type": "str", "default": ""},
-            "install_deps": {"type": "bool", "default": True},
-            "parser_deps": {"type": "list", "elements": "str", "default": []},
-            "profile": {"type": "str", "choices": ["full", "parser", "server"]},
-            "server_deps": {"type": "list", "elements": "str", "default": []},
-            "overrides": {"type": "list", "elements": "str", "default": []},
-            "pip_source": {"type": "str", "default": "registry"},
-            "keep": {"type": "list", "elements": "str", "default": []},
-            "pip_args": {"type": "list", "elements": "str", "default": []},
-            "log_path": {"type": "path", "required": True},
-            "stamp_path": {"type": "path", "required": True},
-            "timeout": {"type": "int", "default": 1800},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    python = params["python"]
-    log_path = params["log_path"]
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "version": {"type": "str", "required": True},
+    "kernel_package": {"type": "str", "default": ""},
+    "install_deps": {"type": "bool", "default": True},
+    "parser_deps": {"type": "list", "elements": "str", "default": []},
+    "profile": {"type": "str", "choices": ["full", "parser", "server"]},
+    "server_deps": {"type": "list", "elements": "str", "default": []},
+    "overrides": {"type": "list", "elements": "str", "default": []},
+    "pip_source": {"type": "str", "default": "registry"},
+    "keep": {"type": "list", "elements": "str", "default": []},
+    "pip_args": {"type": "list", "elements": "str", "default": []},
+    "log_path": {"type": "path", "required": True},
+    "stamp_path": {"type": "path", "required": True},
+    "timeout": {"type": "int", "default": 1800},
+}
+
+# The variable that lists a profile's dependencies, named when SGLang then misses a module.
+DEPS_VARIABLE = {
+    "parser-only": "sglang_parser_deps (parser_deps)",
+    "server": "sglang_server_deps (server_deps)",
+}
+
+
+def input_problem(params: dict) -> str | None:
+    """The first reason the input is refused, or None."""
     if not re.match(r"^\d+(\.\d+)*([a-z0-9.+-]*)$", params["version"]):
-        module.fail_json(
-            msg=f"version {params['version']!r} is not a release number (e.g. 0.5.23): "
+        return (
+            f"version {params['version']!r} is not a release number (e.g. 0.5.23): "
             "set epforge_stack_spec.sglang.version in the stack file"
         )
-    for requirement in [
-        params["kernel_package"],
-        *params["keep"],
-        *params["parser_deps"],
-        *params["server_deps"],
-        *params["overrides"],
-    ]:
+    requirements = [params["kernel_package"], *params["keep"], *params["parser_deps"]]
+    for requirement in [*requirements, *params["server_deps"], *params["overrides"]]:
         if requirement and not requirement_name(requirement):
-            module.fail_json(msg=f"{requirement!r} is not a pip requirement (e.g. sglang-kernel==0.4.10)")
+            return f"{requirement!r} is not a pip requirement (e.g. sglang-kernel==0.4.10)"
     for requirement in params["overrides"]:
         if not requirement_pin(requirement):
-            module.fail_json(
-                msg=f"override {requirement!r} is not pinned as name==version: an override must "
+            return (
+                f"override {requirement!r} is not pinned as name==version: an override must "
                 "say exactly which version replaces SGLang's pin"
             )
     if profile_of(params) == "server" and not params["server_deps"]:
-        module.fail_json(msg="profile server needs server_deps (what python -m sglang.launch_server imports)")
+        return "profile server needs server_deps (what python -m sglang.launch_server imports)"
     if profile_of(params) == "parser" and not params["parser_deps"]:
-        module.fail_json(
-            msg="install_deps is false but parser_deps is empty: SGLang without dependencies "
+        return (
+            "install_deps is false but parser_deps is empty: SGLang without dependencies "
             "cannot even import its server arguments; give the parser's packages"
         )
-    inputs = desired_inputs(params)
-    if not os.access(python, os.X_OK):
-        if module.check_mode:
-            # Check mode on a fresh host: the ML env that a real run creates first is not there yet.
-            module.exit_json(
-                changed=True,
-                version=params["version"],
-                installed={},
-                mode=inputs["mode"],
-                log_path=log_path,
-                stamp=stamp_of(inputs),
-                pip_source=params["pip_source"],
-                actions=[f"install sglang=={params['version']} ({inputs['mode']}) once {python} exists"],
-            )
-        module.fail_json(
-            msg=f"python {python} does not exist or is not executable: create the ML env first "
-            "(role ml_env) or set sglang_python"
+    return None
+
+
+def require_python(module, inputs: dict) -> None:
+    """The ML env's python must exist; in check mode on a fresh host, report the install it would do."""
+    params = module.params
+    python = params["python"]
+    if os.access(python, os.X_OK):
+        return
+    if module.check_mode:
+        # Check mode on a fresh host: the ML env that a real run creates first is not there yet.
+        module.exit_json(
+            changed=True,
+            version=params["version"],
+            installed={},
+            mode=inputs["mode"],
+            log_path=params["log_path"],
+            stamp=stamp_of(inputs),
+            pip_source=params["pip_source"],
+            actions=[f"install sglang=={params['version']} ({inputs['mode']}) once {python} exists"],
         )
+    module.fail_json(
+        msg=f"python {python} does not exist or is not executable: create the ML env first "
+        "(role ml_env) or set sglang_python"
+    )
+
+
+def stamp_diff(path: str, before: dict, old_stamp: dict | None, wanted: dict, stamp: dict) -> dict:
+    def text(installed, recorded) -> str:
+        return json.dumps({"installed": installed, "stamp": recorded}, indent=2, sort_keys=True) + "\n"
+
+    return {
+        "before": text(before, old_stamp),
+        "after": text(wanted, stamp),
+        "before_header": path,
+        "after_header": path,
+    }
+
+
+def first_action(wanted: dict, before: dict, mode: str) -> str:
+    """What the install does: the versions it installs, or a pip re-run for changed inputs."""
+    missing = [
+        f"{name}=={version}"
+        for name, version in sorted(wanted.items())
+        if not version_matches(before.get(name), version)
+    ]
+    if missing:
+        return "install " + ", ".join(missing) + f" ({mode})"
+    return f"re-run pip for changed inputs ({mode})"
+
+
+def pinned_server_argv(module, inputs: dict) -> list[str]:
+    """Once SGLang is in (--no-deps): the server deps pinned to what this release declares."""
+    python = module.params["python"]
+    requires_argv = [python, "-c", SGLANG_REQUIRES_SCRIPT]
+    proc = run_bounded(requires_argv, timeout=300)
+    if proc.rc != 0:
+        fail_cmd(
+            module,
+            "cannot read the installed SGLang's Requires-Dist",
+            requires_argv,
+            proc.rc,
+            output=proc.output,
+        )
+    pinned = pin_from_metadata(json.loads(proc.out.strip().splitlines()[-1]), inputs["server_deps"])
+    return pip_commands(python, inputs, pinned)[1]
+
+
+def run_pip(module, inputs: dict, commands: list[list[str]], result: dict) -> list[str]:
+    """Run the pip commands (each dry-run first, refusing to replace a kept package); one action each."""
+    params = module.params
+    python, log_path, timeout = params["python"], params["log_path"], params["timeout"]
+    env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
+    # Before any install: refuse a plan that would replace the kept torch (an adopted image's above all).
+    # With a wheelhouse (PIP_NO_INDEX, PIP_FIND_LINKS) these dry runs also prove every wheel is there.
+    for argv in commands:
+        refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=timeout, result=result)
+    actions = []
+    for index, planned in enumerate(commands):
+        argv = planned
+        if inputs["mode"] == "server" and index == 1:
+            argv = pinned_server_argv(module, inputs)
+            refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=timeout, result=result)
+        rc, seconds = run_logged(argv, log_path, env=env, timeout=timeout, header="sglang_install")
+        if rc != 0:
+            what = f"timed out after {timeout} s" if rc == 124 else f"failed (rc {rc})"
+            fail_cmd(
+                module,
+                f"pip install of SGLang {params['version']} {what}; see {log_path}",
+                argv,
+                rc,
+                log_path=log_path,
+            )
+        actions.append(f"pip ({round(seconds)} s): " + " ".join(argv[4:]))
+    return actions
+
+
+def verify_import(module, mode: str) -> str:
+    """Import sglang and its server args in the env; the version it imports as (the asked one)."""
+    params = module.params
+    verify = [params["python"], "-c", VERIFY_SCRIPT]
+    proc = run_bounded(verify, timeout=600, env_update={"HF_HUB_OFFLINE": "1"})
+    output = proc.output
+    marked = [line for line in output.splitlines() if line.startswith("EPFORGE_SGLANG_VERIFY ")]
+    if proc.rc != 0 or not marked:
+        missing_module = re.findall(r"No module named '([^'.]+)", output)
+        deps_var = DEPS_VARIABLE.get(mode)
+        hint = (
+            f"; add the package that provides '{missing_module[-1]}' to {deps_var}"
+            if missing_module and deps_var
+            else ""
+        )
+        fail_cmd(
+            module,
+            "SGLang was installed but does not import (import sglang, sglang.srt.server_args)" + hint,
+            verify,
+            proc.rc or 1,
+            output=output,
+            log_path=params["log_path"],
+        )
+    imported = json.loads(marked[-1].split(" ", 1)[1])["version"]
+    if imported != params["version"]:
+        module.fail_json(
+            msg=f"SGLang imports as {imported}, not {params['version']}: another sglang shadows "
+            f"the installed one (check {params['python']} -m pip list and PYTHONPATH)",
+            cmd=verify,
+            rc=0,
+            log_tail=tail(output),
+        )
+    return imported
+
+
+def require_installed(module, wanted: dict) -> dict:
+    """The installed versions after pip; every pinned one must be there."""
+    params = module.params
+    after_versions = installed_versions(module, params["python"], sorted(wanted))
+    missing = {
+        name: version
+        for name, version in wanted.items()
+        if not version_matches(after_versions.get(name), version)
+    }
+    if missing:
+        module.fail_json(
+            msg=f"after pip, these versions are not installed: {missing} (installed: "
+            f"{after_versions}); see {params['log_path']}",
+            log_path=params["log_path"],
+        )
+    return after_versions
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    problem = input_problem(params)
+    if problem:
+        module.fail_json(msg=problem)
+    inputs = desired_inputs(params)
+    require_python(module, inputs)
 
     wanted = pinned_checks(inputs)
-    before_versions = installed_versions(module, python, sorted(wanted))
+    before_versions = installed_versions(module, params["python"], sorted(wanted))
     stamp = stamp_of(inputs)
     old_stamp = read_stamp(params["stamp_path"])
     versions_ok = all(version_matches(before_versions.get(name), version) for name, version in wanted.items())
     stamp_ok = bool(old_stamp) and old_stamp.get("sha256") == stamp["sha256"]
     result = {
         "mode": inputs["mode"],
-        "log_path": log_path,
+        "log_path": params["log_path"],
         "stamp": stamp,
         "pip_source": params["pip_source"],
     }
-
     if versions_ok and stamp_ok:
         module.exit_json(
             changed=False, version=before_versions["sglang"], installed=before_versions, actions=[], **result
         )
 
-    diff = {
-        "before": json.dumps({"installed": before_versions, "stamp": old_stamp}, indent=2, sort_keys=True)
-        + "\n",
-        "after": json.dumps({"installed": wanted, "stamp": stamp}, indent=2, sort_keys=True) + "\n",
-        "before_header": params["stamp_path"],
-        "after_header": params["stamp_path"],
-    }
-    commands = pip_commands(python, inputs)
-    actions = []
-    if not versions_ok:
-        actions.append(
-            "install "
-            + ", ".join(
-                f"{name}=={version}"
-                for name, version in sorted(wanted.items())
-                if not version_matches(before_versions.get(name), version)
-            )
-            + f" ({inputs['mode']})"
-        )
-    else:
-        actions.append(f"re-run pip for changed inputs ({inputs['mode']})")
+    diff = stamp_diff(params["stamp_path"], before_versions, old_stamp, wanted, stamp)
+    commands = pip_commands(params["python"], inputs)
+    actions = [first_action(wanted, before_versions, inputs["mode"])]
     if module.check_mode:
         module.exit_json(
             changed=True,
@@ -407,91 +526,10 @@ def main() -> None:
             diff=diff,
             **result,
         )
-
-    env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
-    # Before any install: refuse a plan that would replace the kept torch (an adopted image's above all).
-    # With a wheelhouse (PIP_NO_INDEX, PIP_FIND_LINKS) these dry runs also prove every wheel is there.
-    for argv in commands:
-        refuse_replacing(
-            module, python, argv, inputs["keep"], env=env, timeout=params["timeout"], result=result
-        )
-    for index, planned in enumerate(commands):
-        argv = planned
-        if inputs["mode"] == "server" and index == 1:
-            # SGLang is in (--no-deps): pin its server imports to what this release declares.
-            requires_argv = [python, "-c", SGLANG_REQUIRES_SCRIPT]
-            rc, out, err = module.run_command(requires_argv)
-            if rc != 0:
-                fail_cmd(
-                    module,
-                    "cannot read the installed SGLang's Requires-Dist",
-                    requires_argv,
-                    rc,
-                    output=out + err,
-                )
-            pinned = pin_from_metadata(json.loads(out.strip().splitlines()[-1]), inputs["server_deps"])
-            argv = pip_commands(python, inputs, pinned)[1]
-            refuse_replacing(
-                module, python, argv, inputs["keep"], env=env, timeout=params["timeout"], result=result
-            )
-        rc, seconds = run_logged(argv, log_path, env=env, timeout=params["timeout"], header="sglang_install")
-        if rc != 0:
-            what = f"timed out after {params['timeout']} s" if rc == 124 else f"failed (rc {rc})"
-            fail_cmd(
-                module,
-                f"pip install of SGLang {params['version']} {what}; see {log_path}",
-                argv,
-                rc,
-                log_path=log_path,
-            )
-        actions.append(f"pip ({round(seconds)} s): " + " ".join(argv[4:]))
-
-    verify = [python, "-c", VERIFY_SCRIPT]
-    proc = run_bounded(verify, timeout=600, env_update={"HF_HUB_OFFLINE": "1"})
-    rc, output = proc.rc, proc.output
-    marked = [line for line in output.splitlines() if line.startswith("EPFORGE_SGLANG_VERIFY ")]
-    if rc != 0 or not marked:
-        missing_module = re.findall(r"No module named '([^'.]+)", output)
-        deps_var = {
-            "parser-only": "sglang_parser_deps (parser_deps)",
-            "server": "sglang_server_deps (server_deps)",
-        }.get(inputs["mode"])
-        hint = (
-            f"; add the package that provides '{missing_module[-1]}' to {deps_var}"
-            if missing_module and deps_var
-            else ""
-        )
-        fail_cmd(
-            module,
-            "SGLang was installed but does not import (import sglang, sglang.srt.server_args)" + hint,
-            verify,
-            rc or 1,
-            output=output,
-            log_path=log_path,
-        )
-    imported = json.loads(marked[-1].split(" ", 1)[1])["version"]
-    if imported != params["version"]:
-        module.fail_json(
-            msg=f"SGLang imports as {imported}, not {params['version']}: another sglang shadows "
-            f"the installed one (check {python} -m pip list and PYTHONPATH)",
-            cmd=verify,
-            rc=0,
-            log_tail=tail(output),
-        )
-    after_versions = installed_versions(module, python, sorted(wanted))
-    missing = {
-        name: version
-        for name, version in wanted.items()
-        if not version_matches(after_versions.get(name), version)
-    }
-    if missing:
-        module.fail_json(
-            msg=f"after pip, these versions are not installed: {missing} (installed: "
-            f"{after_versions}); see {log_path}",
-            log_path=log_path,
-        )
+    actions += run_pip(module, inputs, commands, result)
+    imported = verify_import(module, inputs["mode"])
+    after_versions = require_installed(module, wanted)
     actions.append(f"verified: import sglang {imported} and sglang.srt.server_args")
-
     write_json_atomic(params["stamp_path"], stamp)
     module.exit_json(
         changed=True, version=imported, installed=after_versions, actions=actions, diff=diff, **result
