@@ -335,6 +335,84 @@ def write_cache(path: str, key: str, outcome: dict) -> None:
     write_json_atomic(path, {"key": key, "outcome": outcome}, indent=1, default=str)
 
 
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+PARSER_FAILURES = {
+    2: "SGLang's parser refused the server flags",
+    3: "SGLang refused the speculative algorithm",
+    124: "SGLang's parser timed out",
+}
+
+
+def secret_values(argv: list[str]) -> list[str]:
+    """The values that follow a key flag in argv."""
+    return [argv[index + 1] for index, item in enumerate(argv[:-1]) if item in SECRET_FLAGS]
+
+
+def hide_secrets(module: AnsibleModule) -> None:
+    """Mask the API key everywhere in the output, the invocation record included."""
+    settings_in = module.params["settings"] or {}
+    if isinstance(settings_in.get("api_key"), str) and settings_in["api_key"]:
+        module.no_log_values.add(settings_in["api_key"])
+    for value in secret_values(module.params["argv"] or []):
+        module.no_log_values.add(value)
+
+
+def sglang_version_of(module: AnsibleModule) -> str | None:
+    """The SGLang version the flags are checked for: the option, else the installed one (with the parser)."""
+    params = module.params
+    python, version = params["python"], params["sglang_version"]
+    if not params["use_parser"]:
+        return version
+    if not os.access(python, os.X_OK):
+        module.fail_json(
+            msg=f"python {python} does not exist or is not executable: install the ML env "
+            "(role ml_env) and SGLang (role sglang) first, or point python at them"
+        )
+    if version:
+        return version
+    version, out = installed_version(python)
+    if not version:
+        module.fail_json(
+            msg=f"SGLang is not installed for {python}: run the sglang role first",
+            cmd=[python, "-c", VERSION_SCRIPT],
+            rc=1,
+            log_tail=tail(out),
+        )
+    return version
+
+
+def argv_to_check(module: AnsibleModule, version: str | None) -> list[str]:
+    """The raw argv, or the one rendered from the settings (refused first by epforge's own checks)."""
+    params = module.params
+    if params["settings"] is None:
+        return list(params["argv"])
+    problems = validate_settings(params["settings"], require_model=params["require_model"])
+    if problems:
+        module.fail_json(
+            msg="server settings refused before SGLang was asked: " + "; ".join(problems),
+            problems=problems,
+        )
+    return build_server_argv(params["settings"], include_secrets=False, sglang_version=version)
+
+
+def fail_parser(module: AnsibleModule, result: dict, argv: list[str], version: str | None) -> None:
+    # The output can echo argv: hide any api key the raw argv carried.
+    output = result["output"]
+    for value in secret_values(argv):
+        output = output.replace(value, "********")
+    what = PARSER_FAILURES.get(result["rc"], "SGLang's parser failed")
+    module.fail_json(
+        msg=f"{what} (sglang {version}): {result['parser_error']}",
+        cmd=result["cmd"],
+        rc=result["rc"],
+        log_tail=tail(output),
+        parser_error=result["parser_error"],
+        argv=redact(argv),
+        sglang_version=version,
+    )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -354,45 +432,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    # Mask the API key everywhere in the output, the invocation record included.
-    settings_in = params["settings"] or {}
-    if isinstance(settings_in.get("api_key"), str) and settings_in["api_key"]:
-        module.no_log_values.add(settings_in["api_key"])
-    argv_in = params["argv"] or []
-    for index, item in enumerate(argv_in[:-1]):
-        if item in ("--api-key", "--admin-api-key"):
-            module.no_log_values.add(argv_in[index + 1])
-    python = params["python"]
-    version = params["sglang_version"]
-    if params["use_parser"]:
-        if not os.access(python, os.X_OK):
-            module.fail_json(
-                msg=f"python {python} does not exist or is not executable: install the ML env "
-                "(role ml_env) and SGLang (role sglang) first, or point python at them"
-            )
-        if not version:
-            version, out = installed_version(python)
-            if not version:
-                module.fail_json(
-                    msg=f"SGLang is not installed for {python}: run the sglang role first",
-                    cmd=[python, "-c", VERSION_SCRIPT],
-                    rc=1,
-                    log_tail=tail(out),
-                )
-
-    if params["settings"] is not None:
-        settings = params["settings"]
-        problems = validate_settings(settings, require_model=params["require_model"])
-        if problems:
-            module.fail_json(
-                msg="server settings refused before SGLang was asked: " + "; ".join(problems),
-                problems=problems,
-            )
-        argv = build_server_argv(settings, include_secrets=False, sglang_version=version)
-    else:
-        argv = list(params["argv"])
+    hide_secrets(module)
+    version = sglang_version_of(module)
+    argv = argv_to_check(module, version)
     shown_argv = redact(argv)
-
     if not params["use_parser"]:
         module.exit_json(
             changed=False,
@@ -404,32 +447,14 @@ def main() -> None:
             sglang_version=version,
         )
 
-    cache_key = cache_key_of(argv, version, python, params["construct"], params["cache_evidence"])
+    cache_key = cache_key_of(argv, version, params["python"], params["construct"], params["cache_evidence"])
     cached = read_cache(params["cache_path"], cache_key) if params["cache_path"] else None
     if cached is not None:
         module.exit_json(changed=False, argv=shown_argv, cached=True, **cached)
 
-    result = run_parser(python, argv, construct=params["construct"], timeout=params["timeout"])
+    result = run_parser(params["python"], argv, construct=params["construct"], timeout=params["timeout"])
     if not result["ok"]:
-        # The output can echo argv: hide any api key the raw argv carried.
-        output = result["output"]
-        for index, item in enumerate(argv[:-1]):
-            if item in ("--api-key", "--admin-api-key"):
-                output = output.replace(argv[index + 1], "********")
-        what = {
-            2: "SGLang's parser refused the server flags",
-            3: "SGLang refused the speculative algorithm",
-            124: "SGLang's parser timed out",
-        }.get(result["rc"], "SGLang's parser failed")
-        module.fail_json(
-            msg=f"{what} (sglang {version}): {result['parser_error']}",
-            cmd=result["cmd"],
-            rc=result["rc"],
-            log_tail=tail(output),
-            parser_error=result["parser_error"],
-            argv=shown_argv,
-            sglang_version=version,
-        )
+        fail_parser(module, result, argv, version)
     outcome = {
         "sglang_version": result["sglang_version"],
         "parsed": result["parsed"],
