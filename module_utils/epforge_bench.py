@@ -16,6 +16,7 @@ import os
 import re
 
 from ansible.module_utils.epforge_files import json_text, remove_stale_temps, write_atomic
+from ansible.module_utils.epforge_process import option_argv
 
 HISTORY_SCHEMA = 1
 
@@ -91,6 +92,57 @@ class BenchError(Exception):
 # --------------------------------------------------------------------------------------------- workload
 
 
+def _integer_problems(merged: dict) -> list[str]:
+    """Turn the integer keys into ints (in place); the problems of those that are not, or too small."""
+    problems = []
+    for key in ("input_len", "output_len", "num_prompts", "max_concurrency", "seed", "warmup_requests"):
+        value = merged[key]
+        try:
+            merged[key] = int(value)
+            if isinstance(value, bool) or float(value) != merged[key]:
+                raise ValueError
+        except (TypeError, ValueError):
+            problems.append(f"workload {key} must be an integer, got {value!r}")
+            continue
+        low = 0 if key in ("seed", "warmup_requests") else 1
+        if merged[key] < low:
+            problems.append(f"workload {key} must be >= {low}, got {merged[key]}")
+    return problems
+
+
+def _range_ratio_problems(merged: dict) -> list[str]:
+    try:
+        merged["range_ratio"] = float(merged["range_ratio"])
+    except (TypeError, ValueError):
+        return [f"workload range_ratio must be a number, got {merged['range_ratio']!r}"]
+    if not 0.0 <= merged["range_ratio"] <= 1.0:
+        return [
+            f"workload range_ratio must be within 0..1, got {merged['range_ratio']} "
+            "(1.0 gives every request exactly input_len/output_len tokens)"
+        ]
+    return []
+
+
+def _request_rate_problems(merged: dict) -> list[str]:
+    """request_rate as a positive float, or 'inf' (all at once)."""
+    rate = merged["request_rate"]
+    try:
+        value = float(rate)
+        if isinstance(rate, bool) or math.isnan(value):
+            raise ValueError
+    except (TypeError, ValueError):
+        return [f"workload request_rate must be a number of requests/s or 'inf', got {rate!r}"]
+    if math.isinf(value) and value > 0:
+        merged["request_rate"] = "inf"
+    elif value <= 0:
+        return [
+            "workload request_rate must be > 0 requests/s or 'inf' (all at once, bounded by max_concurrency)"
+        ]
+    else:
+        merged["request_rate"] = value
+    return []
+
+
 def normalize_workload(workload: dict | None) -> dict:
     """Defaults merged under `workload`, validated; raises BenchError naming every problem."""
     merged = dict(WORKLOAD_DEFAULTS)
@@ -106,44 +158,9 @@ def normalize_workload(workload: dict | None) -> dict:
             f"dataset {merged['dataset']!r} is not supported: use one of "
             f"{', '.join(DATASETS_WITHOUT_DOWNLOAD)} (other bench_serving datasets download data)"
         )
-    for key in ("input_len", "output_len", "num_prompts", "max_concurrency", "seed", "warmup_requests"):
-        value = merged[key]
-        try:
-            merged[key] = int(value)
-            if isinstance(value, bool) or float(value) != merged[key]:
-                raise ValueError
-        except (TypeError, ValueError):
-            problems.append(f"workload {key} must be an integer, got {value!r}")
-            continue
-        low = 0 if key in ("seed", "warmup_requests") else 1
-        if merged[key] < low:
-            problems.append(f"workload {key} must be >= {low}, got {merged[key]}")
-    try:
-        merged["range_ratio"] = float(merged["range_ratio"])
-        if not 0.0 <= merged["range_ratio"] <= 1.0:
-            problems.append(
-                f"workload range_ratio must be within 0..1, got {merged['range_ratio']} "
-                "(1.0 gives every request exactly input_len/output_len tokens)"
-            )
-    except (TypeError, ValueError):
-        problems.append(f"workload range_ratio must be a number, got {merged['range_ratio']!r}")
-    rate = merged["request_rate"]
-    try:
-        value = float(rate)
-        if isinstance(rate, bool) or math.isnan(value):
-            raise ValueError
-    except (TypeError, ValueError):
-        problems.append(f"workload request_rate must be a number of requests/s or 'inf', got {rate!r}")
-    else:
-        if math.isinf(value) and value > 0:
-            merged["request_rate"] = "inf"
-        elif value <= 0:
-            problems.append(
-                "workload request_rate must be > 0 requests/s or 'inf' (all at once, bounded by "
-                "max_concurrency)"
-            )
-        else:
-            merged["request_rate"] = value
+    problems += _integer_problems(merged)
+    problems += _range_ratio_problems(merged)
+    problems += _request_rate_problems(merged)
     if problems:
         raise BenchError("bad benchmark workload: " + "; ".join(problems))
     return merged
@@ -164,40 +181,23 @@ def bench_argv(
 ) -> list[str]:
     """argv of `python -m sglang.bench_serving` for a normalized workload (never a shell string)."""
     w = workload
-    argv = [
-        python,
-        "-m",
-        module,
-        "--backend",
-        backend,
-        "--base-url",
-        base_url,
-        "--dataset-name",
-        w["dataset"],
-        "--random-input-len",
-        str(w["input_len"]),
-        "--random-output-len",
-        str(w["output_len"]),
-        "--random-range-ratio",
-        _num(w["range_ratio"]),
-        "--num-prompts",
-        str(w["num_prompts"]),
-        "--max-concurrency",
-        str(w["max_concurrency"]),
-        "--request-rate",
-        _num(w["request_rate"]),
-        "--seed",
-        str(w["seed"]),
-        "--warmup-requests",
-        str(w["warmup_requests"]),
-        "--ready-check-timeout-sec",
-        str(int(ready_check_timeout)),
-        "--output-file",
-        output_file,
-        "--tag",
-        w["name"],
-        "--disable-tqdm",
+    options = [
+        ("--backend", backend),
+        ("--base-url", base_url),
+        ("--dataset-name", w["dataset"]),
+        ("--random-input-len", w["input_len"]),
+        ("--random-output-len", w["output_len"]),
+        ("--random-range-ratio", _num(w["range_ratio"])),
+        ("--num-prompts", w["num_prompts"]),
+        ("--max-concurrency", w["max_concurrency"]),
+        ("--request-rate", _num(w["request_rate"])),
+        ("--seed", w["seed"]),
+        ("--warmup-requests", w["warmup_requests"]),
+        ("--ready-check-timeout-sec", int(ready_check_timeout)),
+        ("--output-file", output_file),
+        ("--tag", w["name"]),
     ]
+    argv = [python, "-m", module, *option_argv(options), "--disable-tqdm"]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
     if model:

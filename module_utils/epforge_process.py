@@ -44,6 +44,11 @@ def _argv(argv) -> list[str]:
     return [str(a) for a in argv]
 
 
+def option_argv(options) -> list[str]:
+    """argv words of (flag, value) pairs: [("--seed", 1), ("--out", "x")] -> ["--seed", "1", "--out", "x"]."""
+    return [word for flag, value in options for word in (flag, str(value))]
+
+
 def _stop_group(proc: subprocess.Popen) -> None:
     """SIGTERM the command's process group, then SIGKILL what is left after a grace period."""
     try:

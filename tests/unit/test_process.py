@@ -4,11 +4,19 @@ and run_logged's log that users tail."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 import pytest
-from ansible.module_utils.epforge_process import NOT_STARTED, TIMED_OUT, run_bounded, run_logged
+from ansible.module_utils.epforge_process import (
+    NOT_STARTED,
+    TIMED_OUT,
+    option_argv,
+    run_bounded,
+    run_logged,
+    start_detached,
+)
 
 
 def test_output_rc_input_and_environment():
@@ -68,3 +76,27 @@ def test_run_logged_appends_with_headers_and_bounds(tmp_path):
     assert rc == TIMED_OUT and seconds < 20
     assert "step 1" in text and "one" in text and "step 2" in text and "two" in text
     assert "timed out after 1 s" in text
+
+
+def test_option_argv_pairs_flags_with_their_values_as_strings():
+    assert option_argv([("--seed", 1), ("--ratio", 0.5), ("--out", "x y")]) == [
+        "--seed",
+        "1",
+        "--ratio",
+        "0.5",
+        "--out",
+        "x y",
+    ]
+
+
+def test_start_detached_runs_in_its_own_session_and_appends_to_the_log(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("before\n")
+    code = "import os, sys; print(os.getsid(0) == os.getpid(), os.environ['X'], os.getcwd()); sys.exit(4)"
+    proc = start_detached(
+        [sys.executable, "-c", code], str(log), env={**os.environ, "X": "y"}, cwd=str(tmp_path)
+    )
+    assert proc.wait(timeout=30) == 4
+    assert log.read_text() == f"before\nTrue y {tmp_path}\n"
+    with pytest.raises(OSError):
+        start_detached(["/nonexistent/server"], None)
