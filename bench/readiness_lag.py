@@ -19,21 +19,17 @@ import argparse
 import json
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from module_runner import call_module
+
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "library" / "sglang_server.py"
 LAUNCHER = ROOT / "roles" / "sglang_server" / "files" / "epforge_sglang_launch.py"
 STANDIN = ROOT / "tests" / "sglang_standin"
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 
 
 def free_port() -> int:
@@ -44,20 +40,7 @@ def free_port() -> int:
 
 def run_module(args: dict, workdir: Path) -> tuple[dict, float]:
     """Run the module like Ansible does; return (result, epoch time its process ended)."""
-    args_file = workdir / f"args-{time.monotonic_ns()}.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(MODULE), str(args_file)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    ended = time.time()
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1]), ended
-    except (IndexError, ValueError):
-        sys.exit(f"module printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return call_module(MODULE, args, workdir, timeout=300)
 
 
 def one_run(index: int, interval: float, load: float, workdir: Path) -> dict:

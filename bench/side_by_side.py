@@ -45,15 +45,11 @@ import urllib.request
 from pathlib import Path
 
 import ansible.module_utils
+from module_runner import call_module
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "library" / "sglang_server.py"
 LAUNCHER = ROOT / "roles" / "sglang_server" / "files" / "epforge_sglang_launch.py"
-RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 # Environment names whose values are compared between the variants' server processes.
 WATCHED_ENV = (
     "HOME",
@@ -260,21 +256,7 @@ def run_hand(args, flags: list[str], url: str, workdir: Path) -> dict:
 
 
 def module_call(margs: dict, workdir: Path) -> dict:
-    args_file = workdir / f"args-{time.monotonic_ns()}.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": margs}))
-    proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(MODULE), str(args_file)],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        raise SystemExit(
-            f"module printed no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        ) from None
+    return call_module(MODULE, margs, workdir, timeout=3600)[0]
 
 
 def run_module(args, settings: dict, url: str, workdir: Path, *, user: str | None, tag: str) -> dict:
@@ -344,7 +326,7 @@ def env_differences(a: list[dict], b: list[dict]) -> dict:
     }
 
 
-def main() -> int:
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", required=True, help="python of the env that has SGLang")
     parser.add_argument("--model", required=True, help="model directory (also the tokenizer)")
@@ -372,13 +354,11 @@ def main() -> int:
         "num_prompts": args.num_prompts,
         "max_concurrency": args.concurrency,
     }
-    if os.geteuid() != 0:
-        sys.exit("run as root: the module variant switches to --user")
-    if not port_free(args.port):
-        sys.exit(f"port {args.port} is taken: stop that server first")
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="epforge-sbs-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    workdir.chmod(0o755)
+    return args
+
+
+def server_settings(args) -> dict:
+    """The one set of server settings both variants run (rendered once into flags)."""
     settings = {
         "model_path": args.model,
         "tp_size": args.tp_size,
@@ -390,6 +370,47 @@ def main() -> int:
         settings["cuda_graph_max_bs"] = args.cuda_graph_max_bs
     else:
         settings["disable_cuda_graph"] = True
+    return settings
+
+
+def run_variant(args, variant: str, *, flags: list[str], settings: dict, url: str, workdir: Path) -> dict:
+    if variant == "hand":
+        return run_hand(args, flags, url, workdir)
+    if variant in ("module", "module-root"):
+        user = args.user if variant == "module" else None
+        return run_module(args, settings, url, workdir, user=user, tag=variant)
+    sys.exit(f"unknown variant {variant}")
+
+
+def compare(hand: dict, other: dict) -> dict:
+    """Ratios module/hand of the medians, the readiness overhead, the environment differences, and
+    whether the targets are met."""
+    h, m = hand["medians"], other["medians"]
+    cmp = {
+        "throughput_ratio": round(m["output_throughput"] / h["output_throughput"], 4),
+        "ttft_ratio": round(m["ttft_median_ms"] / h["ttft_median_ms"], 4),
+        "tpot_ratio": round(m["tpot_median_ms"] / h["tpot_median_ms"], 4),
+        "readiness_overhead_s": round(other["returned_s"] - hand["ready_s"], 3),
+        "env": env_differences(hand["processes"], other["processes"]),
+    }
+    cmp["targets_met"] = (
+        cmp["throughput_ratio"] >= 0.98
+        and abs(cmp["ttft_ratio"] - 1) <= 0.05
+        and cmp["readiness_overhead_s"] <= 2.0
+    )
+    return cmp
+
+
+def main() -> int:
+    args = parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root: the module variant switches to --user")
+    if not port_free(args.port):
+        sys.exit(f"port {args.port} is taken: stop that server first")
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="epforge-sbs-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    workdir.chmod(0o755)
+    settings = server_settings(args)
     flags = ARGS.build_server_argv(settings, sglang_version=args.sglang_version)
     url = f"http://127.0.0.1:{args.port}"
     user = pwd.getpwnam(args.user)
@@ -408,18 +429,11 @@ def main() -> int:
     }
     for variant in args.variants.split(","):
         report["caches"][variant] = merge_caches(homes)
-        if variant == "hand":
-            report["variants"][variant] = run_hand(args, flags, url, workdir)
-        elif variant in ("module", "module-root"):
-            report["variants"][variant] = run_module(
-                args, settings, url, workdir, user=args.user if variant == "module" else None, tag=variant
-            )
-        else:
-            sys.exit(f"unknown variant {variant}")
-        report["variants"][variant]["medians"] = medians(report["variants"][variant]["runs"])
+        result = run_variant(args, variant, flags=flags, settings=settings, url=url, workdir=workdir)
+        result["medians"] = medians(result["runs"])
+        report["variants"][variant] = result
         print(
-            f"{variant}: ready {report['variants'][variant]['ready_s']} s, "
-            f"medians {report['variants'][variant]['medians']}",
+            f"{variant}: ready {result['ready_s']} s, medians {result['medians']}",
             file=sys.stderr,
             flush=True,
         )
@@ -428,21 +442,8 @@ def main() -> int:
     for name, other in report["variants"].items():
         if name == "hand" or not hand:
             continue
-        h, m = hand["medians"], other["medians"]
-        cmp = {
-            "throughput_ratio": round(m["output_throughput"] / h["output_throughput"], 4),
-            "ttft_ratio": round(m["ttft_median_ms"] / h["ttft_median_ms"], 4),
-            "tpot_ratio": round(m["tpot_median_ms"] / h["tpot_median_ms"], 4),
-            "readiness_overhead_s": round(other["returned_s"] - hand["ready_s"], 3),
-            "env": env_differences(hand["processes"], other["processes"]),
-        }
-        cmp["targets_met"] = (
-            cmp["throughput_ratio"] >= 0.98
-            and abs(cmp["ttft_ratio"] - 1) <= 0.05
-            and cmp["readiness_overhead_s"] <= 2.0
-        )
-        ok = ok and cmp["targets_met"]
-        report[f"{name}_vs_hand"] = cmp
+        report[f"{name}_vs_hand"] = compare(hand, other)
+        ok = ok and report[f"{name}_vs_hand"]["targets_met"]
     text = json.dumps(report, indent=1, sort_keys=True)
     if args.json:
         Path(args.json).write_text(text + "\n")
