@@ -99,37 +99,26 @@ def wait_until(
     deadline = start + max(0.0, float(timeout))
     polls = 0
     k = 0
+
+    def outcome(reason: str, waited_s: float, detail: str) -> dict:
+        return {
+            "ready": reason == "ready",
+            "reason": reason,
+            "polls": polls,
+            "waited_s": waited_s,
+            "interval": interval,
+            "detail": detail,
+        }
+
     while True:
-        if alive is not None:
-            death = alive()
-            if death:
-                return {
-                    "ready": False,
-                    "reason": "died",
-                    "polls": polls,
-                    "waited_s": clock() - start,
-                    "interval": interval,
-                    "detail": death,
-                }
+        death = alive() if alive is not None else None
+        if death:
+            return outcome("died", clock() - start, death)
         polls += 1
         if probe():
-            return {
-                "ready": True,
-                "reason": "ready",
-                "polls": polls,
-                "waited_s": clock() - start,
-                "interval": interval,
-                "detail": "",
-            }
+            return outcome("ready", clock() - start, "")
         now = clock()
         if now >= deadline:
-            return {
-                "ready": False,
-                "reason": "timeout",
-                "polls": polls,
-                "waited_s": now - start,
-                "interval": interval,
-                "detail": f"not ready after {timeout:g} s",
-            }
+            return outcome("timeout", now - start, f"not ready after {timeout:g} s")
         k = max(k + 1, int((now - start) / interval) + 1)
         sleep(max(0.0, min(start + k * interval, deadline) - now))
