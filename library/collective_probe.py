@@ -193,7 +193,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail_file
 from ansible.module_utils.epforge_files import json_text, read_json, write_atomic
-from ansible.module_utils.epforge_process import run_logged
+from ansible.module_utils.epforge_process import option_argv, run_logged
 
 NO_GPU_RC = 3
 MODEL_DEFAULTS = {
@@ -289,34 +289,21 @@ def inputs_hash(params: dict, script_sha: str) -> str:
 def probe_argv(params: dict, out_file: str) -> list[str]:
     gloo = params["backend"] == "gloo"
     modes = "eager,graph" if params["cuda_graphs"] and not gloo else "eager"
-    return [
-        params["python"],
-        params["script"],
-        "--world-size",
-        str(params["world_size"]),
-        "--tokens",
-        ",".join(str(t) for t in params["tokens"]),
-        "--hidden",
-        str(params["hidden"]),
-        "--dtype",
-        params["dtype"],
-        "--modes",
-        modes,
-        "--iters",
-        str(params["iters"]),
-        "--warmup",
-        str(params["warmup"]),
-        "--graph-calls",
-        str(params["graph_calls"]),
-        "--timeout",
-        str(params["timeout"]),
-        "--out",
-        out_file,
-        "--backend",
-        params["backend"],
-        "--device",
-        "cpu" if gloo else "cuda",
+    options = [
+        ("--world-size", params["world_size"]),
+        ("--tokens", ",".join(str(t) for t in params["tokens"])),
+        ("--hidden", params["hidden"]),
+        ("--dtype", params["dtype"]),
+        ("--modes", modes),
+        ("--iters", params["iters"]),
+        ("--warmup", params["warmup"]),
+        ("--graph-calls", params["graph_calls"]),
+        ("--timeout", params["timeout"]),
+        ("--out", out_file),
+        ("--backend", params["backend"]),
+        ("--device", "cpu" if gloo else "cuda"),
     ]
+    return [params["python"], params["script"], *option_argv(options)]
 
 
 def validate_variants(variants: list[dict]) -> list[dict]:
@@ -344,41 +331,42 @@ def read_fact(path: str | None) -> dict:
     return (read_json(path) if path else None) or {}
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "script": {"type": "path", "required": True},
-            "gpu_count": {"type": "int", "default": -1},
-            "gpus": {"type": "list", "elements": "dict", "default": []},
-            "world_size": {"type": "int", "default": 0},
-            "tokens": {"type": "list", "elements": "int", "default": [1, 8, 64, 512]},
-            "hidden": {"type": "int", "default": 7168},
-            "dtype": {"type": "str", "default": "bfloat16", "choices": ["bfloat16", "float16", "float32"]},
-            "iters": {"type": "int", "default": 200},
-            "warmup": {"type": "int", "default": 20},
-            "graph_calls": {"type": "int", "default": 10},
-            "cuda_graphs": {"type": "bool", "default": True},
-            "variants": {
-                "type": "list",
-                "elements": "dict",
-                "default": [
-                    {"name": "default", "env": {}},
-                    {"name": "nccl_p2p_disabled", "env": {"NCCL_P2P_DISABLE": "1"}},
-                ],
-            },
-            "env": {"type": "dict", "default": {}},
-            "model": {"type": "dict", "default": {}},
-            "timeout": {"type": "float", "default": 300},
-            "log_path": {"type": "path", "required": True},
-            "output_dir": {"type": "path"},
-            "fact_path": {"type": "path"},
-            "force": {"type": "bool", "default": False},
-            "backend": {"type": "str", "default": "nccl", "choices": ["nccl", "gloo"]},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "script": {"type": "path", "required": True},
+    "gpu_count": {"type": "int", "default": -1},
+    "gpus": {"type": "list", "elements": "dict", "default": []},
+    "world_size": {"type": "int", "default": 0},
+    "tokens": {"type": "list", "elements": "int", "default": [1, 8, 64, 512]},
+    "hidden": {"type": "int", "default": 7168},
+    "dtype": {"type": "str", "default": "bfloat16", "choices": ["bfloat16", "float16", "float32"]},
+    "iters": {"type": "int", "default": 200},
+    "warmup": {"type": "int", "default": 20},
+    "graph_calls": {"type": "int", "default": 10},
+    "cuda_graphs": {"type": "bool", "default": True},
+    "variants": {
+        "type": "list",
+        "elements": "dict",
+        "default": [
+            {"name": "default", "env": {}},
+            {"name": "nccl_p2p_disabled", "env": {"NCCL_P2P_DISABLE": "1"}},
+        ],
+    },
+    "env": {"type": "dict", "default": {}},
+    "model": {"type": "dict", "default": {}},
+    "timeout": {"type": "float", "default": 300},
+    "log_path": {"type": "path", "required": True},
+    "output_dir": {"type": "path"},
+    "fact_path": {"type": "path"},
+    "force": {"type": "bool", "default": False},
+    "backend": {"type": "str", "default": "nccl", "choices": ["nccl", "gloo"]},
+}
+
+TABLE_COLUMNS = ("op", "mode", "tokens", "bytes", "mean_us", "median_us", "p99_us", "min_us")
+
+
+def input_problems(p: dict) -> tuple[list[dict], dict, list[str]]:
+    """The validated variants and model, and every problem of the input."""
     problems = []
     if not os.path.isabs(p["python"]):
         problems.append(f"python must be an absolute path, got {p['python']!r}")
@@ -389,33 +377,123 @@ def main() -> None:
             problems.append(f"{key} must be >= 1, got {p[key]}")
     if p["world_size"] == 1:
         problems.append("world_size 1 has no collective to measure: use 0 (every GPU) or >= 2")
+    variants, model = [], {}
     try:
         variants = validate_variants(p["variants"])
         model = model_spec(p["model"])
     except ValueError as exc:
         problems.append(str(exc))
+    return variants, model, problems
+
+
+def too_few_gpus(p: dict) -> str | None:
+    """Why an NCCL probe cannot run on this host (no GPU, one GPU), or None."""
+    if p["backend"] != "nccl":
+        return None
+    return {
+        0: "no GPU on this host (epforge_gpu_facts.gpu_count is 0): nothing to probe",
+        1: "one GPU on this host: a collective needs at least 2 ranks",
+    }.get(p["gpu_count"])
+
+
+def script_sha256(module: AnsibleModule) -> str:
+    script = module.params["script"]
+    if not os.path.isfile(script):
+        module.fail_json(msg=f"probe script {script} is missing: the collective_probe role installs it")
+    with open(script, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def new_record(p: dict, digest: str, model: dict) -> dict:
+    return {
+        "status": "ok",
+        "inputs_sha256": digest,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "hidden": p["hidden"],
+        "dtype": p["dtype"],
+        "tokens": p["tokens"],
+        "iters": p["iters"],
+        "graph_calls": p["graph_calls"],
+        "gpus": p["gpus"],
+        "model": model,
+        "variants": {},
+        "table": [],
+    }
+
+
+def run_variant(p: dict, variant: dict) -> tuple[list[str], int, float, dict | None]:
+    """Run the probe script once with the variant's environment: argv, rc, seconds, its JSON (or None)."""
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in p["env"].items()})
+    env.update(variant["env"])
+    env["PYTHONUNBUFFERED"] = "1"
+    with tempfile.TemporaryDirectory(prefix="epforge-probe-") as tmp:
+        out_file = os.path.join(tmp, "probe.json")
+        argv = probe_argv(p, out_file)
+        header = f"collective probe, variant {variant['name']}"
+        rc, seconds = run_logged(argv, p["log_path"], env=env, timeout=p["timeout"] + 60, header=header)
+        try:
+            with open(out_file, encoding="utf-8") as handle:
+                raw = json.load(handle)
+        except (OSError, ValueError):
+            raw = None
+    if raw is not None and p["output_dir"]:
+        raw_path = os.path.join(p["output_dir"], f"collective-probe-{variant['name']}.json")
+        write_atomic(raw_path, json_text(raw, indent=1))
+    return argv, rc, seconds, raw
+
+
+def add_variant(record: dict, variant: dict, raw: dict, seconds: float) -> None:
+    """The variant's versions and errors, and its rows in the table."""
+    record["variants"][variant["name"]] = {
+        "env": variant["env"],
+        "nccl": raw.get("nccl", ""),
+        "torch": raw.get("torch", ""),
+        "gpu_name": raw.get("gpu_name", ""),
+        "world_size": raw.get("world_size"),
+        "seconds": round(seconds, 1),
+        "errors": raw.get("errors", []),
+    }
+    for row in raw.get("results", []):
+        record["table"].append({"variant": variant["name"], **{k: row[k] for k in TABLE_COLUMNS}})
+
+
+def measure(module: AnsibleModule, variants: list[dict], record: dict) -> None:
+    """Run every variant into the record; a host without a usable GPU skips, a failed variant fails."""
+    p = module.params
+    os.makedirs(os.path.dirname(p["log_path"]) or ".", exist_ok=True)
+    if p["output_dir"]:
+        os.makedirs(p["output_dir"], exist_ok=True)
+    for variant in variants:
+        argv, rc, seconds, raw = run_variant(p, variant)
+        if rc == NO_GPU_RC and raw is not None and raw.get("status") == "skipped":
+            module.exit_json(
+                changed=False, skipped=True, measured=False, msg=raw.get("reason", "no usable GPU")
+            )
+        if rc != 0 or raw is None or raw.get("status") != "ok":
+            reason = (raw or {}).get("reason") or ("timed out" if rc == 124 else f"exit code {rc}")
+            module.fail_json(
+                msg=f"collective probe variant {variant['name']} failed: {reason}",
+                cmd=argv,
+                rc=rc,
+                log_tail=tail_file(p["log_path"]),
+                log_path=p["log_path"],
+                probe=raw,
+                variant=variant,
+            )
+        add_variant(record, variant, raw, seconds)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    variants, model, problems = input_problems(p)
     if problems:
         module.fail_json(msg="bad collective_probe input: " + "; ".join(problems), problems=problems)
-
-    if p["gpu_count"] == 0 and p["backend"] == "nccl":
-        module.exit_json(
-            changed=False,
-            skipped=True,
-            measured=False,
-            msg="no GPU on this host (epforge_gpu_facts.gpu_count is 0): nothing to probe",
-        )
-    if p["gpu_count"] == 1 and p["backend"] == "nccl":
-        module.exit_json(
-            changed=False,
-            skipped=True,
-            measured=False,
-            msg="one GPU on this host: a collective needs at least 2 ranks",
-        )
-    if not os.path.isfile(p["script"]):
-        module.fail_json(msg=f"probe script {p['script']} is missing: the collective_probe role installs it")
-    with open(p["script"], "rb") as handle:
-        script_sha = hashlib.sha256(handle.read()).hexdigest()
-    digest = inputs_hash(dict(p, variants=variants), script_sha)
+    skip_reason = too_few_gpus(p)
+    if skip_reason:
+        module.exit_json(changed=False, skipped=True, measured=False, msg=skip_reason)
+    digest = inputs_hash(dict(p, variants=variants), script_sha256(module))
     previous = read_fact(p["fact_path"])
     if not p["force"] and previous.get("inputs_sha256") == digest and previous.get("status") == "ok":
         module.exit_json(
@@ -432,81 +510,8 @@ def main() -> None:
             measured=False,
             msg="would measure " + ", ".join(v["name"] for v in variants),
         )
-
-    os.makedirs(os.path.dirname(p["log_path"]) or ".", exist_ok=True)
-    if p["output_dir"]:
-        os.makedirs(p["output_dir"], exist_ok=True)
-    record = {
-        "status": "ok",
-        "inputs_sha256": digest,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "hidden": p["hidden"],
-        "dtype": p["dtype"],
-        "tokens": p["tokens"],
-        "iters": p["iters"],
-        "graph_calls": p["graph_calls"],
-        "gpus": p["gpus"],
-        "model": model,
-        "variants": {},
-        "table": [],
-    }
-    for variant in variants:
-        env = dict(os.environ)
-        env.update({str(k): str(v) for k, v in p["env"].items()})
-        env.update(variant["env"])
-        env["PYTHONUNBUFFERED"] = "1"
-        with tempfile.TemporaryDirectory(prefix="epforge-probe-") as tmp:
-            out_file = os.path.join(tmp, "probe.json")
-            argv = probe_argv(p, out_file)
-            rc, seconds = run_logged(
-                argv,
-                p["log_path"],
-                env=env,
-                timeout=p["timeout"] + 60,
-                header=f"collective probe, variant {variant['name']}",
-            )
-            try:
-                with open(out_file, encoding="utf-8") as handle:
-                    raw = json.load(handle)
-            except (OSError, ValueError):
-                raw = None
-        if raw is not None and p["output_dir"]:
-            raw_path = os.path.join(p["output_dir"], f"collective-probe-{variant['name']}.json")
-            write_atomic(raw_path, json_text(raw, indent=1))
-        if rc == NO_GPU_RC and raw is not None and raw.get("status") == "skipped":
-            module.exit_json(
-                changed=False, skipped=True, measured=False, msg=raw.get("reason", "no usable GPU")
-            )
-        if rc != 0 or raw is None or raw.get("status") != "ok":
-            reason = (raw or {}).get("reason") or ("timed out" if rc == 124 else f"exit code {rc}")
-            module.fail_json(
-                msg=f"collective probe variant {variant['name']} failed: {reason}",
-                cmd=argv,
-                rc=rc,
-                log_tail=tail_file(p["log_path"]),
-                log_path=p["log_path"],
-                probe=raw,
-                variant=variant,
-            )
-        record["variants"][variant["name"]] = {
-            "env": variant["env"],
-            "nccl": raw.get("nccl", ""),
-            "torch": raw.get("torch", ""),
-            "gpu_name": raw.get("gpu_name", ""),
-            "world_size": raw.get("world_size"),
-            "seconds": round(seconds, 1),
-            "errors": raw.get("errors", []),
-        }
-        for row in raw.get("results", []):
-            record["table"].append(
-                {
-                    "variant": variant["name"],
-                    **{
-                        k: row[k]
-                        for k in ("op", "mode", "tokens", "bytes", "mean_us", "median_us", "p99_us", "min_us")
-                    },
-                }
-            )
+    record = new_record(p, digest, model)
+    measure(module, variants, record)
     record["estimate"] = estimate(record["table"], model)
     if p["fact_path"]:
         write_atomic(p["fact_path"], json_text(record, indent=1))

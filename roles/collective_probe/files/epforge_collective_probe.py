@@ -69,6 +69,103 @@ def summarize(samples_us: list[float]) -> dict:
     }
 
 
+class RankTimer:
+    """Times collective calls on one rank: CUDA events on a GPU (eager calls, or calls replayed from one
+    CUDA graph), perf_counter on CPU."""
+
+    def __init__(self, torch, dist, args, device, use_cuda: bool) -> None:
+        self.torch, self.dist, self.args, self.device, self.use_cuda = torch, dist, args, device, use_cuda
+
+    def make_call(self, op: str, tokens: int):
+        """(call, bytes one rank sends) for op on [tokens x hidden]."""
+        torch, dist, args = self.torch, self.dist, self.args
+        if op == "allreduce":
+            x = torch.randn(tokens, args.hidden, dtype=getattr(torch, args.dtype), device=self.device)
+            return (lambda: dist.all_reduce(x)), x.numel() * x.element_size()
+        if op == "all_to_all":
+            x = torch.randn(
+                args.world_size * tokens, args.hidden, dtype=getattr(torch, args.dtype), device=self.device
+            )
+            y = torch.empty_like(x)
+            return (lambda: dist.all_to_all_single(y, x)), x.numel() * x.element_size()
+        raise ValueError(f"unknown op {op}")
+
+    def sync(self) -> None:
+        if self.use_cuda:
+            self.torch.cuda.synchronize()
+        self.dist.barrier()
+
+    def event_pairs(self) -> list:
+        cuda = self.torch.cuda
+        return [
+            (cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in range(self.args.iters)
+        ]
+
+    def timed_us(self, call, calls_per_run: int = 1) -> list[float]:
+        """Microseconds per call of `iters` runs of call (each run makes calls_per_run calls)."""
+        if not self.use_cuda:
+            samples = []
+            for _ in range(self.args.iters):
+                t0 = time.perf_counter()
+                call()
+                samples.append((time.perf_counter() - t0) * 1e6)
+            return samples
+        events = self.event_pairs()
+        for start, end in events:
+            start.record()
+            call()
+            end.record()
+        self.torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1000.0 / calls_per_run for s, e in events]
+
+    def graph_us(self, call) -> list[float]:
+        """Per-call time of graph_calls calls captured in one CUDA graph (how SGLang runs decode)."""
+        torch, cuda = self.torch, self.torch.cuda
+        stream = cuda.Stream()
+        stream.wait_stream(cuda.current_stream())
+        with cuda.stream(stream):
+            for _ in range(3):
+                call()
+        cuda.current_stream().wait_stream(stream)
+        cuda.synchronize()
+        graph = cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(self.args.graph_calls):
+                call()
+        cuda.synchronize()
+        for _ in range(3):
+            graph.replay()
+        cuda.synchronize()
+        self.dist.barrier()
+        samples = self.timed_us(graph.replay, self.args.graph_calls)
+        del graph
+        return samples
+
+    def samples(self, mode: str, call) -> list[float]:
+        if mode == "eager":
+            return self.timed_us(call)
+        if mode == "graph":
+            return self.graph_us(call)
+        raise ValueError(f"unknown mode {mode}")
+
+    def measure(self, op: str, tokens: int, modes: list[str], result: dict) -> None:
+        """One row per mode into result; a mode that fails is an error entry, the others still run."""
+        call, nbytes = self.make_call(op, tokens)
+        for _ in range(self.args.warmup):
+            call()
+        self.sync()
+        for mode in modes:
+            try:
+                row = {"op": op, "mode": mode, "tokens": tokens, "bytes": nbytes}
+                result["results"].append({**row, **summarize(self.samples(mode, call))})
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                result["errors"].append({"op": op, "mode": mode, "tokens": tokens, "error": error})
+                if self.use_cuda:
+                    self.torch.cuda.synchronize()
+            self.sync()
+
+
 def worker(rank: int, args, port: int, queue) -> None:
     import torch  # noqa: PLC0415 - only the rank processes need torch
     import torch.distributed as dist  # noqa: PLC0415
@@ -88,104 +185,14 @@ def worker(rank: int, args, port: int, queue) -> None:
             world_size=args.world_size,
             **({"device_id": device} if use_cuda else {}),
         )
-        world = args.world_size
-        dtype = getattr(torch, args.dtype)
-        tokens_list = [int(t) for t in args.tokens.split(",") if t.strip()]
-        ops = [o for o in args.ops.split(",") if o]
         modes = [m for m in args.modes.split(",") if m]
         if not use_cuda and "graph" in modes:
             result["errors"].append({"mode": "graph", "error": "CUDA graphs need a CUDA device"})
             modes = [m for m in modes if m != "graph"]
-
-        def make_call(op, tokens):
-            if op == "allreduce":
-                x = torch.randn(tokens, args.hidden, dtype=dtype, device=device)
-                return (lambda: dist.all_reduce(x)), x.numel() * x.element_size()
-            if op == "all_to_all":
-                x = torch.randn(world * tokens, args.hidden, dtype=dtype, device=device)
-                y = torch.empty_like(x)
-                return (lambda: dist.all_to_all_single(y, x)), x.numel() * x.element_size()
-            raise ValueError(f"unknown op {op}")
-
-        def sync():
-            if use_cuda:
-                torch.cuda.synchronize()
-            dist.barrier()
-
-        for op in ops:
-            for tokens in tokens_list:
-                call, nbytes = make_call(op, tokens)
-                for _ in range(args.warmup):
-                    call()
-                sync()
-                for mode in modes:
-                    try:
-                        samples = []
-                        if mode == "eager":
-                            if use_cuda:
-                                events = [
-                                    (
-                                        torch.cuda.Event(enable_timing=True),
-                                        torch.cuda.Event(enable_timing=True),
-                                    )
-                                    for _ in range(args.iters)
-                                ]
-                                for start, end in events:
-                                    start.record()
-                                    call()
-                                    end.record()
-                                torch.cuda.synchronize()
-                                samples = [s.elapsed_time(e) * 1000.0 for s, e in events]
-                            else:
-                                for _ in range(args.iters):
-                                    t0 = time.perf_counter()
-                                    call()
-                                    samples.append((time.perf_counter() - t0) * 1e6)
-                        elif mode == "graph":
-                            stream = torch.cuda.Stream()
-                            stream.wait_stream(torch.cuda.current_stream())
-                            with torch.cuda.stream(stream):
-                                for _ in range(3):
-                                    call()
-                            torch.cuda.current_stream().wait_stream(stream)
-                            torch.cuda.synchronize()
-                            graph = torch.cuda.CUDAGraph()
-                            with torch.cuda.graph(graph):
-                                for _ in range(args.graph_calls):
-                                    call()
-                            torch.cuda.synchronize()
-                            for _ in range(3):
-                                graph.replay()
-                            torch.cuda.synchronize()
-                            dist.barrier()
-                            events = [
-                                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                                for _ in range(args.iters)
-                            ]
-                            for start, end in events:
-                                start.record()
-                                graph.replay()
-                                end.record()
-                            torch.cuda.synchronize()
-                            samples = [s.elapsed_time(e) * 1000.0 / args.graph_calls for s, e in events]
-                            del graph
-                        else:
-                            raise ValueError(f"unknown mode {mode}")
-                        result["results"].append(
-                            {"op": op, "mode": mode, "tokens": tokens, "bytes": nbytes, **summarize(samples)}
-                        )
-                    except Exception as exc:
-                        result["errors"].append(
-                            {
-                                "op": op,
-                                "mode": mode,
-                                "tokens": tokens,
-                                "error": f"{type(exc).__name__}: {exc}",
-                            }
-                        )
-                        if use_cuda:
-                            torch.cuda.synchronize()
-                    sync()
+        timer = RankTimer(torch, dist, args, device, use_cuda)
+        for op in [o for o in args.ops.split(",") if o]:
+            for tokens in [int(t) for t in args.tokens.split(",") if t.strip()]:
+                timer.measure(op, tokens, modes, result)
         result["torch"] = torch.__version__
         if use_cuda:
             result["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
@@ -218,11 +225,9 @@ def emit(payload: dict, out: str) -> None:
     print(text, flush=True)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    started = time.time()
-    nccl_env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}
-    base = {
+def base_payload(args) -> dict:
+    """What every answer carries: the inputs and the NCCL environment."""
+    return {
         "probe": "epforge_collective_probe",
         "version": 1,
         "hidden": args.hidden,
@@ -232,116 +237,121 @@ def main(argv=None) -> int:
         "graph_calls": args.graph_calls,
         "backend": args.backend,
         "device": args.device,
-        "env": nccl_env,
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
         "all_to_all_layout": "each rank sends every rank one [tokens x hidden] block",
     }
-    try:
-        import torch  # noqa: PLC0415 - a missing torch is reported as JSON
-        import torch.multiprocessing as mp  # noqa: PLC0415
-    except ImportError as exc:
-        emit({**base, "status": "failed", "reason": f"torch is not importable here: {exc}"}, args.out)
-        return 1
+
+
+def settle_world_size(args, torch) -> tuple[int, dict] | None:
+    """Set args.world_size (0: every visible GPU, 2 on CPU); (exit code, answer) when no probe can run."""
     if args.device == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            emit(
-                {
-                    **base,
-                    "status": "skipped",
-                    "reason": "no usable CUDA device (torch.cuda.is_available() "
-                    f"is False; torch {torch.__version__}, built for CUDA {torch.version.cuda})",
-                },
-                args.out,
+            reason = (
+                "no usable CUDA device (torch.cuda.is_available() "
+                f"is False; torch {torch.__version__}, built for CUDA {torch.version.cuda})"
             )
-            return NO_GPU_RC
+            return NO_GPU_RC, {"status": "skipped", "reason": reason}
         if args.world_size == 0:
             args.world_size = count
         if args.world_size > count:
-            emit(
-                {
-                    **base,
-                    "status": "failed",
-                    "reason": f"world size {args.world_size} > {count} visible GPUs",
-                },
-                args.out,
-            )
-            return 1
+            return 1, {"status": "failed", "reason": f"world size {args.world_size} > {count} visible GPUs"}
     elif args.world_size == 0:
         args.world_size = 2
     if args.world_size < 2:
-        emit(
-            {
-                **base,
-                "status": "skipped",
-                "world_size": args.world_size,
-                "reason": "one GPU: no collective to measure (needs at least 2 ranks)",
-            },
-            args.out,
-        )
-        return NO_GPU_RC
+        reason = "one GPU: no collective to measure (needs at least 2 ranks)"
+        return NO_GPU_RC, {"status": "skipped", "world_size": args.world_size, "reason": reason}
+    return None
+
+
+def collect(procs: list, queue, args, deadline: float, rank_results: list[dict]) -> None:
+    """Every rank's result into rank_results; TimeoutError past the deadline, RuntimeError when a rank
+    process died (rank_results then holds those that reported)."""
+    while len(rank_results) < args.world_size:
+        remaining = deadline - time.time()
+        if remaining <= 0:
+            raise TimeoutError
+        try:
+            rank_results.append(queue.get(timeout=min(remaining, 5)))
+        except Exception:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"rank process exited with {dead[0].exitcode}") from None
+
+
+def run_ranks(mp, args, started: float) -> tuple[list[dict], str]:
+    """Run one process per rank: their results sorted by rank, and why they did not all finish ("" when
+    they did)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=worker, args=(rank, args, port, queue)) for rank in range(args.world_size)]
     for proc in procs:
         proc.start()
-    rank_results = []
-    deadline = started + args.timeout
+    rank_results: list[dict] = []
     try:
-        while len(rank_results) < args.world_size:
-            remaining = deadline - time.time()
-            if remaining <= 0:
-                raise TimeoutError
-            try:
-                rank_results.append(queue.get(timeout=min(remaining, 5)))
-            except Exception:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"rank process exited with {dead[0].exitcode}") from None
+        collect(procs, queue, args, started + args.timeout, rank_results)
     except (TimeoutError, RuntimeError) as exc:
         for proc in procs:
             if proc.is_alive():
                 proc.kill()
-        reason = f"timed out after {args.timeout} s" if isinstance(exc, TimeoutError) else str(exc)
-        emit(
-            {
-                **base,
-                "status": "failed",
-                "world_size": args.world_size,
-                "reason": reason,
-                "ranks_reported": len(rank_results),
-            },
-            args.out,
+        return rank_results, f"timed out after {args.timeout} s" if isinstance(exc, TimeoutError) else str(
+            exc
         )
-        return 1
     for proc in procs:
         proc.join(timeout=30)
-    rank_results.sort(key=lambda r: r["rank"])
+    return sorted(rank_results, key=lambda r: r["rank"]), ""
+
+
+def report(payload: dict, rank_results: list[dict]) -> tuple[int, dict]:
+    """The merged answer (the slowest rank per row) and its exit code."""
     fatal = [r for r in rank_results if r.get("fatal")]
     rows, errors = merge(rank_results)
-    payload = {
-        **base,
-        "world_size": args.world_size,
-        "results": rows,
-        "errors": errors,
-        "torch": rank_results[0].get("torch", ""),
-        "nccl": rank_results[0].get("nccl", ""),
-        "gpu_name": rank_results[0].get("gpu_name", ""),
-        "seconds": round(time.time() - started, 1),
-    }
+    first = rank_results[0]
+    payload.update(
+        results=rows,
+        errors=errors,
+        torch=first.get("torch", ""),
+        nccl=first.get("nccl", ""),
+        gpu_name=first.get("gpu_name", ""),
+    )
     if fatal:
         payload.update(
             status="failed",
             reason=f"rank {fatal[0]['rank']}: {fatal[0]['fatal']}",
             traceback=fatal[0].get("traceback", ""),
         )
-        emit(payload, args.out)
-        return 1
+        return 1, payload
     payload["status"] = "ok" if rows else "failed"
     if not rows:
         payload["reason"] = "no measurement succeeded: " + "; ".join(e["error"] for e in errors[:3])
+    return (0 if rows else 1), payload
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.time()
+    base = base_payload(args)
+    try:
+        import torch  # noqa: PLC0415 - a missing torch is reported as JSON
+        import torch.multiprocessing as mp  # noqa: PLC0415
+    except ImportError as exc:
+        emit({**base, "status": "failed", "reason": f"torch is not importable here: {exc}"}, args.out)
+        return 1
+    refused = settle_world_size(args, torch)
+    if refused:
+        emit({**base, **refused[1]}, args.out)
+        return refused[0]
+    rank_results, reason = run_ranks(mp, args, started)
+    if reason:
+        failed = {"status": "failed", "world_size": args.world_size, "reason": reason}
+        emit({**base, **failed, "ranks_reported": len(rank_results)}, args.out)
+        return 1
+    payload = {**base, "world_size": args.world_size}
+    rc, payload = report(payload, rank_results)
+    payload["seconds"] = round(time.time() - started, 1)
     emit(payload, args.out)
-    return 0 if rows else 1
+    return rc
 
 
 if __name__ == "__main__":
