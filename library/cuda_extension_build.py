@@ -198,6 +198,122 @@ def stage_source(source: str, dest: str) -> str:
     return dest
 
 
+def fail_if_inputs_missing(module: AnsibleModule, p: dict, result: dict) -> None:
+    """Refuse before anything changes when the interpreter, nvcc or the source is absent."""
+    for path in (p["python"], os.path.join(p["cuda_home"], "bin", "nvcc"), p["source"]):
+        if not os.path.exists(path):
+            module.fail_json(msg=f"{path} does not exist on the build host", **result)
+
+
+def extension_build_env(p: dict, max_jobs: int) -> dict:
+    """The build environment: toolchain, archs, jobs, then the venv's CUDA headers appended to CPATH."""
+    env = build_env(
+        os.environ,
+        cuda_home=p["cuda_home"],
+        archs=p["archs"],
+        max_jobs=max_jobs,
+        extra_env=p["build_env"],
+        include_dirs=p["include_dirs"],
+    )
+    extra_cpath = venv_cuda_includes(p["python"])
+    if extra_cpath:
+        env["CPATH"] = os.pathsep.join([*([env["CPATH"]] if env.get("CPATH") else []), *extra_cpath])
+    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    return env
+
+
+def pip_wheel_argv(python: str, wheel_dir: str, build_dir: str) -> list[str]:
+    return [
+        python,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-input",
+        "--disable-pip-version-check",
+        "-v",
+        "-w",
+        wheel_dir,
+        build_dir,
+    ]
+
+
+def build_log_header(p: dict, env: dict, max_jobs: int, removed: list[str]) -> str:
+    return (
+        f"cuda_extension {p['name']} key {p['key']}: "
+        f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']} "
+        f"CUDA_HOME={p['cuda_home']} MAX_JOBS={max_jobs} CPATH={env.get('CPATH', '')}"
+        + (f" (removed stale {', '.join(removed)})" if removed else "")
+    )
+
+
+def fail_build(module: AnsibleModule, p: dict, argv: list[str], rc: int, *, seconds: float, result: dict):
+    log = p["log_path"]
+    why = f"timed out after {p['timeout']} s" if rc == 124 else f"failed (rc {rc})"
+    causes = error_lines(tail_file(log, lines=5000, max_bytes=2 * 1024 * 1024))
+    cause = f"; first error lines: {' | '.join(causes[:3])}" if causes else ""
+    msg = f"building {p['name']} {why} after {seconds:.0f} s{cause}; full log: {log}"
+    fail_cmd(module, msg, argv, rc, log_path=log, error_lines=causes, **without_log(result))
+
+
+def build_and_publish(
+    module: AnsibleModule,
+    p: dict,
+    *,
+    staging: str,
+    entry_dir: str,
+    max_jobs: int,
+    removed: list[str],
+    result: dict,
+) -> None:
+    """Build the wheel in staging, check it is one wheel with a compiled .so, publish it as entry_dir."""
+    log = p["log_path"]
+    tree = stage_source(p["source"], os.path.join(staging, "src"))
+    build_dir = os.path.join(tree, p["subdir"]) if p["subdir"] else tree
+    wheel_dir = os.path.join(staging, "wheel")
+    env = extension_build_env(p, max_jobs)
+    argv = pip_wheel_argv(p["python"], wheel_dir, build_dir)
+    header = build_log_header(p, env, max_jobs, removed)
+    rc, seconds = run_logged(argv, log, env=env, cwd=build_dir, timeout=p["timeout"], header=header)
+    result["seconds"] = round(seconds, 1)
+    if rc != 0:
+        fail_build(module, p, argv, rc, seconds=seconds, result=result)
+    wheels = find_wheels(wheel_dir)
+    if len(wheels) != 1:
+        fail_cmd(
+            module,
+            f"the build of {p['name']} produced {len(wheels)} wheels, expected 1",
+            argv,
+            rc,
+            log_path=log,
+            wheels=wheels,
+            **without_log(result),
+        )
+    out = os.path.join(staging, "out")
+    os.makedirs(out)
+    wheel = os.path.join(out, os.path.basename(wheels[0]))
+    os.rename(wheels[0], wheel)
+    manifest = make_manifest(
+        wheel,
+        p["key"],
+        p["inputs"],
+        {"name": p["name"], "archs": p["archs"], "build_seconds": round(seconds, 1), "max_jobs": max_jobs},
+    )
+    if not manifest["so_members"]:
+        fail_cmd(
+            module,
+            f"the wheel of {p['name']} holds no compiled .so: is it a CUDA extension?",
+            argv,
+            rc,
+            log_path=log,
+            **without_log(result),
+        )
+    write_json_atomic(os.path.join(out, MANIFEST), manifest)
+    os.chmod(out, 0o755)  # noqa: S103  (a cache readers on the host may list)
+    publish_dir(out, entry_dir)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -221,17 +337,14 @@ def main() -> None:
     )
     p = module.params
     entry_dir = os.path.join(p["out_dir"], p["key"])
-    log = p["log_path"]
-    result = {"changed": False, "entry_dir": entry_dir, "log_path": log, "seconds": 0.0}
+    result = {"changed": False, "entry_dir": entry_dir, "log_path": p["log_path"], "seconds": 0.0}
 
     manifest = cache_entry(entry_dir)
     if manifest:
         module.exit_json(
             wheel=os.path.join(entry_dir, manifest["wheel"]), manifest=manifest, max_jobs=0, **result
         )
-    for path in (p["python"], os.path.join(p["cuda_home"], "bin", "nvcc"), p["source"]):
-        if not os.path.exists(path):
-            module.fail_json(msg=f"{path} does not exist on the build host", **result)
+    fail_if_inputs_missing(module, p, result)
     max_jobs = p["max_jobs"] or auto_max_jobs(os.cpu_count(), available_memory(), p["max_jobs_cap"])
     if module.check_mode:
         result["changed"] = True
@@ -246,87 +359,9 @@ def main() -> None:
     removed = clean_stale_staging(p["out_dir"])
     staging = staging_dir(p["out_dir"], p["key"])
     try:
-        tree = stage_source(p["source"], os.path.join(staging, "src"))
-        build_dir = os.path.join(tree, p["subdir"]) if p["subdir"] else tree
-        wheel_dir = os.path.join(staging, "wheel")
-        env = build_env(
-            os.environ,
-            cuda_home=p["cuda_home"],
-            archs=p["archs"],
-            max_jobs=max_jobs,
-            extra_env=p["build_env"],
-            include_dirs=p["include_dirs"],
+        build_and_publish(
+            module, p, staging=staging, entry_dir=entry_dir, max_jobs=max_jobs, removed=removed, result=result
         )
-        extra_cpath = venv_cuda_includes(p["python"])
-        if extra_cpath:
-            env["CPATH"] = os.pathsep.join([*([env["CPATH"]] if env.get("CPATH") else []), *extra_cpath])
-        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-        argv = [
-            p["python"],
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-input",
-            "--disable-pip-version-check",
-            "-v",
-            "-w",
-            wheel_dir,
-            build_dir,
-        ]
-        header = (
-            f"cuda_extension {p['name']} key {p['key']}: "
-            f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']} "
-            f"CUDA_HOME={p['cuda_home']} MAX_JOBS={max_jobs} CPATH={env.get('CPATH', '')}"
-            + (f" (removed stale {', '.join(removed)})" if removed else "")
-        )
-        rc, seconds = run_logged(argv, log, env=env, cwd=build_dir, timeout=p["timeout"], header=header)
-        result["seconds"] = round(seconds, 1)
-        if rc != 0:
-            why = f"timed out after {p['timeout']} s" if rc == 124 else f"failed (rc {rc})"
-            causes = error_lines(tail_file(log, lines=5000, max_bytes=2 * 1024 * 1024))
-            cause = f"; first error lines: {' | '.join(causes[:3])}" if causes else ""
-            msg = f"building {p['name']} {why} after {seconds:.0f} s{cause}; full log: {log}"
-            fail_cmd(module, msg, argv, rc, log_path=log, error_lines=causes, **without_log(result))
-        wheels = find_wheels(wheel_dir)
-        if len(wheels) != 1:
-            fail_cmd(
-                module,
-                f"the build of {p['name']} produced {len(wheels)} wheels, expected 1",
-                argv,
-                rc,
-                log_path=log,
-                wheels=wheels,
-                **without_log(result),
-            )
-        out = os.path.join(staging, "out")
-        os.makedirs(out)
-        wheel = os.path.join(out, os.path.basename(wheels[0]))
-        os.rename(wheels[0], wheel)
-        manifest = make_manifest(
-            wheel,
-            p["key"],
-            p["inputs"],
-            {
-                "name": p["name"],
-                "archs": p["archs"],
-                "build_seconds": round(seconds, 1),
-                "max_jobs": max_jobs,
-            },
-        )
-        if not manifest["so_members"]:
-            fail_cmd(
-                module,
-                f"the wheel of {p['name']} holds no compiled .so: is it a CUDA extension?",
-                argv,
-                rc,
-                log_path=log,
-                **without_log(result),
-            )
-        write_json_atomic(os.path.join(out, MANIFEST), manifest)
-        os.chmod(out, 0o755)  # noqa: S103  (a cache readers on the host may list)
-        publish_dir(out, entry_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     manifest = cache_entry(entry_dir)
