@@ -281,6 +281,150 @@ def build_stub(home: str, cc: str, log_path: str, timeout: int) -> int:
     return len(names)
 
 
+def request_problem(p: dict, prefix: str, version: str, pins: list) -> str | None:
+    """Why the requested version, pins or prefix cannot be installed, before anything changes; else None."""
+    vt = version_tuple(version)
+    if len(vt) < 2:
+        return f"cuda_version '{version}' is not MAJOR.MINOR"
+    if vt[0] < 13:
+        return (
+            f"the pypi method cannot install CUDA {version}: NVIDIA's CUDA 12 wheels "
+            "(nvidia-cuda-nvcc-cu12) carry ptxas and headers but no nvcc; use method "
+            "nvidia_repo (cuda-toolkit-12-x from NVIDIA's apt repository) or existing"
+        )
+    unpinned = [req for req, pin in pins if pin is None]
+    if not p["packages"] or unpinned:
+        return (
+            "every wheel must be pinned as name==version so the prefix is reproducible; "
+            f"not pinned: {', '.join(unpinned) or '(empty list)'}"
+        )
+    if "nvidia-cuda-nvcc" not in {pin[0] for _req, pin in pins}:
+        return "packages lack nvidia-cuda-nvcc: without it the prefix has no nvcc"
+    if prefix in ("", "/") or len(prefix.split("/")) < 3:
+        return (
+            f"prefix '{prefix}' is too close to / for a toolkit prefix: use e.g. /opt/epforge/cuda-{version}"
+        )
+    return None
+
+
+def existing_prefix_problem(prefix: str, old: dict | None, version: str) -> str | None:
+    """Why an existing prefix must not be replaced (not ours, not a directory, another CUDA); else None."""
+    if not os.path.lexists(prefix):
+        return None
+    if not os.path.isdir(prefix) or os.path.islink(prefix):
+        return (
+            f"prefix {prefix} exists and is not a directory: choose another cuda_toolkit_prefix or remove it"
+        )
+    if old is None and os.listdir(prefix):
+        return (
+            f"prefix {prefix} exists, is not empty and was not assembled by epforge "
+            f"(no {STAMP_NAME}): it is never overwritten; choose another "
+            "cuda_toolkit_prefix or remove it"
+        )
+    old_version = (old or {}).get("inputs", {}).get("cuda_version")
+    if old_version and old_version != version:
+        return (
+            f"prefix {prefix} holds CUDA {old_version}; it is never replaced by CUDA "
+            f"{version}: use a versioned prefix such as /opt/epforge/cuda-{version}"
+        )
+    return None
+
+
+def pip_download_argv(p: dict) -> list[str]:
+    """pip download of the pinned wheels, binary only, from the configured indexes and links."""
+    pip = p["pip_command"] or [sys.executable, "-m", "pip"]
+    if not p["pip_command"] and importlib.util.find_spec("pip") is None:
+        raise InstallError(
+            f"pip is not installed for {sys.executable}: install it (apt install "
+            "python3-pip) or set cuda_toolkit_pip_command to a pip that is"
+        )
+    argv = [
+        *pip,
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "-d",
+        p["wheel_dir"],
+    ]
+    if p["index_url"]:
+        argv += ["--index-url", p["index_url"]]
+    for url in p["extra_index_urls"]:
+        argv += ["--extra-index-url", url]
+    for link in p["find_links"]:
+        argv += ["--find-links", link]
+    return argv + p["packages"]
+
+
+def download_wheels(p: dict, pins: list, version: str) -> list[str]:
+    """Download the pinned wheels into wheel_dir; return their paths in the order of the pins."""
+    os.makedirs(p["wheel_dir"], exist_ok=True)
+    argv = pip_download_argv(p)
+    rc, _ = run_logged(
+        argv, p["log_path"], timeout=p["timeout"], header=f"cuda_toolkit pypi {version} download"
+    )
+    if rc != 0:
+        hint = " (timed out)" if rc == 124 else ""
+        raise InstallError(
+            f"pip download of the CUDA {version} wheels failed{hint}: check the index "
+            "(cuda_toolkit_pip_index_url) and the pins in the stack",
+            argv,
+            rc,
+        )
+    available = {}
+    for name in os.listdir(p["wheel_dir"]):
+        dist = wheel_dist(name)
+        if dist:
+            available[dist] = os.path.join(p["wheel_dir"], name)
+    wheels = []
+    for req, pin in pins:
+        if pin not in available:
+            raise InstallError(f"pip reported success but no wheel for {req} is in {p['wheel_dir']}")
+        wheels.append(available[pin])
+    return wheels
+
+
+def assemble(p: dict, staging: str, wheels: list[str], *, version: str, prefix: str, stamp: dict):
+    """Unpack the wheels into staging as a CUDA_HOME, check its nvcc, add the link stub and the stamp.
+
+    Returns (nvcc's (version, release), number of stub symbols).
+    """
+    if os.path.lexists(staging):
+        shutil.rmtree(staging)
+    os.makedirs(staging)
+    root = wheel_root(version_tuple(version)[0])
+    files = sum(extract_wheel(path, root, staging) for path in wheels)
+    if not os.access(os.path.join(staging, "bin", "nvcc"), os.X_OK):
+        raise InstallError(f"the wheels hold no {root}/bin/nvcc (unpacked {files} files)")
+    add_links(staging)
+    found = nvcc_release(os.path.join(staging, "bin", "nvcc"))
+    if not found or found[0] != version:
+        raise InstallError(
+            f"the wheels' nvcc reports CUDA {found[0] if found else 'unknown'}, not "
+            f"{version}: fix the nvidia-cuda-nvcc pin in the stack; {prefix} was not "
+            "changed"
+        )
+    symbols = build_stub(staging, p["cc"], p["log_path"], p["timeout"]) if p["link_stub"] else 0
+    with open(os.path.join(staging, STAMP_NAME), "w", encoding="utf-8") as handle:
+        json.dump(stamp, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    return found, symbols
+
+
+def swap_into_place(staging: str, prefix: str) -> None:
+    """The old prefix (same version, other inputs) is retired only once the new one is complete."""
+    retired = prefix + ".epforge-old"
+    if os.path.lexists(retired):
+        shutil.rmtree(retired)
+    if os.path.lexists(prefix):
+        os.rename(prefix, retired)
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    os.rename(staging, prefix)
+    if os.path.lexists(retired):
+        shutil.rmtree(retired)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -302,29 +446,10 @@ def main() -> None:
     p = module.params
     prefix = os.path.abspath(p["prefix"]).rstrip("/")
     version = str(p["cuda_version"])
-    vt = version_tuple(version)
-    if len(vt) < 2:
-        module.fail_json(msg=f"cuda_version '{version}' is not MAJOR.MINOR")
-    if vt[0] < 13:
-        module.fail_json(
-            msg=f"the pypi method cannot install CUDA {version}: NVIDIA's CUDA 12 wheels "
-            "(nvidia-cuda-nvcc-cu12) carry ptxas and headers but no nvcc; use method "
-            "nvidia_repo (cuda-toolkit-12-x from NVIDIA's apt repository) or existing"
-        )
     pins = [(req, pinned(req)) for req in p["packages"]]
-    unpinned = [req for req, pin in pins if pin is None]
-    if not p["packages"] or unpinned:
-        module.fail_json(
-            msg="every wheel must be pinned as name==version so the prefix is reproducible; "
-            f"not pinned: {', '.join(unpinned) or '(empty list)'}"
-        )
-    if "nvidia-cuda-nvcc" not in {pin[0] for _req, pin in pins}:
-        module.fail_json(msg="packages lack nvidia-cuda-nvcc: without it the prefix has no nvcc")
-    if prefix in ("", "/") or len(prefix.split("/")) < 3:
-        module.fail_json(
-            msg=f"prefix '{prefix}' is too close to / for a toolkit prefix: use e.g. "
-            f"/opt/epforge/cuda-{version}"
-        )
+    problem = request_problem(p, prefix, version, pins)
+    if problem:
+        module.fail_json(msg=problem)
 
     inputs = {
         "method": "pypi",
@@ -341,28 +466,9 @@ def main() -> None:
     old = read_stamp(prefix)
     if old and old.get("digest") == stamp["digest"] and os.access(nvcc, os.X_OK):
         module.exit_json(cuobjdump=cuobjdump if os.access(cuobjdump, os.X_OK) else "", **result)
-
-    if os.path.lexists(prefix):
-        if not os.path.isdir(prefix) or os.path.islink(prefix):
-            module.fail_json(
-                msg=f"prefix {prefix} exists and is not a directory: choose another "
-                "cuda_toolkit_prefix or remove it",
-                **result,
-            )
-        if old is None and os.listdir(prefix):
-            module.fail_json(
-                msg=f"prefix {prefix} exists, is not empty and was not assembled by epforge "
-                f"(no {STAMP_NAME}): it is never overwritten; choose another "
-                "cuda_toolkit_prefix or remove it",
-                **result,
-            )
-        old_version = (old or {}).get("inputs", {}).get("cuda_version")
-        if old_version and old_version != version:
-            module.fail_json(
-                msg=f"prefix {prefix} holds CUDA {old_version}; it is never replaced by CUDA "
-                f"{version}: use a versioned prefix such as /opt/epforge/cuda-{version}",
-                **result,
-            )
+    problem = existing_prefix_problem(prefix, old, version)
+    if problem:
+        module.fail_json(msg=problem, **result)
 
     diff = {
         "before": json.dumps(old, indent=2, sort_keys=True) + "\n" if old else "",
@@ -378,82 +484,10 @@ def main() -> None:
     started = time.monotonic()
     log_path = p["log_path"]
     staging = prefix + ".epforge-new"
-    retired = prefix + ".epforge-old"
     try:
-        os.makedirs(p["wheel_dir"], exist_ok=True)
-        pip = p["pip_command"] or [sys.executable, "-m", "pip"]
-        if not p["pip_command"] and importlib.util.find_spec("pip") is None:
-            raise InstallError(
-                f"pip is not installed for {sys.executable}: install it (apt install "
-                "python3-pip) or set cuda_toolkit_pip_command to a pip that is"
-            )
-        argv = [
-            *pip,
-            "download",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "--disable-pip-version-check",
-            "-d",
-            p["wheel_dir"],
-        ]
-        if p["index_url"]:
-            argv += ["--index-url", p["index_url"]]
-        for url in p["extra_index_urls"]:
-            argv += ["--extra-index-url", url]
-        for link in p["find_links"]:
-            argv += ["--find-links", link]
-        argv += p["packages"]
-        rc, _ = run_logged(
-            argv, log_path, timeout=p["timeout"], header=f"cuda_toolkit pypi {version} download"
-        )
-        if rc != 0:
-            hint = " (timed out)" if rc == 124 else ""
-            raise InstallError(
-                f"pip download of the CUDA {version} wheels failed{hint}: check the index "
-                "(cuda_toolkit_pip_index_url) and the pins in the stack",
-                argv,
-                rc,
-            )
-        available = {}
-        for name in os.listdir(p["wheel_dir"]):
-            dist = wheel_dist(name)
-            if dist:
-                available[dist] = os.path.join(p["wheel_dir"], name)
-        wheels = []
-        for req, pin in pins:
-            if pin not in available:
-                raise InstallError(f"pip reported success but no wheel for {req} is in {p['wheel_dir']}")
-            wheels.append(available[pin])
-
-        if os.path.lexists(staging):
-            shutil.rmtree(staging)
-        os.makedirs(staging)
-        root = wheel_root(vt[0])
-        files = sum(extract_wheel(path, root, staging) for path in wheels)
-        if not os.access(os.path.join(staging, "bin", "nvcc"), os.X_OK):
-            raise InstallError(f"the wheels hold no {root}/bin/nvcc (unpacked {files} files)")
-        add_links(staging)
-        found = nvcc_release(os.path.join(staging, "bin", "nvcc"))
-        if not found or found[0] != version:
-            raise InstallError(
-                f"the wheels' nvcc reports CUDA {found[0] if found else 'unknown'}, not "
-                f"{version}: fix the nvidia-cuda-nvcc pin in the stack; {prefix} was not "
-                "changed"
-            )
-        symbols = build_stub(staging, p["cc"], log_path, p["timeout"]) if p["link_stub"] else 0
-        with open(os.path.join(staging, STAMP_NAME), "w", encoding="utf-8") as handle:
-            json.dump(stamp, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        # Swap: the old prefix (same version, other inputs) is retired only once the new one is complete.
-        if os.path.lexists(retired):
-            shutil.rmtree(retired)
-        if os.path.lexists(prefix):
-            os.rename(prefix, retired)
-        os.makedirs(os.path.dirname(prefix), exist_ok=True)
-        os.rename(staging, prefix)
-        if os.path.lexists(retired):
-            shutil.rmtree(retired)
+        wheels = download_wheels(p, pins, version)
+        found, symbols = assemble(p, staging, wheels, version=version, prefix=prefix, stamp=stamp)
+        swap_into_place(staging, prefix)
     except InstallError as exc:
         if os.path.lexists(staging):
             shutil.rmtree(staging, ignore_errors=True)

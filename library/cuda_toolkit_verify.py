@@ -108,6 +108,7 @@ fact:
 
 import json
 import os
+from typing import NamedTuple
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import nvcc_missing_archs
@@ -120,6 +121,108 @@ from ansible.module_utils.epforge_stack import version_tuple
 def run(argv: list[str]) -> tuple[int, str]:
     proc = run_bounded(argv, timeout=120)
     return proc.rc, proc.output
+
+
+class NvccCheck(NamedTuple):
+    problems: list[str]
+    release: str
+    gpu_code: list[str]
+    log_tail: str
+
+
+def check_nvcc(home: str, nvcc: str, want: str, archs: list[str]) -> NvccCheck:
+    """Is home a CUDA toolkit whose nvcc is release `want` and compiles for every arch the stack needs?"""
+    if not os.path.isdir(home):
+        return NvccCheck(
+            [
+                f"CUDA_HOME {home} does not exist: install the toolkit (cuda_toolkit_method pypi or "
+                "nvidia_repo) or point cuda_toolkit_home at an existing one"
+            ],
+            "",
+            [],
+            "",
+        )
+    if not os.access(nvcc, os.X_OK):
+        return NvccCheck(
+            [f"{home} has no executable bin/nvcc: it is not a CUDA toolkit (runtime only?)"], "", [], ""
+        )
+    rc, out = run([nvcc, "--version"])
+    found = parse_nvcc_release(out) if rc == 0 else None
+    if not found:
+        return NvccCheck(
+            [f"{nvcc} --version failed (rc {rc}) or printed no release line"], "", [], out[-2000:]
+        )
+    problems = []
+    if found[0] != want:
+        problems.append(
+            f"{nvcc} is CUDA {found[0]} ({found[1]}) but the stack needs CUDA {want}: point the role "
+            f"at a CUDA {want} toolkit (cuda_toolkit_home / cuda_toolkit_prefix) or choose the stack "
+            f"for CUDA {found[0]}; nothing was built with it"
+        )
+    rc_code, out_code = run([nvcc, "--list-gpu-code"])
+    rc_arch, out_arch = run([nvcc, "--list-gpu-arch"])
+    gpu_code = parse_gpu_list(out_code) if rc_code == 0 else []
+    gpu_arch = parse_gpu_list(out_arch) if rc_arch == 0 else []
+    missing = nvcc_missing_archs(gpu_code, gpu_arch, archs)
+    if missing:
+        problems.append(
+            f"{nvcc} cannot compile for {', '.join(missing)} (--list-gpu-code: "
+            f"{' '.join(gpu_code) or 'nothing'}): the stack's archs need a newer CUDA"
+        )
+    return NvccCheck(problems, found[1], gpu_code, "")
+
+
+def find_cuobjdump(home: str, requested: str | None, problems: list[str]) -> str:
+    """The cuobjdump to record: the requested one (a problem when not executable) or home's, else ""."""
+    cuobjdump = requested or os.path.join(home, "bin", "cuobjdump")
+    if os.access(cuobjdump, os.X_OK):
+        return cuobjdump
+    if requested:
+        problems.append(f"cuobjdump {requested} is not executable")
+    return ""
+
+
+def include_dirs_of(home: str) -> list[str]:
+    include_dirs = [os.path.join(home, "include")]
+    if os.path.isdir(os.path.join(home, "include", "cccl")):
+        # CUDA 13: thrust/cub/cuda-std live here; nvcc adds it itself, host compilers need it on CPATH.
+        include_dirs.append(os.path.join(home, "include", "cccl"))
+    return include_dirs
+
+
+def toolkit_fact(p: dict, *, home: str, want: str, nvcc: str, release: str, cuobjdump: str) -> dict:
+    stub = os.path.join(home, "lib64", "stubs", "libcuda.so")
+    return {
+        "version": want,
+        "nvcc_release": release,
+        "method": p["method"],
+        "source": p["source"],
+        "home": home,
+        "nvcc": nvcc,
+        "cuobjdump": cuobjdump,
+        "archs": list(p["archs"]),
+        "include_dirs": include_dirs_of(home),
+        "link_stub": stub if os.path.exists(stub) else "",
+        "inputs_digest": stamp_of(p["inputs"])["digest"],
+    }
+
+
+def record_fact(
+    module: AnsibleModule, fact_path: str, current: dict | None, fact: dict, result: dict
+) -> None:
+    """Write the fact when it changed (not in check mode), with a diff."""
+    if current == fact:
+        return
+    after = json.dumps(fact, indent=2, sort_keys=True) + "\n"
+    result["diff"] = {
+        "before": json.dumps(current, indent=2, sort_keys=True) + "\n" if current else "",
+        "after": after,
+        "before_header": fact_path,
+        "after_header": fact_path,
+    }
+    result["changed"] = True
+    if not module.check_mode:
+        write_atomic(fact_path, after)
 
 
 def main() -> None:
@@ -141,75 +244,16 @@ def main() -> None:
     home = os.path.abspath(p["home"]).rstrip("/") or "/"
     want = ".".join(str(x) for x in version_tuple(p["cuda_version"])[:2])
     nvcc = os.path.join(home, "bin", "nvcc")
-    problems: list[str] = []
-    release = ""
-    gpu_code: list[str] = []
-    gpu_arch: list[str] = []
-    log_tail = ""
-
-    if not os.path.isdir(home):
-        problems.append(
-            f"CUDA_HOME {home} does not exist: install the toolkit (cuda_toolkit_method pypi or "
-            "nvidia_repo) or point cuda_toolkit_home at an existing one"
-        )
-    elif not os.access(nvcc, os.X_OK):
-        problems.append(f"{home} has no executable bin/nvcc: it is not a CUDA toolkit (runtime only?)")
-    else:
-        rc, out = run([nvcc, "--version"])
-        found = parse_nvcc_release(out) if rc == 0 else None
-        if not found:
-            log_tail = out[-2000:]
-            problems.append(f"{nvcc} --version failed (rc {rc}) or printed no release line")
-        else:
-            release = found[1]
-            if found[0] != want:
-                problems.append(
-                    f"{nvcc} is CUDA {found[0]} ({found[1]}) but the stack needs CUDA {want}: point the role "
-                    f"at a CUDA {want} toolkit (cuda_toolkit_home / cuda_toolkit_prefix) or choose the stack "
-                    f"for CUDA {found[0]}; nothing was built with it"
-                )
-            rc_code, out_code = run([nvcc, "--list-gpu-code"])
-            rc_arch, out_arch = run([nvcc, "--list-gpu-arch"])
-            gpu_code = parse_gpu_list(out_code) if rc_code == 0 else []
-            gpu_arch = parse_gpu_list(out_arch) if rc_arch == 0 else []
-            missing = nvcc_missing_archs(gpu_code, gpu_arch, p["archs"])
-            if missing:
-                problems.append(
-                    f"{nvcc} cannot compile for {', '.join(missing)} (--list-gpu-code: "
-                    f"{' '.join(gpu_code) or 'nothing'}): the stack's archs need a newer CUDA"
-                )
-
-    cuobjdump = p["cuobjdump"] or os.path.join(home, "bin", "cuobjdump")
-    if not os.access(cuobjdump, os.X_OK):
-        if p["cuobjdump"]:
-            problems.append(f"cuobjdump {p['cuobjdump']} is not executable")
-        cuobjdump = ""
-
-    include_dirs = [os.path.join(home, "include")]
-    if os.path.isdir(os.path.join(home, "include", "cccl")):
-        # CUDA 13: thrust/cub/cuda-std live here; nvcc adds it itself, host compilers need it on CPATH.
-        include_dirs.append(os.path.join(home, "include", "cccl"))
-    fact = {
-        "version": want,
-        "nvcc_release": release,
-        "method": p["method"],
-        "source": p["source"],
-        "home": home,
-        "nvcc": nvcc,
-        "cuobjdump": cuobjdump,
-        "archs": list(p["archs"]),
-        "include_dirs": include_dirs,
-        "link_stub": os.path.join(home, "lib64", "stubs", "libcuda.so")
-        if os.path.exists(os.path.join(home, "lib64", "stubs", "libcuda.so"))
-        else "",
-        "inputs_digest": stamp_of(p["inputs"])["digest"],
-    }
+    checked = check_nvcc(home, nvcc, want, p["archs"])
+    problems = list(checked.problems)
+    cuobjdump = find_cuobjdump(home, p["cuobjdump"], problems)
+    fact = toolkit_fact(p, home=home, want=want, nvcc=nvcc, release=checked.release, cuobjdump=cuobjdump)
     current = read_json(p["fact_path"])
     result = {
         "problems": problems,
         "nvcc": nvcc,
-        "nvcc_release": release,
-        "gpu_code": gpu_code,
+        "nvcc_release": checked.release,
+        "gpu_code": checked.gpu_code,
         "cuobjdump": cuobjdump,
         "fact": fact,
         "changed": False,
@@ -219,19 +263,12 @@ def main() -> None:
         module.exit_json(ok=not problems and current == fact, **result)
     if problems:
         module.fail_json(
-            msg="CUDA toolkit check failed: " + "; ".join(problems), ok=False, log_tail=log_tail, **result
+            msg="CUDA toolkit check failed: " + "; ".join(problems),
+            ok=False,
+            log_tail=checked.log_tail,
+            **result,
         )
-    if current != fact:
-        after = json.dumps(fact, indent=2, sort_keys=True) + "\n"
-        result["diff"] = {
-            "before": json.dumps(current, indent=2, sort_keys=True) + "\n" if current else "",
-            "after": after,
-            "before_header": p["fact_path"],
-            "after_header": p["fact_path"],
-        }
-        result["changed"] = True
-        if not module.check_mode:
-            write_atomic(p["fact_path"], after)
+    record_fact(module, p["fact_path"], current, fact, result)
     module.exit_json(ok=True, **result)
 
 

@@ -138,6 +138,51 @@ print(json.dumps(out))
 """
 
 
+def probe_env(module: AnsibleModule, argv: list[str], python: str) -> dict:
+    """The env's site dirs and its nvidia-nvshmem wheel (dir, version), from PROBE run in it."""
+    proc = run_bounded(argv, timeout=120)
+    if proc.rc != 0:
+        module.fail_json(
+            msg=f"probing the env {python} failed", cmd=argv, rc=proc.rc, log_tail=proc.err[-2000:]
+        )
+    return json.loads(proc.out.strip().splitlines()[-1])
+
+
+def nvshmem_header_version(d: str) -> str:
+    """MAJOR.MINOR.PATCH from an NVSHMEM install's include/non_abi/nvshmem_version.h; "" when absent."""
+    version_h = os.path.join(d, "include", "non_abi", "nvshmem_version.h")
+    if not os.path.isfile(version_h):
+        return ""
+    with open(version_h, encoding="utf-8", errors="replace") as handle:
+        fields = dict(
+            line.split()[1:3]
+            for line in handle
+            if line.startswith("#define NVSHMEM_VENDOR_") and len(line.split()) >= 3
+        )
+    if not fields.get("NVSHMEM_VENDOR_MAJOR_VERSION"):
+        return ""
+    return ".".join(fields.get(f"NVSHMEM_VENDOR_{k}_VERSION", "0") for k in ("MAJOR", "MINOR", "PATCH"))
+
+
+def explicit_nvshmem(module: AnsibleModule, d: str) -> dict:
+    """An NVSHMEM_DIR the user named: refused unless DeepEP can link it."""
+    if not (os.path.isdir(os.path.join(d, "include")) and os.path.isdir(os.path.join(d, "lib"))):
+        module.fail_json(
+            msg=f"NVSHMEM_DIR {d} is not an NVSHMEM install (needs include/ and lib/): fix "
+            "deepep_nvshmem_dir or leave it empty to use the env's nvidia-nvshmem wheel"
+        )
+    host_libs = [f for f in os.listdir(os.path.join(d, "lib")) if f == "libnvshmem_host.so"]
+    if not host_libs:
+        module.fail_json(
+            msg=f"NVSHMEM_DIR {d}/lib has no unversioned libnvshmem_host.so, which "
+            "DeepEP v1.x links "
+            "with -l:libnvshmem_host.so when NVSHMEM_DIR is set (a pip wheel only "
+            "has .so.3): "
+            "leave deepep_nvshmem_dir empty to let setup.py use the wheel"
+        )
+    return {"dir": d, "version": nvshmem_header_version(d), "source": "nvshmem_dir"}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -169,45 +214,12 @@ def main() -> None:
             msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or "
             "set deepep_cuda_home"
         )
-    proc = run_bounded(argv, timeout=120)
-    if proc.rc != 0:
-        module.fail_json(
-            msg=f"probing the env {p['python']} failed", cmd=argv, rc=proc.rc, log_tail=proc.err[-2000:]
-        )
-    env_info = json.loads(proc.out.strip().splitlines()[-1])
+    env_info = probe_env(module, argv, p["python"])
 
     # NVSHMEM: an explicit dir wins, else the wheel DeepEP's setup.py would find by itself.
     nvshmem = {"dir": "", "version": "", "source": "none"}
     if p["nvshmem_dir"]:
-        d = p["nvshmem_dir"]
-        if not (os.path.isdir(os.path.join(d, "include")) and os.path.isdir(os.path.join(d, "lib"))):
-            module.fail_json(
-                msg=f"NVSHMEM_DIR {d} is not an NVSHMEM install (needs include/ and lib/): fix "
-                "deepep_nvshmem_dir or leave it empty to use the env's nvidia-nvshmem wheel"
-            )
-        host_libs = [f for f in os.listdir(os.path.join(d, "lib")) if f == "libnvshmem_host.so"]
-        if not host_libs:
-            module.fail_json(
-                msg=f"NVSHMEM_DIR {d}/lib has no unversioned libnvshmem_host.so, which "
-                "DeepEP v1.x links "
-                "with -l:libnvshmem_host.so when NVSHMEM_DIR is set (a pip wheel only "
-                "has .so.3): "
-                "leave deepep_nvshmem_dir empty to let setup.py use the wheel"
-            )
-        nvshmem = {"dir": d, "version": "", "source": "nvshmem_dir"}
-        version_h = os.path.join(d, "include", "non_abi", "nvshmem_version.h")
-        if os.path.isfile(version_h):
-            with open(version_h, encoding="utf-8", errors="replace") as handle:
-                fields = dict(
-                    line.split()[1:3]
-                    for line in handle
-                    if line.startswith("#define NVSHMEM_VENDOR_") and len(line.split()) >= 3
-                )
-            major = fields.get("NVSHMEM_VENDOR_MAJOR_VERSION")
-            if major:
-                nvshmem["version"] = ".".join(
-                    fields.get(f"NVSHMEM_VENDOR_{k}_VERSION", "0") for k in ("MAJOR", "MINOR", "PATCH")
-                )
+        nvshmem = explicit_nvshmem(module, p["nvshmem_dir"])
     elif env_info["nvshmem_dir"]:
         nvshmem = {"dir": env_info["nvshmem_dir"], "version": env_info["nvshmem_version"], "source": "wheel"}
     if nvshmem["source"] == "none" and p["require_nvshmem"]:

@@ -121,98 +121,92 @@ def _ver(parts: tuple[int, ...]) -> str:
     return ".".join(str(p) for p in parts)
 
 
-def gpu_checks(stack: dict, gpu_facts: dict, require_gpu: bool) -> list[dict]:
-    """The checks that read only the GPU facts and the stack: gpu, driver, driver_cuda, gpu_arch."""
-    summary = stack_summary(stack)
-    name = summary["name"]
-    gpu_facts = gpu_facts or {}
-    available = bool(gpu_facts.get("available")) and int(gpu_facts.get("gpu_count") or 0) > 0
-    if not available:
-        reason = gpu_facts.get("reason") or "no GPU facts (nvidia_gpu_facts did not report a GPU)"
-        if require_gpu:
-            gpu = _check(
-                "gpu",
-                "failed",
-                f"no usable GPU: {reason}. epforge_require_gpu is true: run on a host whose NVIDIA "
-                "driver and nvidia-smi work, or set epforge_require_gpu: false for build-only work",
-            )
-        else:
-            gpu = _check(
-                "gpu",
-                "skipped",
-                f"skipped: no usable GPU ({reason}); build-only work goes on, GPU-runtime steps are skipped",
-            )
-        skip = f"skipped: no usable GPU ({reason})"
-        return [
-            gpu,
-            _check("driver", "skipped", skip),
-            _check("driver_cuda", "skipped", skip),
-            _check("gpu_arch", "skipped", skip),
-        ]
-
-    checks = []
-    gpus = gpu_facts.get("gpus") or []
-    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
-    checks.append(
-        _check(
+def no_gpu_checks(gpu_facts: dict, require_gpu: bool) -> list[dict]:
+    """Without a usable GPU: gpu fails (require_gpu) or is skipped; the other GPU checks are skipped."""
+    reason = gpu_facts.get("reason") or "no GPU facts (nvidia_gpu_facts did not report a GPU)"
+    if require_gpu:
+        gpu = _check(
             "gpu",
-            "passed",
-            f"{gpu_facts.get('gpu_count')} GPU(s): {', '.join(names) or 'unnamed'}; "
-            f"interconnect {gpu_facts.get('interconnect', 'unknown')}",
+            "failed",
+            f"no usable GPU: {reason}. epforge_require_gpu is true: run on a host whose NVIDIA "
+            "driver and nvidia-smi work, or set epforge_require_gpu: false for build-only work",
         )
+    else:
+        gpu = _check(
+            "gpu",
+            "skipped",
+            f"skipped: no usable GPU ({reason}); build-only work goes on, GPU-runtime steps are skipped",
+        )
+    skip = f"skipped: no usable GPU ({reason})"
+    return [
+        gpu,
+        _check("driver", "skipped", skip),
+        _check("driver_cuda", "skipped", skip),
+        _check("gpu_arch", "skipped", skip),
+    ]
+
+
+def gpu_present_check(gpu_facts: dict, gpus: list) -> dict:
+    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
+    return _check(
+        "gpu",
+        "passed",
+        f"{gpu_facts.get('gpu_count')} GPU(s): {', '.join(names) or 'unnamed'}; "
+        f"interconnect {gpu_facts.get('interconnect', 'unknown')}",
     )
 
+
+def driver_check(summary: dict, gpu_facts: dict) -> dict:
+    """Check driver: the driver version is at least the stack's driver.min_version."""
+    name = summary["name"]
     driver = str(gpu_facts.get("driver_version") or "")
     need = str(summary["driver_min"] or "")
     if not version_tuple(need):
-        checks.append(_check("driver", "skipped", f"skipped: stack {name} names no driver.min_version"))
-    elif not version_tuple(driver):
-        checks.append(
-            _check(
-                "driver",
-                "failed",
-                f"the NVIDIA driver version could not be read (got '{driver}'): check that "
-                "`nvidia-smi --query-gpu=driver_version --format=csv` works",
-            )
+        return _check("driver", "skipped", f"skipped: stack {name} names no driver.min_version")
+    if not version_tuple(driver):
+        return _check(
+            "driver",
+            "failed",
+            f"the NVIDIA driver version could not be read (got '{driver}'): check that "
+            "`nvidia-smi --query-gpu=driver_version --format=csv` works",
         )
-    elif version_tuple(driver) < version_tuple(need):
-        checks.append(
-            _check(
-                "driver",
-                "failed",
-                f"NVIDIA driver {driver} is older than {need}, the minimum for stack {name} "
-                f"(CUDA {summary['cuda']}): upgrade the driver to >= {need}, or choose a stack "
-                "for an older CUDA (epforge_stack)",
-            )
+    if version_tuple(driver) < version_tuple(need):
+        return _check(
+            "driver",
+            "failed",
+            f"NVIDIA driver {driver} is older than {need}, the minimum for stack {name} "
+            f"(CUDA {summary['cuda']}): upgrade the driver to >= {need}, or choose a stack "
+            "for an older CUDA (epforge_stack)",
         )
-    else:
-        checks.append(_check("driver", "passed", f"NVIDIA driver {driver} >= {need} (stack {name})"))
+    return _check("driver", "passed", f"NVIDIA driver {driver} >= {need} (stack {name})")
 
+
+def driver_cuda_check(summary: dict, gpu_facts: dict) -> dict:
+    """Check driver_cuda: the CUDA version the driver supports covers the stack's CUDA."""
+    name = summary["name"]
+    need = str(summary["driver_min"] or "")
     cuda = str(summary["cuda"] or "")
     driver_cuda = str(gpu_facts.get("cuda_driver_version") or "")
     if not version_tuple(driver_cuda):
-        checks.append(
-            _check(
-                "driver_cuda",
-                "skipped",
-                "skipped: the driver reported no CUDA version (driver.min_version applies)",
-            )
+        return _check(
+            "driver_cuda",
+            "skipped",
+            "skipped: the driver reported no CUDA version (driver.min_version applies)",
         )
-    elif version_tuple(driver_cuda)[:2] < version_tuple(cuda)[:2]:
-        checks.append(
-            _check(
-                "driver_cuda",
-                "failed",
-                f"the NVIDIA driver supports CUDA up to {driver_cuda} but stack {name} needs "
-                f"CUDA {cuda}: upgrade the driver (>= {need or 'the CUDA ' + cuda + ' minimum'})"
-                " or choose a stack for an older CUDA (epforge_stack)",
-            )
+    if version_tuple(driver_cuda)[:2] < version_tuple(cuda)[:2]:
+        return _check(
+            "driver_cuda",
+            "failed",
+            f"the NVIDIA driver supports CUDA up to {driver_cuda} but stack {name} needs "
+            f"CUDA {cuda}: upgrade the driver (>= {need or 'the CUDA ' + cuda + ' minimum'})"
+            " or choose a stack for an older CUDA (epforge_stack)",
         )
-    else:
-        checks.append(
-            _check("driver_cuda", "passed", f"driver supports CUDA {driver_cuda} >= {cuda} (stack {name})")
-        )
+    return _check("driver_cuda", "passed", f"driver supports CUDA {driver_cuda} >= {cuda} (stack {name})")
 
+
+def gpu_arch_check(summary: dict, gpus: list) -> dict:
+    """Check gpu_arch: every GPU's arch is in the stack's arch_list."""
+    name = summary["name"]
     allowed = set(summary["archs"])
     wrong = []
     for gpu in gpus:
@@ -224,32 +218,38 @@ def gpu_checks(stack: dict, gpu_facts: dict, require_gpu: bool) -> list[dict]:
     if not gpus:
         wrong.append("the GPU facts list no GPUs")
     if wrong:
-        checks.append(
-            _check(
-                "gpu_arch",
-                "failed",
-                f"{'; '.join(wrong)} but stack {name} builds for "
-                f"{', '.join(summary['arch_list'])} only: choose a stack whose arch_list covers "
-                f"these GPUs, or add their arch to arch_list in stacks/{name}.yml",
-            )
+        return _check(
+            "gpu_arch",
+            "failed",
+            f"{'; '.join(wrong)} but stack {name} builds for "
+            f"{', '.join(summary['arch_list'])} only: choose a stack whose arch_list covers "
+            f"these GPUs, or add their arch to arch_list in stacks/{name}.yml",
         )
-    else:
-        archs = sorted(
-            {
-                base_arch(g.get("arch") or g.get("compute_capability") or "")
-                for g in gpus
-                if isinstance(g, dict)
-            }
-        )
-        checks.append(
-            _check(
-                "gpu_arch",
-                "passed",
-                f"every GPU's arch ({', '.join(archs)}) is in the stack's arch_list "
-                f"({', '.join(summary['arch_list'])})",
-            )
-        )
-    return checks
+    archs = sorted(
+        {base_arch(g.get("arch") or g.get("compute_capability") or "") for g in gpus if isinstance(g, dict)}
+    )
+    return _check(
+        "gpu_arch",
+        "passed",
+        f"every GPU's arch ({', '.join(archs)}) is in the stack's arch_list "
+        f"({', '.join(summary['arch_list'])})",
+    )
+
+
+def gpu_checks(stack: dict, gpu_facts: dict, require_gpu: bool) -> list[dict]:
+    """The checks that read only the GPU facts and the stack: gpu, driver, driver_cuda, gpu_arch."""
+    summary = stack_summary(stack)
+    gpu_facts = gpu_facts or {}
+    available = bool(gpu_facts.get("available")) and int(gpu_facts.get("gpu_count") or 0) > 0
+    if not available:
+        return no_gpu_checks(gpu_facts, require_gpu)
+    gpus = gpu_facts.get("gpus") or []
+    return [
+        gpu_present_check(gpu_facts, gpus),
+        driver_check(summary, gpu_facts),
+        driver_cuda_check(summary, gpu_facts),
+        gpu_arch_check(summary, gpus),
+    ]
 
 
 def python_check(stack: dict, python: str, version: str, error: str = "") -> dict:
