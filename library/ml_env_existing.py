@@ -106,24 +106,19 @@ reason:
   type: str
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import arch_list, torch_arch_missing
+from ansible.module_utils.epforge_arch import torch_arch_missing
 from ansible.module_utils.epforge_build import cuda_major, input_key
 from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_process import run_bounded
+from ansible.module_utils.epforge_torch_env import base_version, probe_torch, torch_inputs
 
 PROBE = (
     "import json, os, sys, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
     "'archs': torch.cuda.get_arch_list(), 'location': os.path.dirname(torch.__file__), "
     "'prefix': sys.prefix}))"
 )
-
-
-def base_version(version: str | None) -> str:
-    return str(version or "").split("+", 1)[0]
 
 
 def mismatches(evidence: dict, p: dict, archs: list[str]) -> list[str]:
@@ -166,26 +161,16 @@ def main() -> None:
     python = p["python"]
     result = {"changed": False, "python": python, "actions": [], "verified": False}
 
-    toolkit_major, torch_major = cuda_major(p["toolkit_cuda"]), cuda_major(p["torch_cuda"])
-    if toolkit_major is None or torch_major is None:
-        module.fail_json(
-            msg=f"cannot read a CUDA major version from torch_cuda '{p['torch_cuda']}' "
-            f"or toolkit_cuda '{p['toolkit_cuda']}'",
-            **result,
-        )
-    if toolkit_major != torch_major:
-        module.fail_json(
-            msg=(
-                f"the stack's torch {p['torch_version']} is built for CUDA {p['torch_cuda']} "
-                f"but the toolkit is CUDA {p['toolkit_cuda']}: torch refuses to build "
-                "extensions with an nvcc of another major version. Nothing was changed."
-            ),
-            **result,
-        )
-    try:
-        archs = arch_list(p["archs"])
-    except ValueError as err:
-        module.fail_json(msg=f"archs: {err}", **result)
+    _toolkit_major, archs = torch_inputs(
+        module,
+        p,
+        result,
+        lambda _toolkit, _torch: (
+            f"the stack's torch {p['torch_version']} is built for CUDA {p['torch_cuda']} "
+            f"but the toolkit is CUDA {p['toolkit_cuda']}: torch refuses to build "
+            "extensions with an nvcc of another major version. Nothing was changed."
+        ),
+    )
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         module.fail_json(
             msg=(
@@ -197,7 +182,7 @@ def main() -> None:
         )
 
     argv = [python, "-c", PROBE]
-    proc = run_bounded(argv, timeout=p["timeout"])
+    proc, evidence = probe_torch(argv, timeout=p["timeout"])
     if proc.timed_out:
         module.fail_json(
             msg=f"importing torch in {python} took more than {p['timeout']} s", cmd=argv, rc=124, **result
@@ -213,9 +198,7 @@ def main() -> None:
             log_tail=tail(proc.err or proc.out),
             **result,
         )
-    try:
-        evidence = json.loads(proc.out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    if evidence is None:
         module.fail_json(
             msg="could not read torch's versions", cmd=argv, rc=proc.rc, log_tail=tail(proc.out), **result
         )

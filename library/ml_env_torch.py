@@ -130,9 +130,10 @@ import glob
 import json
 import os
 import re
+from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import arch_list, torch_arch_missing
+from ansible.module_utils.epforge_arch import torch_arch_missing
 from ansible.module_utils.epforge_build import (
     cuda_major,
     dist_info_version,
@@ -140,7 +141,8 @@ from ansible.module_utils.epforge_build import (
 )
 from ansible.module_utils.epforge_common import fail_cmd, tail
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
-from ansible.module_utils.epforge_process import run_bounded, run_logged
+from ansible.module_utils.epforge_process import run_logged
+from ansible.module_utils.epforge_torch_env import base_version, probe_torch, torch_inputs
 
 VERIFY_SCRIPT = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
@@ -155,10 +157,6 @@ def requirement_name(req: str) -> str:
 def site_packages(venv: str) -> str | None:
     found = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
     return found[-1] if found else None
-
-
-def base_version(version: str | None) -> str:
-    return str(version or "").split("+", 1)[0]
 
 
 def missing_packages(venv: str, torch_version: str, packages: list[str]) -> list[str]:
@@ -176,6 +174,119 @@ def missing_packages(venv: str, torch_version: str, packages: list[str]) -> list
         if have is None or (pinned and have != pinned.group(1)):
             missing.append(req)
     return missing
+
+
+def run_inputs(p: dict, archs: list[str]) -> dict:
+    """What the stamp's key is computed from."""
+    return {
+        "base_python": p["base_python"],
+        "torch_version": p["torch_version"],
+        "torch_cuda": p["torch_cuda"],
+        "index_url": p["index_url"],
+        "packages": sorted(p["packages"]),
+        "toolkit_cuda": p["toolkit_cuda"],
+        "archs": archs,
+    }
+
+
+def why_work(stamp: dict | None, key: str, missing: list[str]) -> str:
+    if not stamp:
+        return "no stamp"
+    if stamp.get("key") != key:
+        return "inputs changed"
+    return "packages missing: " + ", ".join(missing)
+
+
+def planned_actions(created: bool, torch_missing: list[str], other_missing: list[str]) -> list[str]:
+    actions = ["create venv"] if created else []
+    if torch_missing:
+        actions.append(f"pip install {torch_missing[0]}")
+    if other_missing:
+        actions.append("pip install " + " ".join(other_missing))
+    return [*actions, "verify torch"]
+
+
+def install(
+    module: AnsibleModule, p: dict, *, created: bool, torch_missing: list, other_missing: list
+) -> None:
+    """Create the venv and pip install what is missing, each step logged to log_path."""
+    venv, log = p["path"], p["log_path"]
+    python = os.path.join(venv, "bin", "python")
+    if created:
+        argv = [p["base_python"], "-m", "venv", venv]
+        rc, _ = run_logged(argv, log, timeout=300, header="ml_env: create venv")
+        if rc != 0:
+            fail_cmd(module, f"creating the venv at {venv} failed", argv, rc, log_path=log)
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    if torch_missing:
+        argv = [*pip, torch_missing[0]]
+        if p["index_url"]:
+            argv += ["--index-url", p["index_url"]]
+        rc, secs = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install torch")
+        if rc != 0:
+            fail_cmd(
+                module,
+                f"installing {torch_missing[0]} failed (rc {rc}"
+                f"{', timed out' if rc == 124 else ''}) after {secs:.0f} s; see {log}",
+                argv,
+                rc,
+                log_path=log,
+            )
+    if other_missing:
+        argv = [*pip, *other_missing]
+        rc, _ = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install build tools")
+        if rc != 0:
+            fail_cmd(module, "installing the build tools failed", argv, rc, log_path=log)
+
+
+def verify_torch(module: AnsibleModule, venv: str, result: dict) -> dict:
+    """Import torch in the venv; its version, CUDA and arch list (fail_json when it cannot)."""
+    argv = [os.path.join(venv, "bin", "python"), "-c", VERIFY_SCRIPT]
+    proc, evidence = probe_torch(argv, timeout=600)
+    if proc.rc != 0:
+        module.fail_json(
+            msg=f"importing torch in {venv} failed",
+            cmd=argv,
+            rc=proc.rc,
+            log_tail=tail(proc.err or proc.out),
+            **result,
+        )
+    if evidence is None:
+        module.fail_json(
+            msg="could not read torch's versions", cmd=argv, rc=proc.rc, log_tail=tail(proc.out), **result
+        )
+    return evidence
+
+
+def torch_problems(evidence: dict, p: dict, toolkit_major: int, archs: list[str]) -> list[str]:
+    """Why the installed torch is not the stack's (empty when it is)."""
+    problems = []
+    if base_version(evidence["torch"]) != base_version(p["torch_version"]):
+        problems.append(f"torch is {evidence['torch']}, not {p['torch_version']}")
+    if cuda_major(evidence["cuda"]) != toolkit_major:
+        problems.append(
+            f"the installed torch {evidence['torch']} is built for CUDA {evidence['cuda']} but the "
+            f"toolkit is "
+            f"CUDA {p['toolkit_cuda']}: extensions cannot be built with it; install a torch build for CUDA "
+            f"{toolkit_major}.x (set the stack's torch.index_url)"
+        )
+    not_covered = torch_arch_missing(evidence["archs"], archs)
+    if not_covered:
+        problems.append(
+            f"torch.cuda.get_arch_list() {evidence['archs']} does not cover {', '.join(not_covered)}: "
+            "this torch "
+            "build carries no kernels for those GPUs; choose a torch build that does or change the arch list"
+        )
+    return problems
+
+
+def mismatch_msg(p: dict) -> Callable[[int, int], str]:
+    return lambda toolkit_major, torch_major: (
+        f"torch {p['torch_version']} is built for CUDA {p['torch_cuda']} but the toolkit is CUDA "
+        f"{p['toolkit_cuda']}: torch refuses to build extensions with an nvcc of another major "
+        f"version. Choose a torch build for CUDA {toolkit_major}.x (index_url) or a CUDA "
+        f"{torch_major}.x toolkit. Nothing was changed."
+    )
 
 
 def main() -> None:
@@ -206,44 +317,13 @@ def main() -> None:
     result = {"changed": False, "python": python, "actions": [], "verified": False}
 
     # Bad input first, before anything changes.
-    toolkit_major = cuda_major(p["toolkit_cuda"])
-    torch_major = cuda_major(p["torch_cuda"])
-    if toolkit_major is None or torch_major is None:
-        module.fail_json(
-            msg=f"cannot read a CUDA major version from torch_cuda '{p['torch_cuda']}' "
-            f"or toolkit_cuda '{p['toolkit_cuda']}'",
-            **result,
-        )
-    if toolkit_major != torch_major:
-        module.fail_json(
-            msg=(
-                f"torch {p['torch_version']} is built for CUDA {p['torch_cuda']} but the toolkit is CUDA "
-                f"{p['toolkit_cuda']}: torch refuses to build extensions with an nvcc of another major "
-                f"version. Choose a torch build for CUDA {toolkit_major}.x (index_url) or a CUDA "
-                f"{torch_major}.x toolkit. Nothing was changed."
-            ),
-            **result,
-        )
-    try:
-        archs = arch_list(p["archs"])
-    except ValueError as err:
-        module.fail_json(msg=f"archs: {err}", **result)
-
-    packages = sorted(p["packages"])
-    inputs = {
-        "base_python": p["base_python"],
-        "torch_version": p["torch_version"],
-        "torch_cuda": p["torch_cuda"],
-        "index_url": p["index_url"],
-        "packages": packages,
-        "toolkit_cuda": p["toolkit_cuda"],
-        "archs": archs,
-    }
+    toolkit_major, archs = torch_inputs(module, p, result, mismatch_msg(p))
+    inputs = run_inputs(p, archs)
     key = input_key(inputs)
     result["key"] = key
 
     stamp = read_json(stamp_path)
-    missing = missing_packages(venv, p["torch_version"], packages)
+    missing = missing_packages(venv, p["torch_version"], inputs["packages"])
     if stamp and stamp.get("key") == key and not missing:
         evidence = stamp.get("evidence", {})
         result.update(
@@ -254,92 +334,26 @@ def main() -> None:
         )
         module.exit_json(**result)
 
-    if not stamp:
-        reason = "no stamp"
-    elif stamp.get("key") != key:
-        reason = "inputs changed"
-    else:
-        reason = "packages missing: " + ", ".join(missing)
-    result["reason"] = reason
-
+    result["reason"] = why_work(stamp, key, missing)
     created = not os.path.exists(python)
-    if created:
-        result["actions"].append("create venv")
     torch_missing = [m for m in missing if m.startswith("torch==")]
     other_missing = [m for m in missing if not m.startswith("torch==")]
-    if torch_missing:
-        result["actions"].append(f"pip install {torch_missing[0]}")
-    if other_missing:
-        result["actions"].append("pip install " + " ".join(other_missing))
-    result["actions"].append("verify torch")
+    result["actions"] = planned_actions(created, torch_missing, other_missing)
 
     if module.check_mode:
         result["changed"] = True
         result["diff"] = {"before": {"stamp_key": (stamp or {}).get("key")}, "after": {"stamp_key": key}}
         module.exit_json(**result)
 
-    log = p["log_path"]
-    if created:
-        argv = [p["base_python"], "-m", "venv", venv]
-        rc, _ = run_logged(argv, log, timeout=300, header="ml_env: create venv")
-        if rc != 0:
-            fail_cmd(module, f"creating the venv at {venv} failed", argv, rc, log_path=log)
+    install(module, p, created=created, torch_missing=torch_missing, other_missing=other_missing)
+    if created or missing:
         result["changed"] = True
-
-    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-    if torch_missing:
-        argv = [*pip, torch_missing[0]]
-        if p["index_url"]:
-            argv += ["--index-url", p["index_url"]]
-        rc, secs = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install torch")
-        if rc != 0:
-            fail_cmd(
-                module,
-                f"installing {torch_missing[0]} failed (rc {rc}"
-                f"{', timed out' if rc == 124 else ''}) after {secs:.0f} s; see {log}",
-                argv,
-                rc,
-                log_path=log,
-            )
-        result["changed"] = True
-    if other_missing:
-        argv = [*pip, *other_missing]
-        rc, _ = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install build tools")
-        if rc != 0:
-            fail_cmd(module, "installing the build tools failed", argv, rc, log_path=log)
-        result["changed"] = True
-
-    argv = [python, "-c", VERIFY_SCRIPT]
-    rc, out, err, _ = run_bounded(argv, timeout=600)
-    if rc != 0:
-        module.fail_json(
-            msg=f"importing torch in {venv} failed", cmd=argv, rc=rc, log_tail=tail(err or out), **result
-        )
-    try:
-        evidence = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        module.fail_json(msg="could not read torch's versions", cmd=argv, rc=rc, log_tail=tail(out), **result)
+    evidence = verify_torch(module, venv, result)
     result["verified"] = True
     result.update(
         torch_version=evidence["torch"], torch_cuda=evidence["cuda"], torch_arch_list=evidence["archs"]
     )
-    problems = []
-    if base_version(evidence["torch"]) != base_version(p["torch_version"]):
-        problems.append(f"torch is {evidence['torch']}, not {p['torch_version']}")
-    if cuda_major(evidence["cuda"]) != toolkit_major:
-        problems.append(
-            f"the installed torch {evidence['torch']} is built for CUDA {evidence['cuda']} but the "
-            f"toolkit is "
-            f"CUDA {p['toolkit_cuda']}: extensions cannot be built with it; install a torch build for CUDA "
-            f"{toolkit_major}.x (set the stack's torch.index_url)"
-        )
-    not_covered = torch_arch_missing(evidence["archs"], archs)
-    if not_covered:
-        problems.append(
-            f"torch.cuda.get_arch_list() {evidence['archs']} does not cover {', '.join(not_covered)}: "
-            "this torch "
-            "build carries no kernels for those GPUs; choose a torch build that does or change the arch list"
-        )
+    problems = torch_problems(evidence, p, toolkit_major, archs)
     if problems:
         module.fail_json(msg="; ".join(problems), **result)
 
