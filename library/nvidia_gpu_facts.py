@@ -181,23 +181,69 @@ def failure_reason(rc: int, out: str, err: str, timeout: int) -> str:
     return f"nvidia-smi failed: {message}, rc {rc}"
 
 
-def gather(module: AnsibleModule) -> dict:
+def unknown_peer_access(error: str) -> dict:
+    return {"status": "unknown", "pairs": 0, "ok_pairs": 0, "missing": [], "error": error}
+
+
+def peer_access(smi: NvidiaSmi, gpu_count: int) -> dict:
+    """Peer reads between every GPU pair: DeepEP crashes when only some pairs have them (sglang #19033,
+    DeepEP #584), so preflight's known-issues rows read this. Unreadable -> status unknown, never a failure.
+    """
+    _argv, rc, out, err = smi.run(["topo", "-p2p", "r"])
+    if rc != 0:
+        return unknown_peer_access(failure_reason(rc, out, err, smi.timeout))
+    try:
+        p2p = parse_p2p(out)
+    except ValueError as exc:
+        return unknown_peer_access(str(exc))
+    if len(p2p["gpus"]) != gpu_count:
+        return unknown_peer_access(
+            f"topo -p2p r lists {len(p2p['gpus'])} GPUs but the query listed {gpu_count}"
+        )
+    return {key: p2p[key] for key in ("status", "pairs", "ok_pairs", "missing")} | {"error": ""}
+
+
+def topology_facts(smi: NvidiaSmi, gpu_count: int) -> dict:
+    """topology and interconnect from `nvidia-smi topo -m`, else interconnect unknown with the reason."""
+    _argv, rc, out, err = smi.run(["topo", "-m"])
+    if rc != 0:
+        return {"interconnect": "unknown", "topology_error": failure_reason(rc, out, err, smi.timeout)}
+    try:
+        topology = parse_topology(out)
+    except ValueError as exc:
+        return {"interconnect": "unknown", "topology_error": str(exc)}
+    if len(topology["gpus"]) != gpu_count:
+        return {
+            "interconnect": "unknown",
+            "topology_error": f"topo -m lists {len(topology['gpus'])} GPUs but the query listed {gpu_count}",
+        }
+    return {"topology": topology, "interconnect": classify_interconnect(topology)}
+
+
+def find_nvidia_smi(module: AnsibleModule) -> tuple[str | None, str]:
+    """(path, "") of nvidia-smi, or (None, why not)."""
     path = module.params["nvidia_smi_path"]
     if path:
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            return empty_facts(f"nvidia-smi not found at {path}")
-    else:
-        path = module.get_bin_path("nvidia-smi")
-        if not path:
-            return empty_facts("nvidia-smi not found on PATH")
+            return None, f"nvidia-smi not found at {path}"
+        return path, ""
+    path = module.get_bin_path("nvidia-smi")
+    if not path:
+        return None, "nvidia-smi not found on PATH"
+    return path, ""
+
+
+def gather(module: AnsibleModule) -> dict:
+    path, missing = find_nvidia_smi(module)
+    if not path:
+        return empty_facts(missing)
     smi = NvidiaSmi(module, path)
-    timeout = module.params["timeout"]
 
     argv, rc, out, err = smi.run(QUERY_ARGS)
     if rc != 0:
         if "No devices were found" in out + err:
             return empty_facts("no GPU listed (nvidia-smi: No devices were found)")
-        return empty_facts(failure_reason(rc, out, err, timeout))
+        return empty_facts(failure_reason(rc, out, err, smi.timeout))
     try:
         gpus = parse_query_csv(out)
     except ValueError as exc:
@@ -213,55 +259,10 @@ def gather(module: AnsibleModule) -> dict:
         driver_version=gpus[0]["driver_version"],
         archs=sorted({gpu["arch"] for gpu in gpus}, key=lambda arch: tuple(int(p) for p in arch.split("."))),
     )
-
     _argv, rc, out, err = smi.run([])
     facts["cuda_driver_version"] = parse_cuda_version(out) if rc == 0 else ""
-
-    # Peer reads between every GPU pair: DeepEP crashes when only some pairs have them (sglang #19033,
-    # DeepEP #584), so preflight's known-issues rows read this. Unreadable -> status unknown, never a failure.
-    _argv, rc, out, err = smi.run(["topo", "-p2p", "r"])
-    if rc != 0:
-        facts["peer_access"] = {
-            "status": "unknown",
-            "pairs": 0,
-            "ok_pairs": 0,
-            "missing": [],
-            "error": failure_reason(rc, out, err, timeout),
-        }
-    else:
-        try:
-            p2p = parse_p2p(out)
-        except ValueError as exc:
-            p2p = {"status": "unknown", "pairs": 0, "ok_pairs": 0, "missing": [], "error": str(exc)}
-        else:
-            if len(p2p["gpus"]) != len(gpus):
-                p2p = {
-                    "status": "unknown",
-                    "pairs": 0,
-                    "ok_pairs": 0,
-                    "missing": [],
-                    "error": f"topo -p2p r lists {len(p2p['gpus'])} GPUs but the query listed {len(gpus)}",
-                }
-            else:
-                p2p = {key: p2p[key] for key in ("status", "pairs", "ok_pairs", "missing")} | {"error": ""}
-        facts["peer_access"] = p2p
-
-    _argv, rc, out, err = smi.run(["topo", "-m"])
-    if rc != 0:
-        facts.update(interconnect="unknown", topology_error=failure_reason(rc, out, err, timeout))
-        return facts
-    try:
-        topology = parse_topology(out)
-    except ValueError as exc:
-        facts.update(interconnect="unknown", topology_error=str(exc))
-        return facts
-    if len(topology["gpus"]) != len(gpus):
-        facts.update(
-            interconnect="unknown",
-            topology_error=f"topo -m lists {len(topology['gpus'])} GPUs but the query listed {len(gpus)}",
-        )
-        return facts
-    facts.update(topology=topology, interconnect=classify_interconnect(topology))
+    facts["peer_access"] = peer_access(smi, len(gpus))
+    facts.update(topology_facts(smi, len(gpus)))
     return facts
 
 
