@@ -195,6 +195,124 @@ def publish(staging: str, path: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def refuse_foreign_path(module: AnsibleModule, path: str, result: dict) -> None:
+    """Never replace a file, or a directory of files that is not a smoke model epforge wrote."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        module.fail_json(msg=f"{path} exists and is not a directory: refusing to replace it", **result)
+    if os.path.isdir(path) and os.listdir(path) and not os.path.exists(os.path.join(path, sm.MANIFEST)):
+        module.fail_json(
+            msg=(
+                f"{path} holds files but no {sm.MANIFEST}: it is not a smoke model written by "
+                "epforge (real weights?), refusing to replace it; choose another path"
+            ),
+            **result,
+        )
+
+
+def keep_current_model(module: AnsibleModule, path: str, result: dict) -> None:
+    """The manifest matches: report the model's files, fix the directory mode an older run left, exit."""
+    manifest = read_manifest(path)
+    result.update(
+        files=manifest.get("files", {}),
+        seconds=0.0,
+        bytes=sum(f["size"] for f in manifest.get("files", {}).values()),
+    )
+    if os.stat(path).st_mode & 0o777 != MODEL_DIR_MODE:  # an older run left mkdtemp's 0700
+        result["changed"] = True
+        if not module.check_mode:
+            os.chmod(path, MODEL_DIR_MODE)
+    module.exit_json(**result)
+
+
+def require_python(module: AnsibleModule, python: str, result: dict) -> None:
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        module.fail_json(
+            msg=(
+                f"python {python} does not exist or is not executable (set "
+                "smoke_model_python to an interpreter with numpy and tokenizers)"
+            ),
+            **result,
+        )
+
+
+def new_staging_dir(path: str) -> str:
+    """A fresh staging dir beside path (stale ones a killed run left are removed), readable by all."""
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, exist_ok=True)
+    prefix = f".{os.path.basename(path)}.tmp-"
+    for stale in os.listdir(parent):  # left by a killed run
+        if stale.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
+    staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    # mkdtemp makes it 0700, but the server's unprivileged user must read the model (on the lent H200 SGLang
+    # saw no config.json in a root-only directory: "Unrecognized model ... Should have a model_type key").
+    os.chmod(staging, MODEL_DIR_MODE)
+    return staging
+
+
+def missing_modules(proc) -> list[str]:
+    """The Python modules the writer reported missing (its exit code 3 with a JSON line)."""
+    if proc.rc != 3:
+        return []
+    try:
+        return json.loads(proc.out.strip().splitlines()[-1]).get("missing", [])
+    except (ValueError, IndexError, AttributeError):
+        return []
+
+
+def fail_writer(module: AnsibleModule, python: str, proc, argv: list[str], result: dict) -> None:
+    missing = missing_modules(proc)
+    if missing:
+        module.fail_json(
+            msg=(
+                f"{python} lacks {', '.join(missing)}: install them into that env "
+                f"(pip install {' '.join(missing)}) or set smoke_model_python to one that "
+                "has them; nothing was written"
+            ),
+            cmd=argv[:3],
+            rc=proc.rc,
+            **result,
+        )
+    module.fail_json(
+        msg="writing the smoke model failed; nothing was replaced",
+        cmd=argv[:3],
+        rc=proc.rc,
+        log_tail=tail(proc.err or proc.out),
+        **result,
+    )
+
+
+def write_model(
+    module: AnsibleModule, p: dict, staging: str, settings: dict, result: dict
+) -> tuple[dict, float]:
+    """Run the writer (module_utils/epforge_smoke_model.py fed on stdin) into staging: (manifest, seconds)."""
+    argv = [p["python"], "-", staging, json.dumps(settings, sort_keys=True)]
+    started = time.monotonic()
+    proc = run_bounded(argv, input_text=inspect.getsource(sm), timeout=p["timeout"])
+    if proc.timed_out:
+        shutil.rmtree(staging, ignore_errors=True)
+        module.fail_json(
+            msg=f"writing the smoke model took more than {p['timeout']} s",
+            cmd=argv[:3],
+            rc=124,
+            log_tail=tail(proc.err),
+            **result,
+        )
+    seconds = round(time.monotonic() - started, 2)
+    if proc.rc != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        fail_writer(module, p["python"], proc, argv, result)
+    return json.loads(proc.out.strip().splitlines()[-1]), seconds
+
+
+def warn_deepep_hidden(module: AnsibleModule, hidden_size: int) -> None:
+    module.warn(
+        f"hidden_size {hidden_size} is not one DeepEP v1.2.1's low-latency kernels support "
+        f"({', '.join(map(str, sm.DEEPEP_LL_HIDDEN_SIZES))}): --moe-a2a-backend deepep will fail "
+        "with 'Unsupported hidden' on this model"
+    )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -224,37 +342,13 @@ def main() -> None:
     key = sm.input_key(settings)
     result.update(key=key, parameters=sm.parameter_count(settings))
     if not result["deepep_low_latency_hidden"]:
-        module.warn(
-            f"hidden_size {p['hidden_size']} is not one DeepEP v1.2.1's low-latency kernels support "
-            f"({', '.join(map(str, sm.DEEPEP_LL_HIDDEN_SIZES))}): --moe-a2a-backend deepep will fail "
-            "with 'Unsupported hidden' on this model"
-        )
-
-    if os.path.exists(path) and not os.path.isdir(path):
-        module.fail_json(msg=f"{path} exists and is not a directory: refusing to replace it", **result)
-    if os.path.isdir(path) and os.listdir(path) and not os.path.exists(os.path.join(path, sm.MANIFEST)):
-        module.fail_json(
-            msg=(
-                f"{path} holds files but no {sm.MANIFEST}: it is not a smoke model written by "
-                "epforge (real weights?), refusing to replace it; choose another path"
-            ),
-            **result,
-        )
+        warn_deepep_hidden(module, p["hidden_size"])
+    refuse_foreign_path(module, path, result)
 
     matches, reason = sm.manifest_matches(path, key)
     result["reason"] = reason
     if matches:
-        manifest = read_manifest(path)
-        result.update(
-            files=manifest.get("files", {}),
-            seconds=0.0,
-            bytes=sum(f["size"] for f in manifest.get("files", {}).values()),
-        )
-        if os.stat(path).st_mode & 0o777 != MODEL_DIR_MODE:  # an older run left mkdtemp's 0700
-            result["changed"] = True
-            if not module.check_mode:
-                os.chmod(path, MODEL_DIR_MODE)
-        module.exit_json(**result)
+        keep_current_model(module, path, result)
 
     before = read_manifest(path).get("key")
     result["diff"] = {"before": {"path": path, "key": before}, "after": {"path": path, "key": key}}
@@ -262,65 +356,9 @@ def main() -> None:
         result["changed"] = True
         module.exit_json(**result)
 
-    if not (os.path.isfile(p["python"]) and os.access(p["python"], os.X_OK)):
-        module.fail_json(
-            msg=(
-                f"python {p['python']} does not exist or is not executable (set "
-                "smoke_model_python to an interpreter with numpy and tokenizers)"
-            ),
-            **result,
-        )
-
-    parent = os.path.dirname(path) or "."
-    os.makedirs(parent, exist_ok=True)
-    prefix = f".{os.path.basename(path)}.tmp-"
-    for stale in os.listdir(parent):  # left by a killed run
-        if stale.startswith(prefix):
-            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
-    staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
-    # mkdtemp makes it 0700, but the server's unprivileged user must read the model (on the lent H200 SGLang
-    # saw no config.json in a root-only directory: "Unrecognized model ... Should have a model_type key").
-    os.chmod(staging, MODEL_DIR_MODE)
-    argv = [p["python"], "-", staging, json.dumps(settings, sort_keys=True)]
-    started = time.monotonic()
-    proc = run_bounded(argv, input_text=inspect.getsource(sm), timeout=p["timeout"])
-    if proc.timed_out:
-        shutil.rmtree(staging, ignore_errors=True)
-        module.fail_json(
-            msg=f"writing the smoke model took more than {p['timeout']} s",
-            cmd=argv[:3],
-            rc=124,
-            log_tail=tail(proc.err),
-            **result,
-        )
-    seconds = round(time.monotonic() - started, 2)
-    if proc.rc != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        missing = []
-        if proc.rc == 3:
-            try:
-                missing = json.loads(proc.out.strip().splitlines()[-1]).get("missing", [])
-            except (ValueError, IndexError, AttributeError):
-                missing = []
-        if missing:
-            module.fail_json(
-                msg=(
-                    f"{p['python']} lacks {', '.join(missing)}: install them into that env "
-                    f"(pip install {' '.join(missing)}) or set smoke_model_python to one that "
-                    "has them; nothing was written"
-                ),
-                cmd=argv[:3],
-                rc=proc.rc,
-                **result,
-            )
-        module.fail_json(
-            msg="writing the smoke model failed; nothing was replaced",
-            cmd=argv[:3],
-            rc=proc.rc,
-            log_tail=tail(proc.err or proc.out),
-            **result,
-        )
-    manifest = json.loads(proc.out.strip().splitlines()[-1])
+    require_python(module, p["python"], result)
+    staging = new_staging_dir(path)
+    manifest, seconds = write_model(module, p, staging, settings, result)
     publish(staging, path)
     result.update(
         changed=True,
