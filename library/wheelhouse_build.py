@@ -246,17 +246,150 @@ class Resolver:
 
 def pip_supports_target_dry_run(module, pip: list[str]) -> None:
     argv = [*pip, "--version"]
-    rc, out, err = module.run_command(argv)
-    match = re.search(r"pip (\d+)\.", out)
-    if rc != 0 or not match:
-        module.fail_json(msg="cannot run pip on the controller", cmd=argv, rc=rc, log_tail=tail(out + err))
+    proc = run_bounded(argv, timeout=120)
+    match = re.search(r"pip (\d+)\.", proc.out)
+    if proc.rc != 0 or not match:
+        module.fail_json(
+            msg="cannot run pip on the controller", cmd=argv, rc=proc.rc, log_tail=tail(proc.output)
+        )
     if int(match.group(1)) < 24:
         module.fail_json(
-            msg=f"the controller's pip is {out.split()[1]}: resolving for another host's "
+            msg=f"the controller's pip is {proc.out.split()[1]}: resolving for another host's "
             "platform with --dry-run needs pip >= 24 (upgrade pip in the controller's venv)",
             cmd=argv,
-            rc=rc,
+            rc=proc.rc,
         )
+
+
+def pin_group(module, planned: dict, resolved: dict[str, str], directory: str, result: dict) -> dict:
+    """The group, its requirements pinned from the metadata of the pin_from wheel an earlier run chose."""
+    group = dict(planned)
+    if not group["pin_from"]:
+        return group
+    source = resolved.get(normalize(group["pin_from"]))
+    if not source:
+        module.fail_json(
+            msg=f"'{group['name']}' takes its pins from {group['pin_from']}, which "
+            "no earlier pip run resolved",
+            **result,
+        )
+    source_path = os.path.join(directory, source)
+    # In check mode the wheel may not be here yet: then the names stay unpinned in the report.
+    requires = wheel_requires_dist(source_path) if os.path.exists(source_path) else []
+    group["requirements"] = pin_from_metadata(requires, group["requirements"])
+    return group
+
+
+def fail_offline_missing(module, group: dict, attempt: tuple, result: dict) -> None:
+    """Downloads are off and the wheelhouse lacks a wheel: say which, and which the manifest expected."""
+    p = module.params
+    rc, _items, output, argv = attempt
+    wanted = missing_requirement(output) or "(see the log)"
+    wanted_name = normalize(re.split(r"[<>=!~;\[ ]", wanted)[0])
+    expected = [f for f in result.get("stale", []) if (wheel_name_version(f) or ("",))[0] == wanted_name]
+    module.fail_json(
+        msg=(
+            f"the wheelhouse {p['directory']} has no wheel for requirement {wanted} (pip run "
+            f"'{group['name']}': {' '.join(group['requirements'])})"
+            + (f"; the manifest expected {', '.join(expected)}" if expected else "")
+            + ". Downloads are off (no registry), so nothing was changed on any host: put "
+            "the wheel into the wheelhouse (built for this host's python "
+            + f"{p['python_version']}, {p['machine']}, glibc {p['glibc']}) or build the "
+            "wheelhouse on a connected controller."
+        ),
+        cmd=argv,
+        rc=rc,
+        log_tail=tail(output),
+        missing=wanted,
+        **result,
+    )
+
+
+def resolve_online_and_download(
+    module, resolver: Resolver, group: dict, state: dict, result: dict
+) -> list[dict]:
+    """Resolve against the registry, download what the wheelhouse lacks, then check it offline again."""
+    p = module.params
+    rc, items, output, argv = resolver.dry_run(group, state, offline=False)
+    if rc != 0:
+        fail_cmd(
+            module,
+            f"pip cannot resolve '{group['name']}' "
+            f"({' '.join(group['requirements'])}) for python "
+            f"{p['python_version']} on {p['machine']}: "
+            f"{missing_requirement(output) or 'see the log'}",
+            argv,
+            rc,
+            output=output,
+        )
+    fetch = [i for i in items if not os.path.exists(os.path.join(p["directory"], i["filename"]))]
+    if fetch and not module.check_mode:
+        resolver.download(group, fetch)
+    result["downloaded"] += [i["filename"] for i in fetch]
+    if module.check_mode:
+        return items
+    rc, items, output, argv = resolver.dry_run(group, state, offline=True)
+    if rc != 0:
+        fail_cmd(
+            module,
+            f"after downloading, the wheelhouse still does not satisfy '{group['name']}'",
+            argv,
+            rc,
+            output=output,
+        )
+    return items
+
+
+def resolve_group(module, resolver: Resolver, group: dict, state: dict, result: dict) -> list[dict]:
+    """The wheels of one pip run: from the wheelhouse alone when it has them, else downloaded (if allowed)."""
+    attempt = resolver.dry_run(group, state, offline=True)
+    if attempt[0] == 0:
+        return attempt[1]
+    if not module.params["download"]:
+        fail_offline_missing(module, group, attempt, result)
+    return resolve_online_and_download(module, resolver, group, state, result)
+
+
+def track_ml_env(module, group: dict, items: list[dict], env_state: dict, result: dict) -> None:
+    """Record what a pip run installs into the ML env; refuse one that would replace a protected package."""
+    protect = {normalize(n) for n in module.params["protect"]}
+    for item in items:
+        had = env_state.get(item["name"])
+        if item["name"] in protect and had and base_version(had) != base_version(item["version"]):
+            module.fail_json(
+                msg=f"pip run '{group['name']}' would replace {item['name']} {had} "
+                f"(already in the env) with {item['version']}: refusing; adjust "
+                f"the requirements ({' '.join(group['requirements'])})",
+                **result,
+            )
+        env_state[item["name"]] = item["version"]
+
+
+def resolve_all(
+    module, pip: list[str], groups: list[dict], *, target: list[str], installed: dict, result: dict
+):
+    """Every pip run in order, each seeing what the earlier ones installed.
+
+    Returns (the groups with their wheel files, {wheel file: {}}).
+    """
+    directory = module.params["directory"]
+    details = []
+    files: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="epforge-wheelhouse-") as scratch:
+        resolver = Resolver(module, pip, directory, target, scratch)
+        env_state = dict(installed)
+        resolved: dict[str, str] = {}
+        for planned in groups:
+            group = pin_group(module, planned, resolved, directory, result)
+            state = env_state if group["env"] == "ml" else {}
+            items = resolve_group(module, resolver, group, state, result)
+            if group["env"] == "ml":
+                track_ml_env(module, group, items, env_state, result)
+            details.append({**group, "files": sorted(i["filename"] for i in items)})
+            for item in items:
+                files[item["filename"]] = {}
+                resolved[item["name"]] = item["filename"]
+    return details, files
 
 
 def main() -> None:
@@ -319,93 +452,7 @@ def main() -> None:
     pip_supports_target_dry_run(module, pip)
     if not module.check_mode:
         os.makedirs(directory, exist_ok=True)
-    protect = {normalize(n) for n in p["protect"]}
-    details = []
-    files: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="epforge-wheelhouse-") as scratch:
-        resolver = Resolver(module, pip, directory, target, scratch)
-        env_state = dict(installed)
-        resolved: dict[str, str] = {}
-        for planned in groups:
-            group = dict(planned)
-            if group["pin_from"]:
-                source = resolved.get(normalize(group["pin_from"]))
-                if not source:
-                    module.fail_json(
-                        msg=f"'{group['name']}' takes its pins from {group['pin_from']}, which "
-                        "no earlier pip run resolved",
-                        **result,
-                    )
-                source_path = os.path.join(directory, source)
-                # In check mode the wheel may not be here yet: then the names stay unpinned in the report.
-                requires = wheel_requires_dist(source_path) if os.path.exists(source_path) else []
-                group["requirements"] = pin_from_metadata(requires, group["requirements"])
-            state = env_state if group["env"] == "ml" else {}
-            rc, items, output, argv = resolver.dry_run(group, state, offline=True)
-            if rc != 0:
-                wanted = missing_requirement(output) or "(see the log)"
-                wanted_name = normalize(re.split(r"[<>=!~;\[ ]", wanted)[0])
-                expected = [
-                    f for f in result.get("stale", []) if (wheel_name_version(f) or ("",))[0] == wanted_name
-                ]
-                if not p["download"]:
-                    module.fail_json(
-                        msg=(
-                            f"the wheelhouse {directory} has no wheel for requirement {wanted} (pip run "
-                            f"'{group['name']}': {' '.join(group['requirements'])})"
-                            + (f"; the manifest expected {', '.join(expected)}" if expected else "")
-                            + ". Downloads are off (no registry), so nothing was changed on any host: put "
-                            "the wheel into the wheelhouse (built for this host's python "
-                            + f"{p['python_version']}, {p['machine']}, glibc {p['glibc']}) or build the "
-                            "wheelhouse on a connected controller."
-                        ),
-                        cmd=argv,
-                        rc=rc,
-                        log_tail=tail(output),
-                        missing=wanted,
-                        **result,
-                    )
-                rc, items, output, argv = resolver.dry_run(group, state, offline=False)
-                if rc != 0:
-                    fail_cmd(
-                        module,
-                        f"pip cannot resolve '{group['name']}' "
-                        f"({' '.join(group['requirements'])}) for python "
-                        f"{p['python_version']} on {p['machine']}: "
-                        f"{missing_requirement(output) or 'see the log'}",
-                        argv,
-                        rc,
-                        output=output,
-                    )
-                fetch = [i for i in items if not os.path.exists(os.path.join(directory, i["filename"]))]
-                if fetch and not module.check_mode:
-                    resolver.download(group, fetch)
-                result["downloaded"] += [i["filename"] for i in fetch]
-                if not module.check_mode:
-                    rc, items, output, argv = resolver.dry_run(group, state, offline=True)
-                    if rc != 0:
-                        fail_cmd(
-                            module,
-                            f"after downloading, the wheelhouse still does not satisfy '{group['name']}'",
-                            argv,
-                            rc,
-                            output=output,
-                        )
-            if group["env"] == "ml":
-                for item in items:
-                    had = env_state.get(item["name"])
-                    if item["name"] in protect and had and base_version(had) != base_version(item["version"]):
-                        module.fail_json(
-                            msg=f"pip run '{group['name']}' would replace {item['name']} {had} "
-                            f"(already in the env) with {item['version']}: refusing; adjust "
-                            f"the requirements ({' '.join(group['requirements'])})",
-                            **result,
-                        )
-                    env_state[item["name"]] = item["version"]
-            details.append({**group, "files": sorted(i["filename"] for i in items)})
-            for item in items:
-                files[item["filename"]] = {}
-                resolved[item["name"]] = item["filename"]
+    details, files = resolve_all(module, pip, groups, target=target, installed=installed, result=result)
     result["changed"] = bool(result["downloaded"]) or not old or bool(result.get("stale"))
     if module.check_mode:
         present = {f: {"sha256": ""} for f in files if os.path.exists(os.path.join(directory, f))}

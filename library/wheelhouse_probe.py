@@ -86,7 +86,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_process import run_bounded
 from ansible.module_utils.epforge_wheelhouse import file_sha256
+
+# Listing an env's distributions takes a second or two; a hung interpreter must not hang the play.
+PROBE_TIMEOUT_S = 120
 
 PROBE_SCRIPT = r"""
 import importlib.metadata as md, json, os, platform, sys
@@ -117,7 +121,8 @@ def main() -> None:
     exists = os.access(python, os.X_OK)
     interpreter = python if exists else module.params["base_python"]
     argv = [interpreter, "-c", PROBE_SCRIPT, "1" if exists else "0"]
-    rc, out, err = module.run_command(argv)
+    proc = run_bounded(argv, timeout=PROBE_TIMEOUT_S)
+    rc, out = proc.rc, proc.out
     marked = [line for line in out.splitlines() if line.startswith("EPFORGE_WHEELHOUSE_PROBE ")]
     if rc != 0 or not marked:
         module.fail_json(
@@ -125,7 +130,7 @@ def main() -> None:
             f"{'exists' if exists else 'does not exist yet'})",
             cmd=argv,
             rc=rc,
-            log_tail=tail(out + err),
+            log_tail=tail(proc.output),
         )
     data = json.loads(marked[-1].split(" ", 1)[1])
     if not data["glibc"]:
