@@ -9,8 +9,6 @@ fixture torch_venv."""
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +16,12 @@ from pathlib import Path
 import pytest
 from moduletools import run_module
 
+from playbooks import changed_count, run_playbook, write_vars
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "fake_torch"))
 from make_fake_torch import make_fake_torch_venv  # noqa: E402
 
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 # torch 2.11.0+cu130 as on the lent H200 image (stack cu130-torch211), arch list of the cu130 builds.
 ARCHS_CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
 STACK = {"torch_version": "2.11.0", "torch_cuda": "13.0", "toolkit_cuda": "13.0", "archs": ["12.0"]}
@@ -117,44 +116,20 @@ PLAY = """---
 
 def play(tmp_path: Path, python: Path, *extra: str) -> subprocess.CompletedProcess:
     (tmp_path / "play.yml").write_text(PLAY)
-    (tmp_path / "vars.json").write_text(
-        json.dumps(
-            {
-                "epforge_stack": "cu130-torch211",
-                "epforge_facts_dir": str(tmp_path / "facts"),
-                "epforge_log_dir": str(tmp_path / "log"),
-                "epforge_state_dir": str(tmp_path / "state"),
-                "ml_env_method": "existing",
-                "ml_env_existing_python": str(python),
-                "ml_env_path": str(tmp_path / "must-not-exist"),
-                "seen_file": str(tmp_path / "seen.json"),
-            }
-        )
+    vars_file = write_vars(
+        tmp_path / "vars.json",
+        {
+            "epforge_stack": "cu130-torch211",
+            "epforge_facts_dir": str(tmp_path / "facts"),
+            "epforge_log_dir": str(tmp_path / "log"),
+            "epforge_state_dir": str(tmp_path / "state"),
+            "ml_env_method": "existing",
+            "ml_env_existing_python": str(python),
+            "ml_env_path": str(tmp_path / "must-not-exist"),
+            "seen_file": str(tmp_path / "seen.json"),
+        },
     )
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            "-i",
-            str(ROOT / "inventory" / "local.yml"),
-            str(tmp_path / "play.yml"),
-            "-e",
-            f"@{tmp_path / 'vars.json'}",
-            *extra,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env=env,
-    )
-
-
-def changed(proc: subprocess.CompletedProcess) -> int:
-    match = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", proc.stdout)
-    assert match, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return int(match.group(1))
+    return run_playbook(tmp_path / "play.yml", *extra, vars_file=vars_file)
 
 
 def test_role_adopts_a_matching_env_then_changes_nothing(tmp_path, fake_torch):
@@ -174,10 +149,12 @@ def test_role_adopts_a_matching_env_then_changes_nothing(tmp_path, fake_torch):
     assert not (tmp_path / "must-not-exist").exists()
 
     again = play(tmp_path, python)
-    assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
+    assert again.returncode == 0 and changed_count(again) == 0, again.stdout[-3000:]
     (tmp_path / "seen.json").unlink()
     dry = play(tmp_path, python, "--check")
-    assert dry.returncode == 0 and changed(dry) == 1  # only the test's own seen file, which check mode skips
+    assert (
+        dry.returncode == 0 and changed_count(dry) == 1
+    )  # only the test's own seen file, which check mode skips
     assert not (tmp_path / "seen.json").exists()
 
 

@@ -4,14 +4,11 @@ a rerun reports changed=0, check mode on a new path writes nothing, a missing pa
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+from playbooks import changed_count, run_playbook, write_vars
 
 PLAY = """---
 - name: Write the smoke model
@@ -31,60 +28,35 @@ TINY = {
 
 def play(tmp_path: Path, extra: dict, *check: str) -> subprocess.CompletedProcess:
     (tmp_path / "play.yml").write_text(PLAY)
-    (tmp_path / "vars.json").write_text(
-        json.dumps(
-            {
-                "epforge_facts_dir": str(tmp_path / "facts"),
-                "epforge_log_dir": str(tmp_path / "log"),
-                "epforge_state_dir": str(tmp_path / "state"),
-                "smoke_model_python": sys.executable,
-                **TINY,
-                **extra,
-            }
-        )
+    role_vars = {
+        "epforge_facts_dir": str(tmp_path / "facts"),
+        "epforge_log_dir": str(tmp_path / "log"),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "smoke_model_python": sys.executable,
+        **TINY,
+        **extra,
+    }
+    return run_playbook(
+        tmp_path / "play.yml", *check, vars_file=write_vars(tmp_path / "vars.json", role_vars)
     )
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            "-i",
-            str(ROOT / "inventory" / "local.yml"),
-            str(tmp_path / "play.yml"),
-            "-e",
-            f"@{tmp_path / 'vars.json'}",
-            *check,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env=env,
-    )
-
-
-def changed(proc: subprocess.CompletedProcess) -> int:
-    match = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", proc.stdout)
-    assert match, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return int(match.group(1))
 
 
 def test_role_writes_once_then_changes_nothing(tmp_path):
     model = tmp_path / "models" / "smoke"
     first = play(tmp_path, {"smoke_model_path": str(model)})
     assert first.returncode == 0, first.stdout[-3000:]
-    assert changed(first) >= 2  # the model and the local fact
+    assert changed_count(first) >= 2  # the model and the local fact
     assert (model / "model.safetensors").is_file() and (model / "tokenizer.json").is_file()
     fact = json.loads((tmp_path / "facts" / "epforge_smoke_model.fact").read_text())
     assert fact["path"] == str(model) and fact["deepep_low_latency_hidden"] is True
     assert fact["parameters"] > 0 and fact["bytes"] > 0
 
     again = play(tmp_path, {"smoke_model_path": str(model)})
-    assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]
+    assert again.returncode == 0 and changed_count(again) == 0, again.stdout[-3000:]
 
     other = tmp_path / "models" / "other"
     dry = play(tmp_path, {"smoke_model_path": str(other)}, "--check")
-    assert dry.returncode == 0 and changed(dry) >= 1
+    assert dry.returncode == 0 and changed_count(dry) >= 1
     assert not other.exists()
 
 
