@@ -24,46 +24,18 @@ from ansible.module_utils.epforge_known_issues import (
     validate_table,
 )
 from ansible.module_utils.testing import patch_module_args
+from gpu_fact_samples import GPU_NAMES, NO_GPU, gpu_facts
 from moduletools import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text())
 CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
 CU128 = yaml.safe_load((ROOT / "stacks" / "cu128.yml").read_text())["epforge_stack_spec"]
-NAMES = {"12.0": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "9.0": "NVIDIA H200"}
-
-
-def gpus(arch: str = "12.0", count: int = 8, interconnect: str = "pcie") -> dict:
-    """GPU facts in the schema of nvidia_gpu_facts."""
-    return {
-        "available": True,
-        "reason": "",
-        "gpu_count": count,
-        "gpus": [
-            {"index": i, "name": NAMES[arch], "compute_capability": arch, "arch": arch} for i in range(count)
-        ],
-        "driver_version": "580.159.04",
-        "cuda_driver_version": "13.0",
-        "interconnect": interconnect,
-        "archs": [arch],
-    }
-
-
-NO_GPU = {
-    "available": False,
-    "reason": "nvidia-smi not found on PATH",
-    "gpu_count": 0,
-    "gpus": [],
-    "driver_version": "",
-    "cuda_driver_version": "",
-    "interconnect": "none",
-    "archs": [],
-}
-SM120_PCIE = gpus("12.0", 8, "pcie")
+SM120_PCIE = gpu_facts("12.0", 8, "pcie")
 # 4 GPUs where only two pairs have peer reads (as nvidia_gpu_facts reads tests/fixtures/nvidia-smi/
 # synthetic-4gpu-partial-p2p.txt)
 PARTIAL_P2P = {
-    **gpus("12.0", 4, "pcie"),
+    **gpu_facts("12.0", 4, "pcie"),
     "peer_access": {
         "status": "partial",
         "pairs": 6,
@@ -72,7 +44,7 @@ PARTIAL_P2P = {
         "missing": ["GPU0-GPU2 CNS", "GPU0-GPU3 CNS", "GPU1-GPU2 CNS", "GPU1-GPU3 CNS"],
     },
 }
-H200_NVLINK = gpus("9.0", 2, "nvlink")
+H200_NVLINK = gpu_facts("9.0", 2, "nvlink")
 
 
 def run(gpu: dict, stack: dict, server: dict) -> dict:
@@ -128,7 +100,7 @@ CASES = {
         [
             (SM120_PCIE, CU130, {"tp_size": 8, "enable_torch_symm_mem": True}),
             (
-                gpus("9.0", 4, "pcie"),
+                gpu_facts("9.0", 4, "pcie"),
                 CU130,
                 {"tp_size": 4, "enable_torch_symm_mem": True},
             ),  # H200 NVL over PCIe
@@ -143,11 +115,11 @@ CASES = {
         "adjust",
         [
             (SM120_PCIE, CU130, {"tp_size": 8}),
-            (gpus("12.0", 4, "mixed"), CU130, {"tp_size": 4, "disable_custom_all_reduce": False}),
+            (gpu_facts("12.0", 4, "mixed"), CU130, {"tp_size": 4, "disable_custom_all_reduce": False}),
         ],
         [
             (SM120_PCIE, CU130, {"tp_size": 2}),
-            (gpus("9.0", 8, "nvlink"), CU130, {"tp_size": 8}),
+            (gpu_facts("9.0", 8, "nvlink"), CU130, {"tp_size": 8}),
             (SM120_PCIE, CU130, {"tp_size": 8, "disable_custom_all_reduce": True}),
         ],
     ),
@@ -166,11 +138,11 @@ CASES = {
     "deepep_interconnect_unknown": (
         "warning",
         [
-            (gpus("12.0", 4, "unknown"), CU130, {"tp_size": 4, "moe_a2a_backend": "deepep"}),
+            (gpu_facts("12.0", 4, "unknown"), CU130, {"tp_size": 4, "moe_a2a_backend": "deepep"}),
         ],
         [
             (
-                gpus("12.0", 4, "unknown"),
+                gpu_facts("12.0", 4, "unknown"),
                 CU130,
                 {"tp_size": 4, "moe_a2a_backend": "deepep", "deepep_mode": "low_latency"},
             ),
@@ -301,7 +273,7 @@ CASES = {
             ),
             (NO_GPU, CU130, {"moe_a2a_backend": "deepep"}),
             (
-                {**gpus("12.0", 1, "single"), "peer_access": {"status": "unknown"}},
+                {**gpu_facts("12.0", 1, "single"), "peer_access": {"status": "unknown"}},
                 CU130,
                 {"moe_a2a_backend": "deepep"},
             ),
@@ -692,7 +664,7 @@ def test_the_preflight_fact_gpu_summary_is_valid_gpu_facts():
         "available": True,
         "reason": "",
         "gpu_count": 8,
-        "names": [NAMES["12.0"]],
+        "names": [GPU_NAMES["12.0"]],
         "archs": ["12.0"],
         "interconnect": "pcie",
         "driver_version": "580.159.04",

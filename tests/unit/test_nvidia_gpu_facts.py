@@ -26,6 +26,7 @@ from ansible.module_utils.epforge_nvidia import (
 from ansible.module_utils.epforge_process import Completed
 from ansible.module_utils.testing import patch_module_args
 from conftest import FIXTURES, ROOT
+from gpu_fact_samples import NO_GPU
 
 SMI = FIXTURES / "nvidia-smi"
 VENV_BIN = os.path.dirname(sys.executable)
@@ -42,30 +43,33 @@ def links(**counts: int) -> dict:
 # ---------------------------------------------------------------- parse_query_csv
 
 
+# The two GPUs of tests/fixtures/nvidia-smi/h200x2-query.csv (captured on the lent 2x H200), as the module
+# lists them in epforge_gpu_facts (the query's per-GPU driver_version is reported once, host-wide).
+H200_GPUS = [
+    {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "compute_capability": "9.0",
+        "arch": "9.0",
+        "memory_total_mib": 143771,
+        "pci_bus_id": "00000000:00:06.0",
+        "uuid": "GPU-ab94a1d0-a636-e01b-ca8f-2a7a9b05f8af",
+    },
+    {
+        "index": 1,
+        "name": "NVIDIA H200",
+        "compute_capability": "9.0",
+        "arch": "9.0",
+        "memory_total_mib": 143771,
+        "pci_bus_id": "00000000:00:07.0",
+        "uuid": "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406",
+    },
+]
+
+
 def test_query_csv_from_h200_capture():
     gpus = parse_query_csv(fixture("h200x2-query.csv"))
-    assert gpus == [
-        {
-            "index": 0,
-            "name": "NVIDIA H200",
-            "compute_capability": "9.0",
-            "arch": "9.0",
-            "memory_total_mib": 143771,
-            "pci_bus_id": "00000000:00:06.0",
-            "uuid": "GPU-ab94a1d0-a636-e01b-ca8f-2a7a9b05f8af",
-            "driver_version": "580.159.04",
-        },
-        {
-            "index": 1,
-            "name": "NVIDIA H200",
-            "compute_capability": "9.0",
-            "arch": "9.0",
-            "memory_total_mib": 143771,
-            "pci_bus_id": "00000000:00:07.0",
-            "uuid": "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406",
-            "driver_version": "580.159.04",
-        },
-    ]
+    assert gpus == [{**gpu, "driver_version": "580.159.04"} for gpu in H200_GPUS]
 
 
 def test_query_csv_empty_output_lists_no_gpu():
@@ -346,15 +350,7 @@ def test_module_h200_host():
     facts = result["ansible_facts"]["epforge_gpu_facts"]
     assert facts["available"] is True and facts["reason"] == ""
     assert facts["gpu_count"] == 2
-    assert facts["gpus"][1] == {
-        "index": 1,
-        "name": "NVIDIA H200",
-        "compute_capability": "9.0",
-        "arch": "9.0",
-        "memory_total_mib": 143771,
-        "pci_bus_id": "00000000:00:07.0",
-        "uuid": "GPU-15eaac1e-c3ac-f04d-57f3-9ac0dc3bb406",
-    }
+    assert facts["gpus"] == H200_GPUS
     assert facts["driver_version"] == "580.159.04"
     assert facts["cuda_driver_version"] == "13.0"
     assert facts["interconnect"] == "nvlink" and facts["topology_error"] == ""
@@ -388,16 +384,9 @@ def test_module_without_nvidia_smi_succeeds_with_reason():
     assert how == "exit"
     facts = result["ansible_facts"]["epforge_gpu_facts"]
     assert facts == {
-        "available": False,
-        "reason": "nvidia-smi not found on PATH",
-        "gpu_count": 0,
-        "gpus": [],
-        "driver_version": "",
-        "cuda_driver_version": "",
-        "interconnect": "none",
+        **NO_GPU,
         "topology": {"gpus": [], "matrix": {}, "links": links()},
         "topology_error": "",
-        "archs": [],
         "peer_access": {"status": "no_gpu", "pairs": 0, "ok_pairs": 0, "missing": [], "error": ""},
     }
     assert smi.calls == []

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +24,10 @@ from epforge_preflight_checks import (
     python_check,
     run_python,
 )
+from gpu_fact_samples import NO_GPU, gpu_facts
 from moduletools import run_main
+
+from playbooks import JSON_CALLBACK, json_report, run_playbook, write_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
@@ -33,40 +35,6 @@ VENV_BIN = str(Path(sys.executable).parent)
 CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
 CU128 = yaml.safe_load((ROOT / "stacks" / "cu128.yml").read_text())["epforge_stack_spec"]
 FACT = "epforge_preflight.fact"
-
-
-def gpu_facts(
-    arch: str = "12.0",
-    count: int = 8,
-    driver: str = "580.159.04",
-    cuda: str = "13.0",
-    interconnect: str = "pcie",
-) -> dict:
-    return {
-        "available": True,
-        "reason": "",
-        "gpu_count": count,
-        "gpus": [
-            {"index": i, "name": f"GPU-{arch}", "compute_capability": arch, "arch": arch}
-            for i in range(count)
-        ],
-        "driver_version": driver,
-        "cuda_driver_version": cuda,
-        "interconnect": interconnect,
-        "archs": [arch],
-    }
-
-
-NO_GPU = {
-    "available": False,
-    "reason": "nvidia-smi not found on PATH",
-    "gpu_count": 0,
-    "gpus": [],
-    "driver_version": "",
-    "cuda_driver_version": "",
-    "interconnect": "none",
-    "archs": [],
-}
 
 
 def by_name(checks: list[dict]) -> dict:
@@ -80,7 +48,9 @@ def test_gpu_host_that_fits():
     checks = by_name(gpu_checks(CU130, gpu_facts(), require_gpu=True))
     assert [c["status"] for c in checks.values()] == ["passed"] * 4
     assert checks["driver"]["detail"] == "NVIDIA driver 580.159.04 >= 580.65.06 (stack cu130)"
-    assert checks["gpu"]["detail"] == "8 GPU(s): GPU-12.0; interconnect pcie"
+    assert (
+        checks["gpu"]["detail"] == "8 GPU(s): NVIDIA RTX PRO 6000 Blackwell Server Edition; interconnect pcie"
+    )
 
 
 def test_no_gpu_skips_with_the_reason():
@@ -132,7 +102,7 @@ def test_gpu_arch_outside_the_stack_fails_naming_the_gpu():
     check = by_name(gpu_checks(CU130, gpu_facts(arch="9.0", count=2), False))["gpu_arch"]
     assert check["status"] == "failed"
     assert check["detail"].startswith(
-        "GPU 0 (GPU-9.0) is arch 9.0; GPU 1 (GPU-9.0) is arch 9.0 but stack cu130"
+        "GPU 0 (NVIDIA H200) is arch 9.0; GPU 1 (NVIDIA H200) is arch 9.0 but stack cu130"
     )
     assert "add their arch to arch_list in stacks/cu130.yml" in check["detail"]
 
@@ -144,7 +114,9 @@ def test_arch_specific_suffix_counts_as_the_same_base_arch():
     assert by_name(gpu_checks(stack, facts, False))["gpu_arch"]["status"] == "passed"
     facts["gpus"][5]["arch"] = "10.0"
     check = by_name(gpu_checks(stack, facts, False))["gpu_arch"]
-    assert check["status"] == "failed" and check["detail"].startswith("GPU 5 (GPU-12.0) is arch 10.0 but")
+    assert check["status"] == "failed" and check["detail"].startswith(
+        "GPU 5 (NVIDIA RTX PRO 6000 Blackwell Server Edition) is arch 10.0 but"
+    )
 
 
 # ---------------------------------------------------------------- Python, disk, gpu_runtime
@@ -355,33 +327,29 @@ def no_gpu_path() -> str:
 def play(tmp_path: Path, extra: dict, path: str, *, check: bool = False) -> tuple[int, dict]:
     book = tmp_path / "preflight.yml"
     book.write_text(PLAYBOOK)
-    extra = {
+    role_vars = {
         "epforge_facts_dir": str(tmp_path / "facts"),
         "epforge_state_dir": str(tmp_path / "state"),
         "preflight_min_free_gib": 1,
         **extra,
     }
-    vars_file = tmp_path / "vars.json"
-    vars_file.write_text(json.dumps(extra))
-    env = dict(
-        os.environ,
-        PATH=path,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_DEPRECATION_WARNINGS="0",
+    proc = run_playbook(
+        book,
+        *(["--check"] if check else []),
+        vars_file=write_vars(tmp_path / "vars.json", role_vars),
+        inventories=(),
+        env={"PATH": path, **JSON_CALLBACK},
+        timeout=300,
     )
-    argv = [os.path.join(VENV_BIN, "ansible-playbook"), str(book), "-e", f"@{vars_file}"]
-    if check:
-        argv.append("--check")
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        raise AssertionError(
-            f"no JSON report: rc {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        ) from exc
-    return proc.returncode, report
+    return proc.returncode, json_report(proc)
+
+
+def assert_rerun_changes_nothing(tmp_path: Path, extra: dict, path: str) -> None:
+    """The same run again changes nothing: changed=0 and the fact file's bytes as they were."""
+    first = fact_file(tmp_path).read_bytes()
+    rc, report = play(tmp_path, extra, path)
+    assert rc == 0 and report["stats"]["localhost"]["changed"] == 0
+    assert fact_file(tmp_path).read_bytes() == first
 
 
 def host_results(report: dict) -> dict:
@@ -447,11 +415,7 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     [step] = results["Record the preflight step"]["ansible_facts"]["epforge_steps"]
     assert step["step"] == "preflight" and step["status"] == "done"
     assert "no GPU (nvidia-smi not found on PATH), so sglang_server, sglang_benchmark" in step["detail"]
-    first = fact_file(tmp_path).read_bytes()
-
-    rc, report = play(tmp_path, NO_SERVER, path)
-    assert rc == 0 and report["stats"]["localhost"]["changed"] == 0
-    assert fact_file(tmp_path).read_bytes() == first
+    assert_rerun_changes_nothing(tmp_path, NO_SERVER, path)
 
 
 def test_role_adjusts_the_motivating_host_and_reruns_unchanged(tmp_path):
@@ -485,11 +449,7 @@ def test_role_adjusts_the_motivating_host_and_reruns_unchanged(tmp_path):
         "deepep_deepgemm_disabled_sm120",
         "deepep_unquantized_no_runner_sm120",
     ]
-    first = fact_file(tmp_path).read_bytes()
-
-    rc, report = play(tmp_path, extra, path)
-    assert rc == 0 and report["stats"]["localhost"]["changed"] == 0
-    assert fact_file(tmp_path).read_bytes() == first
+    assert_rerun_changes_nothing(tmp_path, extra, path)
 
 
 def test_role_refuses_a_dead_end_setting_before_writing(tmp_path):
