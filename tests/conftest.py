@@ -106,6 +106,17 @@ def bench_client_python(tmp_path_factory) -> Path:
 MOLECULE_ML_ENV = Path("/opt/epforge-molecule/ml-env")
 
 
+@pytest.fixture(scope="session")
+def bench_client(bench_client_python, tmp_path_factory) -> tuple[Path, Path]:
+    """(python of the bench client venv, a word-level tokenizer of the stand-in's words that it saved)."""
+    import bench_env  # noqa: PLC0415 - as above
+
+    tokenizer = bench_env.make_tokenizer_with(
+        bench_client_python, tmp_path_factory.mktemp("tok") / "tokenizer"
+    )
+    return bench_client_python, tokenizer
+
+
 def has_torch(venv: Path, version: str) -> bool:
     return any((venv / "lib").glob(f"python3*/site-packages/torch-{version}*.dist-info"))
 

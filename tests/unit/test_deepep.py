@@ -259,21 +259,26 @@ sys.exit(0 if ok else 1)
 """
 
 
-@pytest.mark.parametrize("mode", ["ok", "wrong", "crash", "hang"])
-def test_deepep_gpu_verify_module(tmp_path, mode):
-    script = tmp_path / "rt.py"
-    script.write_text(GPU_SCRIPT.format(mode=mode))
-    rc, res = run_module(
+def run_gpu_verify(tmp_path: Path, script: Path, *, check: bool = False, **args) -> tuple[int, dict]:
+    """Module deepep_gpu_verify running script with this python; result and log in tmp_path."""
+    return run_module(
         "deepep_gpu_verify",
         {
             "python": sys.executable,
             "script": str(script),
             "result_path": str(tmp_path / "r.json"),
             "log_path": str(tmp_path / "gv.log"),
-            "timeout": 5,
-            "modes": ["normal"],
+            **args,
         },
+        check=check,
     )
+
+
+@pytest.mark.parametrize("mode", ["ok", "wrong", "crash", "hang"])
+def test_deepep_gpu_verify_module(tmp_path, mode):
+    script = tmp_path / "rt.py"
+    script.write_text(GPU_SCRIPT.format(mode=mode))
+    rc, res = run_gpu_verify(tmp_path, script, timeout=5, modes=["normal"])
     if mode == "ok":
         assert rc == 0 and res["result"]["modes"]["normal"]["latency_us_mean"] == 41.5 and not res["changed"]
     elif mode == "wrong":
@@ -285,16 +290,7 @@ def test_deepep_gpu_verify_module(tmp_path, mode):
 
 
 def test_deepep_gpu_verify_check_mode_runs_nothing(tmp_path):
-    rc, res = run_module(
-        "deepep_gpu_verify",
-        {
-            "python": sys.executable,
-            "script": str(tmp_path / "absent.py"),
-            "result_path": str(tmp_path / "r.json"),
-            "log_path": str(tmp_path / "gv.log"),
-        },
-        check=True,
-    )
+    rc, res = run_gpu_verify(tmp_path, tmp_path / "absent.py", check=True)
     assert rc == 0 and res.get("skipped") and not (tmp_path / "gv.log").exists()
 
 
@@ -338,16 +334,7 @@ open(args["--out"], "w").write(json.dumps(res))
 def test_gpu_verify_drops_normal_mode_without_nvlink(tmp_path, capture, ran, skipped):
     script = tmp_path / "rt.py"
     script.write_text(MODES_SCRIPT)
-    rc, res = run_module(
-        "deepep_gpu_verify",
-        {
-            "python": sys.executable,
-            "script": str(script),
-            "result_path": str(tmp_path / "r.json"),
-            "log_path": str(tmp_path / "gv.log"),
-            "nvidia_smi": str(fake_smi(tmp_path, capture)),
-        },
-    )
+    rc, res = run_gpu_verify(tmp_path, script, nvidia_smi=str(fake_smi(tmp_path, capture)))
     assert rc == 0, res
     assert sorted(res["result"]["modes"]) == sorted(ran)
     assert sorted(res["skipped_modes"]) == skipped
@@ -357,15 +344,10 @@ def test_gpu_verify_drops_normal_mode_without_nvlink(tmp_path, capture, ran, ski
 
 
 def test_gpu_verify_fails_when_no_mode_is_left(tmp_path):
-    rc, res = run_module(
-        "deepep_gpu_verify",
-        {
-            "python": sys.executable,
-            "script": str(tmp_path / "rt.py"),
-            "result_path": str(tmp_path / "r.json"),
-            "log_path": str(tmp_path / "gv.log"),
-            "modes": ["normal"],
-            "nvidia_smi": str(fake_smi(tmp_path, "public-8x4090-pcie-node-sys-topo.txt")),
-        },
+    rc, res = run_gpu_verify(
+        tmp_path,
+        tmp_path / "rt.py",
+        modes=["normal"],
+        nvidia_smi=str(fake_smi(tmp_path, "public-8x4090-pcie-node-sys-topo.txt")),
     )
     assert rc != 0 and "no DeepEP mode left" in res["msg"]

@@ -26,24 +26,16 @@ def run_module(args: dict, tmp_path: Path, *, check: bool = False, timeout: floa
     return run_module_in(tmp_path, MODULE, args, check=check, timeout=timeout)
 
 
-@pytest.fixture(scope="session")
-def client(bench_client_python, tmp_path_factory):
-    """(python of the bench client venv, local tokenizer directory)."""
-    python = bench_client_python
-    tok = bench_env.make_tokenizer_with(python, tmp_path_factory.mktemp("tok") / "tokenizer")
-    return python, tok
-
-
 @pytest.fixture
-def standin(client, tmp_path):
-    _, tok = client
+def standin(bench_client, tmp_path):
+    _, tok = bench_client
     proc, url = bench_env.start_standin(str(tok), log_path=tmp_path / "standin.log")
     yield url
     bench_env.stop(proc)
 
 
-def base_args(client, tmp_path, url):
-    python, tok = client
+def base_args(bench_client, tmp_path, url):
+    python, tok = bench_client
     return {
         "python": str(python),
         "base_url": url,
@@ -61,8 +53,8 @@ def base_args(client, tmp_path, url):
     }
 
 
-def test_real_client_against_standin_records_and_appends(client, standin, tmp_path):
-    args = base_args(client, tmp_path, standin)
+def test_real_client_against_standin_records_and_appends(bench_client, standin, tmp_path):
+    args = base_args(bench_client, tmp_path, standin)
     first = run_module(args, tmp_path)
     assert first["_rc"] == 0, first.get("msg")
     assert first["changed"] is True
@@ -95,8 +87,8 @@ def test_real_client_against_standin_records_and_appends(client, standin, tmp_pa
     assert json.loads(Path(args["fact_path"]).read_text())["runs"] == 2
 
 
-def test_server_down_fails_classified_and_keeps_history(client, tmp_path):
-    args = base_args(client, tmp_path, f"http://127.0.0.1:{bench_env.free_port()}")
+def test_server_down_fails_classified_and_keeps_history(bench_client, tmp_path):
+    args = base_args(bench_client, tmp_path, f"http://127.0.0.1:{bench_env.free_port()}")
     fact_path = Path(args["fact_path"])
     fact_path.parent.mkdir(parents=True)
     earlier = {
@@ -145,21 +137,7 @@ elif mode == "hang":
 @pytest.mark.parametrize(("mode", "klass"), [("truncated", "incomplete_result"), ("hang", "timeout")])
 def test_cut_off_result_and_hung_client_fail(mode, klass, tmp_path):
     """A client TEST DOUBLE (client_module) that writes half a real result line, or never ends."""
-    pkg = tmp_path / "fakeclient"
-    pkg.mkdir()
-    fixture = ROOT / "tests" / "fixtures" / "bench_serving" / "plain-random-ids.jsonl"
-    (pkg / "fakebench.py").write_text(FAKE_CLIENT.format(mode=mode, fixture=str(fixture)))
-    args = {
-        "python": sys.executable,
-        "base_url": "http://127.0.0.1:9",
-        "workload": WORKLOAD,
-        "client_module": "fakebench",
-        "env": {"PYTHONPATH": str(pkg)},
-        "timeout": 3,
-        "work_dir": str(tmp_path / "bench"),
-        "log_path": str(tmp_path / "bench.log"),
-        "fact_path": str(tmp_path / "epforge_bench.fact"),
-    }
+    args = {**fake_client_args(mode, tmp_path), "timeout": 3}
     started = time.monotonic()
     result = run_module(args, tmp_path)
     assert result["_rc"] != 0 and result["failure_class"] == klass
@@ -199,14 +177,14 @@ def test_zero_generated_tokens_is_always_a_failure(tmp_path):
     assert fact["last"]["figures"]["total_output_tokens"] == 0
 
 
-def test_short_generations_are_recorded_invalid_with_the_figures(client, tmp_path):
+def test_short_generations_are_recorded_invalid_with_the_figures(bench_client, tmp_path):
     """The real client against a stand-in that ends every generation after 4 of the 16 tokens asked."""
-    _, tok = client
+    _, tok = bench_client
     proc, url = bench_env.start_standin(
         str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_MAX_NEW_TOKENS": "4"}
     )
     try:
-        result = run_module(base_args(client, tmp_path, url), tmp_path)
+        result = run_module(base_args(bench_client, tmp_path, url), tmp_path)
     finally:
         bench_env.stop(proc)
     assert result["_rc"] == 0, result.get("msg")
@@ -218,7 +196,7 @@ def test_short_generations_are_recorded_invalid_with_the_figures(client, tmp_pat
     entry = result["ansible_facts"]["epforge_bench_result"]
     assert entry["status"] == "invalid" and entry["figures"]["total_output_tokens"] == 32
     assert entry["expected"] == {"completed": 8, "min_output_tokens": 128, "ignores_eos": True}
-    fact = json.loads(Path(base_args(client, tmp_path, url)["fact_path"]).read_text())
+    fact = json.loads(Path(base_args(bench_client, tmp_path, url)["fact_path"]).read_text())
     assert fact["last"]["status"] == "invalid" and fact.get("last_ok") is None and fact["failures"] == 1
 
 
