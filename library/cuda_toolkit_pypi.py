@@ -151,6 +151,7 @@ from ansible.module_utils.epforge_cuda import (
 )
 from ansible.module_utils.epforge_process import run_bounded, run_logged
 from ansible.module_utils.epforge_stack import version_tuple
+from ansible.module_utils.epforge_wheelhouse import wheel_name_version
 
 STAMP_NAME = ".epforge-cuda-toolkit.json"
 # Bump when the assembled layout changes, so existing prefixes are rebuilt.
@@ -161,16 +162,6 @@ class InstallError(Exception):
     def __init__(self, msg: str, argv: list[str] | None = None, rc: int | None = None):
         super().__init__(msg)
         self.msg, self.argv, self.rc = msg, argv, rc
-
-
-def wheel_dist(filename: str) -> tuple[str, str] | None:
-    """'nvidia_cuda_nvcc-13.0.88-py3-none-manylinux...whl' -> ('nvidia-cuda-nvcc', '13.0.88')."""
-    if not filename.endswith(".whl"):
-        return None
-    parts = filename[:-4].split("-")
-    if len(parts) < 5:
-        return None
-    return re.sub(r"[-_.]+", "-", parts[0]).lower(), parts[1]
 
 
 def pinned(requirement: str) -> tuple[str, str] | None:
@@ -374,7 +365,7 @@ def download_wheels(p: dict, pins: list, version: str) -> list[str]:
         )
     available = {}
     for name in os.listdir(p["wheel_dir"]):
-        dist = wheel_dist(name)
+        dist = wheel_name_version(name)
         if dist:
             available[dist] = os.path.join(p["wheel_dir"], name)
     wheels = []

@@ -156,6 +156,24 @@ def gpu_present_check(gpu_facts: dict, gpus: list) -> dict:
     )
 
 
+def _floor_check(
+    name: str,
+    have: str,
+    need: str,
+    *,
+    unknown: tuple[str, str],
+    too_old: str,
+    ok: str,
+    parts: int | None = None,
+) -> dict:
+    """A version floor: have >= need (on their first `parts` components); an unreadable have gives unknown."""
+    if not version_tuple(have):
+        return _check(name, *unknown)
+    if version_tuple(have)[:parts] < version_tuple(need)[:parts]:
+        return _check(name, "failed", too_old)
+    return _check(name, "passed", ok)
+
+
 def driver_check(summary: dict, gpu_facts: dict) -> dict:
     """Check driver: the driver version is at least the stack's driver.min_version."""
     name = summary["name"]
@@ -163,45 +181,35 @@ def driver_check(summary: dict, gpu_facts: dict) -> dict:
     need = str(summary["driver_min"] or "")
     if not version_tuple(need):
         return _check("driver", "skipped", f"skipped: stack {name} names no driver.min_version")
-    if not version_tuple(driver):
-        return _check(
-            "driver",
-            "failed",
-            f"the NVIDIA driver version could not be read (got '{driver}'): check that "
-            "`nvidia-smi --query-gpu=driver_version --format=csv` works",
-        )
-    if version_tuple(driver) < version_tuple(need):
-        return _check(
-            "driver",
-            "failed",
-            f"NVIDIA driver {driver} is older than {need}, the minimum for stack {name} "
-            f"(CUDA {summary['cuda']}): upgrade the driver to >= {need}, or choose a stack "
-            "for an older CUDA (epforge_stack)",
-        )
-    return _check("driver", "passed", f"NVIDIA driver {driver} >= {need} (stack {name})")
+    unreadable = (
+        f"the NVIDIA driver version could not be read (got '{driver}'): check that "
+        "`nvidia-smi --query-gpu=driver_version --format=csv` works"
+    )
+    too_old = (
+        f"NVIDIA driver {driver} is older than {need}, the minimum for stack {name} "
+        f"(CUDA {summary['cuda']}): upgrade the driver to >= {need}, or choose a stack "
+        "for an older CUDA (epforge_stack)"
+    )
+    ok = f"NVIDIA driver {driver} >= {need} (stack {name})"
+    return _floor_check("driver", driver, need, unknown=("failed", unreadable), too_old=too_old, ok=ok)
 
 
 def driver_cuda_check(summary: dict, gpu_facts: dict) -> dict:
-    """Check driver_cuda: the CUDA version the driver supports covers the stack's CUDA."""
+    """Check driver_cuda: the CUDA version the driver supports covers the stack's CUDA (MAJOR.MINOR)."""
     name = summary["name"]
     need = str(summary["driver_min"] or "")
     cuda = str(summary["cuda"] or "")
     driver_cuda = str(gpu_facts.get("cuda_driver_version") or "")
-    if not version_tuple(driver_cuda):
-        return _check(
-            "driver_cuda",
-            "skipped",
-            "skipped: the driver reported no CUDA version (driver.min_version applies)",
-        )
-    if version_tuple(driver_cuda)[:2] < version_tuple(cuda)[:2]:
-        return _check(
-            "driver_cuda",
-            "failed",
-            f"the NVIDIA driver supports CUDA up to {driver_cuda} but stack {name} needs "
-            f"CUDA {cuda}: upgrade the driver (>= {need or 'the CUDA ' + cuda + ' minimum'})"
-            " or choose a stack for an older CUDA (epforge_stack)",
-        )
-    return _check("driver_cuda", "passed", f"driver supports CUDA {driver_cuda} >= {cuda} (stack {name})")
+    unreported = "skipped: the driver reported no CUDA version (driver.min_version applies)"
+    too_old = (
+        f"the NVIDIA driver supports CUDA up to {driver_cuda} but stack {name} needs "
+        f"CUDA {cuda}: upgrade the driver (>= {need or 'the CUDA ' + cuda + ' minimum'})"
+        " or choose a stack for an older CUDA (epforge_stack)"
+    )
+    ok = f"driver supports CUDA {driver_cuda} >= {cuda} (stack {name})"
+    return _floor_check(
+        "driver_cuda", driver_cuda, cuda, unknown=("skipped", unreported), too_old=too_old, ok=ok, parts=2
+    )
 
 
 def gpu_arch_check(summary: dict, gpus: list) -> dict:

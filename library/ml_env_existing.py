@@ -111,8 +111,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import torch_arch_missing
 from ansible.module_utils.epforge_build import cuda_major, input_key
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_torch_env import base_version, probe_torch, torch_inputs
+from ansible.module_utils.epforge_torch_env import base_version, torch_evidence, torch_inputs
 
 PROBE = (
     "import json, os, sys, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
@@ -182,26 +181,17 @@ def main() -> None:
         )
 
     argv = [python, "-c", PROBE]
-    proc, evidence = probe_torch(argv, timeout=p["timeout"])
-    if proc.timed_out:
-        module.fail_json(
-            msg=f"importing torch in {python} took more than {p['timeout']} s", cmd=argv, rc=124, **result
-        )
-    if proc.rc != 0:
-        module.fail_json(
-            msg=(
-                f"ml_env method existing: importing torch with {python} failed, so it cannot "
-                "be adopted (no torch there?). Nothing was changed."
-            ),
-            cmd=argv,
-            rc=proc.rc,
-            log_tail=tail(proc.err or proc.out),
-            **result,
-        )
-    if evidence is None:
-        module.fail_json(
-            msg="could not read torch's versions", cmd=argv, rc=proc.rc, log_tail=tail(proc.out), **result
-        )
+    evidence = torch_evidence(
+        module,
+        argv,
+        timeout=p["timeout"],
+        failed=(
+            f"ml_env method existing: importing torch with {python} failed, so it cannot "
+            "be adopted (no torch there?). Nothing was changed."
+        ),
+        timed_out=f"importing torch in {python} took more than {p['timeout']} s",
+        result=result,
+    )
     result.update(
         verified=True,
         torch_version=evidence["torch"],

@@ -139,10 +139,10 @@ from ansible.module_utils.epforge_build import (
     dist_info_version,
     input_key,
 )
-from ansible.module_utils.epforge_common import fail_cmd, tail
+from ansible.module_utils.epforge_common import fail_cmd
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
 from ansible.module_utils.epforge_process import run_logged
-from ansible.module_utils.epforge_torch_env import base_version, probe_torch, torch_inputs
+from ansible.module_utils.epforge_torch_env import base_version, torch_evidence, torch_inputs
 
 VERIFY_SCRIPT = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
@@ -242,20 +242,9 @@ def install(
 def verify_torch(module: AnsibleModule, venv: str, result: dict) -> dict:
     """Import torch in the venv; its version, CUDA and arch list (fail_json when it cannot)."""
     argv = [os.path.join(venv, "bin", "python"), "-c", VERIFY_SCRIPT]
-    proc, evidence = probe_torch(argv, timeout=600)
-    if proc.rc != 0:
-        module.fail_json(
-            msg=f"importing torch in {venv} failed",
-            cmd=argv,
-            rc=proc.rc,
-            log_tail=tail(proc.err or proc.out),
-            **result,
-        )
-    if evidence is None:
-        module.fail_json(
-            msg="could not read torch's versions", cmd=argv, rc=proc.rc, log_tail=tail(proc.out), **result
-        )
-    return evidence
+    return torch_evidence(
+        module, argv, timeout=600, failed=f"importing torch in {venv} failed", result=result
+    )
 
 
 def torch_problems(evidence: dict, p: dict, toolkit_major: int, archs: list[str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 - torch_inputs(): refuse, before anything changes, a torch/toolkit pair of different CUDA majors (torch
   will not build extensions with an nvcc of another major) and an arch list that does not parse.
-- probe_torch(): run a probe script in the env and read its last stdout line as JSON.
+- torch_evidence(): run a probe script in the env and read its last stdout line as JSON, or fail.
 - base_version(): a torch version without its local part (2.14.1+cu130 -> 2.14.1).
 """
 
@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from ansible.module_utils.epforge_arch import arch_list
 from ansible.module_utils.epforge_build import cuda_major
-from ansible.module_utils.epforge_process import Completed, run_bounded
+from ansible.module_utils.epforge_common import tail
+from ansible.module_utils.epforge_process import TIMED_OUT, run_bounded
 
 
 def base_version(version: str | None) -> str:
@@ -41,12 +42,21 @@ def torch_inputs(module, p: dict, result: dict, mismatch_msg: Callable[[int, int
     return toolkit_major, archs
 
 
-def probe_torch(argv: list[str], timeout: float) -> tuple[Completed, dict | None]:
-    """Run the probe; its evidence is the JSON on the last stdout line (None when rc != 0 or unreadable)."""
+def torch_evidence(
+    module, argv: list[str], *, timeout: float, failed: str, result: dict, timed_out: str = ""
+) -> dict:
+    """Run a torch probe in the env and return the JSON on its last stdout line, or fail_json.
+
+    failed words a probe that exited non-zero; timed_out (when given) one that ran past timeout.
+    """
     proc = run_bounded(argv, timeout=timeout)
+    if timed_out and proc.timed_out:
+        module.fail_json(msg=timed_out, cmd=argv, rc=TIMED_OUT, **result)
     if proc.rc != 0:
-        return proc, None
+        module.fail_json(msg=failed, cmd=argv, rc=proc.rc, log_tail=tail(proc.err or proc.out), **result)
     try:
-        return proc, json.loads(proc.out.strip().splitlines()[-1])
+        return json.loads(proc.out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return proc, None
+        module.fail_json(
+            msg="could not read torch's versions", cmd=argv, rc=proc.rc, log_tail=tail(proc.out), **result
+        )
