@@ -171,10 +171,8 @@ def test_small_helpers():
     a = stamp_of({"packages": ["a==1"], "prefix": "/p"})
     assert a == stamp_of({"prefix": "/p", "packages": ["a==1"]})
     assert a["digest"] != stamp_of({"packages": ["a==2"], "prefix": "/p"})["digest"]
-    assert cuda_toolkit_pypi.wheel_dist("nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.whl") == (
-        "nvidia-cuda-nvcc",
-        "13.0.88",
-    )
+    wheel = "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.whl"
+    assert cuda_toolkit_pypi.wheel_name_version(wheel) == ("nvidia-cuda-nvcc", "13.0.88")
     assert cuda_toolkit_pypi.pinned("nvidia-cuda-nvcc==13.0.88") == ("nvidia-cuda-nvcc", "13.0.88")
     assert cuda_toolkit_pypi.pinned("nvidia-cuda-nvcc>=13") is None
 
