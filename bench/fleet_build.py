@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_report import load_line, verdict
+
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 IMAGE = os.environ.get("EPFORGE_MOLECULE_IMAGE", "localhost/epforge-molecule-bookworm:latest")
@@ -205,12 +207,10 @@ def main() -> None:
                 Path(args.keep_logs, log.name).write_text(log.read_text())
     ratio = many["seconds"] / one["seconds"]
     print(
-        f"ratio {args.hosts} hosts / 1 host = {ratio:.2f}x (target <= 1.3x): "
-        f"{'OK' if ratio <= 1.3 else 'OVER TARGET'}; one build each time, "
+        f"ratio {args.hosts} hosts / 1 host = {verdict(ratio, 1.3)}; one build each time, "
         f"same key: {one['key'] == many['key']}"
     )
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load average at the end: {load} on {os.cpu_count()} CPUs")
+    print(load_line())
 
 
 if __name__ == "__main__":

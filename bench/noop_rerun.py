@@ -1,19 +1,14 @@
-#!/usr/bin/env python3
 """How much does a no-op rerun of provisioning cost, compared with a play that only gathers facts?
 
-Runs a provisioning playbook on localhost once to converge (not timed; it may install and build), then, in
-the same run, alternates timed repetitions of
+Runs the full provision (playbooks/provision.yml with the default inventory of ansible.cfg) on localhost once
+to converge (not timed; it may install and build), then, in the same run, alternates timed repetitions of
   - the same playbook again (must report changed=0: the no-op rerun), and
   - a setup-only play (hosts: localhost, gather_facts: true, no tasks),
-and prints the median of each and their ratio (target: no-op rerun <= 6x setup-only).
+and prints the median of each, their ratio (target: no-op rerun <= 4x setup-only) and the number of tasks the
+no-op rerun ran (ok + skipped of its PLAY RECAP). --playbook times another playbook; --extra-vars passes vars
+to it. localhost is a provisioned host: hold the lock that every run against it holds.
 
-Default playbook: the toolchain chain (cuda_toolkit pypi -> ml_env -> cuda_extension canary) with the paths of
-the Molecule scenario `toolchain` (/opt/epforge-molecule/{cuda-13.0,ml-env}; its state under
-/tmp/epforge-bench-noop), so the first converge reuses what that scenario installed. --playbook times another
-one (e.g. playbooks/provision.yml);
---extra-vars passes vars to it.
-
-    .venv/bin/python bench/noop_rerun.py [--repeat 5] [--playbook playbooks/provision.yml] [-e k=v ...]
+    flock /tmp/epforge-localhost.lock .venv/bin/python bench/noop_rerun.py [--repeat 5] [-e k=v ...]
 """
 
 from __future__ import annotations
@@ -28,35 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_report import load_line, verdict
+
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
-STATE = "/tmp/epforge-bench-noop"
-
-TOOLCHAIN_PLAY = f"""---
-- name: Provision the CUDA extension toolchain (bench)
-  hosts: localhost
-  gather_facts: false
-  vars:
-    epforge_facts_dir: {STATE}/facts
-    epforge_state_dir: {STATE}/state
-    epforge_log_dir: {STATE}/log
-    epforge_controller_cache_dir: {STATE}/cache
-    cuda_toolkit_method: pypi
-    cuda_toolkit_prefix: /opt/epforge-molecule/cuda-13.0
-    ml_env_path: /opt/epforge-molecule/ml-env
-  roles:
-    - role: cuda_toolkit
-    - role: ml_env
-  tasks:
-    - name: Canary extension
-      ansible.builtin.include_role:
-        name: cuda_extension
-      vars:
-        cuda_extension_name: canary
-        cuda_extension_source: {ROOT}/extensions/canary
-        cuda_extension_import: [epforge_canary]
-        cuda_extension_max_jobs: 2
-"""
+PROVISION = ROOT / "playbooks" / "provision.yml"
+TARGET = 4.0
 
 SETUP_PLAY = """---
 - name: Gather facts only
@@ -65,7 +37,9 @@ SETUP_PLAY = """---
   tasks: []
 """
 
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+RECAP = re.compile(
+    r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M
+)
 
 
 def run(playbook: Path, extra: list[str], timeout: int) -> tuple[float, str]:
@@ -85,18 +59,21 @@ def run(playbook: Path, extra: list[str], timeout: int) -> tuple[float, str]:
     return seconds, proc.stdout
 
 
-def changed_total(output: str) -> int:
+def recap(output: str) -> tuple[int, int]:
+    """(changed, tasks run) summed over the hosts of the PLAY RECAP; tasks run = ok + skipped."""
     hosts = RECAP.findall(output)
     if not hosts:
         sys.exit(f"no PLAY RECAP in the output:\n{output[-2000:]}")
-    return sum(int(h[2]) for h in hosts)
+    changed = sum(int(h[2]) for h in hosts)
+    tasks = sum(int(h[1]) + int(h[5]) for h in hosts)
+    return changed, tasks
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--playbook", help="provisioning playbook (default: the toolchain chain, see above)")
+    parser.add_argument("--playbook", default=str(PROVISION), help="playbook to time (default: %(default)s)")
     parser.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to ansible-playbook")
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions of each play (median)")
     parser.add_argument("--converge-timeout", type=int, default=3600, help="seconds for the first converge")
@@ -105,20 +82,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="epforge-bench-") as tmp:
         setup = Path(tmp) / "setup_only.yml"
         setup.write_text(SETUP_PLAY)
-        if args.playbook:
-            playbook = Path(args.playbook).resolve()
-        else:
-            playbook = Path(tmp) / "toolchain.yml"
-            playbook.write_text(TOOLCHAIN_PLAY)
+        playbook = Path(args.playbook).resolve()
 
         print(f"converging once (not timed): {playbook}", flush=True)
         seconds, out = run(playbook, args.extra_vars, args.converge_timeout)
-        print(f"  converge: {seconds:.1f} s, changed={changed_total(out)}", flush=True)
+        print(f"  converge: {seconds:.1f} s, changed={recap(out)[0]}", flush=True)
 
-        rerun, setup_only = [], []
+        rerun, setup_only, tasks = [], [], 0
         for i in range(args.repeat):
             seconds, out = run(playbook, args.extra_vars, 600)
-            changed = changed_total(out)
+            changed, tasks = recap(out)
             if changed:
                 sys.exit(f"rerun {i + 1} was not a no-op: changed={changed}\n{out[-4000:]}")
             rerun.append(seconds)
@@ -132,11 +105,10 @@ def main() -> None:
     med_rerun, med_setup = statistics.median(rerun), statistics.median(setup_only)
     ratio = med_rerun / med_setup
     print(
-        f"no-op rerun median {med_rerun:.2f} s (changed=0), setup-only median {med_setup:.2f} s, "
-        f"ratio {ratio:.2f}x (target <= 6x): {'OK' if ratio <= 6 else 'OVER TARGET'}"
+        f"no-op rerun median {med_rerun:.2f} s (changed=0, {tasks} tasks: ok + skipped), "
+        f"setup-only median {med_setup:.2f} s, ratio {verdict(ratio, TARGET)}"
     )
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load average at the end: {load} on {os.cpu_count()} CPUs")
+    print(load_line())
 
 
 if __name__ == "__main__":
