@@ -383,7 +383,7 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
 
     rc, report = play(tmp_path, NO_SERVER, path)
     assert rc == 0, failure(report)
-    assert report["stats"]["localhost"]["changed"] == 2  # the facts dir and the fact file
+    assert report["stats"]["localhost"]["changed"] == 1  # one task: the facts dir and the fact file
     fact = json.loads(fact_file(tmp_path).read_text())
     assert fact["schema"] == 1 and fact["stack"]["name"] == "cu130" and fact["stack"]["arch_list"] == ["12.0"]
     assert fact["gpu"] == {
@@ -412,7 +412,7 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     assert fact["known_issues"] == {"matched": [], "errors": [], "warnings": [], "adjustments": []}
     results = host_results(report)
     assert results["Assemble the preflight result"]["ansible_facts"]["preflight_result"] == fact
-    [step] = results["Record the preflight step"]["ansible_facts"]["epforge_steps"]
+    [step] = results["Record the run-summary step preflight"]["ansible_facts"]["epforge_steps"]
     assert step["step"] == "preflight" and step["status"] == "done"
     assert "no GPU (nvidia-smi not found on PATH), so sglang_server, sglang_benchmark" in step["detail"]
     assert_rerun_changes_nothing(tmp_path, NO_SERVER, path)
