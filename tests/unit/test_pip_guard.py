@@ -25,12 +25,15 @@ ARCHS = ["sm_90", "sm_120"]
 KEEP = ["torch==2.11.0"]
 
 
-def make_wheel(directory: Path, name: str, version: str, requires: list[str] = ()) -> Path:
-    """A minimal valid py3-none-any wheel (METADATA, WHEEL, RECORD with hashes) holding one module."""
+def make_wheel(
+    directory: Path, name: str, version: str, requires: list[str] = (), members: dict[str, str] | None = None
+) -> Path:
+    """A minimal valid py3-none-any wheel (METADATA, WHEEL, RECORD with hashes) holding one module, or the
+    given members (path in the wheel -> text)."""
     dist = name.replace("-", "_")
     path = directory / f"{dist}-{version}-py3-none-any.whl"
     files = {
-        f"{dist}_pkg.py": "VALUE = 1\n",
+        **(members or {f"{dist}_pkg.py": "VALUE = 1\n"}),
         f"{dist}-{version}.dist-info/METADATA": "Metadata-Version: 2.1\n"
         f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: epforge-test\n"
