@@ -18,20 +18,8 @@ import pytest
 import safetensors
 from ansible.module_utils import epforge_smoke_model as sm
 from moduletools import run_module
+from smoke_model_sizes import TINY_MODEL as TINY
 from transformers import AutoConfig, AutoTokenizer  # the test extra (pyproject.toml) brings it
-
-# Small enough to write in well under a second; hidden 2048 keeps the DeepEP-supported default width.
-TINY = {
-    "num_hidden_layers": 2,
-    "num_experts": 4,
-    "num_experts_per_tok": 2,
-    "moe_intermediate_size": 64,
-    "vocab_size": 512,
-    "hidden_size": 256,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-}
 
 
 def write(tmp_path: Path, name: str = "model", check: bool = False, **settings) -> tuple[int, dict]:

@@ -14,18 +14,9 @@ import json
 import subprocess
 
 from moduletools import run_module
+from smoke_model_sizes import TINY_MODEL
 
-TINY = {
-    "num_hidden_layers": 2,
-    "num_experts": 8,
-    "num_experts_per_tok": 2,
-    "moe_intermediate_size": 64,
-    "vocab_size": 512,
-    "hidden_size": 256,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-}
+TINY = {**TINY_MODEL, "num_experts": 8}
 
 PROBE = r"""
 import json, sys, torch
