@@ -19,15 +19,13 @@ NO_GPU = {
 }
 
 
-def gpu_facts(
-    arch: str = "12.0",
-    count: int = 8,
-    interconnect: str = "pcie",
-    *,
-    driver: str = "580.159.04",
-    cuda: str = "13.0",
-) -> dict:
-    """count GPUs of one arch; driver 580.159.04 with CUDA 13.0 as on the lent H200."""
+# The lent H200's driver and the newest CUDA it supports: a sample host's unless a test names others.
+DRIVER = "580.159.04"
+DRIVER_CUDA = "13.0"
+
+
+def gpu_facts(arch="12.0", count=8, interconnect="pcie", *, driver=DRIVER, cuda=DRIVER_CUDA) -> dict:
+    """count GPUs of one arch (str such as '12.0'), their interconnect, the driver and its CUDA."""
     return {
         "available": True,
         "reason": "",
