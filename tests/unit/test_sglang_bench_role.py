@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
 import bench_env  # noqa: E402
 
+from playbooks import run_playbook  # noqa: E402
+
 USER = "epforge-bench-test"
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
-SERVER_PYTHON = shutil.which("python3", path="/usr/bin:/usr/local/bin") or "/usr/bin/python3"
 
 PLAY = """---
 - name: Serve and benchmark
@@ -49,11 +49,6 @@ PLAY = """---
 """
 
 
-@pytest.fixture(scope="module")
-def client(bench_client_python):
-    return bench_client_python
-
-
 @pytest.fixture
 def base_dir():
     path = Path(tempfile.mkdtemp(prefix="epforge-bench-role-", dir="/tmp"))
@@ -71,48 +66,18 @@ def play(base: Path, extra: dict, *, serve: bool) -> tuple[subprocess.CompletedP
     held_file = base / "held.json"
     held_file.unlink(missing_ok=True)
     vars_file.write_text(json.dumps({**extra, "serve": serve, "held_file": str(held_file)}))
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    proc = subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            "-i",
-            str(ROOT / "inventory" / "local.yml"),
-            str(playbook),
-            "-e",
-            f"@{vars_file}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        env=env,
-    )
+    proc = run_playbook(playbook, vars_file=vars_file, timeout=900)
     held = json.loads(held_file.read_text()) if held_file.exists() else {"bench": {}, "steps": []}
     return proc, held
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
-def test_role_records_and_appends_and_survives_a_failed_run(client, base_dir):
+def test_role_records_and_appends_and_survives_a_failed_run(bench_client_python, base_dir):
+    client = bench_client_python
     tok = bench_env.make_tokenizer_with(client, base_dir / "tokenizer")
     port = bench_env.free_port()
     extra = {
-        "epforge_facts_dir": str(base_dir / "facts"),
-        "epforge_log_dir": str(base_dir / "log"),
-        "epforge_state_dir": str(base_dir / "state"),
-        "epforge_server": {"model_path": str(tok), "port": port, "tp_size": 1},
-        "sglang_server_manager": "process",
-        "sglang_server_user": USER,
-        "sglang_server_group": USER,
-        "sglang_server_python": SERVER_PYTHON,
-        "sglang_server_require_gpu": False,
-        "sglang_server_limits": {},
-        "sglang_server_home": str(base_dir / "home"),
-        "sglang_server_launcher_dir": str(base_dir / "lib"),
-        "sglang_server_env_file": str(base_dir / "etc" / "sglang-server.env"),
-        "sglang_server_env": {"PYTHONPATH": str(bench_env.STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.3"},
-        "sglang_server_timeout": 30,
-        "sglang_server_verify_openai_api": "none",
+        **bench_env.standin_server_vars(base_dir, tok, port, USER),
         "sglang_benchmark_python": str(client),
         "sglang_benchmark_require_gpu": False,
         "sglang_benchmark_label": "tp1-standin",

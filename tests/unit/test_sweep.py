@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
 import bench_env  # noqa: E402
 
+from playbooks import LOCAL_INVENTORY, run_playbook  # noqa: E402
+
 USER = "epforge-sweep-test"
 PLAYBOOK = ROOT / "playbooks" / "sweep.yml"
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 # The server runs as the unprivileged service account: a python it can execute (the stand-in needs only the
 # standard library; the project's venv python may live under root's home).
-SERVER_PYTHON = shutil.which("python3", path="/usr/bin:/usr/local/bin") or "/usr/bin/python3"
 
 
 def sweep_configurations(tok: str) -> list[dict]:
@@ -65,13 +65,6 @@ def sweep_configurations(tok: str) -> list[dict]:
     ]
 
 
-@pytest.fixture(scope="module")
-def client(bench_client_python, tmp_path_factory):
-    python = bench_client_python
-    tok = bench_env.make_tokenizer_with(python, tmp_path_factory.mktemp("tok") / "tokenizer")
-    return python, tok
-
-
 @pytest.fixture
 def base_dir():
     """A world-readable base directory: the server runs as the unprivileged service account."""
@@ -89,28 +82,13 @@ def port_is_free(port: int) -> bool:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
-def test_sweep_records_ok_refused_and_failed(client, base_dir):
-    python, tok = client
+def test_sweep_records_ok_refused_and_failed(bench_client, base_dir):
+    python, tok = bench_client
     port = bench_env.free_port()
     facts = base_dir / "facts"
     extra = {
-        "epforge_facts_dir": str(facts),
-        "epforge_log_dir": str(base_dir / "log"),
-        "epforge_state_dir": str(base_dir / "state"),
-        "epforge_server": {"model_path": str(tok), "port": port, "tp_size": 1},
-        "sglang_server_manager": "process",
-        "sglang_server_user": USER,
-        "sglang_server_group": USER,
-        "sglang_server_python": SERVER_PYTHON,
-        "sglang_server_require_gpu": False,
-        "sglang_server_limits": {},
-        "sglang_server_home": str(base_dir / "home"),
-        "sglang_server_launcher_dir": str(base_dir / "lib"),
-        "sglang_server_env_file": str(base_dir / "etc" / "sglang-server.env"),
-        "sglang_server_env": {"PYTHONPATH": str(bench_env.STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.3"},
-        "sglang_server_timeout": 30,
+        **bench_env.standin_server_vars(base_dir, tok, port, USER),
         "sglang_server_poll_interval": 0.1,
-        "sglang_server_verify_openai_api": "none",
         "sglang_benchmark_python": str(python),
         "sglang_benchmark_require_gpu": False,
         "sglang_benchmark_warmup": False,
@@ -127,23 +105,7 @@ def test_sweep_records_ok_refused_and_failed(client, base_dir):
     inventory = base_dir / "workload-inventory.json"
     inventory.write_text(json.dumps({"all": {"hosts": host_vars}}))
     started = time.monotonic()
-    proc = subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            str(PLAYBOOK),
-            "-i",
-            str(ROOT / "inventory" / "local.yml"),
-            "-i",
-            str(inventory),
-            "-e",
-            f"@{vars_file}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
+    proc = run_playbook(PLAYBOOK, vars_file=vars_file, inventories=(LOCAL_INVENTORY, inventory), timeout=1200)
     elapsed = time.monotonic() - started
     (base_dir.parent / f"{base_dir.name}-playbook.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
