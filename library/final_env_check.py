@@ -23,8 +23,15 @@ description:
     role deepep verified), the distribution that owns C(deep_ep) must be that wheel's, with its files intact.
     When another one won, O(repair=true) uninstalls the other claimants and reinstalls the verified wheel
     (C(pip install --no-deps --force-reinstall)); O(repair=false) fails instead.
-  - Read-only except for that repair (changed) and the listing cache O(cache_path) (not a change). Check mode
-    reports the repair it would make.
+  - A rerun on an unchanged env is answered from O(stamp_path) without hashing anything; the stamp holds the
+    last full check's verdict with the options it depended on and the path, size and mtime of the env's
+    files it depended on (every distribution's RECORD in the site dirs - pip rewrites it on any install or
+    uninstall - the site dirs, the python, cuobjdump, the verified wheel, the binaries listed). When any
+    of them differs the full check runs again; RV(check) and the log say which path ran and why.
+  - Writes the verdict to the local fact O(fact_path) when its content changes (changed, with a diff).
+  - Read-only otherwise except for that repair (changed), the listing cache O(cache_path) and the stamp (not
+    changes). Check mode reports the repair and the fact it would write; in check mode a missing O(python)
+    (an env role ml_env has not created yet) returns RV(env_missing) instead of failing.
 options:
   python:
     description: The python of the env the server runs in.
@@ -70,13 +77,28 @@ options:
     type: path
     default: ""
   log_path:
-    description: Log of the repair's pip runs.
+    description: Log of the repair's pip runs, and one line per run saying which check ran and why.
     type: path
     required: true
   timeout:
     description: Seconds allowed for each cuobjdump and pip call.
     type: int
     default: 600
+  serving_fact:
+    description: A local fact (role sglang's C(epforge_sglang.fact)); when set, O(serving) is its
+      C(can_serve), false when the file does not exist.
+    type: path
+    default: ""
+  stamp_path:
+    description: JSON file holding the last full check's verdict and what it depended on (see above). Empty
+      disables the fast path.
+    type: path
+    default: ""
+  fact_path:
+    description: Local fact file to record the verdict in (ok, archs, python, components, features, deep_ep
+      with a repair shown as C(verified)). Empty writes none.
+    type: path
+    default: ""
   components:
     description:
       - Components to check (default all). Role deepep checks only V(deep_ep), so that a DeepEP replaced by
@@ -96,6 +118,8 @@ EXAMPLES = r"""
     deepep_wheel: /var/lib/epforge/wheels/deep_ep/0123abcd/deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl
     cuobjdump: /opt/epforge/cuda-13.0/bin/cuobjdump
     cache_path: /var/lib/epforge/final-env-listings.json
+    stamp_path: /var/lib/epforge/final-env-stamp.json
+    fact_path: /etc/ansible/facts.d/epforge_final_env.fact
     log_path: /var/log/epforge/final-env.log
   register: final_env
 """
@@ -137,28 +161,65 @@ actions:
   returned: always
   type: list
   elements: str
+check:
+  description: C(stamp) when the verdict came from O(stamp_path) (nothing hashed), C(full) when the env was
+    inspected.
+  returned: unless env_missing
+  type: str
+stamp_reason:
+  description: Why the full check ran (C(no stamp), C(inputs changed), C(env files changed - PATHS)); empty
+    on the fast path.
+  returned: unless env_missing
+  type: str
+fact_changed:
+  description: O(fact_path) was (or in check mode would be) rewritten.
+  returned: unless env_missing
+  type: bool
+env_missing:
+  description: Check mode only - O(python) does not exist yet; nothing was checked.
+  returned: when true
+  type: bool
 """
 
+import contextlib
 import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import parse_arch
 from ansible.module_utils.epforge_common import fail_cmd
 from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
-from ansible.module_utils.epforge_files import read_json, write_json_atomic
+from ansible.module_utils.epforge_files import json_text, read_json, write_atomic, write_json_atomic
 from ansible.module_utils.epforge_final_env import (
     COMPONENTS,
     FEATURES,
     INSPECT_SCRIPT,
     component_binaries,
     coverage,
+    file_states,
+    inputs_key,
     normalize,
+    record_files,
     requested_features,
+    stamp_difference,
     wheel_distribution,
 )
 from ansible.module_utils.epforge_process import run_bounded, run_logged
 
+# The options a verdict depends on (serving is added as resolved from serving_fact).
+STAMPED_OPTIONS = (
+    "python",
+    "archs",
+    "settings",
+    "deepep_wheel",
+    "repair",
+    "accept_ptx",
+    "cuobjdump",
+    "components",
+)
+# What a stored verdict does not keep: per-run outcomes.
+STAMP_EXCLUDED = ("changed", "diff", "check", "stamp_reason", "ok", "warnings_lacking", "fact_changed")
 SITE_SCRIPT = (
     "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))"
 )
@@ -342,7 +403,7 @@ class FinalEnv:
         return out
 
     def features(self, components: dict) -> list[dict]:
-        requested = {f["feature"] for f in requested_features(self.p["settings"], self.p["serving"])}
+        requested = {f["feature"] for f in requested_features(self.p["settings"], self.serving())}
         return [
             {
                 "feature": f["feature"],
@@ -356,7 +417,9 @@ class FinalEnv:
             if f["component"] in components
         ]
 
-    def run(self) -> None:
+    # ------------------------------------------------------------------ input
+    def validate(self) -> bool:
+        """Refuse bad input before anything changes; False when check mode finds no env yet."""
         p = self.p
         unknown = sorted(set(p["components"]) - set(COMPONENTS))
         if unknown:
@@ -364,77 +427,200 @@ class FinalEnv:
         bad = [a for a in p["archs"] if parse_arch(a) is None]
         if bad or not p["archs"]:
             self.module.fail_json(msg=f"archs must be GPU archs such as 12.0 or 9.0, got {p['archs']}")
-        if not os.access(p["python"], os.X_OK):
-            self.module.fail_json(msg=f"python {p['python']} is not executable: run role ml_env first")
-        if not os.access(p["cuobjdump"], os.X_OK):
-            self.module.fail_json(msg=f"cuobjdump {p['cuobjdump']} is not executable: run role cuda_toolkit")
         if p["deepep_wheel"]:
             try:
                 wheel_distribution(p["deepep_wheel"])
             except ValueError as exc:
                 self.module.fail_json(msg=str(exc))
+        if not os.access(p["python"], os.X_OK):
+            if self.module.check_mode and not os.path.exists(p["python"]):
+                return False
+            self.module.fail_json(msg=f"python {p['python']} is not executable: run role ml_env first")
+        if not os.access(p["cuobjdump"], os.X_OK):
+            self.module.fail_json(msg=f"cuobjdump {p['cuobjdump']} is not executable: run role cuda_toolkit")
+        return True
 
-        env = self.inspect()
+    def serving(self) -> bool:
+        """O(serving), or O(serving_fact)'s can_serve when that option is set (false without the file)."""
+        if not self.p["serving_fact"]:
+            return self.p["serving"]
+        return bool((read_json(self.p["serving_fact"]) or {}).get("can_serve", False))
+
+    # ------------------------------------------------------------------ the stamp (fast path)
+    def stamp_inputs(self) -> tuple[str, list[str]]:
+        """(key of the options, files whose state the verdict depends on, besides the listed binaries)."""
+        p = self.p
+        options = {k: p[k] for k in STAMPED_OPTIONS}
+        options["serving"] = self.serving()
+        rc, out, _err, _ = run_bounded([p["python"], "-c", SITE_SCRIPT], timeout=p["timeout"])
+        site = [os.path.realpath(d) for d in json.loads(out)] if rc == 0 else []
+        fixed = [os.path.realpath(p["python"]), p["cuobjdump"]] + (
+            [p["deepep_wheel"]] if p["deepep_wheel"] else []
+        )
+        return inputs_key(options), fixed + record_files(site)
+
+    def from_stamp(self, key: str, files: list[str]) -> tuple[dict | None, str]:
+        """(the stored verdict, '') when nothing it depends on changed, else (None, why)."""
+        stamp = read_json(self.p["stamp_path"]) if self.p["stamp_path"] else None
+        binaries = [
+            b
+            for c in ((stamp or {}).get("result") or {}).get("components", {}).values()
+            for b in c.get("binaries", [])
+        ]
+        why = (
+            stamp_difference(stamp, key, file_states(files + binaries))
+            if self.p["stamp_path"]
+            else "no stamp_path"
+        )
+        return (None, why) if why else (stamp["result"], "")
+
+    def store_stamp(self, key: str, files: list[str], result: dict) -> None:
+        binaries = [b for c in result["components"].values() for b in c["binaries"]]
+        write_json_atomic(
+            self.p["stamp_path"],
+            {"key": key, "files": file_states(files + binaries), "result": result},
+        )
+
+    # ------------------------------------------------------------------ the full check (slow path)
+    def converge_deep_ep(self, env: dict) -> tuple[dict, dict, list[str]]:
+        """(env, deep_ep state, repair actions): the verified DeepEP put back when another one won."""
         deep_ep = self.deep_ep_state(env)
-        actions: list[str] = []
-        if deep_ep["state"] == "wrong_owner":
-            actions = self.repair(deep_ep)
-            if self.module.check_mode:
-                deep_ep["state"] = "would_repair"
-            else:
-                env = self.inspect()
-                after = self.deep_ep_state(env)
-                if after["state"] != "verified":
-                    self.module.fail_json(
-                        msg=f"deep_ep is still not the verified {after['expected']} after the "
-                        f"repair (owner {after['owner']}, claimants {after['claimants']})",
-                        deep_ep=after,
-                        actions=actions,
-                    )
-                deep_ep = dict(after, state="repaired", replaced=deep_ep["owner"])
-        components = self.components(env, list(p["archs"]))
+        if deep_ep["state"] != "wrong_owner":
+            return env, deep_ep, []
+        actions = self.repair(deep_ep)
+        if self.module.check_mode:
+            return env, dict(deep_ep, state="would_repair"), actions
+        env = self.inspect()
+        after = self.deep_ep_state(env)
+        if after["state"] != "verified":
+            self.module.fail_json(
+                msg=f"deep_ep is still not the verified {after['expected']} after the "
+                f"repair (owner {after['owner']}, claimants {after['claimants']})",
+                deep_ep=after,
+                actions=actions,
+            )
+        return env, dict(after, state="repaired", replaced=deep_ep["owner"]), actions
+
+    def full_check(self) -> dict:
+        env, deep_ep, actions = self.converge_deep_ep(self.inspect())
+        components = self.components(env, list(self.p["archs"]))
         if deep_ep["state"] == "would_repair":
             # check mode: a real run would put the verified wheel (whose SASS role deepep checked) in place
             components["deep_ep"].update(status="would_repair", missing=[])
-        features = self.features(components)
-        if self.cache_dirty and p["cache_path"] and not self.module.check_mode:
-            write_json_atomic(p["cache_path"], self.cache)
+        if self.cache_dirty and self.p["cache_path"] and not self.module.check_mode:
+            write_json_atomic(self.p["cache_path"], self.cache)
         result = {
             "changed": bool(actions),
-            "archs": list(p["archs"]),
+            "archs": list(self.p["archs"]),
             "components": components,
-            "features": features,
+            "features": self.features(components),
             "deep_ep": deep_ep,
             "actions": actions,
             "python": env["python"],
         }
-        lacking = [f for f in features if f["requested"] and not f["kernels"]]
-        result["ok"] = not lacking
-        result["warnings_lacking"] = [
-            f"{f['feature']}: no kernels for {', '.join(f['missing'])}" for f in features if not f["kernels"]
-        ]
         if actions:
             result["diff"] = {
                 "before": f"deep_ep: {deep_ep.get('replaced', deep_ep['owner'])}\n",
                 "after": f"deep_ep: {deep_ep['expected']}\n",
             }
-        # Only an env meant to serve fails: a parser-only env (a CPU build host) records what a server there
-        # would lack.
-        if lacking and p["serving"]:
-            lines = []
-            for f in lacking:
-                comp = components[f["component"]]
-                found = ", ".join(comp["sass"]) or "none"
-                lines.append(
-                    f"{f['feature']} needs {f['component']} ({comp['distribution'] or 'not installed'}"
-                    f"{' ' + comp['version'] if comp['version'] else ''}: status {comp['status']}, "
-                    f"SASS {found}), which lacks {', '.join(f['missing'])}"
-                )
-            self.module.fail_json(
-                msg="the requested server settings need kernels this env does not have for "
-                f"{', '.join(p['archs'])}: " + "; ".join(lines),
-                **result,
+        return result
+
+    # ------------------------------------------------------------------ verdict, fact, log
+    def verdict(self, result: dict) -> list[dict]:
+        """Set ok and the warnings; return the requested features that lack kernels."""
+        features = result["features"]
+        lacking = [f for f in features if f["requested"] and not f["kernels"]]
+        result["ok"] = not lacking
+        result["warnings_lacking"] = [
+            f"{f['feature']}: no kernels for {', '.join(f['missing'])}" for f in features if not f["kernels"]
+        ]
+        return lacking
+
+    def fail_lacking(self, result: dict, lacking: list[dict]) -> None:
+        lines = []
+        for f in lacking:
+            comp = result["components"][f["component"]]
+            found = ", ".join(comp["sass"]) or "none"
+            lines.append(
+                f"{f['feature']} needs {f['component']} ({comp['distribution'] or 'not installed'}"
+                f"{' ' + comp['version'] if comp['version'] else ''}: status {comp['status']}, "
+                f"SASS {found}), which lacks {', '.join(f['missing'])}"
             )
+        self.module.fail_json(
+            msg="the requested server settings need kernels this env does not have for "
+            f"{', '.join(self.p['archs'])}: " + "; ".join(lines),
+            **result,
+        )
+
+    def record_fact(self, result: dict) -> bool:
+        """Write O(fact_path) when its content changes (check mode: say whether it would); True if it does."""
+        deep_ep = {k: v for k, v in result["deep_ep"].items() if k != "replaced"}
+        if deep_ep["state"] == "repaired":
+            deep_ep["state"] = "verified"
+        fact = {
+            "ok": result["ok"],
+            "archs": result["archs"],
+            "python": self.p["python"],
+            "components": result["components"],
+            "features": result["features"],
+            "deep_ep": deep_ep,
+        }
+        before = ""
+        with contextlib.suppress(OSError), open(self.p["fact_path"], encoding="utf-8") as handle:
+            before = handle.read()
+        after = json_text(fact)
+        if before == after:
+            return False
+        if self.module._diff:
+            result.setdefault("diff", {"before": "", "after": ""})
+            result["diff"] = {
+                "before": result["diff"]["before"] + before,
+                "after": result["diff"]["after"] + after,
+                "before_header": self.p["fact_path"],
+                "after_header": self.p["fact_path"],
+            }
+        if not self.module.check_mode:
+            write_atomic(self.p["fact_path"], after)
+        return True
+
+    def log(self, line: str) -> None:
+        if self.module.check_mode:
+            return
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(self.p["log_path"]) or ".", exist_ok=True)
+            with open(self.p["log_path"], "a", encoding="utf-8") as handle:
+                handle.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} final_env_check: {line}\n")
+
+    def run(self) -> None:
+        if not self.validate():
+            self.module.exit_json(
+                changed=False,
+                env_missing=True,
+                msg=f"check mode: {self.p['python']} does not exist yet (role ml_env creates it)",
+            )
+        key, files = self.stamp_inputs()
+        result, why = self.from_stamp(key, files)
+        if result is not None:
+            result = dict(result, check="stamp", stamp_reason="")
+            self.log(f"env unchanged since the stamp {self.p['stamp_path']}: verdict reused, nothing hashed")
+        else:
+            started = time.monotonic()
+            result = dict(self.full_check(), check="full", stamp_reason=why)
+            self.log(f"full check ({why}) in {time.monotonic() - started:.1f} s")
+        lacking = self.verdict(result)
+        if lacking and self.serving():
+            # Only an env meant to serve fails: a parser-only env (a CPU build host) records what a server
+            # there would lack.
+            self.fail_lacking(result, lacking)
+        if result["check"] == "full" and self.p["stamp_path"] and not self.module.check_mode:
+            if result["actions"]:
+                # the repair changed the env: the next run checks it in full and stamps what it finds
+                with contextlib.suppress(OSError):
+                    os.unlink(self.p["stamp_path"])
+            else:
+                self.store_stamp(key, files, {k: v for k, v in result.items() if k not in STAMP_EXCLUDED})
+        result["fact_changed"] = bool(self.p["fact_path"]) and self.record_fact(result)
+        result["changed"] = bool(result["actions"]) or result["fact_changed"]
         self.module.exit_json(**result)
 
 
@@ -453,6 +639,9 @@ def main() -> None:
             "log_path": {"type": "path", "required": True},
             "timeout": {"type": "int", "default": 600},
             "components": {"type": "list", "elements": "str", "default": list(COMPONENTS)},
+            "serving_fact": {"type": "path", "default": ""},
+            "stamp_path": {"type": "path", "default": ""},
+            "fact_path": {"type": "path", "default": ""},
         },
         supports_check_mode=True,
     )

@@ -11,6 +11,9 @@ unit-tested in tests/unit/test_final_env.py.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
+import os
 import re
 
 from ansible.module_utils.epforge_arch import arch_sort_key, check_required
@@ -203,3 +206,57 @@ def coverage(listings: dict[str, dict], archs: list[str], accept_ptx: bool) -> d
                 covered[arch] = f"{hit} ({path.rsplit('/', 1)[-1]})"
                 break
     return {"sass": sass, "ptx": ptx, "covered": covered, "missing": [a for a in archs if a not in covered]}
+
+
+# ---------------------------------------------------------------- the stamp of a verdict
+# A full check hashes RECORD files of GB-sized distributions (tens of seconds). Its verdict depends on the
+# inputs (module options) and on the env's files: every installed distribution's RECORD (pip rewrites it on
+# any install, upgrade or uninstall), the site dirs themselves, the python, cuobjdump, the verified wheel and
+# the binaries the verdict listed. When none of them changed (path, size, mtime), the stored verdict stands.
+
+
+def inputs_key(inputs: dict) -> str:
+    """sha256 of the options the verdict depends on."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def file_states(paths) -> dict[str, list[int]]:
+    """{path: [size, mtime_ns]} for each path ([-1, -1] when it is missing)."""
+    states = {}
+    for path in sorted(set(paths)):
+        try:
+            stat = os.stat(path)
+            states[path] = [stat.st_size, stat.st_mtime_ns]
+        except OSError:
+            states[path] = [-1, -1]
+    return states
+
+
+def record_files(site_dirs: list[str]) -> list[str]:
+    """The site dirs and the RECORD (or, for egg-info, PKG-INFO) of every distribution installed in them."""
+    found = list(site_dirs)
+    for base in site_dirs:
+        try:
+            entries = sorted(os.scandir(base), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith(".dist-info"):
+                found.append(os.path.join(entry.path, "RECORD"))
+            elif entry.name.endswith(".egg-info"):
+                found.append(os.path.join(entry.path, "PKG-INFO"))
+    return found
+
+
+def stamp_difference(stamp: dict | None, key: str, files: dict[str, list[int]]) -> str:
+    """Why the stored verdict does not stand ('' when it does)."""
+    if not stamp or "result" not in stamp:
+        return "no stamp"
+    if stamp.get("key") != key:
+        return "inputs changed"
+    before = stamp.get("files") or {}
+    changed = sorted(p for p in set(before) | set(files) if before.get(p) != files.get(p))
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        return f"env files changed: {', '.join(changed[:3])}{more}"
+    return ""
