@@ -569,7 +569,8 @@ class FinalEnv:
         with contextlib.suppress(OSError), open(self.p["fact_path"], encoding="utf-8") as handle:
             before = handle.read()
         after = json_text(fact)
-        if before == after:
+        # the content counts, not its layout (an older writer's indentation is no change)
+        if read_json(self.p["fact_path"]) == json.loads(after):
             return False
         if self.module._diff:
             result.setdefault("diff", {"before": "", "after": ""})
