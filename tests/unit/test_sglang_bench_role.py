@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -51,12 +49,9 @@ PLAY = """---
 
 @pytest.fixture
 def base_dir():
-    path = Path(tempfile.mkdtemp(prefix="epforge-bench-role-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-    subprocess.run(["userdel", USER], capture_output=True, check=False)
-    subprocess.run(["groupdel", USER], capture_output=True, check=False)
+    """A world-readable base directory: the server runs as the unprivileged service account."""
+    with bench_env.service_base_dir("epforge-bench-role-", USER) as path:
+        yield path
 
 
 def play(base: Path, extra: dict, *, serve: bool) -> tuple[subprocess.CompletedProcess, dict]:

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -68,12 +65,8 @@ def sweep_configurations(tok: str) -> list[dict]:
 @pytest.fixture
 def base_dir():
     """A world-readable base directory: the server runs as the unprivileged service account."""
-    path = Path(tempfile.mkdtemp(prefix="epforge-sweep-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-    subprocess.run(["userdel", USER], capture_output=True, check=False)
-    subprocess.run(["groupdel", USER], capture_output=True, check=False)
+    with bench_env.service_base_dir("epforge-sweep-", USER) as path:
+        yield path
 
 
 def port_is_free(port: int) -> bool:
