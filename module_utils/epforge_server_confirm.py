@@ -30,6 +30,20 @@ CRITICAL = ("tp_size", "ep_size", "moe_a2a_backend", "deepep_mode")
 HIDDEN = "********"
 
 
+def _normalize_text(text: str):
+    """A setting written as text: 'none'/'' as None, 'true'/'false' as booleans, numbers as floats."""
+    text = text.strip()
+    lowered = text.lower()
+    if lowered in ("", "none", "null"):
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return float(text)
+    except ValueError:
+        return lowered
+
+
 def normalize(value):
     """Comparable form of a setting: numbers as floats, strings case-folded, 'none'/'' as None."""
     if isinstance(value, bool) or value is None:
@@ -37,15 +51,7 @@ def normalize(value):
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in ("", "none", "null"):
-            return None
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        try:
-            return float(text)
-        except ValueError:
-            return text.lower()
+        return _normalize_text(value)
     return value
 
 
