@@ -47,11 +47,8 @@ path:
   type: str
 """
 
-import os
-import re
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_files import json_text, read_json, write_json_atomic
+from ansible.module_utils.epforge_local_facts import write_local_fact
 
 
 def main() -> None:
@@ -64,20 +61,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    if not re.fullmatch(r"[A-Za-z0-9_]+", p["name"]):
-        module.fail_json(msg=f"fact name '{p['name']}' may hold only letters, digits and '_'")
-    path = os.path.join(p["facts_dir"], f"{p['name']}.fact")
-    before = read_json(path)
-    changed = before != p["content"]
-    diff = {
-        "before_header": path,
-        "after_header": path,
-        "before": json_text(before) if before is not None else "",
-        "after": json_text(p["content"]),
-    }
-    if changed and not module.check_mode:
-        write_json_atomic(path, p["content"])
-    module.exit_json(changed=changed, path=path, diff=diff if changed else {})
+    try:
+        result = write_local_fact(p["facts_dir"], p["name"], p["content"], check_mode=module.check_mode)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
