@@ -144,9 +144,10 @@ options:
     default: 60
   limits:
     description:
-      - "systemd resource limits, suffix to value (for example C({NOFILE: 65535, MEMLOCK: infinity}))."
+      - "systemd resource limits, suffix to value. The default lifts the open-file limit and lets NCCL and
+        DeepEP pin memory; C({}) writes none (containers that may not raise them)."
     type: dict
-    default: {}
+    default: {NOFILE: 65535, MEMLOCK: infinity}
   stop_on_failure:
     description:
       - Stop the server when it fails to become ready, so a crash loop or a hung load does not hold the GPUs.
@@ -521,7 +522,7 @@ def main() -> None:
             "start_limit_burst": {"type": "int", "default": 3},
             "start_limit_interval": {"type": "int", "default": 600},
             "stop_timeout": {"type": "int", "default": 60},
-            "limits": {"type": "dict", "default": {}},
+            "limits": {"type": "dict", "default": {"NOFILE": 65535, "MEMLOCK": "infinity"}},
             "stop_on_failure": {"type": "bool", "default": True},
             "log_tail_lines": {"type": "int", "default": 40},
         },
