@@ -1,7 +1,7 @@
 """nvidia_gpu_facts: the nvidia-smi parsers (module_utils/epforge_nvidia.py) on real captured outputs and
-on broken copies of them, the module with run_bounded patched (community.general style), and the
-module run for real by `ansible` on this machine (no nvidia-smi here) and with a fake nvidia-smi on PATH
-that prints the captures."""
+on broken copies of them, the module with run_bounded patched in module_utils/epforge_gpu_facts.py (the one
+gatherer; community.general style), and the module run for real by `ansible` on this machine (no
+nvidia-smi here) and with a fake nvidia-smi on PATH that prints the captures."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from unittest import mock
 
 import nvidia_gpu_facts
 import pytest
-from ansible.module_utils import basic
+from ansible.module_utils import basic, epforge_gpu_facts
 from ansible.module_utils.epforge_nvidia import (
     LINK_CLASSES,
     classify_interconnect,
@@ -333,7 +333,7 @@ def run_module(args: dict, smi: FakeSmi | None = None, found: dict | None = None
             fail_json=fail_json,
             get_bin_path=bin_path(ON_PATH if found is None else found),
         ),
-        mock.patch.object(nvidia_gpu_facts, "run_bounded", side_effect=smi),
+        mock.patch.object(epforge_gpu_facts, "run_bounded", side_effect=smi),
     ):
         try:
             nvidia_gpu_facts.main()
