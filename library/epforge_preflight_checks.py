@@ -16,9 +16,21 @@ description:
   - On a host without a usable GPU the GPU checks are skipped with the reason and C(gpu_runtime) lists the
     steps that need a GPU as skipped, unless C(require_gpu) is true, which fails.
   - Fails with one line per failed check, each naming the problem and the remedy.
-  - Reads only (runs the host's Python for its version, reads the filesystem's free space), so it behaves
-    the same in check mode. Results hold no volatile values (no free-byte counts), so they are stable
-    across reruns.
+  - With O(gather_gpu_facts) it first gathers the GPU facts itself with nvidia-smi, through the same code
+    as module C(nvidia_gpu_facts) (C(module_utils/epforge_gpu_facts.py)), and returns them as
+    C(ansible_facts.epforge_gpu_facts).
+  - With O(known_issues_table) it then evaluates the known-issues table against the GPUs, the stack and
+    O(server) (C(module_utils/epforge_known_issues.py), the code of module C(epforge_known_issues)). An error
+    row fails with that module's message, warning rows are reported as Ansible warnings, adjust rows change
+    the settings; and it returns C(preflight_result), role C(preflight)'s whole result.
+  - With O(facts_dir) as well, it writes C(preflight_result) as the local fact O(fact_name) through
+    C(module_utils/epforge_local_facts.py) (the writer of module C(epforge_local_fact)), only when the
+    content changes and never when a check or an error row failed. So role C(preflight) costs one module
+    call on a no-op rerun.
+  - Otherwise it reads only (runs the host's Python for its version, reads the filesystem's free space,
+    runs nvidia-smi). Check mode writes nothing and reports whether the fact would change; diff mode shows
+    the fact's change. Results hold no volatile values (no free-byte counts), so they are stable across
+    reruns.
 options:
   stack:
     description: The stack (C(epforge_stack_spec)); reads C(name), C(cuda.version), C(driver.min_version),
@@ -28,8 +40,45 @@ options:
   gpu_facts:
     description:
       - GPU facts in the schema of module C(nvidia_gpu_facts) (C(epforge_gpu_facts)); empty means no GPU.
+      - Must stay empty with O(gather_gpu_facts).
     type: dict
     default: {}
+  gather_gpu_facts:
+    description:
+      - Gather the GPU facts on the host with nvidia-smi instead of reading O(gpu_facts), and return them as
+        C(ansible_facts.epforge_gpu_facts). A host without a usable GPU gets C(available=false) with the
+        reason, as with module C(nvidia_gpu_facts).
+    type: bool
+    default: false
+  nvidia_smi_path:
+    description:
+      - nvidia-smi to run with O(gather_gpu_facts); unset or empty looks it up on the PATH (and the usual
+        sbin directories).
+    type: path
+  nvidia_smi_timeout:
+    description: Seconds each nvidia-smi call may run with O(gather_gpu_facts) (a hung driver reports no GPU).
+    type: int
+    default: 60
+  known_issues_table:
+    description:
+      - The known-issues table (C(data/known_issues.yml) as a mapping). When set, it is evaluated after the
+        host checks against the GPU facts, the stack and O(server), and C(preflight_result) is returned.
+    type: dict
+  server:
+    description:
+      - The requested SGLang server settings (C(epforge_server)) for O(known_issues_table). Secret-named
+        values are masked in the output and left out of C(preflight_result).
+    type: dict
+    default: {}
+  facts_dir:
+    description:
+      - Write C(preflight_result) as the local fact O(fact_name) in this directory (created when missing),
+        only when its content changes. Needs O(known_issues_table).
+    type: path
+  fact_name:
+    description: Name of the local fact file (without C(.fact)) written to O(facts_dir).
+    type: str
+    default: epforge_preflight
   require_gpu:
     description: Fail when the host has no usable GPU (instead of marking GPU steps skipped).
     type: bool
@@ -56,7 +105,9 @@ options:
     elements: str
     default: [sglang_server, sglang_benchmark, collective_probe, deepep_gpu_verify]
   fail_on_error:
-    description: Fail when a check fails (false returns the checks and lets the caller decide).
+    description:
+      - Fail when a check fails or an error row of O(known_issues_table) matches (false returns them and
+        lets the caller decide; the fact is then not written).
     type: bool
     default: true
 author: epforge developers
@@ -71,6 +122,16 @@ EXAMPLES = r"""
     disk_path: /var/lib/epforge
     min_free_gib: 20
   register: preflight_checks
+
+- name: The whole preflight in one call (role preflight)
+  epforge_preflight_checks:
+    stack: "{{ epforge_stack_spec }}"
+    gather_gpu_facts: true
+    require_gpu: "{{ epforge_require_gpu }}"
+    known_issues_table: "{{ lookup('ansible.builtin.file', 'data/known_issues.yml') | from_yaml }}"
+    server: "{{ epforge_server }}"
+    facts_dir: /etc/ansible/facts.d
+  register: preflight
 """
 
 RETURN = r"""
@@ -97,6 +158,31 @@ gpu_runtime:
   returned: always
   type: dict
   sample: {available: false, reason: "nvidia-smi not found on PATH", skipped_steps: [sglang_server]}
+ansible_facts:
+  description: The gathered GPU facts, as module C(nvidia_gpu_facts) sets them.
+  returned: when gather_gpu_facts is true
+  type: dict
+  contains:
+    epforge_gpu_facts:
+      description: The schema of module C(nvidia_gpu_facts) (C(ansible-doc -M library nvidia_gpu_facts)).
+      type: dict
+known_issues:
+  description: >-
+    The known-issues verdict, in the keys of module C(epforge_known_issues) (findings, matched,
+    adjusted_settings, settings_changes, messages, context).
+  returned: when known_issues_table is set
+  type: dict
+preflight_result:
+  description: >-
+    Role C(preflight)'s result and the content of the local fact (schema, stack, gpu, checks,
+    python_version, known_issues, server_settings, settings_changes, gpu_runtime; see the role's README).
+  returned: when known_issues_table is set and nothing failed
+  type: dict
+path:
+  description: The local fact file.
+  returned: when facts_dir is set and nothing failed
+  type: str
+  sample: /etc/ansible/facts.d/epforge_preflight.fact
 """
 
 import os
@@ -105,8 +191,18 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import base_arch
-from ansible.module_utils.epforge_known_issues import stack_summary, version_tuple
+from ansible.module_utils.epforge_gpu_facts import DEFAULT_TIMEOUT, gather_gpu_facts
+from ansible.module_utils.epforge_known_issues import (
+    TableError,
+    evaluate,
+    format_adjustment,
+    format_finding,
+    stack_summary,
+    version_tuple,
+)
+from ansible.module_utils.epforge_local_facts import write_local_fact
 from ansible.module_utils.epforge_process import run_bounded
+from ansible.module_utils.epforge_secrets import secret_values
 
 GIB = 1024**3
 DEFAULT_GPU_STEPS = ("sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify")
@@ -342,24 +438,28 @@ def run_python(python: str) -> tuple[str, str]:
     return proc.out.strip(), ""
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "stack": {"type": "dict", "required": True},
-            "gpu_facts": {"type": "dict", "default": {}},
-            "require_gpu": {"type": "bool", "default": False},
-            "python": {"type": "str", "default": "python3"},
-            "disk_path": {"type": "path", "default": "/var/lib/epforge"},
-            "min_free_gib": {"type": "float", "default": 20},
-            "gpu_steps": {"type": "list", "elements": "str", "default": list(DEFAULT_GPU_STEPS)},
-            "fail_on_error": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    stack = params["stack"]
-    gpu_facts = params["gpu_facts"] or {}
+ARGUMENT_SPEC = {
+    "stack": {"type": "dict", "required": True},
+    "gpu_facts": {"type": "dict", "default": {}},
+    "gather_gpu_facts": {"type": "bool", "default": False},
+    "nvidia_smi_path": {"type": "path"},
+    "nvidia_smi_timeout": {"type": "int", "default": DEFAULT_TIMEOUT},
+    "require_gpu": {"type": "bool", "default": False},
+    "python": {"type": "str", "default": "python3"},
+    "disk_path": {"type": "path", "default": "/var/lib/epforge"},
+    "min_free_gib": {"type": "float", "default": 20},
+    "gpu_steps": {"type": "list", "elements": "str", "default": list(DEFAULT_GPU_STEPS)},
+    "known_issues_table": {"type": "dict"},
+    "server": {"type": "dict", "default": {}},
+    "facts_dir": {"type": "path"},
+    "fact_name": {"type": "str", "default": "epforge_preflight"},
+    "fail_on_error": {"type": "bool", "default": True},
+}
 
+
+def host_checks(params: dict, gpu_facts: dict) -> dict:
+    """The host checks in their fixed order (gpu, driver, driver_cuda, gpu_arch, python, disk)."""
+    stack = params["stack"]
     checks = gpu_checks(stack, gpu_facts, params["require_gpu"])
     version, error = run_python(params["python"] or "")
     checks.append(python_check(stack, params["python"] or "", version, error))
@@ -370,21 +470,138 @@ def main() -> None:
     except OSError:
         free = None
     checks.append(disk_check(params["disk_path"], params["min_free_gib"], free, measured_on))
-
-    failed = [c["name"] for c in checks if c["status"] == "failed"]
-    result = {
+    return {
         "checks": checks,
-        "failed": failed,
+        "failed": [c["name"] for c in checks if c["status"] == "failed"],
         "python_version": version,
         "gpu_runtime": gpu_runtime(gpu_facts, params["gpu_steps"]),
     }
-    if failed and params["fail_on_error"]:
+
+
+def known_issues_verdict(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
+    """The result of module epforge_known_issues (its messages included); TableError when malformed."""
+    verdict = evaluate(table, gpu_facts, stack, server)
+    findings = verdict["findings"]
+    verdict["messages"] = (
+        [f"ERROR {format_finding(f)}" for f in findings["errors"]]
+        + [f"ADJUSTED {format_adjustment(a)}" for a in findings["adjustments"]]
+        + [f"WARNING {format_finding(f)}" for f in findings["warnings"]]
+    )
+    return verdict
+
+
+def _version_of(stack: dict, key: str, field: str = "version"):
+    part = stack.get(key)
+    return part.get(field, "") if isinstance(part, dict) else ""
+
+
+def preflight_result(stack: dict, gpu_facts: dict, host: dict, verdict: dict) -> dict:
+    """Role preflight's result (the local fact epforge_preflight): what the host checks found, the GPUs in
+    short, and the known-issues verdict. No volatile values, so a rerun writes the same bytes."""
+    gpus = [g for g in gpu_facts.get("gpus") or [] if isinstance(g, dict)]
+    findings = verdict["findings"]
+    return {
+        "schema": 1,
+        "stack": {
+            "name": stack.get("name"),
+            "cuda": _version_of(stack, "cuda"),
+            "torch": _version_of(stack, "torch"),
+            "sglang": _version_of(stack, "sglang"),
+            "flashinfer": _version_of(stack, "flashinfer"),
+            "arch_list": stack.get("arch_list"),
+            "driver_min": _version_of(stack, "driver", "min_version"),
+            "python_min": _version_of(stack, "python", "min_version"),
+        },
+        "gpu": {
+            "available": bool(gpu_facts.get("available")),
+            "reason": gpu_facts.get("reason", ""),
+            "gpu_count": int(gpu_facts.get("gpu_count") or 0),
+            "names": list(dict.fromkeys(g.get("name") for g in gpus)),
+            "archs": gpu_facts.get("archs", []),
+            "interconnect": gpu_facts.get("interconnect", "none"),
+            "driver_version": gpu_facts.get("driver_version", ""),
+            "cuda_driver_version": gpu_facts.get("cuda_driver_version", ""),
+        },
+        "checks": host["checks"],
+        "python_version": host["python_version"],
+        "known_issues": {
+            "matched": verdict["matched"],
+            "errors": findings["errors"],
+            "warnings": findings["warnings"],
+            "adjustments": findings["adjustments"],
+        },
+        "server_settings": verdict["adjusted_settings"],
+        "settings_changes": verdict["settings_changes"],
+        "gpu_runtime": host["gpu_runtime"],
+    }
+
+
+def start(module: AnsibleModule) -> dict:
+    """Refuse contradictory options; return the GPU facts (gathered here or passed in)."""
+    params = module.params
+    if params["gather_gpu_facts"]:
+        if params["gpu_facts"]:
+            module.fail_json(msg="gpu_facts and gather_gpu_facts exclude each other: pass one")
+        if params["nvidia_smi_timeout"] < 1:
+            module.fail_json(
+                msg=f"nvidia_smi_timeout must be at least 1 second, got {params['nvidia_smi_timeout']}"
+            )
+        return gather_gpu_facts(module, params["nvidia_smi_path"], params["nvidia_smi_timeout"])
+    return params["gpu_facts"] or {}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        required_by={"facts_dir": ["known_issues_table"]},
+        supports_check_mode=True,
+    )
+    params = module.params
+    stack = params["stack"]
+    # Mask secrets of the settings everywhere in the output, the invocation record included.
+    module.no_log_values.update(secret_values(params["server"] or {}))
+    gpu_facts = start(module)
+    result = host_checks(params, gpu_facts)
+    if params["gather_gpu_facts"]:
+        result["ansible_facts"] = {"epforge_gpu_facts": gpu_facts}
+    if result["failed"] and params["fail_on_error"]:
         module.fail_json(
             msg=f"preflight: host does not fit stack '{stack_summary(stack)['name']}': "
-            + " | ".join(c["detail"] for c in checks if c["status"] == "failed"),
+            + " | ".join(c["detail"] for c in result["checks"] if c["status"] == "failed"),
             **result,
         )
-    module.exit_json(changed=False, **result)
+    if params["known_issues_table"] is None:
+        module.exit_json(changed=False, **result)
+
+    try:
+        verdict = known_issues_verdict(params["known_issues_table"], gpu_facts, stack, params["server"] or {})
+    except TableError as exc:
+        module.fail_json(
+            msg=f"the known-issues table is malformed: {exc}; fix data/known_issues.yml", **result
+        )
+    result["known_issues"] = verdict
+    errors = verdict["findings"]["errors"]
+    if errors and params["fail_on_error"]:
+        module.fail_json(
+            msg=f"{len(errors)} known dead end(s) in the requested server settings: "
+            + " | ".join(format_finding(f) for f in errors),
+            **result,
+        )
+    for warning in verdict["findings"]["warnings"]:
+        module.warn(format_finding(warning))
+    if result["failed"] or errors:
+        module.exit_json(changed=False, **result)
+
+    result["preflight_result"] = preflight_result(stack, gpu_facts, result, verdict)
+    if not params["facts_dir"]:
+        module.exit_json(changed=False, **result)
+    try:
+        written = write_local_fact(
+            params["facts_dir"], params["fact_name"], result["preflight_result"], check_mode=module.check_mode
+        )
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), **result)
+    module.exit_json(**written, **result)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from epforge_preflight_checks import (
 )
 from gpu_fact_samples import NO_GPU, gpu_facts
 from moduletools import run_main
+from moduletools import run_module as run_module_file
 
 from playbooks import JSON_CALLBACK, json_report, run_playbook, write_vars
 
@@ -35,6 +36,7 @@ VENV_BIN = str(Path(sys.executable).parent)
 CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
 CU128 = yaml.safe_load((ROOT / "stacks" / "cu128.yml").read_text())["epforge_stack_spec"]
 FACT = "epforge_preflight.fact"
+TABLE = yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text())
 
 
 def by_name(checks: list[dict]) -> dict:
@@ -243,6 +245,130 @@ def test_module_collects_every_failure(tmp_path):
     assert result["msg"].count(" | ") == 3
 
 
+# ---------------------------------------------------------------- the one-call probe, run as Ansible runs it
+# (a module file with a JSON args file); GPU hosts are a fake nvidia-smi printing the real captures.
+
+
+def smi_script(path: str) -> str:
+    """The fake nvidia-smi of a PATH made by fake_smi / sm120_pcie_host."""
+    return path.split(":", 1)[0] + "/nvidia-smi"
+
+
+def probe_args(tmp_path: Path, smi: str, **extra) -> dict:
+    return {
+        "stack": CU130,
+        "gather_gpu_facts": True,
+        "nvidia_smi_path": smi,
+        "python": sys.executable,
+        "disk_path": str(tmp_path / "state"),
+        "min_free_gib": 0.01,
+        "known_issues_table": TABLE,
+        "facts_dir": str(tmp_path / "facts"),
+        **extra,
+    }
+
+
+def h200_host(tmp_path: Path, gpus: int) -> str:
+    name = f"h200x{gpus}"
+    return fake_smi(
+        tmp_path,
+        SMI / f"{name}-query.csv",
+        SMI / f"{name}-topo.txt",
+        SMI / f"{name}-nvidia-smi.txt",
+        SMI / f"{name}-p2p.txt",
+    )
+
+
+GATHER_HOSTS = {"h200x2": 2, "sm120x8-pcie": 8, "sm120x4-partial-p2p": 4, "no-smi": 0}
+
+
+@pytest.mark.parametrize("host", sorted(GATHER_HOSTS))
+def test_probe_gathers_the_gpu_facts_nvidia_gpu_facts_reports(tmp_path, host):
+    """One owner of GPU gathering: the probe's epforge_gpu_facts equal module nvidia_gpu_facts' answer on
+    the same host (real H200 captures; the sm_120 hosts as the role tests build them; no nvidia-smi)."""
+    if host == "h200x2":
+        smi = smi_script(h200_host(tmp_path, 2))
+    elif host == "sm120x8-pcie":
+        smi = smi_script(sm120_pcie_host(tmp_path))
+    elif host == "sm120x4-partial-p2p":
+        topo = "public-missalignment106-4xl40s-nic-topo.txt"
+        smi = smi_script(sm120_pcie_host(tmp_path, 4, topo, {(0, 2), (0, 3), (1, 2), (1, 3)}))
+    else:
+        smi = str(tmp_path / "no" / "nvidia-smi")
+    rc, alone = run_module_file("nvidia_gpu_facts", {"nvidia_smi_path": smi})
+    assert rc == 0
+    _, probe = run_module_file("epforge_preflight_checks", probe_args(tmp_path, smi, fail_on_error=False))
+    assert probe["ansible_facts"] == alone["ansible_facts"]
+    facts = probe["ansible_facts"]["epforge_gpu_facts"]
+    assert facts["gpu_count"] == GATHER_HOSTS[host] and facts["available"] is (host != "no-smi")
+
+
+def test_probe_fails_on_an_unparsable_query_as_nvidia_gpu_facts_does(tmp_path):
+    """The real 1x H200 capture was taken with a header and another field order: both modules refuse it
+    with the same message, command and output tail."""
+    smi = smi_script(h200_host(tmp_path, 1))
+    rc, alone = run_module_file("nvidia_gpu_facts", {"nvidia_smi_path": smi})
+    assert rc != 0 and alone["msg"].startswith("cannot parse the nvidia-smi GPU query: query line 1")
+    rc, probe = run_module_file("epforge_preflight_checks", probe_args(tmp_path, smi))
+    assert rc != 0 and not (tmp_path / "facts").exists()
+    assert {k: probe[k] for k in ("msg", "cmd", "rc", "log_tail")} == {
+        k: alone[k] for k in ("msg", "cmd", "rc", "log_tail")
+    }
+
+
+def test_probe_one_call_writes_the_fact_then_reruns_unchanged(tmp_path):
+    """Check mode writes nothing (and shows the diff), the first run writes the fact, the rerun changes
+    nothing; the fact is the returned preflight_result, byte for byte in epforge's JSON layout."""
+    smi = smi_script(sm120_pcie_host(tmp_path))
+    server = {"tp_size": 8, "moe_a2a_backend": "deepep", "api_key": "sk-never-written"}
+    args = probe_args(tmp_path, smi, stack=CU128, require_gpu=True, server=server)
+    fact = tmp_path / "facts" / FACT
+
+    rc, checked = run_module_file("epforge_preflight_checks", args, check=True, diff=True)
+    assert rc == 0 and checked["changed"] is True and not fact.exists()
+    assert checked["diff"]["before"] == "" and '"deepep_mode": "low_latency"' in checked["diff"]["after"]
+
+    rc, first = run_module_file("epforge_preflight_checks", args, diff=True)
+    assert rc == 0 and first["changed"] is True and first["path"] == str(fact)
+    assert fact.read_text() == json.dumps(first["preflight_result"], indent=2, sort_keys=True) + "\n"
+    assert first["preflight_result"]["settings_changes"]["deepep_mode"] == "low_latency"
+    # ansible-core 2.19 wraps module warnings in events: one per warning row, naming it
+    assert len(first["warnings"]) == 2
+    assert "[deepep_deepgemm_disabled_sm120]" in json.dumps(first["warnings"])
+    assert "[deepep_unquantized_no_runner_sm120]" in json.dumps(first["warnings"])
+    assert "sk-never-written" not in json.dumps(first)  # masked in the invocation record as well
+    written = fact.stat().st_mtime_ns
+
+    rc, again = run_module_file("epforge_preflight_checks", args, check=True, diff=True)
+    assert rc == 0 and again["changed"] is False and again["diff"] == {}
+    rc, again = run_module_file("epforge_preflight_checks", args)
+    assert rc == 0 and again["changed"] is False and fact.stat().st_mtime_ns == written
+    assert again["preflight_result"] == first["preflight_result"]
+
+
+def test_probe_refuses_a_dead_end_with_the_known_issues_message(tmp_path):
+    """An error row fails the probe with module epforge_known_issues' own message, and writes nothing."""
+    smi = smi_script(sm120_pcie_host(tmp_path))
+    server = {"tp_size": 8, "enable_torch_symm_mem": True}
+    rc, probe = run_module_file("epforge_preflight_checks", probe_args(tmp_path, smi, server=server))
+    assert rc != 0 and not (tmp_path / "facts").exists()
+    gpu = probe["ansible_facts"]["epforge_gpu_facts"]
+    known = {"table": TABLE, "gpu_facts": gpu, "stack": CU130, "server": server}
+    _, alone = run_module_file("epforge_known_issues", known)
+    assert probe["msg"] == alone["msg"] and "[torch_symm_mem_sm120_pcie]" in probe["msg"]
+
+
+def test_probe_refuses_contradictory_options(tmp_path):
+    smi = smi_script(sm120_pcie_host(tmp_path))
+    rc, result = run_module_file("epforge_preflight_checks", probe_args(tmp_path, smi, gpu_facts=NO_GPU))
+    assert rc != 0 and result["msg"] == "gpu_facts and gather_gpu_facts exclude each other: pass one"
+    args = probe_args(tmp_path, smi)
+    del args["known_issues_table"]
+    rc, result = run_module_file("epforge_preflight_checks", args)
+    assert rc != 0 and "known_issues_table" in result["msg"]
+    assert not (tmp_path / "facts").exists()
+
+
 # ---------------------------------------------------------------- the role, through ansible-playbook
 
 PLAYBOOK = """\
@@ -373,6 +499,8 @@ def fact_file(tmp_path: Path) -> Path:
 
 
 NO_SERVER = {"epforge_server": {}}
+# The role's one host call (a no-op rerun costs just this module call).
+PROBE = "Check the host and the known dead ends against the stack, then write the preflight local fact"
 
 
 def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
@@ -411,7 +539,12 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     ]
     assert fact["known_issues"] == {"matched": [], "errors": [], "warnings": [], "adjustments": []}
     results = host_results(report)
-    assert results["Assemble the preflight result"]["ansible_facts"]["preflight_result"] == fact
+    assert results["Publish the preflight result as play fact preflight_result"]["ansible_facts"] == {
+        "preflight_result": fact
+    }
+    # One module call gathered the GPU facts, checked the host and wrote the fact.
+    probe = results[PROBE]
+    assert probe["changed"] is True and probe["ansible_facts"]["epforge_gpu_facts"]["available"] is False
     [step] = results["Record the run-summary step preflight"]["ansible_facts"]["epforge_steps"]
     assert step["step"] == "preflight" and step["status"] == "done"
     assert "no GPU (nvidia-smi not found on PATH), so sglang_server, sglang_benchmark" in step["detail"]
@@ -457,7 +590,8 @@ def test_role_refuses_a_dead_end_setting_before_writing(tmp_path):
     rc, report = play(tmp_path, {"epforge_server": {"tp_size": 8, "enable_torch_symm_mem": True}}, path)
     assert rc != 0
     task, msg = failure(report)
-    assert task == "Refuse, warn about or adjust known dead ends of the requested server settings"
+    assert task == PROBE
+    assert msg.startswith("1 known dead end(s) in the requested server settings: [torch_symm_mem_sm120_pcie]")
     assert "[torch_symm_mem_sm120_pcie]" in msg and "KeyError: 12" in msg
     assert "Remedy: remove enable_torch_symm_mem from epforge_server" in msg
     assert not fact_file(tmp_path).exists()
@@ -472,12 +606,9 @@ def test_role_refuses_deepep_on_partial_peer_access(tmp_path):
     rc, report = play(tmp_path, {"epforge_server": server}, path)
     assert rc != 0
     task, msg = failure(report)
-    assert task == "Refuse, warn about or adjust known dead ends of the requested server settings"
+    assert task == PROBE
     assert "[deepep_partial_peer_access]" in msg and "deep_ep.cpp:200" in msg
-    gathered = host_results(report)[
-        "Gather NVIDIA GPU facts (a host without a GPU reports available=false with the reason)"
-    ]
-    peer = gathered["ansible_facts"]["epforge_gpu_facts"]["peer_access"]
+    peer = host_results(report)[PROBE]["ansible_facts"]["epforge_gpu_facts"]["peer_access"]
     assert peer["status"] == "partial" and peer["missing"] == [
         "GPU0-GPU2 CNS",
         "GPU0-GPU3 CNS",
@@ -494,7 +625,8 @@ def test_role_refuses_gpus_outside_the_stack(tmp_path):
     rc, report = play(tmp_path, {}, path)
     assert rc != 0
     task, msg = failure(report)
-    assert task == "Check driver, GPU archs, Python and disk against the stack"
+    assert task == PROBE
+    assert msg.startswith("preflight: host does not fit stack 'cu130': ")
     assert "GPU 0 (NVIDIA H200) is arch 9.0" in msg and "choose a stack whose arch_list covers" in msg
     assert not fact_file(tmp_path).exists()
 
