@@ -15,7 +15,10 @@ description:
   - Adopts it only when the torch version equals O(torch_version) (a local part such as C(+cu130) is ignored)
     and its CUDA major equals the major of O(torch_cuda) and of O(toolkit_cuda), and its arch list covers
     every arch in O(archs). Otherwise it fails with a message naming what was found and what the stack wants.
-  - Never creates, installs or replaces anything (it runs the same in check mode, always changed=false).
+  - Never creates, installs or replaces anything in the env (it runs the same in check mode).
+  - With O(facts_dir) set the same call records the adopted env as the local fact C(epforge_ml_env) (JSON in
+    O(facts_dir)C(/epforge_ml_env.fact)), written only when its content changes (nothing in check mode);
+    that is the only change it can report. Supports diff mode.
     Later roles keep this torch by passing C(torch==VERSION) to every pip run (C(sglang_keep)) and by
     refusing a pip plan that would replace it.
   - Refuses, before running anything, a stack whose torch CUDA major differs from the toolkit's.
@@ -45,6 +48,9 @@ options:
     description: Seconds the torch import may take.
     type: int
     default: 300
+  facts_dir:
+    description: When set, record the adopted env as the local fact C(epforge_ml_env) here (only on change).
+    type: path
 author: epforge developers
 """
 
@@ -104,6 +110,10 @@ reason:
   description: C(adopted).
   returned: success
   type: str
+fact_changed:
+  description: Whether the local fact C(epforge_ml_env) changed (would change in check mode).
+  returned: when facts_dir is set
+  type: bool
 """
 
 import os
@@ -111,6 +121,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import torch_arch_missing
 from ansible.module_utils.epforge_build import cuda_major, input_key
+from ansible.module_utils.epforge_ml_env_fact import record_ml_env_fact
 from ansible.module_utils.epforge_torch_env import base_version, torch_evidence, torch_inputs
 
 PROBE = (
@@ -153,6 +164,7 @@ def main() -> None:
             "toolkit_cuda": {"type": "str", "required": True},
             "archs": {"type": "list", "elements": "str", "required": True},
             "timeout": {"type": "int", "default": 300},
+            "facts_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -219,6 +231,7 @@ def main() -> None:
         "archs": archs,
     }
     result.update(reason="adopted", key=input_key({"inputs": inputs, "evidence": evidence}))
+    record_ml_env_fact(module, "existing", evidence.get("prefix"), result)
     module.exit_json(**result)
 
 

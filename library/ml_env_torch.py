@@ -19,6 +19,8 @@ description:
     changed=false).
   - Refuses, before anything changes, a torch build whose declared CUDA major (O(torch_cuda)) differs from
     the toolkit's, since torch refuses to build extensions with an nvcc of another major version.
+  - With O(facts_dir) set it also records the local fact C(epforge_ml_env), only when its content changes.
+  - Supports check mode and diff mode.
   - pip output goes to O(log_path) (users can C(tail -f) it); each pip run is bounded by O(timeout).
 options:
   path:
@@ -69,6 +71,19 @@ options:
     description: Seconds each pip run may take before it is killed.
     type: int
     default: 1800
+  facts_dir:
+    description:
+      - When set, the same call records the venv as the local fact C(epforge_ml_env) (JSON in
+        O(facts_dir)C(/epforge_ml_env.fact), read back as C(ansible_local.epforge_ml_env)), written only when
+        its content changes (nothing in check mode), so a no-op rerun needs no second module call.
+      - The fact holds the method (C(venv)), O(path), the python, the verified torch version, CUDA and arch
+        list, O(toolkit_cuda), O(archs), the stamp key, what later pip runs keep (C(torch==VERSION)) and
+        O(pip_source).
+    type: path
+  pip_source:
+    description: Where pip takes packages from (a wheelhouse or the registry), recorded in the fact.
+    type: str
+    default: ""
 author: epforge developers
 """
 
@@ -124,6 +139,10 @@ reason:
   description: Why work was needed (or C(stamp matches)).
   returned: always
   type: str
+fact_changed:
+  description: Whether the local fact C(epforge_ml_env) changed (would change in check mode).
+  returned: when facts_dir is set
+  type: bool
 """
 
 import glob
@@ -141,6 +160,7 @@ from ansible.module_utils.epforge_build import (
 )
 from ansible.module_utils.epforge_common import fail_cmd
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
+from ansible.module_utils.epforge_ml_env_fact import record_ml_env_fact
 from ansible.module_utils.epforge_process import run_logged
 from ansible.module_utils.epforge_torch_env import base_version, torch_evidence, torch_inputs
 
@@ -296,6 +316,8 @@ def main() -> None:
             "stamp_path": {"type": "path"},
             "log_path": {"type": "path", "required": True},
             "timeout": {"type": "int", "default": 1800},
+            "facts_dir": {"type": "path"},
+            "pip_source": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -321,6 +343,7 @@ def main() -> None:
             torch_cuda=evidence.get("cuda"),
             torch_arch_list=evidence.get("archs", []),
         )
+        record_ml_env_fact(module, "venv", venv, result)
         module.exit_json(**result)
 
     result["reason"] = why_work(stamp, key, missing)
@@ -332,6 +355,7 @@ def main() -> None:
     if module.check_mode:
         result["changed"] = True
         result["diff"] = {"before": {"stamp_key": (stamp or {}).get("key")}, "after": {"stamp_key": key}}
+        record_ml_env_fact(module, "venv", venv, result)
         module.exit_json(**result)
 
     install(module, p, created=created, torch_missing=torch_missing, other_missing=other_missing)
@@ -355,6 +379,7 @@ def main() -> None:
             "before": json.dumps(stamp or {}, indent=2, sort_keys=True) + "\n",
             "after": json.dumps(new_stamp, indent=2, sort_keys=True) + "\n",
         }
+    record_ml_env_fact(module, "venv", venv, result)
     module.exit_json(**result)
 
 

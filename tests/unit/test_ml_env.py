@@ -101,3 +101,47 @@ def test_real_torch_is_verified_once_then_stamped(torch_venv, tmp_path):
     rc, res = run_module("ml_env_torch", {**args, "torch_cuda": "12.8", "toolkit_cuda": "12.8"}, timeout=300)
     assert rc != 0 and "is built for CUDA 13.0 but the toolkit is CUDA 12.8" in res["msg"]
     assert os.path.exists(args["stamp_path"])
+
+
+def test_the_no_op_call_records_the_fact_once_and_only_on_change(tmp_path, fake_venv):
+    """The module that finds the venv current also writes the local fact epforge_ml_env (one call on a no-op
+    rerun): check mode writes nothing, the first real call writes it, the second changes nothing, and a
+    changed input (the pip source) rewrites it with a diff."""
+    venv, _site = fake_venv
+    facts = tmp_path / "facts"
+    args = {**base_args(tmp_path, venv), "facts_dir": str(facts), "pip_source": "registry"}
+    rc, res = run_module("ml_env_torch", args, check=True)
+    evidence = {"torch": "2.14.1+cu130", "cuda": "13.0", "archs": ["sm_90", "sm_120"]}
+    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence})
+    fact_file = facts / "epforge_ml_env.fact"
+
+    rc, res = run_module("ml_env_torch", args, check=True, diff=True)
+    assert rc == 0 and res["changed"] is True and res["fact_changed"] is True, res
+    assert not facts.exists()  # check mode writes nothing
+    assert '"torch==2.14.1"' in res["diff"][0]["after"]
+
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["changed"] is True and res["fact_changed"] is True and res["verified"] is False
+    fact = json.loads(fact_file.read_text())
+    assert fact == {
+        "method": "venv",
+        "path": str(venv),
+        "python": str(venv / "bin" / "python"),
+        "torch_version": "2.14.1+cu130",
+        "torch_cuda": "13.0",
+        "torch_arch_list": ["sm_90", "sm_120"],
+        "toolkit_cuda": "13.0",
+        "archs": ["12.0"],
+        "key": res["key"],
+        "keep": ["torch==2.14.1"],
+        "pip_source": "registry",
+    }
+    mtime = fact_file.stat().st_mtime_ns
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["changed"] is False and res["fact_changed"] is False
+    assert fact_file.stat().st_mtime_ns == mtime
+
+    rc, res = run_module("ml_env_torch", {**args, "pip_source": "wheelhouse /srv/wheels"}, diff=True)
+    assert rc == 0 and res["changed"] is True and res["reason"] == "stamp matches"
+    assert '"registry"' in res["diff"][0]["before"] and "wheelhouse /srv/wheels" in res["diff"][0]["after"]
+    assert json.loads(fact_file.read_text())["pip_source"] == "wheelhouse /srv/wheels"

@@ -132,6 +132,26 @@ def play(tmp_path: Path, python: Path, *extra: str) -> subprocess.CompletedProce
     return run_playbook(tmp_path / "play.yml", *extra, vars_file=vars_file)
 
 
+def test_adopting_records_the_fact_in_the_same_call_only_on_change(fake_torch, tmp_path):
+    """With facts_dir the adopting call writes epforge_ml_env itself: never in check mode, once for real,
+    then changed=false (the env itself is never touched)."""
+    python = fake_torch("image")
+    venv = python.parent.parent
+    before = tree(venv)
+    facts = tmp_path / "facts"
+    args = {"python": str(python), **STACK, "facts_dir": str(facts)}
+    rc, res = run_module("ml_env_existing", args, check=True)
+    assert rc == 0 and res["changed"] is True and res["fact_changed"] is True and not facts.exists()
+    rc, res = run_module("ml_env_existing", args)
+    assert rc == 0 and res["changed"] is True and res["actions"] == []
+    fact = json.loads((facts / "epforge_ml_env.fact").read_text())
+    assert fact["method"] == "existing" and fact["path"] == str(venv) and fact["keep"] == ["torch==2.11.0"]
+    assert fact["pip_source"] == "none (adopted env, nothing installed)" and fact["key"] == res["key"]
+    rc, res = run_module("ml_env_existing", args)
+    assert rc == 0 and res["changed"] is False and res["fact_changed"] is False
+    assert tree(venv) == before
+
+
 def test_role_adopts_a_matching_env_then_changes_nothing(tmp_path, fake_torch):
     python = fake_torch("image")
     first = play(tmp_path, python)
