@@ -130,9 +130,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import arch_sort_key, check_required, parse_arch
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
-from ansible.module_utils.epforge_process import run_bounded
+from ansible.module_utils.epforge_cuobjdump import CuobjdumpError, read_binary
 
 GLOB_CHARS = set("*?[")
 
@@ -173,21 +171,11 @@ def find_cuobjdump(module: AnsibleModule) -> str | None:
 
 
 def list_archs(module: AnsibleModule, cuobjdump: str, path: str) -> dict:
-    # -lelf -lptx in one call: the short forms combine (the long forms together print the usage text).
-    argv = [cuobjdump, "-lelf", "-lptx", path]
-    proc = run_bounded(argv, timeout=module.params["timeout"])
-    if proc.timed_out:
-        module.fail_json(
-            msg=f"cuobjdump ran past {module.params['timeout']} s on {path}",
-            cmd=argv,
-            rc=124,
-            log_tail=tail(proc.output),
-        )
-    output = proc.output
-    parsed = parse_cuobjdump_listing(output)
-    if proc.rc != 0 and not parsed["host_only"]:
-        module.fail_json(msg=f"cuobjdump could not read {path}", cmd=argv, rc=proc.rc, log_tail=tail(output))
-    return parsed
+    try:
+        return read_binary(cuobjdump, path, module.params["timeout"])
+    except CuobjdumpError as exc:
+        module.fail_json(**exc.fail_fields())
+        raise  # fail_json exits; this keeps the type checker and readers sure nothing follows
 
 
 def main() -> None:

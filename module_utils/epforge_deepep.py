@@ -215,3 +215,49 @@ def classify_build_log(text: str) -> str | None:
         if re.search(pattern, text):
             return diagnosis
     return None
+
+
+# ---------------------------------------------------------------- the stack's prebuilt wheel
+
+# Bumped when what a prebuilt verdict stamp holds, or the rule that makes it, changes: every stamp is re-read.
+PREBUILT_STAMP_VERSION = 1
+# The binaries of a wheel whose SASS decides (DeepEP's extension; host-only helpers are left out).
+PREBUILT_BINARY_PATTERNS = ["*.so"]
+
+
+def prebuilt_wheel_glob(requirement: str) -> str:
+    """The file pattern pip download gives a requirement: 'sgl-deep-ep==0.1.2.post1' ->
+    'sgl_deep_ep-0.1.2.post1-*.whl' (any version when the requirement pins none)."""
+    name = re.sub(r"[=<>!~;\[].*$", "", requirement, flags=re.DOTALL).strip()
+    pinned = re.search(r"==\s*([^;\s]+)", requirement)
+    return f"{re.sub(r'[-.]', '_', name)}-{pinned.group(1) if pinned else '*'}-*.whl"
+
+
+def prebuilt_stamp_key(wheel_sha256: str, required_archs: list[str]) -> str:
+    """What a prebuilt wheel's arch verdict depends on: the wheel's bytes and the requested archs (in order:
+    the verdict message lists them so), plus the reading rule."""
+    blob = json.dumps(
+        {
+            "stamp": PREBUILT_STAMP_VERSION,
+            "wheel_sha256": wheel_sha256,
+            "required_archs": [str(a) for a in required_archs],
+            "patterns": PREBUILT_BINARY_PATTERNS,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def prebuilt_verdict(requirement: str, archs: list[str], reading: dict, error: str) -> tuple[bool, str]:
+    """(usable, one-line verdict) of a prebuilt wheel from its reading {'sass_archs', 'missing_archs',
+    'files'} or the error that prevented it."""
+    text = f"{requirement} carries SASS {', '.join(reading.get('sass_archs', []))}"
+    missing = reading.get("missing_archs", [])
+    if missing:
+        text += f" and lacks {', '.join(missing)} needed for arch list {';'.join(str(a) for a in archs)}"
+    if error:
+        text += f" (cuobjdump failed: {error})"
+    elif not reading.get("files"):
+        text += " (no binary with device code in the wheel)"
+    return (not error and bool(reading.get("files")) and not missing), text

@@ -4,8 +4,10 @@ tests/deepep_fake_src, a real git), real interpreters and real processes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import moduletools
@@ -22,9 +24,13 @@ from ansible.module_utils.epforge_deepep import (
     classify_source,
     include_path,
     non_nvlink_pairs,
+    prebuilt_stamp_key,
+    prebuilt_verdict,
+    prebuilt_wheel_glob,
     setup_py_version,
     tree_hash,
 )
+from test_cuda_binary_archs import KERNEL, ensure_cuobjdump
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "deepep"
@@ -86,6 +92,33 @@ def test_prebuilt_wheel_acceptance_from_captured_sass_lists():
     built = sass("cuobjdump-list-elf-deep_ep_cpp-v1.2.1-sm120.txt")
     assert check_required(built, [], ["12.0"])["missing"] == []
     assert check_required(built, [], ["12.0a"])["missing"] == ["12.0a"]  # plain sm_120 is no 12.0a build
+
+
+def test_prebuilt_wheel_glob_is_the_file_pip_download_writes():
+    assert prebuilt_wheel_glob("sgl-deep-ep==0.1.2.post1") == "sgl_deep_ep-0.1.2.post1-*.whl"
+    assert prebuilt_wheel_glob("deep.ep>=1.0; python_version>'3'") == "deep_ep-*-*.whl"
+    assert prebuilt_wheel_glob("sgl-deep-ep[x] == 0.2") == "sgl_deep_ep-0.2-*.whl"
+
+
+def test_prebuilt_stamp_key_follows_the_wheel_bytes_and_the_arch_list():
+    key = prebuilt_stamp_key("a" * 64, ["12.0"])
+    assert key == prebuilt_stamp_key("a" * 64, ["12.0"])
+    assert key != prebuilt_stamp_key("b" * 64, ["12.0"])
+    assert key != prebuilt_stamp_key("a" * 64, ["12.0a"])
+    assert key != prebuilt_stamp_key("a" * 64, ["9.0", "12.0"])
+
+
+def test_prebuilt_verdict_texts():
+    lacking = {"files": [{"member": "x.so"}], "sass_archs": ["sm_90", "sm_100"], "missing_archs": ["12.0"]}
+    assert prebuilt_verdict("sgl-deep-ep==0.1.2.post1", ["12.0"], lacking, "") == (
+        False,
+        "sgl-deep-ep==0.1.2.post1 carries SASS sm_90, sm_100 and lacks 12.0 needed for arch list 12.0",
+    )
+    fits = {**lacking, "missing_archs": []}
+    assert prebuilt_verdict("w", ["9.0", "10.0"], fits, "") == (True, "w carries SASS sm_90, sm_100")
+    assert prebuilt_verdict("w", ["12.0"], {}, "boom") == (False, "w carries SASS  (cuobjdump failed: boom)")
+    no_device = {"files": [], "sass_archs": [], "missing_archs": []}
+    assert prebuilt_verdict("w", ["12.0"], no_device, "")[0] is False
 
 
 def test_classify_source_on_the_stand_in_and_others():
@@ -351,3 +384,137 @@ def test_gpu_verify_fails_when_no_mode_is_left(tmp_path):
         nvidia_smi=str(fake_smi(tmp_path, "public-8x4090-pcie-node-sys-topo.txt")),
     )
     assert rc != 0 and "no DeepEP mode left" in res["msg"]
+
+
+# ---- the prebuilt wheel's verdict and its stamp: real wheels of nvcc-built binaries, a real cuobjdump ----
+
+WHEEL_NAME = "sgl_deep_ep-0.1.2.post1-cp311-cp311-linux_x86_64.whl"
+REQUIREMENT = "sgl-deep-ep==0.1.2.post1"
+
+
+@pytest.fixture(scope="module")
+def extension_builds(cuda13_nvcc, tmp_path_factory) -> dict[str, Path]:
+    """A CUDA extension built twice with nvcc (SASS sm_90 only; SASS sm_120) and a host-only helper (gcc)."""
+    out = tmp_path_factory.mktemp("ext")
+    (out / "k.cu").write_text(KERNEL)
+    built = {}
+    for arch in ("90", "120"):
+        built[arch] = out / f"sm{arch}.so"
+        subprocess.run(
+            [
+                cuda13_nvcc,
+                "-shared",
+                "-Xcompiler",
+                "-fPIC",
+                "-gencode",
+                f"arch=compute_{arch},code=sm_{arch}",
+                str(out / "k.cu"),
+                "-o",
+                str(built[arch]),
+            ],
+            check=True,
+            timeout=300,
+            capture_output=True,
+        )
+    (out / "host.c").write_text("int host_only(void) { return 1; }\n")
+    built["host"] = out / "libhost.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(out / "host.c"), "-o", str(built["host"])], check=True)
+    return built
+
+
+def write_wheel(path: Path, extension: Path, host: Path) -> Path:
+    """A wheel laid out like sgl-deep-ep's: the extension, a host-only library, Python code and metadata."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as whl:
+        whl.write(extension, "deep_ep/_C.cpython-311-x86_64-linux-gnu.so")
+        whl.write(host, "deep_ep/libhost.so")
+        whl.writestr("deep_ep/__init__.py", "")
+        whl.writestr(
+            "sgl_deep_ep-0.1.2.post1.dist-info/METADATA", "Name: sgl-deep-ep\nVersion: 0.1.2.post1\n"
+        )
+    return path
+
+
+def judge(
+    folder: Path, archs: list[str], cuobjdump: str, *, check: bool = False, **extra
+) -> tuple[int, dict]:
+    args = {
+        "folder": str(folder),
+        "requirement": REQUIREMENT,
+        "required_archs": archs,
+        "cuobjdump": cuobjdump,
+    }
+    return run_module("deepep_prebuilt", {**args, **extra}, check=check)
+
+
+@pytest.mark.build
+def test_prebuilt_verdict_is_stamped_and_reused_until_wheel_or_archs_change(extension_builds, tmp_path):
+    cuobjdump = ensure_cuobjdump()
+    no_tool = str(tmp_path / "no-cuobjdump")  # a rerun that needs cuobjdump says so: the stamp did not answer
+    wheel = write_wheel(tmp_path / WHEEL_NAME, extension_builds["90"], extension_builds["host"])
+    stamp = Path(f"{wheel}.archs.json")
+
+    rc, res = judge(tmp_path, ["12.0"], cuobjdump)
+    assert rc == 0, res
+    assert (res["ok"], res["stamp"], res["changed"]) == (False, "written", True)
+    assert res["verdict"] == f"{REQUIREMENT} carries SASS sm_90 and lacks 12.0 needed for arch list 12.0"
+    assert [f["member"] for f in res["files"]] == [
+        "deep_ep/_C.cpython-311-x86_64-linux-gnu.so"
+    ]  # host-only out
+    assert json.loads(stamp.read_text())["wheel_sha256"] == res["sha256"]
+
+    rc, again = judge(tmp_path, ["12.0"], no_tool)
+    assert rc == 0 and (again["stamp"], again["changed"]) == ("hit", False)
+    assert again["verdict"] == res["verdict"] and again["ok"] is False
+
+    # Another arch list is another question: not answered by the stamp, read again and re-stamped.
+    rc, other = judge(tmp_path, ["9.0"], no_tool)
+    assert rc == 0 and other["stamp"] == "not_written" and "cuobjdump not found" in other["verdict"]
+    rc, other = judge(tmp_path, ["9.0"], cuobjdump)
+    assert rc == 0 and (other["ok"], other["stamp"]) == (True, "written")
+
+    # The same file name with other bytes (a re-download of a rebuilt wheel) is read again.
+    write_wheel(wheel, extension_builds["120"], extension_builds["host"])
+    rc, rebuilt = judge(tmp_path, ["9.0"], no_tool)
+    assert rc == 0 and rebuilt["stamp"] == "not_written" and rebuilt["sha256"] != res["sha256"]
+    rc, rebuilt = judge(tmp_path, ["12.0"], cuobjdump)
+    assert rc == 0 and (rebuilt["ok"], rebuilt["sass_archs"], rebuilt["stamp"]) == (
+        True,
+        ["sm_120"],
+        "written",
+    )
+    assert judge(tmp_path, ["12.0"], no_tool)[1]["stamp"] == "hit"
+
+
+@pytest.mark.build
+def test_prebuilt_check_mode_and_failed_readings_write_no_stamp(extension_builds, tmp_path):
+    wheel = write_wheel(tmp_path / WHEEL_NAME, extension_builds["120"], extension_builds["host"])
+    rc, res = judge(tmp_path, ["12.0"], ensure_cuobjdump(), check=True)
+    assert rc == 0 and res["ok"] is True and res["stamp"] == "not_written" and not res["changed"]
+    assert not Path(f"{wheel}.archs.json").exists()
+    # A cuobjdump that cannot read the binary: the reason is in the verdict, nothing is stamped.
+    failing = tmp_path / "cuobjdump"
+    failing.write_text("#!/bin/sh\necho 'cuobjdump fatal   : unsupported file' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    rc, res = judge(tmp_path, ["12.0"], str(failing))
+    assert rc == 0 and res["ok"] is False and res["stamp"] == "not_written"
+    assert (
+        "(cuobjdump failed: cuobjdump could not read" in res["verdict"]
+        and "unsupported file" in res["verdict"]
+    )
+    assert not Path(f"{wheel}.archs.json").exists()
+
+
+def test_prebuilt_no_wheel_one_wheel_or_stale_ones(tmp_path):
+    rc, res = judge(tmp_path / "absent", ["12.0"], "/bin/true")
+    assert rc == 0 and res["wheels"] == [] and res["stamp"] == "none" and res["ok"] is False
+    rc, res = judge(tmp_path / "absent", ["12.0"], "/bin/true", require_wheel=True)
+    assert rc != 0 and res["msg"] == (
+        f"expected one wheel for {REQUIREMENT} in {tmp_path / 'absent'}, found []: remove the stale ones"
+    )
+    (tmp_path / WHEEL_NAME).write_text("not a zip")
+    rc, res = judge(tmp_path, ["12.0"], "/bin/true")
+    assert rc == 0 and res["ok"] is False and "is not a readable wheel" in res["verdict"]
+    assert not (tmp_path / f"{WHEEL_NAME}.archs.json").exists()
+    (tmp_path / "sgl_deep_ep-0.1.2.post1-cp312-cp312-linux_x86_64.whl").write_text("")
+    rc, res = judge(tmp_path, ["12.0"], "/bin/true")
+    assert rc != 0 and "remove the stale ones" in res["msg"] and len(res["wheels"]) == 2
