@@ -16,6 +16,7 @@ import difflib
 import re
 
 from ansible.module_utils.epforge_secrets import is_secret_name
+from ansible.module_utils.epforge_version import version_tuple
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 30000
@@ -102,21 +103,6 @@ FLAG_RENAMES: dict[str, tuple[str, str]] = {
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def parse_version(version: str | None) -> tuple[int, ...]:
-    """The numeric release part of a version ('0.5.10.post1' -> (0, 5, 10)); () for None/empty."""
-    if not version:
-        return ()
-    parts: list[int] = []
-    for piece in str(version).strip().lstrip("v").split("."):
-        match = re.match(r"^(\d+)", piece)
-        if not match:
-            break
-        parts.append(int(match.group(1)))
-        if match.group(1) != piece:
-            break
-    return tuple(parts)
-
-
 def flag_name(key: str, sglang_version: str | None = None) -> str:
     """The launch_server flag for a setting, for the given SGLang version (None: the newest naming known)."""
     default = "--" + key.replace("_", "-")
@@ -124,7 +110,7 @@ def flag_name(key: str, sglang_version: str | None = None) -> str:
     if rename is None:
         return default
     since, new_name = rename
-    if sglang_version is None or parse_version(sglang_version) >= parse_version(since):
+    if sglang_version is None or version_tuple(sglang_version) >= version_tuple(since):
         return new_name
     return default
 

@@ -21,10 +21,10 @@ from ansible.module_utils.epforge_sglang_args import (
     build_server_argv,
     build_server_env,
     flag_name,
-    parse_version,
     validate_settings,
     with_defaults,
 )
+from ansible.module_utils.epforge_version import version_tuple
 from conftest import FIXTURES
 
 SGLANG_FIX = FIXTURES / "sglang"
@@ -321,12 +321,12 @@ def test_env_rendering():
     assert build_server_env({}) == {}
 
 
-def test_parse_version():
-    assert parse_version("0.5.10.post1") == (0, 5, 10)
-    assert parse_version("0.5.23") == (0, 5, 23)
-    assert parse_version("v0.5.20rc1") == (0, 5, 20)
-    assert parse_version(None) == ()
-    assert parse_version("0.5.9") < parse_version("0.5.20")
+def test_sglang_releases_compare_through_the_one_version_parser():
+    assert version_tuple("0.5.10.post1") == (0, 5, 10)
+    assert version_tuple("0.5.23") == (0, 5, 23)
+    assert version_tuple("v0.5.20rc1") == (0, 5, 20)
+    assert version_tuple(None) == ()
+    assert version_tuple("0.5.9") < version_tuple("0.5.20")
 
 
 # --- sglang_install's pure helpers --------------------------------------------------------------------------
