@@ -432,6 +432,10 @@ def run_python(python: str) -> tuple[str, str]:
     path = python if os.path.isabs(python) else shutil.which(python)
     if not path or not os.access(path, os.X_OK):
         return "", f"'{python}' not found on PATH"
+    if os.path.realpath(path) == os.path.realpath(sys.executable):
+        # The binary running this module (usual: python3 on PATH is the host's interpreter): its version
+        # without a second interpreter start.
+        return ".".join(str(part) for part in sys.version_info[:3]), ""
     proc = run_bounded([path, *PY_VERSION_ARGV], timeout=30)
     if proc.rc != 0:
         return "", f"rc {proc.rc}: {proc.err.strip()[-300:]}"

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from unittest import mock
 
 import epforge_preflight_checks as checks_module
 import pytest
@@ -137,10 +138,18 @@ def test_python_check():
     assert "apt-get install python3 python3-venv" in missing["detail"]
 
 
-def test_run_python_runs_the_real_interpreter():
-    version, error = run_python(sys.executable)
-    assert error == "" and version == ".".join(map(str, sys.version_info[:3]))
-    assert run_python("") == (version, "")  # the module's own interpreter
+def test_run_python_runs_the_real_interpreter(tmp_path):
+    version = ".".join(map(str, sys.version_info[:3]))
+    wrapper = tmp_path / "python3"  # another file, so the module starts it
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    assert run_python(str(wrapper)) == (version, "")
+    with mock.patch.object(checks_module, "run_bounded", side_effect=AssertionError("started")):
+        # The module's own binary (through a symlink too) is not started again.
+        link = tmp_path / "python-link"
+        link.symlink_to(sys.executable)
+        assert run_python(sys.executable) == (version, "") == run_python(str(link))
+        assert run_python("") == (version, "")  # the module's own interpreter
     assert run_python("no-such-python-here") == ("", "'no-such-python-here' not found on PATH")
 
 
