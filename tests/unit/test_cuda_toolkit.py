@@ -147,6 +147,19 @@ def run_role(tmp_path: Path, role_vars: dict, *, check: bool = False, name: str 
     }
 
 
+def assert_no_op_path(run: dict) -> None:
+    """The no-op path: one assert, the probe, one skipped include (the install and the verify behind it)."""
+    role_tasks = [
+        t["task"]["name"]
+        for p in run["raw"]["plays"]
+        for t in p["tasks"]
+        if t["task"]["name"].startswith("cuda_toolkit : ")
+    ]
+    assert sum("Install, verify and record" in name for name in role_tasks) == 1
+    assert not any("Verify nvcc" in name or "Install with" in name for name in role_tasks), role_tasks
+    assert sum("Refuse" in name for name in role_tasks) == 1
+
+
 # ------------------------------------------------------------------------------------------------ parsers
 
 
@@ -370,6 +383,29 @@ def test_role_refuses_unknown_method(tmp_path):
     assert not (tmp_path / "facts").exists()
 
 
+def test_role_refuses_in_one_assert_naming_every_rule_that_failed(tmp_path):
+    """The refusals are one controller task: its message holds the sentence of each failed rule."""
+    run = run_role(
+        tmp_path,
+        {
+            "epforge_stack": "cu128",
+            "cuda_toolkit_method": "pypi",
+            "cuda_toolkit_pypi_packages": [],
+            "cuda_toolkit_prefix": str(tmp_path / "opt" / "cuda-12.8"),
+        },
+    )
+    assert run["rc"] != 0 and run["role_calls"] == []
+    msg = next(m for m in run["failures"] if "cannot install CUDA 12.8" in m)
+    assert "cuda_toolkit_pypi_packages is empty" in msg
+    run = run_role(tmp_path, {"cuda_toolkit_method": "existing"}, name="nohome")
+    assert run["rc"] != 0 and run["role_calls"] == []
+    assert any(
+        m == "cuda_toolkit_method existing needs cuda_toolkit_home (the CUDA_HOME to verify)."
+        for m in run["failures"]
+    )
+    assert not (tmp_path / "opt").exists() and not (tmp_path / "facts").exists()
+
+
 def test_role_refuses_existing_home_of_another_version(tmp_path):
     home = tmp_path / "cuda-12.8"
     fake_nvcc(home, "12.8.93", "sm_90 sm_100 sm_120")
@@ -396,6 +432,7 @@ def test_role_existing_verifies_in_place_and_reruns_with_one_call(tmp_path):
     second = run_role(tmp_path, role_vars)
     assert second["rc"] == 0 and second["changed"] == []
     assert second["role_calls"] == ["cuda_toolkit_verify"]
+    assert_no_op_path(second)
 
 
 # ------------------------------------------------------------------------------------ real install
@@ -487,6 +524,7 @@ def test_role_pypi_installs_then_reruns_with_one_module_call(tmp_path):
     second = run_role(tmp_path, role_vars)
     assert second["rc"] == 0 and second["changed"] == []
     assert second["role_calls"] == ["cuda_toolkit_verify"]
+    assert_no_op_path(second)
     assert "unchanged" in second["outputs"]["steps"][-1]["detail"]
     print(
         f"role pypi: first run {first['seconds']:.1f} s, no-op rerun {second['seconds']:.1f} s "
