@@ -14,7 +14,8 @@ description:
     O(key_extra) into the build key.
   - The host already has the extension when the stamp O(state_dir)C(/<name>.stamp.json) holds this key and
     every C(.so) file it lists still exists.
-  - Changes nothing (check mode behaves the same).
+  - Changes nothing, except with O(record) the local fact entry of an installed key, only when it differs
+    (check mode writes nothing; diff mode shows it).
 options:
   name:
     description: Extension name.
@@ -72,6 +73,14 @@ options:
     description: Directory of local facts; the current C(epforge_cuda_extensions.fact) is returned as C(fact).
     type: path
     default: /etc/ansible/facts.d
+  record:
+    description:
+      - When the key is installed (the stamp matches), also set this extension's entry in
+        C(epforge_cuda_extensions.fact) to the stamp without its inputs, keeping the other extensions'
+        entries; written only when it changes (nothing in check mode). Then a no-op rerun of role
+        cuda_extension records its fact in this one call.
+    type: bool
+    default: false
 author: epforge developers
 """
 
@@ -134,6 +143,10 @@ cuda_version:
   description: CUDA release of O(cuda_home)'s nvcc.
   returned: success
   type: str
+fact_changed:
+  description: Whether O(record) changed (or, in check mode, would change) this extension's fact entry.
+  returned: success
+  type: bool
 """
 
 import json
@@ -151,13 +164,31 @@ from ansible.module_utils.epforge_build import (
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_cuda import parse_nvcc_release
 from ansible.module_utils.epforge_files import read_json
+from ansible.module_utils.epforge_local_facts import write_local_fact
 from ansible.module_utils.epforge_process import run_bounded
+
+FACT_NAME = "epforge_cuda_extensions"
 
 PROBE = (
     "import json, platform, sys, sysconfig; print(json.dumps({'major': sys.version_info[0], "
     "'minor': sys.version_info[1], 'impl': sys.implementation.name, 'machine': platform.machine(), "
     "'platlib': sysconfig.get_paths()['platlib'], 'purelib': sysconfig.get_paths()['purelib']}))"
 )
+
+
+def record_installed(module: AnsibleModule, name: str, stamp: dict, fact: dict) -> dict:
+    """Set the fact entry of an installed key to its stamp without the inputs (only on change): the part of
+    the result it adds (changed, fact_changed and the diff)."""
+    entry = {k: v for k, v in stamp.items() if k != "inputs"}
+    if fact.get(name) == entry:
+        return {"fact_changed": False}
+    try:
+        wrote = write_local_fact(
+            module.params["facts_dir"], FACT_NAME, {**fact, name: entry}, check_mode=module.check_mode
+        )
+    except OSError as exc:
+        module.fail_json(msg=f"writing the local fact {FACT_NAME} failed: {exc}")
+    return {"changed": wrote["changed"], "fact_changed": wrote["changed"], "diff": wrote["diff"]}
 
 
 def main() -> None:
@@ -176,6 +207,7 @@ def main() -> None:
             "key_extra": {"type": "raw", "default": {}},
             "state_dir": {"type": "path", "required": True},
             "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
+            "record": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -242,9 +274,12 @@ def main() -> None:
     installed, reason = stamp_matches(stamp, key, stamp.get("so_files", []) if stamp else [])
     if installed and not stamp.get("so_files"):
         installed, reason = False, "stamp lists no .so files"
-    fact = read_json(os.path.join(p["facts_dir"], "epforge_cuda_extensions.fact")) or {}
+    fact = read_json(os.path.join(p["facts_dir"], f"{FACT_NAME}.fact")) or {}
+    recorded = {"changed": False, "fact_changed": False}
+    if installed and p["record"]:
+        recorded.update(record_installed(module, p["name"], stamp, fact))
     module.exit_json(
-        changed=False,
+        **recorded,
         key=key,
         inputs=inputs,
         installed=installed,

@@ -473,7 +473,10 @@ def test_source_dir_and_archive_revisions(tmp_path):
 # ------------------------------------------------------------------ the plan module (real nvcc)
 
 
-def test_plan_keys_and_installed_state(cuda13_home, tmp_path):
+@pytest.fixture
+def plan_env(cuda13_home, tmp_path):
+    """A real venv (no pip) naming torch 2.14.1 in a dist-info dir, one extension .so in it, and the plan
+    module's arguments for extension fake_ext built from it."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
@@ -492,6 +495,11 @@ def test_plan_keys_and_installed_state(cuda13_home, tmp_path):
         "state_dir": str(tmp_path / "state"),
         "facts_dir": str(tmp_path / "facts"),
     }
+    return site, so, args
+
+
+def test_plan_keys_and_installed_state(plan_env, tmp_path):
+    site, so, args = plan_env
     rc, res = run_module("cuda_extension_plan", args)
     assert rc == 0, res
     assert res["installed"] is False and res["reason"] == "no stamp" and res["changed"] is False
@@ -512,6 +520,33 @@ def test_plan_keys_and_installed_state(cuda13_home, tmp_path):
     assert res["installed"] is False and "missing" in res["reason"]
     rc, res = run_module("cuda_extension_plan", {**args, "cuda_home": str(tmp_path)})
     assert rc != 0 and "cuda_toolkit" in res["msg"]
+
+
+def test_plan_records_the_fact_entry_of_an_installed_key_once(plan_env, tmp_path):
+    """With record, the plan call that finds the key installed also sets the extension's fact entry (the
+    stamp without its inputs), keeping other extensions' entries: never in check mode, once for real, then
+    changed=false; a key that is not installed records nothing."""
+    _site, so, plan_args = plan_env
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    fact_file = facts / "epforge_cuda_extensions.fact"
+    fact_file.write_text(json.dumps({"deep_ep": {"key": "d1"}}))
+    args = {**plan_args, "record": True}
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["installed"] is False and res["changed"] is False and res["fact_changed"] is False
+    stamp = {"name": "fake_ext", "key": res["key"], "so_files": [str(so)], "inputs": res["inputs"]}
+    write_json_atomic(str(tmp_path / "state" / "fake_ext.stamp.json"), stamp)
+    entry = {k: v for k, v in stamp.items() if k != "inputs"}
+
+    rc, res = run_module("cuda_extension_plan", args, check=True)
+    assert rc == 0 and res["installed"] is True and res["changed"] is True and res["fact_changed"] is True
+    assert json.loads(fact_file.read_text()) == {"deep_ep": {"key": "d1"}}  # check mode wrote nothing
+    assert '"fake_ext"' in res["diff"]["after"]
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["changed"] is True
+    assert json.loads(fact_file.read_text()) == {"deep_ep": {"key": "d1"}, "fake_ext": entry}
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["installed"] is True and res["changed"] is False and res["fact_changed"] is False
 
 
 def test_safe_extract_refuses_escaping_members(tmp_path):
