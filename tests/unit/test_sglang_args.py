@@ -11,8 +11,8 @@ import sys
 
 import moduletools
 import pytest
-import sglang_flags_check
 import sglang_install
+from ansible.module_utils import epforge_sglang_flags
 from ansible.module_utils.epforge_secrets import redact
 from ansible.module_utils.epforge_sglang_args import (
     FLAG_ORDER,
@@ -506,8 +506,8 @@ def test_flags_check_remembered_outcome_needs_the_same_evidence(tmp_path):
         "notes": [],
         "warnings_sglang": [],
     }
-    key = sglang_flags_check.cache_key_of(MOTIVATING_ARGV_0523, "0.5.23", sys.executable, True, "stamp-1")
-    sglang_flags_check.write_cache(str(cache), key, outcome)
+    key = epforge_sglang_flags.cache_key_of(MOTIVATING_ARGV_0523, "0.5.23", sys.executable, True, "stamp-1")
+    epforge_sglang_flags.write_cache(str(cache), key, outcome)
     args = {
         "python": sys.executable,
         "settings": MOTIVATING,

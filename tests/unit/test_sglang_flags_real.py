@@ -21,8 +21,8 @@ from pathlib import Path
 
 import moduletools
 import pytest
-import sglang_flags_check
 import yaml
+from ansible.module_utils import epforge_sglang_flags
 from ansible.module_utils.epforge_sglang_args import build_server_argv, flag_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,7 +177,7 @@ def test_motivating_configuration_passes_sglang_parser(sglang_env):
     # One process per check, exactly as the module runs it.
     argv = build_server_argv(MOTIVATING, sglang_version=SGLANG_VERSION)
     assert argv == MOTIVATING_ARGV
-    res = sglang_flags_check.run_parser(sglang_env["python"], argv)
+    res = epforge_sglang_flags.run_parser(sglang_env["python"], argv)
     assert res["ok"], res["output"][-3000:]
     assert res["sglang_version"] == SGLANG_VERSION
     assert res["parsed"] == {
@@ -246,7 +246,7 @@ def batch(sglang_env) -> dict:
     argvs["old_name"] = build_server_argv(MOTIVATING, sglang_version="0.5.10.post1")
     argvs["abbreviated"] = [*argvs["motivating"], "--mem-fraction", "0.8"]
     argvs["deprecated"] = build_server_argv({**MOTIVATING, "disable_cuda_graph": True})
-    results = sglang_flags_check.run_parser_batch(sglang_env["python"], list(argvs.values()))
+    results = epforge_sglang_flags.run_parser_batch(sglang_env["python"], list(argvs.values()))
     return dict(zip(argvs, results, strict=True))
 
 
