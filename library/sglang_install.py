@@ -30,7 +30,15 @@ description:
     versions (read from metadata, no import) decide; when both match nothing runs and nothing is imported.
   - After an install, proves that C(import sglang) and C(import sglang.srt.server_args) work (no GPU
     needed) and that C(sglang.__version__) is I(version), then writes the stamp.
-  - Check mode reports what would be installed, with a diff of the stamp.
+  - With I(settings), also the sglang role's other work, in this one call (a no-op rerun is one module
+    call) - before anything changes, the settings are refused on shape errors (unknown keys, wrong types)
+    by C(module_utils/epforge_sglang_args.py); the directories of I(log_path) and I(stamp_path) are made;
+    after the install (or finding it current) the settings' flags are judged by the installed SGLang's own
+    parser, or answered from I(flags_cache_path) when nothing they depend on changed (see module
+    C(sglang_flags_check)); with I(facts_dir), the local fact C(epforge_sglang) is written, only when its
+    content changes.
+  - Check mode reports what would be installed, with a diff of the stamp and of the fact; the parser is not
+    run when SGLang would first have to be installed.
 options:
   python:
     description: The python of the environment (the ML env), which must already hold the stack's torch.
@@ -96,6 +104,30 @@ options:
     description: Seconds each pip run may take.
     type: int
     default: 1800
+  settings:
+    description:
+      - The server settings (C(epforge_server) with the multi-node keys); their C(nnodes) and C(node_rank)
+        go into the fact. An C(api_key) in them is never rendered, returned or recorded.
+      - Empty - no flags are checked.
+    type: dict
+    default: {}
+  validate_flags:
+    description: Judge the flags of non-empty I(settings) (shape first, then SGLang's parser).
+    type: bool
+    default: true
+  flags_timeout:
+    description: Seconds SGLang's parser may take (it imports torch).
+    type: int
+    default: 300
+  flags_cache_path:
+    description:
+      - JSON file remembering the last successful flag check, keyed by the flags, the SGLang version,
+        I(python), the stamp's hash and the check script; an unchanged rerun imports nothing.
+      - Not written in check mode; a failed check is never remembered.
+    type: path
+  facts_dir:
+    description: Directory of local facts; when set, the fact C(epforge_sglang) is written there.
+    type: path
 author: epforge developers
 """
 
@@ -108,6 +140,19 @@ EXAMPLES = r"""
     keep: [torch==2.14.1]
     log_path: /var/log/epforge/sglang-install.log
     stamp_path: /var/lib/epforge/sglang.stamp.json
+
+- name: Install SGLang, judge the server flags with its parser and record the fact, in one call
+  sglang_install:
+    python: /opt/epforge/ml-env/bin/python
+    version: "0.5.23"
+    install_deps: false
+    parser_deps: [pydantic, fastapi]
+    keep: [torch==2.14.1]
+    log_path: /var/log/epforge/sglang-install.log
+    stamp_path: /var/lib/epforge/sglang.stamp.json
+    settings: {model_path: /models/demo-moe, tp_size: 2, ep_size: 2}
+    flags_cache_path: /var/lib/epforge/sglang-flags-check.json
+    facts_dir: /etc/ansible/facts.d
 """
 
 RETURN = r"""
@@ -141,6 +186,23 @@ pip_source:
   description: I(pip_source), as given.
   returned: always
   type: str
+flags:
+  description:
+    - The flag check of I(settings) - C(validated) (false when the settings are empty, I(validate_flags) is
+      false, or check mode would first install SGLang), C(argv) (the checked flags, secrets never included);
+      after a check also C(cached), C(parsed), C(constructed), C(notes), C(warnings_sglang) and
+      C(sglang_version) as module C(sglang_flags_check) returns them.
+  returned: success
+  type: dict
+fact:
+  description: The local fact C(epforge_sglang) as written (or as it would be, in check mode).
+  returned: when I(facts_dir) is set
+  type: dict
+created_dirs:
+  description: Directories made (or given mode 0755) in this run.
+  returned: success
+  type: list
+  elements: str
 """
 
 import hashlib
@@ -150,9 +212,13 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import fail_cmd, tail
-from ansible.module_utils.epforge_files import write_json_atomic
+from ansible.module_utils.epforge_files import ensure_directories, write_json_atomic
+from ansible.module_utils.epforge_local_facts import write_local_fact
 from ansible.module_utils.epforge_pip_guard import refuse_replacing
 from ansible.module_utils.epforge_process import run_bounded, run_logged
+from ansible.module_utils.epforge_secrets import redact
+from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
+from ansible.module_utils.epforge_sglang_flags import check_flags, hide_secrets
 from ansible.module_utils.epforge_wheelhouse import pin_from_metadata
 
 # Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
@@ -304,7 +370,14 @@ ARGUMENT_SPEC = {
     "log_path": {"type": "path", "required": True},
     "stamp_path": {"type": "path", "required": True},
     "timeout": {"type": "int", "default": 1800},
+    "settings": {"type": "dict", "default": {}},
+    "validate_flags": {"type": "bool", "default": True},
+    "flags_timeout": {"type": "int", "default": 300},
+    "flags_cache_path": {"type": "path"},
+    "facts_dir": {"type": "path"},
 }
+
+FACT_NAME = "epforge_sglang"
 
 # The variable that lists a profile's dependencies, named when SGLang then misses a module.
 DEPS_VARIABLE = {
@@ -340,28 +413,25 @@ def input_problem(params: dict) -> str | None:
     return None
 
 
-def require_python(module, inputs: dict) -> None:
-    """The ML env's python must exist; in check mode on a fresh host, report the install it would do."""
+def require_python(module, inputs: dict) -> dict | None:
+    """The ML env's python must exist; in check mode on a fresh host, the install it would do."""
     params = module.params
     python = params["python"]
     if os.access(python, os.X_OK):
-        return
+        return None
     if module.check_mode:
         # Check mode on a fresh host: the ML env that a real run creates first is not there yet.
-        module.exit_json(
-            changed=True,
-            version=params["version"],
-            installed={},
-            mode=inputs["mode"],
-            log_path=params["log_path"],
-            stamp=stamp_of(inputs),
-            pip_source=params["pip_source"],
-            actions=[f"install sglang=={params['version']} ({inputs['mode']}) once {python} exists"],
-        )
+        return {
+            "changed": True,
+            "version": params["version"],
+            "installed": {},
+            "actions": [f"install sglang=={params['version']} ({inputs['mode']}) once {python} exists"],
+        }
     module.fail_json(
         msg=f"python {python} does not exist or is not executable: create the ML env first "
         "(role ml_env) or set sglang_python"
     )
+    return None
 
 
 def stamp_diff(path: str, before: dict, old_stamp: dict | None, wanted: dict, stamp: dict) -> dict:
@@ -487,53 +557,132 @@ def require_installed(module, wanted: dict) -> dict:
     return after_versions
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+def flags_argv(module) -> list[str] | None:
+    """The flags of the settings to judge (refused on shape errors before anything changes), or None."""
     params = module.params
-    problem = input_problem(params)
-    if problem:
-        module.fail_json(msg=problem)
-    inputs = desired_inputs(params)
-    require_python(module, inputs)
+    if not (params["validate_flags"] and params["settings"]):
+        return None
+    problems = validate_settings(params["settings"], require_model=True)
+    if problems:
+        module.fail_json(
+            msg="server settings refused before SGLang was asked: " + "; ".join(problems),
+            problems=problems,
+        )
+    return build_server_argv(params["settings"], include_secrets=False, sglang_version=params["version"])
 
+
+def install(module, inputs: dict) -> dict:
+    """Install unless the stamp and the installed versions match: changed, version, installed, actions
+    (and diff, commands)."""
+    params = module.params
     wanted = pinned_checks(inputs)
     before_versions = installed_versions(module, params["python"], sorted(wanted))
     stamp = stamp_of(inputs)
     old_stamp = read_stamp(params["stamp_path"])
     versions_ok = all(version_matches(before_versions.get(name), version) for name, version in wanted.items())
     stamp_ok = bool(old_stamp) and old_stamp.get("sha256") == stamp["sha256"]
-    result = {
-        "mode": inputs["mode"],
-        "log_path": params["log_path"],
-        "stamp": stamp,
-        "pip_source": params["pip_source"],
-    }
     if versions_ok and stamp_ok:
-        module.exit_json(
-            changed=False, version=before_versions["sglang"], installed=before_versions, actions=[], **result
-        )
+        return {
+            "changed": False,
+            "version": before_versions["sglang"],
+            "installed": before_versions,
+            "actions": [],
+        }
 
     diff = stamp_diff(params["stamp_path"], before_versions, old_stamp, wanted, stamp)
     commands = pip_commands(params["python"], inputs)
     actions = [first_action(wanted, before_versions, inputs["mode"])]
+    done = {"changed": True, "installed": before_versions, "actions": actions, "diff": diff}
     if module.check_mode:
-        module.exit_json(
-            changed=True,
-            version=params["version"],
-            installed=before_versions,
-            actions=actions,
-            commands=commands,
-            diff=diff,
-            **result,
-        )
+        return {**done, "version": params["version"], "commands": commands}
+    # What a failure reports besides its message.
+    result = {"mode": inputs["mode"], "log_path": params["log_path"], "stamp": stamp}
+    result["pip_source"] = params["pip_source"]
     actions += run_pip(module, inputs, commands, result)
     imported = verify_import(module, inputs["mode"])
     after_versions = require_installed(module, wanted)
     actions.append(f"verified: import sglang {imported} and sglang.srt.server_args")
     write_json_atomic(params["stamp_path"], stamp)
-    module.exit_json(
-        changed=True, version=imported, installed=after_versions, actions=actions, diff=diff, **result
+    return {**done, "version": imported, "installed": after_versions}
+
+
+def judge_flags(module, argv: list[str] | None, installed: dict, stamp: dict) -> dict:
+    """SGLang's parser on the flags (or its remembered outcome); skipped in check mode before an install."""
+    params = module.params
+    if argv is None or (module.check_mode and installed["changed"]):
+        return {"validated": False, "argv": []}
+    outcome = check_flags(
+        module,
+        params["python"],
+        argv,
+        params["version"],
+        timeout=params["flags_timeout"],
+        cache_path=params["flags_cache_path"],
+        evidence=stamp["sha256"],
     )
+    return {"validated": True, "argv": redact(argv), **outcome}
+
+
+def fact_of(params: dict, inputs: dict, installed: dict, stamp: dict, flags: dict) -> dict:
+    """The local fact epforge_sglang: what is installed, from where, and which flags SGLang accepted."""
+    settings = params["settings"] or {}
+    return {
+        "version": installed["version"],
+        "mode": inputs["mode"],
+        "can_serve": inputs["mode"] in ("full", "server"),
+        "package_overrides": list(params["overrides"]),
+        "pip_source": params["pip_source"],
+        "python": params["python"],
+        "kernel_package": inputs["kernel_package"],
+        "installed": installed["installed"],
+        "stamp_sha256": stamp["sha256"],
+        "server_flags": {
+            "validated": flags["validated"],
+            "argv": flags["argv"],
+            "nnodes": settings.get("nnodes", 1),
+            "node_rank": settings.get("node_rank", 0),
+        },
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    hide_secrets(module, params["settings"])
+    problem = input_problem(params)
+    if problem:
+        module.fail_json(msg=problem)
+    argv = flags_argv(module)
+    inputs = desired_inputs(params)
+    stamp = stamp_of(inputs)
+    directories = [os.path.dirname(params["log_path"]), os.path.dirname(params["stamp_path"])]
+    try:
+        created = ensure_directories([d for d in directories if d], check_mode=module.check_mode)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot make the log and state directories {directories}: {exc}")
+
+    installed = require_python(module, inputs) or install(module, inputs)
+    flags = judge_flags(module, argv, installed, stamp)
+    diffs = [installed.pop("diff")] if "diff" in installed else []
+    result = {
+        **installed,
+        "changed": installed["changed"] or bool(created),
+        "mode": inputs["mode"],
+        "log_path": params["log_path"],
+        "stamp": stamp,
+        "pip_source": params["pip_source"],
+        "flags": flags,
+        "created_dirs": created,
+    }
+    if params["facts_dir"]:
+        fact = fact_of(params, inputs, installed, stamp, flags)
+        written = write_local_fact(params["facts_dir"], FACT_NAME, fact, check_mode=module.check_mode)
+        diffs += [written["diff"]] if written["diff"] else []
+        result.update(fact=fact, changed=result["changed"] or written["changed"])
+    if diffs:
+        # Ansible prints one diff or a list of them: the stamp's and the fact's.
+        result["diff"] = diffs[0] if len(diffs) == 1 else diffs
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

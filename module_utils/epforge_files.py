@@ -78,6 +78,24 @@ def write_json_atomic(path: str, data, mode: int = 0o644, indent: int = 2, defau
     return True
 
 
+def ensure_directories(paths, mode: int = 0o755, check_mode: bool = False) -> list[str]:
+    """Make each directory exist with `mode` (parents as needed), like a file task with state=directory;
+    returns the ones created or re-moded (in check mode: the ones that would be), in order, once each."""
+    changed = []
+    for path in dict.fromkeys(paths):
+        try:
+            current = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            current = None
+        if current == mode:
+            continue
+        changed.append(path)
+        if not check_mode:
+            os.makedirs(path, mode=mode, exist_ok=True)
+            os.chmod(path, mode)
+    return changed
+
+
 def read_json(path: str) -> dict | None:
     """A JSON object from a file, or None when it is missing, unreadable or no object (a broken stamp = no
     stamp)."""

@@ -379,10 +379,27 @@ def run_role(
     }
 
 
+ONE_CALL = "sglang : Install SGLang (once), judge the server flags with its parser, record the fact"
+
+
+def one_call(run: dict, host: str = "localhost") -> dict:
+    """The result of the role's one module call (install, flags, fact) on host."""
+    (result,) = [res for (h, name), res in run["results"].items() if h == host and name.startswith(ONE_CALL)]
+    return result
+
+
 def flags_result(run: dict, host: str = "localhost") -> dict:
-    """The result of the role's parser task on host."""
-    name = f"sglang : Validate the server settings with the parser of SGLang {SGLANG_VERSION}"
-    return run["results"][(host, name)]
+    """The flag check of the role's module call on host."""
+    return one_call(run, host)["flags"]
+
+
+def module_calls(run: dict, role: str = "sglang") -> list[str]:
+    """The role's tasks that ran a module on a host (their result holds the module's invocation)."""
+    return [
+        name
+        for (_, name), res in run["results"].items()
+        if name.startswith(f"{role} : ") and "invocation" in res and not res.get("skipped")
+    ]
 
 
 def test_role_installs_validates_and_reruns_with_no_change(sglang_env, tmp_path):
@@ -405,6 +422,8 @@ def test_role_installs_validates_and_reruns_with_no_change(sglang_env, tmp_path)
     # Nothing changed, so neither pip nor SGLang's parser ran again: the remembered outcome was returned.
     assert flags_result(second)["cached"] is True
     assert flags_result(second)["parsed"] == flags_result(first)["parsed"]
+    # The no-op path is one module call: the directories, the install probe, the flags, the fact.
+    assert [name.startswith(ONE_CALL) for name in module_calls(second)] == [True], module_calls(second)
 
     # Other settings are checked by SGLang again, not answered from the remembered outcome.
     third = run_role(tmp_path, python, {**MOTIVATING, "cuda_graph_max_bs": 16}, name="third")
@@ -462,8 +481,7 @@ def test_role_derives_multinode_settings_from_the_group(sglang_env, tmp_path):
     )
     assert run["rc"] == 0, run["failures"]
     # The role's default parser deps are the list the cached venv was built with: its stamp matched.
-    installs = [name for _, name in run["changed"] if name.startswith("sglang : Install SGLang")]
-    assert installs == [], run["changed"]
+    assert [one_call(run, host)["actions"] for host in hosts] == [[], []]
     for rank, host in enumerate(hosts):
         fact = json.loads((tmp_path / f"facts-{host}" / "epforge_sglang.fact").read_text())
         assert fact["server_flags"]["nnodes"] == 2

@@ -1,14 +1,18 @@
 """Module sglang_install end to end with real pip, offline: a fresh venv, tiny local wheels (an `sglang` that
 imports like SGLang does for the module's proof: sglang.__version__ and sglang.srt.server_args), the server
 profile (SGLang with --no-deps, then the server deps pinned to SGLang's own Requires-Dist), the stamp and a
-rerun that changes nothing; and the failure when the installed SGLang imports as another version."""
+rerun that changes nothing; the failure when the installed SGLang imports as another version; and the role's
+one call (directories, install, flags, local fact written only on change, check mode writing nothing)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+from ansible.module_utils import epforge_sglang_flags
+from ansible.module_utils.epforge_sglang_args import build_server_argv
 from moduletools import run_module
 from test_pip_guard import make_wheel
 
@@ -79,3 +83,76 @@ def test_an_sglang_that_imports_as_another_version_fails_and_writes_no_stamp(tmp
     assert rc != 0 and res["msg"].startswith("SGLang imports as 0.5.1, not 0.5.99"), res
     assert res["cmd"][0] == str(python) and res["rc"] == 0
     assert not (tmp_path / "state" / "sglang.json").exists()
+
+
+def test_one_call_makes_the_dirs_judges_the_flags_and_writes_the_fact_once(tmp_path):
+    """The sglang role's one module call: dirs, install, flags (here answered from the remembered outcome:
+    the tiny sglang has no parser) and the local fact, written only when its content changes; check mode
+    writes nothing; a shape error or a refused flag leaves no fact."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    sglang_wheel(wheels, "0.5.99", "0.5.99", ["fakedep==1.0"])
+    make_wheel(wheels, "fakedep", "1.0")
+    python = venv_python(tmp_path / "env")
+    facts = tmp_path / "facts"
+    fact_file = facts / "epforge_sglang.fact"
+    args = {
+        **module_args(tmp_path, python, wheels, "0.5.99"),
+        "facts_dir": str(facts),
+        "flags_cache_path": str(tmp_path / "state" / "flags.json"),
+    }
+
+    rc, dry = run_module("sglang_install", args, check=True, diff=True, timeout=300)
+    assert rc == 0 and dry["changed"] is True, dry.get("msg")
+    assert dry["fact"]["server_flags"] == {"validated": False, "argv": [], "nnodes": 1, "node_rank": 0}
+    assert [d["after_header"] for d in dry["diff"]] == [args["stamp_path"], str(fact_file)]
+    assert not (tmp_path / "log").exists() and not (tmp_path / "state").exists() and not facts.exists()
+
+    rc, first = run_module("sglang_install", args, timeout=300)
+    assert rc == 0 and first["changed"] is True, first.get("msg")
+    assert first["created_dirs"] == [str(tmp_path / "log"), str(tmp_path / "state")]
+    assert (tmp_path / "log").stat().st_mode & 0o777 == 0o755
+    fact = json.loads(fact_file.read_text())
+    assert fact == first["fact"] and fact["version"] == "0.5.99" and fact["mode"] == "server"
+    assert fact["installed"]["sglang"] == "0.5.99" and fact["stamp_sha256"] == first["stamp"]["sha256"]
+    written = fact_file.stat().st_mtime_ns
+
+    rc, again = run_module("sglang_install", args, timeout=300)
+    assert rc == 0 and again["changed"] is False and again["actions"] == [] and again["created_dirs"] == []
+    assert fact_file.stat().st_mtime_ns == written
+
+    # Settings: their flags judged from the remembered outcome of the same flags and install.
+    settings = {"model_path": "/models/x", "tp_size": 2, "nnodes": 2, "node_rank": 1}
+    settings.update(dist_init_addr="10.0.0.1:25000", api_key="TOPSECRET")
+    argv = build_server_argv(settings, include_secrets=False, sglang_version="0.5.99")
+    key = epforge_sglang_flags.cache_key_of(argv, "0.5.99", str(python), True, first["stamp"]["sha256"])
+    outcome = {"sglang_version": "0.5.99", "parsed": {"tp_size": 2}, "constructed": True}
+    epforge_sglang_flags.write_cache(
+        args["flags_cache_path"], key, {**outcome, "notes": [], "warnings_sglang": []}
+    )
+    with_settings = {**args, "settings": settings}
+    rc, dry = run_module("sglang_install", with_settings, check=True, diff=True, timeout=300)
+    assert rc == 0 and dry["changed"] is True and dry["flags"]["cached"] is True, dry.get("msg")
+    assert fact_file.stat().st_mtime_ns == written
+    rc, res = run_module("sglang_install", with_settings, timeout=300)
+    assert rc == 0 and res["changed"] is True and res["flags"]["parsed"] == {"tp_size": 2}, res.get("msg")
+    fact = json.loads(fact_file.read_text())
+    assert fact["server_flags"] == {"validated": True, "argv": argv, "nnodes": 2, "node_rank": 1}
+    assert "TOPSECRET" not in json.dumps(res) and "TOPSECRET" not in fact_file.read_text()
+    rc, res = run_module("sglang_install", with_settings, timeout=300)
+    assert rc == 0 and res["changed"] is False
+
+    # Flags the tiny sglang must judge itself (no remembered outcome): refused, and no fact is written.
+    fresh = {**with_settings, "facts_dir": str(tmp_path / "facts-2"), "settings": {**settings, "tp_size": 4}}
+    rc, res = run_module("sglang_install", fresh, timeout=300)
+    assert rc != 0 and "SGLang's parser failed" in res["msg"], res
+    assert not (tmp_path / "facts-2").exists()
+    # A shape error: refused before anything changes (no directories).
+    shape = {
+        **fresh,
+        "settings": {"model_path": "/models/x", "tp_sise": 2},
+        "log_path": str(tmp_path / "log-2" / "sglang.log"),
+    }
+    rc, res = run_module("sglang_install", shape, timeout=300)
+    assert rc != 0 and "unknown server setting 'tp_sise' (did you mean 'tp_size'?)" in res["msg"], res
+    assert not (tmp_path / "log-2").exists() and not (tmp_path / "facts-2").exists()
