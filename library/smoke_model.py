@@ -23,7 +23,10 @@ description:
     it matches, nothing is written (changed=false).
   - Written into a temp directory next to O(path) and renamed into place, so a killed run leaves no half
     model. An existing O(path) that is not a smoke model (no manifest) is refused, never replaced.
-  - Check mode reports whether the model would be written, with a diff of the key.
+  - With O(facts_dir), also records the model as the local fact C(epforge_smoke_model) (path, key,
+    parameters, bytes, deepep_low_latency_hidden) in the same call, written only when its content changes,
+    so a rerun with the same settings is one module call and changed=false.
+  - Check mode reports whether the model would be written, with a diff of the key (and of the fact).
 options:
   path:
     description: Model directory to write (what C(epforge_server.model_path) points to).
@@ -92,6 +95,9 @@ options:
     description: Seconds the writer may take.
     type: int
     default: 600
+  facts_dir:
+    description: Directory of local facts; when set, the fact C(epforge_smoke_model) is written there.
+    type: path
 author: epforge developers
 """
 
@@ -146,6 +152,10 @@ deepep_low_latency_hidden:
   description: Whether O(hidden_size) is one DeepEP v1.2.1's low-latency kernels are compiled for.
   returned: always
   type: bool
+fact:
+  description: The local fact C(epforge_smoke_model) as written (or as it would be, in check mode).
+  returned: when O(facts_dir) is set and the module succeeds
+  type: dict
 """
 
 import inspect
@@ -159,6 +169,7 @@ from ansible.module_utils import epforge_smoke_model as sm
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_files import read_json
+from ansible.module_utils.epforge_local_facts import write_local_fact
 from ansible.module_utils.epforge_process import run_bounded
 
 SETTING_TYPES = {
@@ -178,6 +189,8 @@ SETTING_TYPES = {
 
 # The model directory: readable by the server's unprivileged account (files get the writer's umask, 0644).
 MODEL_DIR_MODE = 0o755
+
+FACT_NAME = "epforge_smoke_model"
 
 
 def read_manifest(path: str) -> dict:
@@ -210,7 +223,7 @@ def refuse_foreign_path(module: AnsibleModule, path: str, result: dict) -> None:
 
 
 def keep_current_model(module: AnsibleModule, path: str, result: dict) -> None:
-    """The manifest matches: report the model's files, fix the directory mode an older run left, exit."""
+    """The manifest matches: report the model's files, fix the directory mode an older run left."""
     manifest = read_manifest(path)
     result.update(
         files=manifest.get("files", {}),
@@ -221,6 +234,19 @@ def keep_current_model(module: AnsibleModule, path: str, result: dict) -> None:
         result["changed"] = True
         if not module.check_mode:
             os.chmod(path, MODEL_DIR_MODE)
+
+
+def finish(module: AnsibleModule, result: dict) -> None:
+    """Record the model as the local fact (only when its content changes), then exit."""
+    facts_dir = module.params["facts_dir"]
+    if facts_dir:
+        fact = {key: result.get(key) for key in ("path", "key", "parameters", "deepep_low_latency_hidden")}
+        fact["bytes"] = result.get("bytes", 0)
+        written = write_local_fact(facts_dir, FACT_NAME, fact, check_mode=module.check_mode)
+        result.update(fact=fact, changed=result["changed"] or written["changed"])
+        if written["diff"]:
+            # Ansible prints one diff or a list of them: the model key's and the fact's.
+            result["diff"] = [result["diff"], written["diff"]] if "diff" in result else written["diff"]
     module.exit_json(**result)
 
 
@@ -320,6 +346,7 @@ def main() -> None:
             "python": {"type": "path", "required": True},
             **SETTING_TYPES,
             "timeout": {"type": "int", "default": 600},
+            "facts_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -349,12 +376,13 @@ def main() -> None:
     result["reason"] = reason
     if matches:
         keep_current_model(module, path, result)
+        finish(module, result)
 
     before = read_manifest(path).get("key")
     result["diff"] = {"before": {"path": path, "key": before}, "after": {"path": path, "key": key}}
     if module.check_mode:
         result["changed"] = True
-        module.exit_json(**result)
+        finish(module, result)
 
     require_python(module, p["python"], result)
     staging = new_staging_dir(path)
@@ -366,7 +394,7 @@ def main() -> None:
         files=manifest["files"],
         bytes=sum(f["size"] for f in manifest["files"].values()),
     )
-    module.exit_json(**result)
+    finish(module, result)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,31 @@ def test_check_mode_writes_nothing(tmp_path):
     assert not (tmp_path / "model").exists() and list(tmp_path.iterdir()) == []
 
 
+def test_the_fact_is_written_in_the_same_call_only_when_it_changes(tmp_path):
+    facts = tmp_path / "facts"
+    fact_file = facts / "epforge_smoke_model.fact"
+    rc, dry = write(tmp_path, check=True, facts_dir=str(facts), **TINY)
+    assert rc == 0 and dry["changed"] is True and dry["fact"]["bytes"] == 0
+    assert [d["after_header"] for d in dry["diff"][1:]] == [str(fact_file)]
+    assert list(tmp_path.iterdir()) == []
+
+    rc, first = write(tmp_path, facts_dir=str(facts), **TINY)
+    assert rc == 0 and first["changed"] is True
+    fact = json.loads(fact_file.read_text())
+    assert fact == first["fact"] and fact["path"] == str(tmp_path / "model") and fact["key"] == first["key"]
+    assert fact["bytes"] == first["bytes"] > 0 and fact["parameters"] == first["parameters"]
+    assert fact["deepep_low_latency_hidden"] is first["deepep_low_latency_hidden"] is False  # TINY's width
+    written = fact_file.stat().st_mtime_ns
+
+    # The model is current: the one call finds the fact current too, and writes nothing.
+    rc, again = write(tmp_path, facts_dir=str(facts), **TINY)
+    assert rc == 0 and again["changed"] is False and fact_file.stat().st_mtime_ns == written
+    # A fact that lost its content (an older writer, a hand edit) is rewritten by the same call.
+    fact_file.write_text("{}\n")
+    rc, fixed = write(tmp_path, facts_dir=str(facts), **TINY)
+    assert rc == 0 and fixed["changed"] is True and json.loads(fact_file.read_text()) == fact
+
+
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
