@@ -655,13 +655,14 @@ def main() -> None:
     argv = flags_argv(module)
     inputs = desired_inputs(params)
     stamp = stamp_of(inputs)
+    # A missing python is refused (or, in check mode, answered) before the directories are made.
+    fresh_host = require_python(module, inputs)
     directories = [os.path.dirname(params["log_path"]), os.path.dirname(params["stamp_path"])]
     try:
         created = ensure_directories([d for d in directories if d], check_mode=module.check_mode)
     except OSError as exc:
         module.fail_json(msg=f"cannot make the log and state directories {directories}: {exc}")
-
-    installed = require_python(module, inputs) or install(module, inputs)
+    installed = fresh_host or install(module, inputs)
     flags = judge_flags(module, argv, installed, stamp)
     diffs = [installed.pop("diff")] if "diff" in installed else []
     result = {
