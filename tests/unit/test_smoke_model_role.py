@@ -27,7 +27,7 @@ TINY = {
 }
 
 
-def play(tmp_path: Path, extra: dict, *check: str) -> subprocess.CompletedProcess:
+def play(tmp_path: Path, extra: dict, *check: str, env: dict | None = None) -> subprocess.CompletedProcess:
     (tmp_path / "play.yml").write_text(PLAY)
     role_vars = {
         "epforge_facts_dir": str(tmp_path / "facts"),
@@ -38,7 +38,7 @@ def play(tmp_path: Path, extra: dict, *check: str) -> subprocess.CompletedProces
         **extra,
     }
     return run_playbook(
-        tmp_path / "play.yml", *check, vars_file=write_vars(tmp_path / "vars.json", role_vars)
+        tmp_path / "play.yml", *check, vars_file=write_vars(tmp_path / "vars.json", role_vars), env=env
     )
 
 
@@ -52,8 +52,18 @@ def test_role_writes_once_then_changes_nothing(tmp_path):
     assert fact["path"] == str(model) and fact["deepep_low_latency_hidden"] is True
     assert fact["parameters"] > 0 and fact["bytes"] > 0
 
-    again = play(tmp_path, {"smoke_model_path": str(model)})
-    assert again.returncode == 0 and changed_count(again) == 0, again.stdout[-3000:]
+    again = play(tmp_path, {"smoke_model_path": str(model)}, env=JSON_CALLBACK)
+    report = json_report(again)
+    assert again.returncode == 0 and report["stats"]["localhost"]["changed"] == 0, again.stdout[-3000:]
+    # One module call: the results of controller tasks (assert, include) carry no module invocation.
+    calls = [
+        task["task"]["name"]
+        for play_ in report["plays"]
+        for task in play_["tasks"]
+        for result in task["hosts"].values()
+        if task["task"]["name"].startswith("smoke_model : ") and "invocation" in result
+    ]
+    assert calls == [f"smoke_model : Write and record the smoke model in {model}"], calls
 
     other = tmp_path / "models" / "other"
     dry = play(tmp_path, {"smoke_model_path": str(other)}, "--check")
