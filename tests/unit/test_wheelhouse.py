@@ -23,6 +23,8 @@ from ansible.module_utils.epforge_wheelhouse import (
 )
 from moduletools import run_module_in
 
+from playbooks import JSON_CALLBACK, json_report, run_playbook, write_vars
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "wheelhouse"
 CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
@@ -326,3 +328,43 @@ def test_sglang_install_pins_match_local_builds():
     assert not sglang_install.version_matches("2.13.0+cpu", "2.13.0+cu130")
     assert not sglang_install.version_matches("2.14.1", "2.11.0")
     assert not sglang_install.version_matches(None, "2.11.0")
+
+
+ROLE_PLAY = """---
+- name: The wheelhouse role with no wheelhouse set
+  hosts: localhost
+  gather_facts: false
+  roles:
+    - role: wheelhouse
+  post_tasks:
+    - name: Show the steps
+      ansible.builtin.debug:
+        var: epforge_steps
+"""
+
+
+def test_role_without_a_wheelhouse_is_one_skipped_include_and_one_step(tmp_path):
+    """Unset epforge_wheelhouse: the step says pip uses the registry, and the whole converge chain (probe,
+    controller build, copy, fact) is one skipped include, nothing on the host and nothing written."""
+    (tmp_path / "play.yml").write_text(ROLE_PLAY)
+    facts = tmp_path / "facts"
+    vars_file = write_vars(
+        tmp_path / "vars.json",
+        {"epforge_facts_dir": str(facts), "epforge_log_dir": str(tmp_path / "log"), "epforge_wheelhouse": ""},
+    )
+    proc = run_playbook(tmp_path / "play.yml", vars_file=vars_file, env=JSON_CALLBACK)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    tasks = [t for p in json_report(proc)["plays"] for t in p["tasks"]]
+    role_tasks = [
+        t
+        for t in tasks
+        if t["task"]["name"].startswith("wheelhouse : ") and "Validating arguments" not in t["task"]["name"]
+    ]
+    assert [t["task"]["name"] for t in role_tasks] == [
+        "wheelhouse : Build the host's wheelhouse and copy it over"
+    ]
+    assert role_tasks[0]["hosts"]["localhost"]["skipped"] is True
+    steps = tasks[-1]["hosts"]["localhost"]["epforge_steps"]
+    (step,) = [s for s in steps if s["step"] == "wheelhouse"]
+    assert step["status"] == "skipped" and "every pip run uses the registry" in step["detail"]
+    assert not facts.exists() or not (facts / "epforge_wheelhouse.fact").exists()
