@@ -1,9 +1,12 @@
 """flashinfer: the sm_12x arch rule (module_utils/epforge_flashinfer.py) and the module flashinfer_arch_rule
 against real nvcc --version outputs: a captured 13.0 one and a stand-in nvcc script printing a 12.8
-release."""
+release; the module flashinfer_probe against a real venv holding FlashInfer's distribution metadata."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +102,90 @@ def test_module_without_nvcc(tmp_path):
 def test_module_with_the_real_nvcc(cuda13_home):
     rc, res = run({"cuda_home": str(cuda13_home), "arch_list": ["12.0"]})
     assert rc == 0 and res["nvcc_version"] == "13.0"
+
+
+# ------------------------------------------------------------------------------------ module flashinfer_probe
+
+
+@pytest.fixture
+def probe_env(tmp_path):
+    """A real venv (no pip) holding flashinfer-python 0.7.2 as distribution metadata only, a kernel library
+    file, a JIT stamp naming it with the role's inputs, and the probe's arguments."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    dist = site / "flashinfer_python-0.7.2.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.7.2\n")
+    library = tmp_path / "silu_and_mul.so"
+    library.write_bytes(b"\x7fELF")
+    inputs = {
+        "flashinfer": "0.7.2",
+        "arch_list": "12.0",
+        "nvcc": "13.0",
+        "cuda_home": "/c",
+        "activation": "silu",
+    }
+    stamp = tmp_path / "state" / "flashinfer-jit.stamp.json"
+    stamp.parent.mkdir()
+    stamp.write_text(
+        json.dumps({"inputs": inputs, "library": str(library), "sass_archs": ["sm_120"], "seconds": 93.7})
+    )
+    args = {
+        "python": str(venv / "bin" / "python"),
+        "requirements": ["flashinfer-python==0.7.2"],
+        "stamp_path": str(stamp),
+        "inputs": inputs,
+        "facts_dir": str(tmp_path / "facts"),
+        "fact": {"package": "flashinfer-python", "version": "0.7.2", "jit_kernel": "silu_and_mul"},
+    }
+    return args, library
+
+
+def test_probe_records_the_fact_once_when_current(probe_env, tmp_path):
+    args, library = probe_env
+    fact_file = tmp_path / "facts" / "epforge_flashinfer.fact"
+    rc, res = run_module("flashinfer_probe", args, check=True, diff=True)
+    assert rc == 0 and res["current"] is True and res["changed"] is True and res["fact_changed"] is True, res
+    assert not fact_file.exists() and "silu_and_mul.so" in res["diff"]["after"]  # check mode writes nothing
+    rc, res = run_module("flashinfer_probe", args)
+    assert rc == 0 and res["changed"] is True and res["missing"] == [] and res["stamp_ok"] is True
+    assert json.loads(fact_file.read_text()) == {
+        **args["fact"],
+        "jit_library": str(library),
+        "jit_sass_archs": ["sm_120"],
+        "jit_seconds": 93.7,
+    }
+    assert res["kernel"] == {
+        "library": str(library),
+        "sass_archs": ["sm_120"],
+        "seconds": 93.7,
+        "rebuilt": False,
+    }
+    mtime = fact_file.stat().st_mtime_ns
+    rc, res = run_module("flashinfer_probe", args)
+    assert rc == 0 and res["changed"] is False and res["fact_changed"] is False
+    assert fact_file.stat().st_mtime_ns == mtime
+
+
+def test_probe_reports_work_and_writes_nothing_when_not_current(probe_env, tmp_path):
+    args, library = probe_env
+    rc, res = run_module(
+        "flashinfer_probe", {**args, "requirements": ["flashinfer-python==0.7.3", "flashinfer-cubin"]}
+    )
+    assert rc == 0 and res["current"] is False and res["changed"] is False
+    assert res["missing"] == ["flashinfer-python==0.7.3", "flashinfer-cubin"] and res["stamp_ok"] is True
+    rc, res = run_module("flashinfer_probe", {**args, "inputs": {**args["inputs"], "arch_list": "12.0a"}})
+    assert rc == 0 and res["current"] is False and res["stamp_ok"] is False and res["missing"] == []
+    library.unlink()  # the kernel the stamp names is gone: compile again
+    rc, res = run_module("flashinfer_probe", args)
+    assert rc == 0 and res["current"] is False and res["stamp_ok"] is False
+    # Without the JIT proof the stamp does not matter: current, and the fact has no kernel.
+    rc, res = run_module("flashinfer_probe", {**args, "jit_verify": False})
+    assert rc == 0 and res["current"] is True
+    fact = json.loads((tmp_path / "facts" / "epforge_flashinfer.fact").read_text())
+    assert (fact["jit_library"], fact["jit_sass_archs"], fact["jit_seconds"]) == ("", [], None)
+    rc, res = run_module("flashinfer_probe", {**args, "python": str(tmp_path / "nope" / "python")})
+    assert (
+        rc != 0 and "reading the installed versions" in res["msg"] and res["cmd"][0].endswith("nope/python")
+    )

@@ -1,0 +1,199 @@
+#!/usr/bin/python
+"""Ansible module: one read of FlashInfer's state on the host (installed versions, JIT stamp, local fact);
+when everything is current it also records the local fact, so a no-op rerun is this one call."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: flashinfer_probe
+short_description: Say whether FlashInfer is current in an env and record its local fact when it is
+description:
+  - Reads, with the env's O(python) (C(importlib.metadata), FlashInfer is not imported), which of
+    O(requirements) are missing or at another version.
+  - Reads the JIT stamp O(stamp_path) and says whether it holds O(inputs) with its kernel library still on
+    disk.
+  - When nothing is missing and (with O(jit_verify)) the stamp holds, the env is current and the module then
+    records the local fact C(epforge_flashinfer) in O(facts_dir) (O(fact) plus the kernel the stamp names),
+    written only when its content changes; nothing is written in check mode. So a no-op rerun of role
+    flashinfer is this one module call.
+  - When the env is not current it changes nothing; the role installs, compiles and records.
+  - Supports check mode and diff mode.
+options:
+  python:
+    description: Interpreter of the env FlashInfer belongs to.
+    type: path
+    required: true
+  requirements:
+    description: Requirements (C(name==version) or C(name)) the env must hold.
+    type: list
+    elements: str
+    required: true
+  stamp_path:
+    description: The JIT stamp (JSON with C(inputs), C(library), C(sass_archs), C(seconds)).
+    type: path
+    required: true
+  inputs:
+    description: The JIT inputs the stamp must hold (FlashInfer version, arch list, nvcc, CUDA home, kernel).
+    type: dict
+    required: true
+  jit_verify:
+    description: Whether the role proves the install with a JIT-compiled kernel (then the stamp must hold).
+    type: bool
+    default: true
+  facts_dir:
+    description: Directory of local facts; the fact is C(epforge_flashinfer.fact) there.
+    type: path
+    required: true
+  fact:
+    description: The fact's fields the role knows (package, version, python, nvcc, arch lists, ...); the
+      module adds C(jit_library), C(jit_sass_archs) and C(jit_seconds) from the stamp.
+    type: dict
+    required: true
+  timeout:
+    description: Seconds the version read may take.
+    type: int
+    default: 120
+author: epforge developers
+"""
+
+EXAMPLES = r"""
+- name: Probe FlashInfer (and record its fact when current)
+  flashinfer_probe:
+    python: /opt/epforge/ml-env/bin/python
+    requirements: [flashinfer-python==0.7.2]
+    stamp_path: /var/lib/epforge/flashinfer-jit.stamp.json
+    inputs: {flashinfer: 0.7.2, arch_list: "12.0", nvcc: "13.0", cuda_home: /opt/epforge/cuda-13.0,
+             activation: silu}
+    facts_dir: /etc/ansible/facts.d
+    fact: {package: flashinfer-python, version: 0.7.2, python: /opt/epforge/ml-env/bin/python}
+"""
+
+RETURN = r"""
+missing:
+  description: Requirements the env lacks or holds at another version.
+  returned: always
+  type: list
+  elements: str
+stamp:
+  description: The JIT stamp as read (empty when missing or unreadable).
+  returned: always
+  type: dict
+stamp_ok:
+  description: Whether the stamp holds O(inputs) and its kernel library exists.
+  returned: always
+  type: bool
+current:
+  description: Nothing to install or compile (the fact was recorded in this call).
+  returned: always
+  type: bool
+kernel:
+  description: The verified kernel the stamp names (library, sass_archs, seconds, rebuilt=false).
+  returned: always
+  type: dict
+fact_changed:
+  description: Whether the local fact changed (would change in check mode); false when not current.
+  returned: always
+  type: bool
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_common import fail_cmd
+from ansible.module_utils.epforge_files import read_json
+from ansible.module_utils.epforge_local_facts import write_local_fact
+from ansible.module_utils.epforge_process import run_bounded
+
+FACT_NAME = "epforge_flashinfer"
+
+# Run by the env's python: which requirements it lacks, from distribution metadata only.
+MISSING_SCRIPT = """
+import importlib.metadata as md, json, re, sys
+missing = []
+for req in json.loads(sys.argv[1]):
+    name, _, want = req.partition("==")
+    try:
+        have = md.version(re.split(r"[<>=!~;\\[ ]", name)[0])
+    except md.PackageNotFoundError:
+        have = ""
+    if not have or (want and have != want):
+        missing.append(req)
+print(json.dumps(missing))
+"""
+
+
+def missing_requirements(module: AnsibleModule, python: str, requirements: list[str], timeout: int) -> list:
+    argv = [python, "-c", MISSING_SCRIPT, json.dumps(requirements)]
+    proc = run_bounded(argv, timeout=timeout)
+    if proc.rc != 0:
+        fail_cmd(
+            module, f"reading the installed versions with {python} failed", argv, proc.rc, output=proc.err
+        )
+    try:
+        return json.loads(proc.out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        fail_cmd(
+            module, f"could not read the installed versions from {python}", argv, proc.rc, output=proc.out
+        )
+
+
+def stamped_kernel(stamp: dict, jit_verify: bool) -> dict:
+    """The fact's JIT fields: the stamp's kernel when the role verifies one, else empty."""
+    if not jit_verify:
+        return {"jit_library": "", "jit_sass_archs": [], "jit_seconds": None}
+    return {
+        "jit_library": stamp.get("library", ""),
+        "jit_sass_archs": stamp.get("sass_archs", []),
+        "jit_seconds": stamp.get("seconds"),
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path", "required": True},
+            "requirements": {"type": "list", "elements": "str", "required": True},
+            "stamp_path": {"type": "path", "required": True},
+            "inputs": {"type": "dict", "required": True},
+            "jit_verify": {"type": "bool", "default": True},
+            "facts_dir": {"type": "path", "required": True},
+            "fact": {"type": "dict", "required": True},
+            "timeout": {"type": "int", "default": 120},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    missing = missing_requirements(module, p["python"], p["requirements"], p["timeout"])
+    stamp = read_json(p["stamp_path"]) or {}
+    stamp_ok = stamp.get("inputs") == p["inputs"] and os.path.exists(stamp.get("library") or "/nonexistent")
+    current = not missing and (stamp_ok or not p["jit_verify"])
+    result = {
+        "changed": False,
+        "missing": missing,
+        "stamp": stamp,
+        "stamp_ok": stamp_ok,
+        "current": current,
+        "kernel": {
+            "library": stamp.get("library"),
+            "sass_archs": stamp.get("sass_archs"),
+            "seconds": stamp.get("seconds"),
+            "rebuilt": False,
+        },
+        "fact_changed": False,
+    }
+    if current:
+        content = {**p["fact"], **stamped_kernel(stamp, p["jit_verify"])}
+        try:
+            wrote = write_local_fact(p["facts_dir"], FACT_NAME, content, check_mode=module.check_mode)
+        except OSError as exc:
+            module.fail_json(msg=f"writing the local fact {FACT_NAME} under {p['facts_dir']} failed: {exc}")
+        result.update(changed=wrote["changed"], fact_changed=wrote["changed"])
+        if wrote["changed"]:
+            result["diff"] = wrote["diff"]
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
