@@ -12,6 +12,8 @@ description:
     C(module_utils/epforge_flashinfer.py) - nvcc >= 12.9 as is, or the arch-specific C(12.0a) with nvcc 12.8,
     else a clear error - instead of FlashInfer's misleading "FlashInfer requires GPUs with sm75 or higher".
   - Returns the value for C(FLASHINFER_CUDA_ARCH_LIST) and the SASS names a JIT-built kernel must carry.
+  - Role flashinfer does not call it (module C(flashinfer_probe) applies the same rule in its one call); it
+    stays for callers that want the rule alone.
   - Reads only; runs the same in check mode.
 options:
   cuda_home:
@@ -53,15 +55,8 @@ nvcc_version:
   sample: "13.0"
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_flashinfer import (
-    FlashInferArchError,
-    flashinfer_arch_list,
-    parse_nvcc_version,
-)
-from ansible.module_utils.epforge_process import run_bounded
+from ansible.module_utils.epforge_flashinfer import FlashInferRuleFailure, nvcc_arch_rule
 
 
 def main() -> None:
@@ -72,32 +67,11 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    nvcc = os.path.join(module.params["cuda_home"], "bin", "nvcc")
-    argv = [nvcc, "--version"]
-    if not os.access(nvcc, os.X_OK):
-        module.fail_json(
-            msg=f"no nvcc at {nvcc}: FlashInfer's JIT needs a CUDA toolkit (run cuda_toolkit "
-            "or set "
-            "flashinfer_cuda_home)",
-            cmd=argv,
-            nvcc_version="",
-        )
-    proc = run_bounded(argv, timeout=60)
-    version = parse_nvcc_version(proc.out)
-    if proc.rc != 0 or version is None:
-        module.fail_json(
-            msg=f"could not read the nvcc release from {nvcc} --version",
-            cmd=argv,
-            rc=proc.rc,
-            log_tail=proc.output[-2000:],
-            nvcc_version="",
-        )
-    shown = f"{version[0]}.{version[1]}"
     try:
-        arch_value, sass = flashinfer_arch_list(module.params["arch_list"], version)
-    except FlashInferArchError as exc:
-        module.fail_json(msg=str(exc), nvcc_version=shown, cmd=argv)
-    module.exit_json(changed=False, arch_list=arch_value, sass_archs=sass, nvcc_version=shown)
+        rule = nvcc_arch_rule(module.params["cuda_home"], module.params["arch_list"])
+    except FlashInferRuleFailure as exc:
+        module.fail_json(**exc.fields)
+    module.exit_json(changed=False, **rule)
 
 
 if __name__ == "__main__":

@@ -9,17 +9,32 @@ DOCUMENTATION = r"""
 module: flashinfer_probe
 short_description: Say whether FlashInfer is current in an env and record its local fact when it is
 description:
+  - First applies the sm_12x arch rule of C(module_utils/epforge_flashinfer.py) to O(arch_list) and the
+    release that C(bin/nvcc --version) in O(cuda_home) prints - the same code as module
+    C(flashinfer_arch_rule), with the same failures (no nvcc, unreadable release, a refused arch list with
+    its remedy) before anything is read or written - and returns its answer as RV(rule).
   - Reads, with the env's O(python) (C(importlib.metadata), FlashInfer is not imported), which of
     O(requirements) are missing or at another version.
-  - Reads the JIT stamp O(stamp_path) and says whether it holds O(inputs) with its kernel library still on
-    disk.
+  - Reads the JIT stamp O(stamp_path) and says whether it holds the JIT inputs (O(inputs) plus the rule's
+    C(arch_list) and C(nvcc)) with its kernel library still on disk.
   - When nothing is missing and (with O(jit_verify)) the stamp holds, the env is current and the module then
-    records the local fact C(epforge_flashinfer) in O(facts_dir) (O(fact) plus the kernel the stamp names),
+    records the local fact C(epforge_flashinfer) in O(facts_dir) (O(fact), the rule's C(nvcc) and
+    C(jit_arch_list), and the kernel the stamp names),
     written only when its content changes; nothing is written in check mode. So a no-op rerun of role
     flashinfer is this one module call.
   - When the env is not current it changes nothing; the role installs, compiles and records.
   - Supports check mode and diff mode.
 options:
+  cuda_home:
+    description: CUDA_HOME whose nvcc FlashInfer's JIT will use.
+    type: path
+    required: true
+  arch_list:
+    description: Target archs (C(12.0), C(12.0a), C(9.0), ...) that the rule turns into
+      C(FLASHINFER_CUDA_ARCH_LIST).
+    type: list
+    elements: str
+    required: true
   python:
     description: Interpreter of the env FlashInfer belongs to.
     type: path
@@ -34,7 +49,8 @@ options:
     type: path
     required: true
   inputs:
-    description: The JIT inputs the stamp must hold (FlashInfer version, arch list, nvcc, CUDA home, kernel).
+    description: The JIT inputs the role knows (FlashInfer version, CUDA home, kernel); the module adds the
+      rule's C(arch_list) and C(nvcc) - the stamp must hold all of them.
     type: dict
     required: true
   jit_verify:
@@ -46,8 +62,9 @@ options:
     type: path
     required: true
   fact:
-    description: The fact's fields the role knows (package, version, python, nvcc, arch lists, ...); the
-      module adds C(jit_library), C(jit_sass_archs) and C(jit_seconds) from the stamp.
+    description: The fact's fields the role knows (package, version, python, arch_list, ...); the module adds
+      C(nvcc) and C(jit_arch_list) from the rule and C(jit_library), C(jit_sass_archs) and C(jit_seconds)
+      from the stamp.
     type: dict
     required: true
   timeout:
@@ -60,16 +77,48 @@ author: epforge developers
 EXAMPLES = r"""
 - name: Probe FlashInfer (and record its fact when current)
   flashinfer_probe:
+    cuda_home: /opt/epforge/cuda-13.0
+    arch_list: ["12.0"]
     python: /opt/epforge/ml-env/bin/python
     requirements: [flashinfer-python==0.7.2]
     stamp_path: /var/lib/epforge/flashinfer-jit.stamp.json
-    inputs: {flashinfer: 0.7.2, arch_list: "12.0", nvcc: "13.0", cuda_home: /opt/epforge/cuda-13.0,
-             activation: silu}
+    inputs: {flashinfer: 0.7.2, cuda_home: /opt/epforge/cuda-13.0, activation: silu}
     facts_dir: /etc/ansible/facts.d
     fact: {package: flashinfer-python, version: 0.7.2, python: /opt/epforge/ml-env/bin/python}
 """
 
 RETURN = r"""
+rule:
+  description: The arch rule's answer, as module C(flashinfer_arch_rule) returns it.
+  returned: success
+  type: dict
+  contains:
+    arch_list:
+      description: Value for FLASHINFER_CUDA_ARCH_LIST (space-separated).
+      type: str
+      sample: "12.0"
+    sass_archs:
+      description: SASS names the built kernels must carry.
+      type: list
+      elements: str
+      sample: [sm_120]
+    nvcc_version:
+      description: nvcc release (major.minor).
+      type: str
+      sample: "13.0"
+nvcc_version:
+  description: nvcc release (major.minor); also returned when the rule fails (empty when unreadable).
+  returned: success and on an arch rule failure
+  type: str
+  sample: "13.0"
+inputs:
+  description: The JIT inputs compared with the stamp (O(inputs) plus the rule's C(arch_list) and C(nvcc)).
+  returned: success
+  type: dict
+fact:
+  description: The fact's fields without the kernel (O(fact) plus the rule's C(nvcc) and C(jit_arch_list)).
+  returned: success
+  type: dict
 missing:
   description: Requirements the env lacks or holds at another version.
   returned: always
@@ -103,6 +152,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import fail_cmd
 from ansible.module_utils.epforge_files import read_json
+from ansible.module_utils.epforge_flashinfer import FlashInferRuleFailure, nvcc_arch_rule
 from ansible.module_utils.epforge_local_facts import write_local_fact
 from ansible.module_utils.epforge_process import run_bounded
 
@@ -153,6 +203,8 @@ def stamped_kernel(stamp: dict, jit_verify: bool) -> dict:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
+            "cuda_home": {"type": "path", "required": True},
+            "arch_list": {"type": "list", "elements": "str", "required": True},
             "python": {"type": "path", "required": True},
             "requirements": {"type": "list", "elements": "str", "required": True},
             "stamp_path": {"type": "path", "required": True},
@@ -165,12 +217,23 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    # The rule first: a refused arch list or a missing nvcc fails before anything is read or written.
+    try:
+        rule = nvcc_arch_rule(p["cuda_home"], p["arch_list"])
+    except FlashInferRuleFailure as exc:
+        module.fail_json(**exc.fields)
+    inputs = {**p["inputs"], "arch_list": rule["arch_list"], "nvcc": rule["nvcc_version"]}
+    fact = {**p["fact"], "nvcc": rule["nvcc_version"], "jit_arch_list": rule["arch_list"]}
     missing = missing_requirements(module, p["python"], p["requirements"], p["timeout"])
     stamp = read_json(p["stamp_path"]) or {}
-    stamp_ok = stamp.get("inputs") == p["inputs"] and os.path.exists(stamp.get("library") or "/nonexistent")
+    stamp_ok = stamp.get("inputs") == inputs and os.path.exists(stamp.get("library") or "/nonexistent")
     current = not missing and (stamp_ok or not p["jit_verify"])
     result = {
         "changed": False,
+        "rule": rule,
+        "nvcc_version": rule["nvcc_version"],
+        "inputs": inputs,
+        "fact": fact,
         "missing": missing,
         "stamp": stamp,
         "stamp_ok": stamp_ok,
@@ -184,7 +247,7 @@ def main() -> None:
         "fact_changed": False,
     }
     if current:
-        content = {**p["fact"], **stamped_kernel(stamp, p["jit_verify"])}
+        content = {**fact, **stamped_kernel(stamp, p["jit_verify"])}
         try:
             wrote = write_local_fact(p["facts_dir"], FACT_NAME, content, check_mode=module.check_mode)
         except OSError as exc:

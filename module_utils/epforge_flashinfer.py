@@ -1,12 +1,14 @@
-"""FlashInfer rules shared by the flashinfer modules: which arch list its JIT gets for an nvcc release, and
-the misleading errors it prints when that goes wrong. Pure functions, unit-tested."""
+"""FlashInfer rules shared by the flashinfer modules: which arch list its JIT gets for an nvcc release (and
+the one place that asks the host's nvcc for it), and the misleading errors it prints when that goes wrong."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from ansible.module_utils.epforge_arch import PTX_SUFFIX, ArchError, arch_list, require_arch, sass_name
 from ansible.module_utils.epforge_cuda import parse_nvcc_release
+from ansible.module_utils.epforge_process import run_bounded
 
 
 class FlashInferArchError(ValueError):
@@ -69,6 +71,47 @@ def flashinfer_arch_list(archs: list[str], nvcc: tuple[int, int]) -> tuple[str, 
         out.append(arch)
         sass.append(sass_name(arch))
     return " ".join(out), sass
+
+
+class FlashInferRuleFailure(Exception):
+    """The rule could not be applied on this host: `fields` are the module's fail_json keywords (msg, cmd,
+    nvcc_version and, when nvcc ran, rc and log_tail)."""
+
+    def __init__(self, msg: str, **fields) -> None:
+        super().__init__(msg)
+        self.fields = {"msg": msg, **fields}
+
+
+def nvcc_arch_rule(cuda_home: str, archs: list[str], timeout: int = 60) -> dict:
+    """The sm_12x rule for the nvcc in CUDA_HOME: runs `CUDA_HOME/bin/nvcc --version` (read only) and answers
+    {arch_list (FLASHINFER_CUDA_ARCH_LIST), sass_archs, nvcc_version}; raises FlashInferRuleFailure when there
+    is no nvcc, its release is unreadable, or flashinfer_arch_list refuses the targets. Shared by the modules
+    flashinfer_arch_rule and flashinfer_probe."""
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    argv = [nvcc, "--version"]
+    if not os.access(nvcc, os.X_OK):
+        raise FlashInferRuleFailure(
+            f"no nvcc at {nvcc}: FlashInfer's JIT needs a CUDA toolkit (run cuda_toolkit or set "
+            "flashinfer_cuda_home)",
+            cmd=argv,
+            nvcc_version="",
+        )
+    proc = run_bounded(argv, timeout=timeout)
+    version = parse_nvcc_version(proc.out)
+    if proc.rc != 0 or version is None:
+        raise FlashInferRuleFailure(
+            f"could not read the nvcc release from {nvcc} --version",
+            cmd=argv,
+            rc=proc.rc,
+            log_tail=proc.output[-2000:],
+            nvcc_version="",
+        )
+    shown = f"{version[0]}.{version[1]}"
+    try:
+        arch_value, sass = flashinfer_arch_list(archs, version)
+    except FlashInferArchError as exc:
+        raise FlashInferRuleFailure(str(exc), nvcc_version=shown, cmd=argv) from exc
+    return {"arch_list": arch_value, "sass_archs": sass, "nvcc_version": shown}
 
 
 MISLEADING = [

@@ -1,6 +1,7 @@
 """flashinfer: the sm_12x arch rule (module_utils/epforge_flashinfer.py) and the module flashinfer_arch_rule
 against real nvcc --version outputs: a captured 13.0 one and a stand-in nvcc script printing a 12.8
-release; the module flashinfer_probe against a real venv holding FlashInfer's distribution metadata."""
+release; the module flashinfer_probe against a real venv holding FlashInfer's distribution metadata and the
+same nvcc outputs (it applies the same rule, with the same answers and refusals)."""
 
 from __future__ import annotations
 
@@ -119,19 +120,18 @@ def probe_env(tmp_path):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.7.2\n")
     library = tmp_path / "silu_and_mul.so"
     library.write_bytes(b"\x7fELF")
-    inputs = {
-        "flashinfer": "0.7.2",
-        "arch_list": "12.0",
-        "nvcc": "13.0",
-        "cuda_home": "/c",
-        "activation": "silu",
-    }
+    home = fake_cuda(tmp_path, "13.0")
+    inputs = {"flashinfer": "0.7.2", "cuda_home": str(home), "activation": "silu"}
+    # The stamp the role's jit.yml writes: the role's inputs plus the rule's arch_list and nvcc.
     stamp = tmp_path / "state" / "flashinfer-jit.stamp.json"
     stamp.parent.mkdir()
+    stamped = {**inputs, "arch_list": "12.0", "nvcc": "13.0"}
     stamp.write_text(
-        json.dumps({"inputs": inputs, "library": str(library), "sass_archs": ["sm_120"], "seconds": 93.7})
+        json.dumps({"inputs": stamped, "library": str(library), "sass_archs": ["sm_120"], "seconds": 93.7})
     )
     args = {
+        "cuda_home": str(home),
+        "arch_list": ["12.0"],
         "python": str(venv / "bin" / "python"),
         "requirements": ["flashinfer-python==0.7.2"],
         "stamp_path": str(stamp),
@@ -152,6 +152,8 @@ def test_probe_records_the_fact_once_when_current(probe_env, tmp_path):
     assert rc == 0 and res["changed"] is True and res["missing"] == [] and res["stamp_ok"] is True
     assert json.loads(fact_file.read_text()) == {
         **args["fact"],
+        "nvcc": "13.0",
+        "jit_arch_list": "12.0",
         "jit_library": str(library),
         "jit_sass_archs": ["sm_120"],
         "jit_seconds": 93.7,
@@ -175,7 +177,7 @@ def test_probe_reports_work_and_writes_nothing_when_not_current(probe_env, tmp_p
     )
     assert rc == 0 and res["current"] is False and res["changed"] is False
     assert res["missing"] == ["flashinfer-python==0.7.3", "flashinfer-cubin"] and res["stamp_ok"] is True
-    rc, res = run_module("flashinfer_probe", {**args, "inputs": {**args["inputs"], "arch_list": "12.0a"}})
+    rc, res = run_module("flashinfer_probe", {**args, "arch_list": ["12.0a"]})  # the rule's answer changes
     assert rc == 0 and res["current"] is False and res["stamp_ok"] is False and res["missing"] == []
     library.unlink()  # the kernel the stamp names is gone: compile again
     rc, res = run_module("flashinfer_probe", args)
@@ -189,3 +191,41 @@ def test_probe_reports_work_and_writes_nothing_when_not_current(probe_env, tmp_p
     assert (
         rc != 0 and "reading the installed versions" in res["msg"] and res["cmd"][0].endswith("nope/python")
     )
+
+
+def test_probe_answers_as_the_arch_rule_with_the_real_nvcc(probe_env, cuda13_home):
+    """The probe's rule and the module flashinfer_arch_rule agree on the real CUDA 13.0 nvcc; the probe's
+    inputs (what the stamp must hold) carry the rule's arch list and nvcc release."""
+    args, _ = probe_env
+    rc, rule = run({"cuda_home": str(cuda13_home), "arch_list": ["12.0"]})
+    assert rc == 0
+    rc, res = run_module("flashinfer_probe", {**args, "cuda_home": str(cuda13_home)})
+    assert rc == 0 and res["rule"] == {key: rule[key] for key in ("arch_list", "sass_archs", "nvcc_version")}
+    assert res["rule"] == {"arch_list": "12.0", "sass_archs": ["sm_120"], "nvcc_version": "13.0"}
+    assert res["inputs"] == {**args["inputs"], "arch_list": "12.0", "nvcc": "13.0"}
+    assert res["fact"] == {**args["fact"], "nvcc": "13.0", "jit_arch_list": "12.0"}
+
+
+def test_probe_refuses_as_the_arch_rule_before_writing(probe_env, tmp_path):
+    """A 12.8 nvcc with plain 12.0, no nvcc, an unreadable release: the probe fails with the rule's message
+    and writes no fact, even with everything else current."""
+    args, _ = probe_env
+    fact_file = tmp_path / "facts" / "epforge_flashinfer.fact"
+    old = fake_cuda(tmp_path, "12.8")
+    rc, rule = run({"cuda_home": str(old), "arch_list": ["12.0"]})
+    rc_probe, res = run_module("flashinfer_probe", {**args, "cuda_home": str(old)})
+    assert rc != 0 and rc_probe != 0 and res["msg"] == rule["msg"] and "12.0a" in res["msg"]
+    assert res["nvcc_version"] == "12.8" and res["cmd"] == [str(old / "bin" / "nvcc"), "--version"]
+    rc, res = run_module("flashinfer_probe", {**args, "cuda_home": str(tmp_path / "none")})
+    assert rc != 0 and "no nvcc" in res["msg"]
+    broken = tmp_path / "broken"
+    (broken / "bin").mkdir(parents=True)
+    (broken / "bin" / "nvcc").write_text("#!/bin/sh\necho 'nvcc: unknown' >&2\nexit 3\n")
+    (broken / "bin" / "nvcc").chmod(0o755)
+    rc, res = run_module("flashinfer_probe", {**args, "cuda_home": str(broken)})
+    assert rc != 0 and "could not read the nvcc release" in res["msg"] and res["rc"] == 3
+    assert "nvcc: unknown" in res["log_tail"]
+    assert not fact_file.exists()
+    # 12.0a is what CUDA 12.8 accepts: the probe answers (the stamp's inputs differ, so there is work).
+    rc, res = run_module("flashinfer_probe", {**args, "cuda_home": str(old), "arch_list": ["12.0a"]})
+    assert rc == 0 and res["rule"]["arch_list"] == "12.0a" and res["current"] is False
