@@ -413,10 +413,16 @@ def test_role_refuses_existing_home_of_another_version(tmp_path):
     assert run["rc"] != 0
     assert any("is CUDA 12.8 (12.8.93) but the stack needs CUDA 13.0" in msg for msg in run["failures"])
     assert not (tmp_path / "facts").exists()
-    steps = [
-        t for p in run["raw"]["plays"] for t in p["tasks"] if "Record the failed step" in t["task"]["name"]
+    recorded = [
+        step
+        for p in run["raw"]["plays"]
+        for t in p["tasks"]
+        if t["task"]["name"].endswith("Record the run-summary step cuda_toolkit")
+        for host in t["hosts"].values()
+        for step in host.get("ansible_facts", {}).get("epforge_steps", [])
     ]
-    assert steps, "the failure was not recorded in epforge_steps"
+    assert [s["status"] for s in recorded if s["step"] == "cuda_toolkit"] == ["failed"], recorded
+    assert "is CUDA 12.8 (12.8.93)" in recorded[-1]["detail"]
 
 
 def test_role_existing_verifies_in_place_and_reruns_with_one_call(tmp_path):
