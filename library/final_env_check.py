@@ -189,7 +189,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_arch import parse_arch
 from ansible.module_utils.epforge_common import fail_cmd
-from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
+from ansible.module_utils.epforge_cuobjdump import CuobjdumpError, read_binary
 from ansible.module_utils.epforge_files import json_text, read_json, write_atomic, write_json_atomic
 from ansible.module_utils.epforge_final_env import (
     COMPONENTS,
@@ -252,30 +252,16 @@ class FinalEnv:
         return data
 
     def listing(self, path: str) -> dict:
-        """cuobjdump's SASS/PTX of one binary (epforge_cuda's parser), remembered by path, size and mtime."""
+        """cuobjdump's SASS/PTX of one binary (module_utils/epforge_cuobjdump.py), remembered by path,
+        size and mtime."""
         stat = os.stat(path)
         key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
         if key in self.cache:
             return self.cache[key]
-        argv = [self.p["cuobjdump"], "-lelf", "-lptx", path]
-        proc = run_bounded(argv, timeout=self.p["timeout"])
-        if proc.timed_out:
-            fail_cmd(
-                self.module,
-                f"cuobjdump ran past {self.p['timeout']} s on {path}",
-                argv,
-                124,
-                output=proc.output,
-            )
-        parsed = parse_cuobjdump_listing(proc.output)
-        if proc.rc != 0 and not parsed["host_only"]:
-            fail_cmd(
-                self.module,
-                f"cuobjdump could not read {path}",
-                argv,
-                proc.rc,
-                output=proc.output,
-            )
+        try:
+            parsed = read_binary(self.p["cuobjdump"], path, self.p["timeout"])
+        except CuobjdumpError as exc:
+            self.module.fail_json(**exc.fail_fields())
         result = {"sass": parsed["sass"], "ptx": parsed["ptx"], "host_only": parsed["host_only"]}
         self.cache[key] = result
         self.cache_dirty = True

@@ -1,9 +1,9 @@
 """cuobjdump on CUDA binaries: the one way a module runs it (argv, time limit, epforge_cuda's parser), for a
 file on disk or for the binaries inside a wheel (read without unpacking the wheel into a lasting folder).
 
-Which SASS/PTX covers which target arch: module_utils/epforge_arch.py. Used by library/cuda_binary_archs.py
-and library/deepep_prebuilt.py; unit-tested in tests/unit/test_cuda_binary_archs.py and
-tests/unit/test_deepep.py.
+Which SASS/PTX covers which target arch: module_utils/epforge_arch.py. Used by library/cuda_binary_archs.py,
+library/deepep_prebuilt.py and library/final_env_check.py; unit-tested in
+tests/unit/test_cuda_binary_archs.py, tests/unit/test_deepep.py and tests/unit/test_final_env.py.
 """
 
 from __future__ import annotations

@@ -239,6 +239,18 @@ def test_requested_features_without_kernels_fail_on_a_serving_env_only(tmp_path,
     assert hopper["_rc"] == 0 and hopper["ok"], hopper
 
 
+def test_a_cuobjdump_that_cannot_read_fails_with_command_rc_and_tail(tmp_path, kit):
+    """The listing goes through module_utils/epforge_cuobjdump.py: its failure fields reach fail_json."""
+    python = make_env(tmp_path, kit, "torch", "flashinfer")
+    broken = tmp_path / "cuobjdump"
+    broken.write_text("#!/bin/sh\necho 'cuobjdump fatal   : Could not open input file' >&2\nexit 255\n")
+    broken.chmod(0o755)
+    failed = run(tmp_path, kit, python, cuobjdump=str(broken))
+    assert failed["_rc"] != 0 and failed["msg"].startswith("cuobjdump could not read "), failed
+    assert failed["cmd"][:3] == [str(broken), "-lelf", "-lptx"] and failed["rc"] == 255
+    assert "Could not open input file" in failed["log_tail"]
+
+
 def test_bad_input_fails_before_anything(tmp_path):
     result = moduletools.run_module_in(
         tmp_path,
