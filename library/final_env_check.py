@@ -175,6 +175,16 @@ fact_changed:
   description: O(fact_path) was (or in check mode would be) rewritten.
   returned: unless env_missing
   type: bool
+watch:
+  description:
+    - For the probe cache (module_utils/epforge_watch.py), on a verdict answered from O(stamp_path) that
+      changed nothing - the sorted paths it depends on - the stamp's files (O(python) as given and resolved,
+      O(cuobjdump), O(deepep_wheel), the site dirs and every distribution's RECORD in them, the binaries
+      listed), O(stamp_path), O(fact_path), O(serving_fact) and the directory of O(log_path).
+    - Empty after a full check (the next run answers from the stamp), a change, or without O(stamp_path).
+  returned: unless env_missing
+  type: list
+  elements: str
 env_missing:
   description: Check mode only - O(python) does not exist yet; nothing was checked.
   returned: when true
@@ -197,15 +207,14 @@ from ansible.module_utils.epforge_final_env import (
     INSPECT_SCRIPT,
     component_binaries,
     coverage,
-    file_states,
     inputs_key,
     normalize,
-    record_files,
     requested_features,
     stamp_difference,
     wheel_distribution,
 )
 from ansible.module_utils.epforge_process import run_bounded, run_logged
+from ansible.module_utils.epforge_watch import binary_paths, file_states, record_files, watch_list
 
 # The options a verdict depends on (serving is added as resolved from serving_fact).
 STAMPED_OPTIONS = (
@@ -224,6 +233,11 @@ SITE_SCRIPT = (
     "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))"
 )
 MARK = "EPFORGE_FINAL_ENV "
+
+
+def listed_binaries(result: dict) -> list[str]:
+    """The binaries a verdict's components listed (their SASS is part of it)."""
+    return [b for c in (result.get("components") or {}).values() for b in c.get("binaries", [])]
 
 
 class FinalEnv:
@@ -448,11 +462,7 @@ class FinalEnv:
     def from_stamp(self, key: str, files: list[str]) -> tuple[dict | None, str]:
         """(the stored verdict, '') when nothing it depends on changed, else (None, why)."""
         stamp = read_json(self.p["stamp_path"]) if self.p["stamp_path"] else None
-        binaries = [
-            b
-            for c in ((stamp or {}).get("result") or {}).get("components", {}).values()
-            for b in c.get("binaries", [])
-        ]
+        binaries = listed_binaries((stamp or {}).get("result") or {})
         why = (
             stamp_difference(stamp, key, file_states(files + binaries))
             if self.p["stamp_path"]
@@ -461,7 +471,7 @@ class FinalEnv:
         return (None, why) if why else (stamp["result"], "")
 
     def store_stamp(self, key: str, files: list[str], result: dict) -> None:
-        binaries = [b for c in result["components"].values() for b in c["binaries"]]
+        binaries = listed_binaries(result)
         write_json_atomic(
             self.p["stamp_path"],
             {"key": key, "files": file_states(files + binaries), "result": result},
@@ -570,6 +580,19 @@ class FinalEnv:
             write_atomic(self.p["fact_path"], after)
         return True
 
+    def watch(self, result: dict, files: list[str]) -> list[str]:
+        """The probe cache's watch list: only for a verdict answered from the stamp that changed nothing (a
+        full check stamps its verdict, so the next run answers differently: check=stamp). The stamp's own
+        files (fixed ones, every RECORD, the listed binaries), the stamp, the fact compared, the sglang fact
+        that decides serving, the binaries as given and the log dir that log() makes."""
+        if result.get("check") != "stamp" or result["changed"]:
+            return []
+        p = self.p
+        own = [p["stamp_path"], p["fact_path"], p["serving_fact"], os.path.dirname(p["log_path"])]
+        return watch_list(
+            files, listed_binaries(result), binary_paths(p["python"]), binary_paths(p["cuobjdump"]), own
+        )
+
     def log(self, line: str) -> None:
         if self.module.check_mode:
             return
@@ -608,6 +631,7 @@ class FinalEnv:
                 self.store_stamp(key, files, {k: v for k, v in result.items() if k not in STAMP_EXCLUDED})
         result["fact_changed"] = bool(self.p["fact_path"]) and self.record_fact(result)
         result["changed"] = bool(result["actions"]) or result["fact_changed"]
+        result["watch"] = self.watch(result, files)
         self.module.exit_json(**result)
 
 

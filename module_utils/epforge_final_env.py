@@ -13,7 +13,6 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import os
 import re
 
 from ansible.module_utils.epforge_arch import arch_sort_key, check_required
@@ -213,39 +212,12 @@ def coverage(listings: dict[str, dict], archs: list[str], accept_ptx: bool) -> d
 # inputs (module options) and on the env's files: every installed distribution's RECORD (pip rewrites it on
 # any install, upgrade or uninstall), the site dirs themselves, the python, cuobjdump, the verified wheel and
 # the binaries the verdict listed. When none of them changed (path, size, mtime), the stored verdict stands.
+# Which files those are and their states: module_utils/epforge_watch.py (record_files, file_states).
 
 
 def inputs_key(inputs: dict) -> str:
     """sha256 of the options the verdict depends on."""
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def file_states(paths) -> dict[str, list[int]]:
-    """{path: [size, mtime_ns]} for each path ([-1, -1] when it is missing)."""
-    states = {}
-    for path in sorted(set(paths)):
-        try:
-            stat = os.stat(path)
-            states[path] = [stat.st_size, stat.st_mtime_ns]
-        except OSError:
-            states[path] = [-1, -1]
-    return states
-
-
-def record_files(site_dirs: list[str]) -> list[str]:
-    """The site dirs and the RECORD (or, for egg-info, PKG-INFO) of every distribution installed in them."""
-    found = list(site_dirs)
-    for base in site_dirs:
-        try:
-            entries = sorted(os.scandir(base), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.endswith(".dist-info"):
-                found.append(os.path.join(entry.path, "RECORD"))
-            elif entry.name.endswith(".egg-info"):
-                found.append(os.path.join(entry.path, "PKG-INFO"))
-    return found
 
 
 def stamp_difference(stamp: dict | None, key: str, files: dict[str, list[int]]) -> str:

@@ -125,3 +125,22 @@ def run_main(module: ModuleType, args: dict, *, capture_warnings: bool = False) 
         except Failed as failed:
             return "fail", failed.args[0]
     raise AssertionError("the module returned without exit_json or fail_json")
+
+
+def watched_states(paths) -> dict:
+    """What the probe cache (action_plugins/epforge_probe_cache.py) compares for each path of a module's
+    `watch` list: (size, mtime_ns, ctime_ns, inode), or None when the path is missing."""
+    states = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+            states[path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        except OSError:
+            states[path] = None
+    return states
+
+
+def changed_paths(before: dict, paths=None) -> list[str]:
+    """The watched paths whose state differs from `before` (watched_states of the same paths) now."""
+    now = watched_states(before if paths is None else paths)
+    return sorted(p for p in now if now[p] != before.get(p))

@@ -7,8 +7,10 @@ cuobjdump). Behaviour, not timing: the result's `check` and `stamp_reason`, the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
+import moduletools
 import pytest
 from test_final_env import imported_build, kit, make_env, run  # noqa: F401 (kit is a fixture)
 
@@ -90,3 +92,50 @@ def test_serving_follows_the_sglang_fact_and_check_mode_without_env_changes_noth
     assert missing["_rc"] == 0 and missing["env_missing"] and not missing["changed"], missing
     real = run(tmp_path, kit, tmp_path / "nowhere" / "python", **args)
     assert real["_rc"] != 0 and "run role ml_env first" in real["msg"]
+
+
+def test_a_verdict_from_the_stamp_names_what_it_depends_on_and_a_change_there_changes_the_answer(
+    tmp_path,
+    kit,  # noqa: F811
+):
+    """The probe cache's contract (module_utils/epforge_watch.py): the watch list of a no-op answer names the
+    stamp, the facts, the python, cuobjdump, the site dir and its RECORDs; removing a distribution or the fact
+    changes a watched path's state, and the real rerun answers differently."""
+    python = make_env(tmp_path, kit, "torch", "flashinfer", "sglang_kernel")
+    (tmp_path / "facts.d").mkdir()
+    # a parser-only env: a component that goes away is recorded, not failed
+    (tmp_path / "facts.d" / "epforge_sglang.fact").write_text(json.dumps({"can_serve": False}))
+    args = stamped(tmp_path, log_path=str(tmp_path / "log" / "final-env.log"))
+    first = run(tmp_path, kit, python, **args)
+    assert first["_rc"] == 0 and first["check"] == "full" and first["watch"] == [], first
+    again = run(tmp_path, kit, python, **args)
+    assert again["_rc"] == 0 and again["check"] == "stamp" and not again["changed"], again
+    watch = again["watch"]
+    assert watch == sorted(set(watch)) and all(p.startswith("/") for p in watch)
+    site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages")).resolve()
+    records = [str(p) for p in site.glob("*.dist-info/RECORD")]
+    expected = [args["stamp_path"], args["fact_path"], args["serving_fact"], str(tmp_path / "log"), str(site)]
+    expected += [str(python), str(python.resolve()), kit["cuobjdump"], *records]
+    expected += again["components"]["torch"]["binaries"]
+    assert set(expected) <= set(watch), sorted(set(expected) - set(watch))
+
+    # the verdict depends on flashinfer being installed: remove it as an uninstall would
+    before = moduletools.watched_states(watch)
+    dist = next(site.glob("flashinfer*.dist-info"))
+    dist.rename(tmp_path / dist.name)
+    assert str(site) in moduletools.changed_paths(before)
+    removed = run(tmp_path, kit, python, **args)
+    assert removed["check"] == "full", removed
+    assert removed["components"]["flashinfer"] != again["components"]["flashinfer"]
+    assert removed["watch"] == []
+    (tmp_path / dist.name).rename(dist)
+    run(tmp_path, kit, python, **args)
+    settled = run(tmp_path, kit, python, **args)
+    assert settled["check"] == "stamp" and settled["watch"], settled
+
+    # the fact it compares is deleted: a watched path is missing, the rerun writes it again
+    before = moduletools.watched_states(settled["watch"])
+    os.unlink(args["fact_path"])
+    assert moduletools.changed_paths(before) == [args["fact_path"]]
+    rewritten = run(tmp_path, kit, python, **args)
+    assert rewritten["changed"] and rewritten["fact_changed"] and rewritten["watch"] == [], rewritten
