@@ -144,6 +144,18 @@ fact_changed:
   description: Whether the local fact changed (would change in check mode); false when not current.
   returned: always
   type: bool
+watch:
+  description:
+    - For the probe cache (module_utils/epforge_watch.py), when the env is current and nothing changed - the
+      sorted paths the answer depends on - C(bin/nvcc) of O(cuda_home) as given and resolved, O(python) as
+      given and resolved, its C(pyvenv.cfg) and every C(sys.path) directory (the site dirs whose
+      C(.dist-info) entries give the versions), O(stamp_path), the kernel library the stamp names and the
+      fact file.
+    - Empty when there is work (not current), the fact changed, or an import-path variable (C(PYTHONPATH)...)
+      is set (then the versions do not depend on files alone).
+  returned: always
+  type: list
+  elements: str
 """
 
 import json
@@ -153,8 +165,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import fail_cmd
 from ansible.module_utils.epforge_files import read_json
 from ansible.module_utils.epforge_flashinfer import FlashInferRuleFailure, nvcc_arch_rule
-from ansible.module_utils.epforge_local_facts import write_local_fact
+from ansible.module_utils.epforge_local_facts import fact_path, write_local_fact
 from ansible.module_utils.epforge_process import run_bounded
+from ansible.module_utils.epforge_watch import binary_paths, import_paths, watch_list
 
 FACT_NAME = "epforge_flashinfer"
 
@@ -198,6 +211,18 @@ def stamped_kernel(stamp: dict, jit_verify: bool) -> dict:
         "jit_sass_archs": stamp.get("sass_archs", []),
         "jit_seconds": stamp.get("seconds"),
     }
+
+
+def watched(p: dict, stamp: dict) -> list[str]:
+    """What a current answer depends on: the nvcc the rule asks, where the env's versions are read from,
+    the stamp, the kernel it names (its existence counts) and the fact compared ([] when the versions'
+    places cannot be told from files)."""
+    places = import_paths(p["python"], p["timeout"])
+    if places is None:
+        return []
+    nvcc = binary_paths(os.path.join(p["cuda_home"], "bin", "nvcc"))
+    own = [p["stamp_path"], stamp.get("library") or "", fact_path(p["facts_dir"], FACT_NAME)]
+    return watch_list(nvcc, places, own)
 
 
 def main() -> None:
@@ -245,6 +270,7 @@ def main() -> None:
             "rebuilt": False,
         },
         "fact_changed": False,
+        "watch": [],
     }
     if current:
         content = {**fact, **stamped_kernel(stamp, p["jit_verify"])}
@@ -255,6 +281,8 @@ def main() -> None:
         result.update(changed=wrote["changed"], fact_changed=wrote["changed"])
         if wrote["changed"]:
             result["diff"] = wrote["diff"]
+        else:
+            result["watch"] = watched(p, stamp)
     module.exit_json(**result)
 
 

@@ -144,3 +144,12 @@ def changed_paths(before: dict, paths=None) -> list[str]:
     """The watched paths whose state differs from `before` (watched_states of the same paths) now."""
     now = watched_states(before if paths is None else paths)
     return sorted(p for p in now if now[p] != before.get(p))
+
+
+def clear_import_path_variables(monkeypatch) -> None:
+    """A module's watch list is empty while PYTHONPATH & co. are set (module_utils/epforge_watch.py): tests of
+    the list run the module without them, whatever the shell running pytest sets."""
+    from ansible.module_utils.epforge_watch import IMPORT_PATH_VARIABLES  # noqa: PLC0415
+
+    for name in IMPORT_PATH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)

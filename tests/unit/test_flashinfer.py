@@ -17,7 +17,7 @@ from ansible.module_utils.epforge_flashinfer import (
     flashinfer_arch_list,
     parse_nvcc_version,
 )
-from moduletools import run_module
+from moduletools import changed_paths, clear_import_path_variables, run_module, watched_states
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "flashinfer"
@@ -229,3 +229,51 @@ def test_probe_refuses_as_the_arch_rule_before_writing(probe_env, tmp_path):
     # 12.0a is what CUDA 12.8 accepts: the probe answers (the stamp's inputs differ, so there is work).
     rc, res = run_module("flashinfer_probe", {**args, "cuda_home": str(old), "arch_list": ["12.0a"]})
     assert rc == 0 and res["rule"]["arch_list"] == "12.0a" and res["current"] is False
+
+
+def test_probe_watch_names_what_a_current_answer_depends_on_and_a_change_there_changes_it(
+    probe_env, tmp_path, monkeypatch
+):
+    """The probe cache's contract (module_utils/epforge_watch.py): a current, unchanged answer names the nvcc,
+    the python, its site dir, the stamp, the kernel and the fact; changing any of them changes a watched
+    path's state and the real rerun's answer."""
+    clear_import_path_variables(monkeypatch)
+    args, library = probe_env
+    fact_file = tmp_path / "facts" / "epforge_flashinfer.fact"
+    rc, first = run_module("flashinfer_probe", args)
+    assert rc == 0 and first["changed"] and first["watch"] == []  # the fact was written: not a no-op
+    rc, res = run_module("flashinfer_probe", args)
+    assert rc == 0 and not res["changed"] and res["current"], res
+    watch = res["watch"]
+    venv = Path(args["python"]).parent.parent
+    site = next((venv / "lib").glob("python3*/site-packages")).resolve()
+    nvcc = Path(args["cuda_home"]) / "bin" / "nvcc"
+    expected = {str(nvcc), args["python"], str(Path(args["python"]).resolve()), str(venv / "pyvenv.cfg")}
+    expected |= {str(site), args["stamp_path"], str(library), str(fact_file)}
+    assert expected <= set(watch) and watch == sorted(set(watch)), sorted(expected - set(watch))
+
+    def rerun_after(change) -> dict:
+        before = watched_states(watch)
+        change()
+        assert changed_paths(before), "no watched path saw the change"
+        return run_module("flashinfer_probe", args)[1]
+
+    dist = site / "flashinfer_python-0.7.2.dist-info"
+    gone = rerun_after(lambda: dist.rename(tmp_path / dist.name))  # as pip uninstall does
+    assert not gone["current"] and gone["missing"] == ["flashinfer-python==0.7.2"] and gone["watch"] == []
+    (tmp_path / dist.name).rename(dist)
+
+    stamp = json.loads(Path(args["stamp_path"]).read_text())
+    edited = {**stamp, "inputs": {**stamp["inputs"], "activation": "gelu"}}
+    other = rerun_after(lambda: Path(args["stamp_path"]).write_text(json.dumps(edited)))
+    assert not other["current"] and not other["stamp_ok"]
+    Path(args["stamp_path"]).write_text(json.dumps(stamp))
+
+    deleted = rerun_after(fact_file.unlink)
+    assert deleted["changed"] and deleted["fact_changed"] and fact_file.exists()
+
+    assert run_module("flashinfer_probe", args)[1]["watch"] == watch  # settled again
+    old = fake_cuda(tmp_path, "12.8")
+    # another toolkit's nvcc in its place (a 12.8 release): the rule refuses plain 12.0
+    refused = rerun_after(lambda: (old / "bin" / "nvcc").replace(nvcc))
+    assert refused.get("failed") and "12.0a" in refused["msg"]

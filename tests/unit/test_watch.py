@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from ansible.module_utils.epforge_watch import binary_paths, import_paths, watch_list
+from moduletools import clear_import_path_variables
 
 
 def test_import_paths_of_a_real_venv(tmp_path, monkeypatch):
@@ -14,8 +15,7 @@ def test_import_paths_of_a_real_venv(tmp_path, monkeypatch):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     site = next((venv / "lib").glob("python3*/site-packages"))
-    for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH"):
-        monkeypatch.delenv(name, raising=False)
+    clear_import_path_variables(monkeypatch)
     paths = import_paths(str(python))
     assert str(python) in paths and os.path.realpath(python) in paths
     assert str(venv / "pyvenv.cfg") in paths and str(site.resolve()) in paths
