@@ -112,6 +112,15 @@ stamp:
     or a failed reading), C(none) (no wheel).
   returned: always
   type: str
+watch:
+  description:
+    - For the probe cache (module_utils/epforge_watch.py), on an answer from the stamp (RV(stamp) C(hit)),
+      whether the wheel is usable or not - the sorted paths it depends on - O(folder) (a wheel added or
+      removed), the wheel and its stamp. C(cuobjdump) is not among them - a hit does not run it.
+    - Empty when there is no wheel (the role downloads one), the stamp was written, or the reading failed.
+  returned: always
+  type: list
+  elements: str
 """
 
 import fnmatch
@@ -129,6 +138,7 @@ from ansible.module_utils.epforge_deepep import (
     prebuilt_wheel_glob,
 )
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
+from ansible.module_utils.epforge_watch import watch_list
 
 
 def find_wheels(folder: str, pattern: str) -> list[str]:
@@ -174,6 +184,7 @@ def main() -> None:
     wheels = find_wheels(p["folder"], pattern)
     out = {"changed": False, "wheels": wheels, "pattern": pattern, "wheel": "", "ok": False, "verdict": ""}
     out.update({"sass_archs": [], "missing_archs": [], "files": [], "error": "", "stamp": "none"})
+    out["watch"] = []
     if len(wheels) > 1 or (p["require_wheel"] and not wheels):
         module.fail_json(
             msg=f"expected one wheel for {p['requirement']} in {p['folder']}, found {wheels}: "
@@ -225,6 +236,8 @@ def main() -> None:
             "verdict": verdict,
             "error": error,
             "stamp": state,
+            # a hit is the no-op answer: the same wheel bytes (sha256) and stamp give it again
+            "watch": watch_list([p["folder"], wheel, stamp_path]) if state == "hit" else [],
         }
     )
     module.exit_json(**out)

@@ -518,3 +518,43 @@ def test_prebuilt_no_wheel_one_wheel_or_stale_ones(tmp_path):
     (tmp_path / "sgl_deep_ep-0.1.2.post1-cp312-cp312-linux_x86_64.whl").write_text("")
     rc, res = judge(tmp_path, ["12.0"], "/bin/true")
     assert rc != 0 and "remove the stale ones" in res["msg"] and len(res["wheels"]) == 2
+
+
+@pytest.mark.build
+def test_prebuilt_watch_names_folder_wheel_and_stamp_and_a_change_there_changes_the_answer(
+    extension_builds, tmp_path
+):
+    """The probe cache's contract (module_utils/epforge_watch.py): an answer from the stamp names the folder,
+    the wheel and the stamp; a stale wheel beside it, an edited stamp or a re-downloaded wheel changes a
+    watched path's state and the real rerun's answer."""
+    cuobjdump = ensure_cuobjdump()
+    folder = tmp_path / "prebuilt"
+    folder.mkdir()
+    wheel = write_wheel(folder / WHEEL_NAME, extension_builds["120"], extension_builds["host"])
+    stamp = Path(f"{wheel}.archs.json")
+    rc, first = judge(folder, ["12.0"], cuobjdump)
+    assert rc == 0 and first["stamp"] == "written" and first["watch"] == [], first
+    rc, hit = judge(folder, ["12.0"], cuobjdump)
+    assert rc == 0 and hit["stamp"] == "hit" and not hit["changed"] and hit["ok"], hit
+    assert hit["watch"] == sorted([str(folder), str(wheel), str(stamp)])
+
+    def rerun_after(change) -> dict:
+        before = moduletools.watched_states(hit["watch"])
+        change()
+        assert moduletools.changed_paths(before), "no watched path saw the change"
+        return judge(folder, ["12.0"], cuobjdump)[1]
+
+    stale = folder / "sgl_deep_ep-0.1.2.post1-cp312-cp312-linux_x86_64.whl"
+    refused = rerun_after(lambda: stale.write_text(""))
+    assert refused.get("failed") and "remove the stale ones" in refused["msg"]
+    stale.unlink()
+    hit = judge(folder, ["12.0"], cuobjdump)[1]
+    assert hit["stamp"] == "hit" and hit["watch"]
+
+    saved = stamp.read_text()
+    reread = rerun_after(lambda: stamp.write_text(saved.replace('"key": "', '"key": "0')))
+    assert reread["stamp"] == "written" and reread["changed"], reread
+    hit = judge(folder, ["12.0"], cuobjdump)[1]
+
+    redownloaded = rerun_after(lambda: write_wheel(wheel, extension_builds["90"], extension_builds["host"]))
+    assert redownloaded["sha256"] != hit["sha256"] and not redownloaded["ok"], redownloaded
