@@ -18,6 +18,8 @@ description:
     home verifies AND the fact file already holds exactly this evidence and O(inputs) (then the caller's
     install steps can be skipped, so a no-op rerun costs this one call).
   - In check mode it reads everything, writes nothing and reports whether the fact would change.
+  - On the no-op answer (the home verifies and the fact already holds this evidence) it returns RV(watch),
+    the paths that answer depends on, so the probe cache can reuse it while none of them changes.
 options:
   home:
     description: The CUDA_HOME to verify.
@@ -104,6 +106,21 @@ fact:
     {version: "13.0", nvcc_release: 13.0.88, method: pypi, home: /opt/epforge/cuda-13.0, archs: ["12.0"],
      source: pypi wheels from the configured index, nvcc: /opt/epforge/cuda-13.0/bin/nvcc,
      cuobjdump: /opt/epforge/cuda-13.0/bin/cuobjdump, include_dirs: [...], inputs_digest: 3f0c...}
+watch:
+  description:
+    - Paths the no-op answer depends on, sorted and absolute. nvcc with every symlink on the way and its
+      realpath (its version and arch lists); the home (and any link to it); C(HOME/bin) (which binaries
+      exist); cuobjdump; C(HOME/include) and C(HOME/include/cccl); the link stub
+      C(HOME/lib64/stubs/libcuda.so); O(fact_path). While the args are the same and none of these changed,
+      a rerun gives the same answer.
+    - Returned only with the no-op answer (RV(ok) true and nothing changed); empty otherwise (there is work
+      to do, or this run wrote the fact).
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/ansible/facts.d/epforge_cuda_toolkit.fact, /opt/epforge/cuda-13.0, /opt/epforge/cuda-13.0/bin,
+           /opt/epforge/cuda-13.0/bin/cuobjdump, /opt/epforge/cuda-13.0/bin/nvcc,
+           /opt/epforge/cuda-13.0/include]
 """
 
 import json
@@ -116,6 +133,7 @@ from ansible.module_utils.epforge_cuda import parse_gpu_list, parse_nvcc_release
 from ansible.module_utils.epforge_files import read_json, write_atomic
 from ansible.module_utils.epforge_process import run_bounded
 from ansible.module_utils.epforge_stack import version_tuple
+from ansible.module_utils.epforge_watch import binary_paths, watch_list
 
 
 def run(argv: list[str]) -> tuple[int, str]:
@@ -207,6 +225,25 @@ def toolkit_fact(p: dict, *, home: str, want: str, nvcc: str, release: str, cuob
     }
 
 
+def watched(home: str, nvcc: str, cuobjdump: str, requested: str | None, fact_path: str) -> list[str]:
+    """What the no-op answer depends on: nvcc (runs; strace shows it reads no other file for --version and
+    the --list-gpu-* lists), the home (isdir) and bin/ (cuobjdump found or not), cuobjdump, include/ and
+    include/cccl (the fact's include_dirs), the link stub and the fact file itself."""
+    return watch_list(
+        [
+            os.path.join(home, "bin"),
+            os.path.join(home, "bin", "cuobjdump"),
+            os.path.join(home, "include"),
+            os.path.join(home, "include", "cccl"),
+            os.path.join(home, "lib64", "stubs", "libcuda.so"),
+            fact_path,
+        ],
+        binary_paths(home),
+        binary_paths(nvcc),
+        binary_paths(requested or cuobjdump),
+    )
+
+
 def record_fact(
     module: AnsibleModule, fact_path: str, current: dict | None, fact: dict, result: dict
 ) -> None:
@@ -259,8 +296,10 @@ def main() -> None:
         "changed": False,
     }
 
+    no_op = not problems and current == fact
+    result["watch"] = watched(home, nvcc, cuobjdump, p["cuobjdump"], p["fact_path"]) if no_op else []
     if not p["enforce"]:
-        module.exit_json(ok=not problems and current == fact, **result)
+        module.exit_json(ok=no_op, **result)
     if problems:
         module.fail_json(
             msg="CUDA toolkit check failed: " + "; ".join(problems),

@@ -9,8 +9,9 @@ where an env's installed distributions live (an install, upgrade or uninstall ad
 directory there, which changes the directory's own state). A file edited inside a watched directory is not
 seen: a file whose content matters is watched itself.
 
-Used by final_env_check (its own stamp: file_states, record_files), flashinfer_probe, deepep_prebuilt and
-sglang_install; unit-tested in tests/unit/test_watch.py.
+Used by final_env_check (its own stamp: file_states, record_files), flashinfer_probe, deepep_prebuilt,
+sglang_install, cuda_toolkit_verify, ml_env_torch and cuda_extension_plan; unit-tested in
+tests/unit/test_watch.py.
 """
 
 from __future__ import annotations
@@ -34,10 +35,25 @@ def watch_list(*groups) -> list[str]:
     return sorted({os.path.abspath(p) for group in groups for p in group if p})
 
 
+# Longest chain of symlinks binary_paths follows hop by hop (the kernel's own limit is 40).
+MAX_LINK_HOPS = 40
+
+
 def binary_paths(path: str) -> list[str]:
-    """A binary as the module runs it and the file it resolves to: a symlink pointed elsewhere changes the
-    first, a file replaced in place the second."""
-    return [path, os.path.realpath(path)] if path else []
+    """A binary as the module runs it, every symlink it resolves through and the file it resolves to: a
+    symlink pointed elsewhere changes the first (or a hop: venv/bin/python -> python3 -> /usr/bin/python3.11),
+    a file replaced in place the last. The hops count when a cache compares the links themselves (lstat)."""
+    if not path:
+        return []
+    chain = [path]
+    current = os.path.abspath(path)
+    for _ in range(MAX_LINK_HOPS):
+        if not os.path.islink(current):
+            break
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+        chain.append(current)
+    chain.append(os.path.realpath(path))
+    return list(dict.fromkeys(chain))
 
 
 def import_paths(python: str, timeout: float = 60) -> list[str] | None:

@@ -357,6 +357,88 @@ def test_verify_module_records_once_then_probe_is_ok(tmp_path):
     assert res["ok"] is False  # changed inputs: the role installs again
 
 
+def verify_args(home: Path, fact: Path, release: str = "13.0") -> dict:
+    return {
+        "home": str(home),
+        "cuda_version": release,
+        "archs": ["12.0"],
+        "fact_path": str(fact),
+        "method": "existing",
+        "source": "test",
+    }
+
+
+def test_verify_watch_on_a_real_toolkit_and_a_deleted_fact_reruns(cuda13_home, tmp_path):
+    """The no-op answer on a real CUDA 13 home names what it depends on; deleting the fact changes a watched
+    path's state and the rerun's answer (the probe is no longer ok)."""
+    fact = tmp_path / "facts" / "epforge_cuda_toolkit.fact"
+    args = verify_args(cuda13_home, fact)
+    rc, res = run_module("cuda_toolkit_verify", args)
+    assert rc == 0 and res["changed"] is True and res["watch"] == []  # it wrote the fact: nothing to reuse
+    rc, res = run_module("cuda_toolkit_verify", {**args, "enforce": False})
+    assert rc == 0 and res["ok"] is True and res["changed"] is False
+    watch = res["watch"]
+    nvcc = cuda13_home / "bin" / "nvcc"
+    claimed = {str(fact), str(cuda13_home), str(cuda13_home / "bin"), str(nvcc), os.path.realpath(nvcc)}
+    claimed |= {
+        str(cuda13_home / "include"),
+        str(cuda13_home / "bin" / "cuobjdump"),
+    }  # missing here, still watched
+    assert claimed <= set(watch) and watch == sorted(set(watch)) and all(os.path.isabs(p) for p in watch)
+    rc, res = run_module("cuda_toolkit_verify", args)  # enforce=true, nothing to write: the same list
+    assert rc == 0 and res["changed"] is False and res["watch"] == watch
+
+    before = moduletools.watched_states(watch)
+    fact.unlink()
+    assert moduletools.changed_paths(before) == [str(fact)]
+    rc, res = run_module("cuda_toolkit_verify", {**args, "enforce": False})
+    assert rc == 0 and res["ok"] is False and res["watch"] == []
+
+
+def test_verify_watch_sees_a_replaced_nvcc(tmp_path):
+    """nvcc replaced by another release (an upgrade in place): its watched state changes and the probe's
+    answer does too."""
+    home = tmp_path / "cuda-13.0"
+    fake_nvcc(home, "13.0.88", "sm_90 sm_120")
+    fact = tmp_path / "facts" / "epforge_cuda_toolkit.fact"
+    args = verify_args(home, fact)
+    assert run_module("cuda_toolkit_verify", args)[1]["changed"] is True
+    rc, res = run_module("cuda_toolkit_verify", {**args, "enforce": False})
+    assert rc == 0 and res["ok"] is True and str(home / "bin" / "nvcc") in res["watch"]
+    before = moduletools.watched_states(res["watch"])
+    upgrade = fake_nvcc(tmp_path / "upgrade", "13.0.96", "sm_90 sm_120")
+    os.replace(upgrade, home / "bin" / "nvcc")
+    assert (
+        moduletools.watched_states(res["watch"])[str(home / "bin" / "nvcc")]
+        != before[str(home / "bin" / "nvcc")]
+    )
+    rc, res = run_module("cuda_toolkit_verify", {**args, "enforce": False})
+    assert rc == 0 and res["ok"] is False and res["nvcc_release"] == "13.0.96" and res["watch"] == []
+
+
+def test_verify_watch_sees_a_retargeted_home_link(tmp_path):
+    """A CUDA_HOME reached through a symlink (/usr/local/cuda -> cuda-13.0): retargeting the link to another
+    toolkit changes a watched path and the answer."""
+    fake_nvcc(tmp_path / "cuda-13.0", "13.0.88", "sm_90 sm_120")
+    fake_nvcc(tmp_path / "cuda-12.8", "12.8.93", "sm_90 sm_120")
+    link = tmp_path / "cuda"
+    link.symlink_to("cuda-13.0")
+    fact = tmp_path / "facts" / "epforge_cuda_toolkit.fact"
+    args = verify_args(link, fact)
+    run_module("cuda_toolkit_verify", args)
+    rc, res = run_module("cuda_toolkit_verify", {**args, "enforce": False})
+    assert rc == 0 and res["ok"] is True
+    assert {str(link), str(tmp_path / "cuda-13.0"), str(tmp_path / "cuda-13.0" / "bin" / "nvcc")} <= set(
+        res["watch"]
+    )
+    before = moduletools.watched_states(res["watch"])
+    link.unlink()
+    link.symlink_to("cuda-12.8")
+    assert str(link) in moduletools.changed_paths(before)
+    rc, res = run_module("cuda_toolkit_verify", {**args, "enforce": False})
+    assert rc == 0 and res["ok"] is False and "is CUDA 12.8" in res["problems"][0]
+
+
 # ------------------------------------------------------------------------------------ role: bad input
 
 

@@ -36,3 +36,17 @@ def test_watch_list_and_binary_paths(tmp_path):
     assert binary_paths(str(link)) == [str(link), str(target)]
     assert binary_paths("") == []
     assert watch_list([str(link), ""], ["b/../a", str(link)]) == sorted({str(link), os.path.abspath("a")})
+
+
+def test_binary_paths_names_every_hop_of_a_link_chain(tmp_path):
+    """venv/bin/python -> /usr/bin/python3 -> python3.11 (relative): each hop and the file are named, so a
+    retargeted middle link is seen even by a cache that compares the links themselves."""
+    real = tmp_path / "usr" / "bin" / "python3.11"
+    real.parent.mkdir(parents=True)
+    real.write_text("#!/bin/sh\n")
+    (real.parent / "python3").symlink_to("python3.11")
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(real.parent / "python3")
+    assert binary_paths(str(venv_python)) == [str(venv_python), str(real.parent / "python3"), str(real)]
+    assert binary_paths(str(real)) == [str(real)]
