@@ -21,6 +21,8 @@ description:
     the toolkit's, since torch refuses to build extensions with an nvcc of another major version.
   - With O(facts_dir) set it also records the local fact C(epforge_ml_env), only when its content changes.
   - Supports check mode and diff mode.
+  - On the no-op answer (the stamp matches, nothing is missing, the fact is current) it returns RV(watch), the
+    paths that answer depends on, so the probe cache can reuse it while none of them changes.
   - pip output goes to O(log_path) (users can C(tail -f) it); each pip run is bounded by O(timeout).
 options:
   path:
@@ -143,6 +145,20 @@ fact_changed:
   description: Whether the local fact C(epforge_ml_env) changed (would change in check mode).
   returned: when facts_dir is set
   type: bool
+watch:
+  description:
+    - Paths the no-op answer depends on, sorted and absolute. The stamp; the venv's C(bin/python) with every
+      symlink on the way and its realpath; the venv's C(lib/) (which C(python3*) dir holds the site); the
+      site-packages the dist-info versions are read from (an install, upgrade or uninstall renames a
+      dist-info dir there); with O(facts_dir), the fact file. While the args are the same and none of these
+      changed, a rerun gives the same answer (the no-op path imports nothing and runs no pip).
+    - Returned only with the no-op answer (RV(reason) C(stamp matches) and nothing changed); empty otherwise.
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/ansible/facts.d/epforge_ml_env.fact, /opt/epforge/ml-env/.epforge-ml-env.json,
+           /opt/epforge/ml-env/bin/python, /opt/epforge/ml-env/lib,
+           /opt/epforge/ml-env/lib/python3.11/site-packages, /usr/bin/python3.11]
 """
 
 import glob
@@ -160,9 +176,10 @@ from ansible.module_utils.epforge_build import (
 )
 from ansible.module_utils.epforge_common import fail_cmd
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
-from ansible.module_utils.epforge_ml_env_fact import record_ml_env_fact
+from ansible.module_utils.epforge_ml_env_fact import FACT_NAME, record_ml_env_fact
 from ansible.module_utils.epforge_process import run_logged
 from ansible.module_utils.epforge_torch_env import base_version, torch_evidence, torch_inputs
+from ansible.module_utils.epforge_watch import binary_paths, watch_list
 
 VERIFY_SCRIPT = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
@@ -194,6 +211,18 @@ def missing_packages(venv: str, torch_version: str, packages: list[str]) -> list
         if have is None or (pinned and have != pinned.group(1)):
             missing.append(req)
     return missing
+
+
+def watched(p: dict, stamp_path: str) -> list[str]:
+    """What the no-op answer depends on: the stamp (key and evidence), whether bin/python exists (its link
+    chain: a link retargeted, an interpreter replaced or removed), which lib/python3*/site-packages is
+    chosen and the dist-info names in it, and the fact file record_ml_env_fact compares."""
+    venv = p["path"]
+    fact = os.path.join(p["facts_dir"], f"{FACT_NAME}.fact") if p["facts_dir"] else ""
+    return watch_list(
+        [stamp_path, os.path.join(venv, "lib"), site_packages(venv) or "", fact],
+        binary_paths(os.path.join(venv, "bin", "python")),
+    )
 
 
 def run_inputs(p: dict, archs: list[str]) -> dict:
@@ -325,7 +354,7 @@ def main() -> None:
     venv = p["path"]
     python = os.path.join(venv, "bin", "python")
     stamp_path = p["stamp_path"] or os.path.join(venv, ".epforge-ml-env.json")
-    result = {"changed": False, "python": python, "actions": [], "verified": False}
+    result = {"changed": False, "python": python, "actions": [], "verified": False, "watch": []}
 
     # Bad input first, before anything changes.
     toolkit_major, archs = torch_inputs(module, p, result, mismatch_msg(p))
@@ -344,6 +373,8 @@ def main() -> None:
             torch_arch_list=evidence.get("archs", []),
         )
         record_ml_env_fact(module, "venv", venv, result)
+        if not result["changed"]:
+            result["watch"] = watched(p, stamp_path)
         module.exit_json(**result)
 
     result["reason"] = why_work(stamp, key, missing)

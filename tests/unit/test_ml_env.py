@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.epforge_files import write_json_atomic
-from moduletools import run_module
+from moduletools import changed_paths, run_module, watched_states
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ["setuptools", "wheel", "ninja", "packaging"]
@@ -94,6 +94,8 @@ def test_real_torch_is_verified_once_then_stamped(torch_venv, tmp_path):
     assert stamp["evidence"]["archs"] == res["torch_arch_list"]
     rc, res = run_module("ml_env_torch", args)
     assert rc == 0 and res["changed"] is False and res["verified"] is False
+    site = next((torch_venv / "lib").glob("python3*/site-packages"))
+    assert {str(site), args["stamp_path"], str(torch_venv / "bin" / "python")} <= set(res["watch"])
     # A target torch does not carry (12.1) fails after the import, naming what the build covers.
     rc, res = run_module("ml_env_torch", {**args, "archs": ["12.1"]}, timeout=300)
     assert rc != 0 and "does not cover 12.1" in res["msg"]
@@ -145,3 +147,59 @@ def test_the_no_op_call_records_the_fact_once_and_only_on_change(tmp_path, fake_
     assert rc == 0 and res["changed"] is True and res["reason"] == "stamp matches"
     assert '"registry"' in res["diff"][0]["before"] and "wheelhouse /srv/wheels" in res["diff"][0]["after"]
     assert json.loads(fact_file.read_text())["pip_source"] == "wheelhouse /srv/wheels"
+
+
+def test_the_no_op_answer_watches_what_it_depends_on_and_a_change_there_changes_the_answer(
+    tmp_path, fake_venv
+):
+    """The probe cache's contract: the no-op answer's watch list names the stamp, the fact, the site dir, the
+    venv's lib/ and python (with its realpath); uninstalling a build tool, deleting the fact or editing the
+    stamp each changes a watched path's state and the real rerun's answer."""
+    venv, site = fake_venv
+    facts = tmp_path / "facts"
+    args = {**base_args(tmp_path, venv), "facts_dir": str(facts), "pip_source": "registry"}
+    rc, res = run_module("ml_env_torch", args, check=True)
+    assert res["watch"] == []  # no stamp: work to do
+    evidence = {"torch": "2.14.1+cu130", "cuda": "13.0", "archs": ["sm_120"]}
+    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence})
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["changed"] is True and res["watch"] == []  # it wrote the fact
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["changed"] is False and res["reason"] == "stamp matches"
+    watch = res["watch"]
+    python = venv / "bin" / "python"
+    fact = facts / "epforge_ml_env.fact"
+    claimed = {
+        args["stamp_path"],
+        str(fact),
+        str(site),
+        str(venv / "lib"),
+        str(python),
+        os.path.realpath(python),
+    }
+    assert claimed <= set(watch) and watch == sorted(set(watch)) and all(os.path.isabs(p) for p in watch)
+
+    # ninja uninstalled (its dist-info dir goes): the site dir changed, the rerun would install it
+    before = watched_states(watch)
+    (site / "ninja-1.13.0.dist-info").rmdir()
+    assert changed_paths(before) == [str(site)]
+    rc, res = run_module("ml_env_torch", args, check=True)
+    assert rc == 0 and res["changed"] is True and res["actions"] == ["pip install ninja", "verify torch"]
+    assert res["watch"] == []
+    (site / "ninja-1.13.0.dist-info").mkdir()
+
+    # the fact deleted: a watched path is missing, the rerun writes it again
+    rc, res = run_module("ml_env_torch", args)
+    before = watched_states(res["watch"])
+    fact.unlink()
+    assert changed_paths(before) == [str(fact)]
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["changed"] is True and res["fact_changed"] is True and res["watch"] == []
+
+    # the stamp edited (another key): the stamp's state changed, the rerun must verify again
+    rc, res = run_module("ml_env_torch", args)
+    before = watched_states(res["watch"])
+    write_json_atomic(args["stamp_path"], {"key": "0" * 20, "evidence": evidence})
+    assert changed_paths(before) == [args["stamp_path"]]
+    rc, res = run_module("ml_env_torch", args, check=True)
+    assert rc == 0 and res["changed"] is True and res["reason"] == "inputs changed" and res["watch"] == []
