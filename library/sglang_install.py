@@ -203,6 +203,18 @@ created_dirs:
   returned: success
   type: list
   elements: str
+watch:
+  description:
+    - For the probe cache (module_utils/epforge_watch.py), when nothing changed and the flags were not
+      judged or came from I(flags_cache_path) - the sorted paths the answer depends on - I(python) as given
+      and resolved, its C(pyvenv.cfg) and every C(sys.path) directory (the site dirs whose C(.dist-info)
+      entries give the installed versions), I(stamp_path), the directories of I(log_path) and I(stamp_path),
+      I(flags_cache_path) when the flags were judged, and the fact file with I(facts_dir).
+    - Empty after a change, after a run of SGLang's parser (the next run answers from its cache), or when an
+      import-path variable (C(PYTHONPATH)...) is set.
+  returned: success
+  type: list
+  elements: str
 """
 
 import hashlib
@@ -213,12 +225,13 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import fail_cmd, tail
 from ansible.module_utils.epforge_files import ensure_directories, write_json_atomic
-from ansible.module_utils.epforge_local_facts import write_local_fact
+from ansible.module_utils.epforge_local_facts import fact_path, write_local_fact
 from ansible.module_utils.epforge_pip_guard import refuse_replacing
 from ansible.module_utils.epforge_process import run_bounded, run_logged
 from ansible.module_utils.epforge_secrets import redact
 from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
 from ansible.module_utils.epforge_sglang_flags import check_flags, hide_secrets
+from ansible.module_utils.epforge_watch import import_paths, watch_list
 from ansible.module_utils.epforge_wheelhouse import pin_from_metadata
 
 # Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
@@ -645,6 +658,25 @@ def fact_of(params: dict, inputs: dict, installed: dict, stamp: dict, flags: dic
     }
 
 
+def watched(params: dict, result: dict) -> list[str]:
+    """What a no-op answer depends on besides the args and the task environment (both in the probe cache's
+    key; pip's environment only matters when pip runs, which a no-op does not): where the versions are read
+    from, the stamp, the directories made, the flags' cache and the fact; [] after a change or a parser
+    run."""
+    flags = result["flags"]
+    if result["changed"] or (flags["validated"] and not flags.get("cached")):
+        return []
+    places = import_paths(params["python"])
+    if places is None:
+        return []
+    own = [params["stamp_path"], os.path.dirname(params["log_path"]), os.path.dirname(params["stamp_path"])]
+    if flags["validated"]:
+        own.append(params["flags_cache_path"])
+    if params["facts_dir"]:
+        own.append(fact_path(params["facts_dir"], FACT_NAME))
+    return watch_list(places, own)
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
@@ -683,6 +715,7 @@ def main() -> None:
     if diffs:
         # Ansible prints one diff or a list of them: the stamp's and the fact's.
         result["diff"] = diffs[0] if len(diffs) == 1 else diffs
+    result["watch"] = watched(params, result)
     module.exit_json(**result)
 
 

@@ -7,13 +7,14 @@ one call (directories, install, flags, local fact written only on change, check 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from ansible.module_utils import epforge_sglang_flags
 from ansible.module_utils.epforge_sglang_args import build_server_argv
-from moduletools import run_module
+from moduletools import changed_paths, clear_import_path_variables, run_module, watched_states
 from test_pip_guard import make_wheel
 
 
@@ -156,3 +157,64 @@ def test_one_call_makes_the_dirs_judges_the_flags_and_writes_the_fact_once(tmp_p
     rc, res = run_module("sglang_install", shape, timeout=300)
     assert rc != 0 and "unknown server setting 'tp_sise' (did you mean 'tp_size'?)" in res["msg"], res
     assert not (tmp_path / "log-2").exists() and not (tmp_path / "facts-2").exists()
+
+
+def test_watch_names_what_a_noop_depends_on_and_a_change_there_changes_the_answer(tmp_path, monkeypatch):
+    """The probe cache's contract (module_utils/epforge_watch.py): a no-op answer (installed, flags from the
+    cache, fact current) names the python, its site dir, the stamp, the directories it makes, the flags'
+    cache and the fact; uninstalling SGLang, deleting the cache, the fact or the log dir changes a watched
+    path's state and the real rerun's answer."""
+    clear_import_path_variables(monkeypatch)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    sglang_wheel(wheels, "0.5.99", "0.5.99", ["fakedep==1.0"])
+    make_wheel(wheels, "fakedep", "1.0")
+    python = venv_python(tmp_path / "env")
+    fact_file = tmp_path / "facts" / "epforge_sglang.fact"
+    cache = tmp_path / "state" / "flags.json"
+    settings = {"model_path": "/models/x", "tp_size": 2}
+    args = {
+        **module_args(tmp_path, python, wheels, "0.5.99"),
+        "facts_dir": str(tmp_path / "facts"),
+        "flags_cache_path": str(cache),
+        "settings": settings,
+    }
+    rc, first = run_module("sglang_install", {**args, "settings": {}}, timeout=300)
+    assert rc == 0 and first["changed"] and first["watch"] == [], first.get("msg")
+    # the tiny sglang has no parser: the remembered outcome of these flags judges them
+    argv = build_server_argv(settings, include_secrets=False, sglang_version="0.5.99")
+    key = epforge_sglang_flags.cache_key_of(argv, "0.5.99", str(python), True, first["stamp"]["sha256"])
+    outcome = {"sglang_version": "0.5.99", "parsed": {"tp_size": 2}, "constructed": True}
+    epforge_sglang_flags.write_cache(str(cache), key, {**outcome, "notes": [], "warnings_sglang": []})
+    rc, res = run_module("sglang_install", args, timeout=300)
+    assert rc == 0 and res["changed"] and res["watch"] == []  # the fact now holds the flags
+    rc, noop = run_module("sglang_install", args, timeout=300)
+    assert rc == 0 and not noop["changed"] and noop["flags"]["cached"], noop.get("msg")
+    watch = noop["watch"]
+    site = next((tmp_path / "env" / "lib").glob("python3*/site-packages")).resolve()
+    expected = {str(python), str(python.resolve()), str(tmp_path / "env" / "pyvenv.cfg"), str(site)}
+    expected |= {args["stamp_path"], str(tmp_path / "log"), str(tmp_path / "state"), str(cache)}
+    expected.add(str(fact_file))
+    assert expected <= set(watch) and watch == sorted(set(watch)), sorted(expected - set(watch))
+
+    def rerun_after(change) -> dict:
+        before = watched_states(watch)
+        change()
+        assert changed_paths(before), "no watched path saw the change"
+        return run_module("sglang_install", args, timeout=300)[1]
+
+    saved = cache.read_text()
+    judged = rerun_after(cache.unlink)  # the tiny sglang's own parser is asked, and fails
+    assert judged.get("failed") and "SGLang's parser failed" in judged["msg"], judged
+    cache.write_text(saved)
+    assert run_module("sglang_install", args, timeout=300)[1]["watch"]
+
+    rewritten = rerun_after(fact_file.unlink)
+    assert rewritten["changed"] and fact_file.exists()
+    made = rerun_after(lambda: shutil.rmtree(tmp_path / "log"))
+    assert made["changed"] and made["created_dirs"] == [str(tmp_path / "log")]
+
+    uninstall = [str(python), "-m", "pip", "uninstall", "-q", "-y", "sglang"]
+    reinstalled = rerun_after(lambda: subprocess.run(uninstall, check=True, timeout=300))
+    assert reinstalled["changed"], reinstalled
+    assert reinstalled["actions"][0] == "install sglang==0.5.99 (server)"
