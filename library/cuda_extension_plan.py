@@ -16,6 +16,8 @@ description:
     every C(.so) file it lists still exists.
   - Changes nothing, except with O(record) the local fact entry of an installed key, only when it differs
     (check mode writes nothing; diff mode shows it).
+  - On the no-op answer (the key is installed, nothing changed) it returns RV(watch), the paths that answer
+    depends on, so the probe cache can reuse it while none of them changes.
 options:
   name:
     description: Extension name.
@@ -147,6 +149,23 @@ fact_changed:
   description: Whether O(record) changed (or, in check mode, would change) this extension's fact entry.
   returned: success
   type: bool
+watch:
+  description:
+    - Paths the no-op answer depends on, sorted and absolute. O(python) with every symlink on the way and its
+      realpath, and C(pyvenv.cfg) of its prefix (the Python tag, machine and site dirs the probe reads); the
+      purelib and platlib dirs (torch's dist-info name); O(cuda_home) and its C(bin/nvcc) with their link
+      chains (the CUDA release); the stamp, every C(.so) file it lists, and the fact file. While the args are
+      the same and none of these changed, a rerun gives the same answer.
+    - Returned only with the no-op answer (RV(installed) true and nothing changed); empty otherwise (there is
+      work to do, this run wrote the fact, or a variable that moves the site dirs without any file changing
+      is set, C(PYTHONHOME), C(PYTHONPLATLIBDIR) or Debian's C(DEB_PYTHON_INSTALL_LAYOUT)).
+  returned: success
+  type: list
+  elements: str
+  sample: [/etc/ansible/facts.d/epforge_cuda_extensions.fact, /opt/epforge/cuda-13.0,
+           /opt/epforge/cuda-13.0/bin/nvcc, /opt/epforge/ml-env/bin/python,
+           /opt/epforge/ml-env/lib/python3.11/site-packages, /opt/epforge/ml-env/pyvenv.cfg,
+           /usr/bin/python3.11, /var/lib/epforge/cuda_extension/canary.stamp.json]
 """
 
 import json
@@ -166,13 +185,19 @@ from ansible.module_utils.epforge_cuda import parse_nvcc_release
 from ansible.module_utils.epforge_files import read_json
 from ansible.module_utils.epforge_local_facts import write_local_fact
 from ansible.module_utils.epforge_process import run_bounded
+from ansible.module_utils.epforge_watch import binary_paths, watch_list
 
 FACT_NAME = "epforge_cuda_extensions"
+
+# Variables that move the probe's sysconfig purelib/platlib (sys.prefix, sys.platlibdir, Debian's install
+# scheme) without any file changing. PYTHONPATH and the user site do not: torch is read from those two dirs.
+SYSCONFIG_VARIABLES = ("PYTHONHOME", "PYTHONPLATLIBDIR", "DEB_PYTHON_INSTALL_LAYOUT")
 
 PROBE = (
     "import json, platform, sys, sysconfig; print(json.dumps({'major': sys.version_info[0], "
     "'minor': sys.version_info[1], 'impl': sys.implementation.name, 'machine': platform.machine(), "
-    "'platlib': sysconfig.get_paths()['platlib'], 'purelib': sysconfig.get_paths()['purelib']}))"
+    "'platlib': sysconfig.get_paths()['platlib'], 'purelib': sysconfig.get_paths()['purelib'], "
+    "'prefix': sys.prefix}))"
 )
 
 
@@ -189,6 +214,23 @@ def record_installed(module: AnsibleModule, name: str, stamp: dict, fact: dict) 
     except OSError as exc:
         module.fail_json(msg=f"writing the local fact {FACT_NAME} failed: {exc}")
     return {"changed": wrote["changed"], "fact_changed": wrote["changed"], "diff": wrote["diff"]}
+
+
+def watched(p: dict, probe: dict, stamp_path: str, stamp: dict, fact_path: str) -> list[str]:
+    """What the installed verdict depends on: the interpreter and its prefix's pyvenv.cfg (version, machine
+    and sysconfig paths), the site dirs (torch's dist-info name), the toolkit's nvcc (its release), the
+    stamp, the .so files it lists (they must exist) and the fact. [] when one of SYSCONFIG_VARIABLES is set:
+    the probe cache's key holds the task's environment, not the login environment the module inherits."""
+    if any(os.environ.get(name) for name in SYSCONFIG_VARIABLES):
+        return []
+    nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
+    return watch_list(
+        [os.path.join(probe["prefix"], "pyvenv.cfg"), probe["purelib"], probe["platlib"]],
+        binary_paths(p["python"]),
+        binary_paths(p["cuda_home"]),
+        binary_paths(nvcc),
+        [stamp_path, fact_path, *stamp.get("so_files", [])],
+    )
 
 
 def main() -> None:
@@ -270,14 +312,18 @@ def main() -> None:
         "key_extra": p["key_extra"],
     }
     key = input_key(inputs)
-    stamp = read_json(os.path.join(p["state_dir"], f"{p['name']}.stamp.json")) or {}
+    stamp_path = os.path.join(p["state_dir"], f"{p['name']}.stamp.json")
+    stamp = read_json(stamp_path) or {}
     installed, reason = stamp_matches(stamp, key, stamp.get("so_files", []) if stamp else [])
     if installed and not stamp.get("so_files"):
         installed, reason = False, "stamp lists no .so files"
-    fact = read_json(os.path.join(p["facts_dir"], f"{FACT_NAME}.fact")) or {}
+    fact_path = os.path.join(p["facts_dir"], f"{FACT_NAME}.fact")
+    fact = read_json(fact_path) or {}
     recorded = {"changed": False, "fact_changed": False}
     if installed and p["record"]:
         recorded.update(record_installed(module, p["name"], stamp, fact))
+    no_op = installed and not recorded["changed"]
+    recorded["watch"] = watched(p, probe, stamp_path, stamp, fact_path) if no_op else []
     module.exit_json(
         **recorded,
         key=key,

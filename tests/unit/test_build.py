@@ -549,6 +549,66 @@ def test_plan_records_the_fact_entry_of_an_installed_key_once(plan_env, tmp_path
     assert rc == 0 and res["installed"] is True and res["changed"] is False and res["fact_changed"] is False
 
 
+def test_plan_no_op_answer_watches_what_it_depends_on_and_a_change_there_changes_the_answer(
+    plan_env, tmp_path, cuda13_home, monkeypatch
+):
+    """The probe cache's contract: an installed key's answer names the python (and its realpath), the venv's
+    pyvenv.cfg, the site dir, CUDA_HOME and nvcc, the stamp, the .so it lists and the fact; upgrading torch
+    (its dist-info renamed), removing the .so or editing the stamp changes a watched path's state and the
+    real rerun's answer. A variable that moves the site dirs turns the list off."""
+    site, so, plan_args = plan_env
+    args = {**plan_args, "record": True}
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["installed"] is False and res["watch"] == []  # work to do
+    stamp_path = tmp_path / "state" / "fake_ext.stamp.json"
+    write_json_atomic(str(stamp_path), {"name": "fake_ext", "key": res["key"], "so_files": [str(so)]})
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["changed"] is True and res["watch"] == []  # it recorded the fact entry
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["installed"] is True and res["changed"] is False
+    watch, key = res["watch"], res["key"]
+    python, nvcc = Path(args["python"]), cuda13_home / "bin" / "nvcc"
+    claimed = {str(python), os.path.realpath(python), str(site.parents[2] / "pyvenv.cfg"), str(site)}
+    claimed |= {str(cuda13_home), str(nvcc), os.path.realpath(nvcc), str(stamp_path), str(so)}
+    claimed.add(str(tmp_path / "facts" / "epforge_cuda_extensions.fact"))
+    assert claimed <= set(watch), sorted(claimed - set(watch))
+    assert watch == sorted(set(watch)) and all(os.path.isabs(p) for p in watch)
+
+    # torch upgraded in place of 2.14.1: the site dir changed, the key is another one, not installed
+    before = moduletools.watched_states(watch)
+    (site / "torch-2.14.1.dist-info").rename(site / "torch-2.14.2.dist-info")
+    assert moduletools.changed_paths(before) == [str(site)]
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["installed"] is False and res["key"] != key and res["watch"] == []
+    (site / "torch-2.14.2.dist-info").rename(site / "torch-2.14.1.dist-info")
+
+    # the extension's .so removed: watched, and the rerun finds the key no longer installed
+    rc, res = run_module("cuda_extension_plan", args)
+    before = moduletools.watched_states(res["watch"])
+    so.unlink()
+    assert moduletools.changed_paths(before) == [str(so)]
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["installed"] is False and "missing" in res["reason"] and res["watch"] == []
+    so.write_bytes(b"\x7fELF")
+
+    # the stamp edited (a field the fact entry copies): the rerun records the entry again
+    rc, res = run_module("cuda_extension_plan", args)
+    before = moduletools.watched_states(res["watch"])
+    write_json_atomic(
+        str(stamp_path), {"name": "fake_ext", "key": key, "so_files": [str(so)], "archs_found": ["sm_120"]}
+    )
+    assert moduletools.changed_paths(before) == [str(stamp_path)]
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["installed"] is True and res["fact_changed"] is True and res["watch"] == []
+
+    # the no-op answer again, but with a variable that moves sysconfig's site dirs set: no watch list
+    rc, res = run_module("cuda_extension_plan", args)
+    assert res["changed"] is False and res["watch"]
+    monkeypatch.setenv("PYTHONPLATLIBDIR", "lib")
+    rc, res = run_module("cuda_extension_plan", args)
+    assert rc == 0 and res["installed"] is True and res["changed"] is False and res["watch"] == []
+
+
 def test_safe_extract_refuses_escaping_members(tmp_path):
     good = tmp_path / "good.tar.gz"
     make_tree(tmp_path / "tree")
