@@ -24,7 +24,14 @@ from ansible.module_utils.epforge_process import run_bounded
 # Variables that move where a python finds its distributions. The probe cache's key holds the task's
 # environment but not the login environment a module inherits, and a module cannot tell the two apart: when
 # one of these is set, where the env's distributions live is not a question of files alone.
-IMPORT_PATH_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
+IMPORT_PATH_VARIABLES = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONPLATLIBDIR",
+    "PYTHONUSERBASE",
+    "PYTHONNOUSERSITE",
+    "PYTHONSAFEPATH",
+)
 
 # Run by the env's python, as the probes' own scripts run it (no -I: the same sys.path they see).
 IMPORT_PATH_SCRIPT = "import json, sys; print(json.dumps({'prefix': sys.prefix, 'path': sys.path}))"
