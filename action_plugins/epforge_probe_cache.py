@@ -1,0 +1,212 @@
+"""Reuse a probe module's answer while nothing it depends on has changed.
+
+A no-op rerun of the provision is made of probes: each role asks the host once whether its work is done.
+Shipping a module costs ~0.8 s on a 2-core controller whatever the module does (the AnsiballZ payload is
+built once per module per run on the controller, then the host starts Python, compiles the payload's
+module_utils and imports ansible.module_utils.basic), and a probe that found its role current last time will
+find it current again as long as its inputs and the files it read are unchanged. So, for a module that opts in
+(a same-name file in action_plugins/, e.g. cuda_toolkit_verify.py):
+
+  - the key is sha256 over the module's name, the task's arguments and environment, the content of the
+    module's file and of the project's module_utils, and the ansible-core version;
+  - ONE low-level command on the host (a short `python -I -S -c` script, no payload) reads the record
+    <epforge_state_dir>/probe-cache/<module>-<key[:16]>.json and compares the state (size, mtime_ns,
+    ctime_ns, inode; or missing) of every path the record watches with what it was when the module ran;
+  - same key, same states: the recorded result is the answer (changed false) and the module does not run;
+  - otherwise the module runs as it always did. When its result is unchanged (not failed, not changed, not in
+    check mode) and names the paths its verdict depends on (its `watch` return), the record is (re)written.
+
+The module stays the only owner of its verdict: what to watch is its answer (documented in its RETURN), and
+a record only ever replays a result that module produced. A task that is no_log or delegated, a host without a
+known Python, or `epforge_probe_cache: false` runs the module every time. Every result says what happened in
+`probe_cache` (hit, the reason of a miss, the record's path).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shlex
+from pathlib import Path
+
+from ansible.errors import AnsibleError
+from ansible.executor.module_common import _get_shebang
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import module_loader, module_utils_loader
+from ansible.release import __version__ as ansible_version
+from ansible.vars.clean import remove_internal_keys
+
+# Runs on the host with no site packages: prints whether the record stands, with its result when it does.
+READ_SCRIPT = r"""
+import json, os, sys
+def state(path):
+    try:
+        s = os.stat(path)
+    except OSError:
+        return None
+    return [s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino]
+record_path, key = sys.argv[1], sys.argv[2]
+try:
+    with open(record_path) as f:
+        record = json.load(f)
+except (OSError, ValueError):
+    record = None
+if not isinstance(record, dict) or "result" not in record:
+    answer = {"hit": False, "reason": "no record"}
+elif record.get("key") != key:
+    answer = {"hit": False, "reason": "inputs changed"}
+else:
+    moved = sorted(p for p, was in record.get("watch", {}).items() if state(p) != was)
+    answer = {"hit": not moved, "reason": ("changed: " + ", ".join(moved[:3])) if moved else "",
+              "result": None if moved else record["result"]}
+print(json.dumps(answer))
+"""
+
+# Runs on the host: states of the watched paths as they are now, then the record, atomically (0600).
+WRITE_SCRIPT = r"""
+import base64, json, os, sys
+record_path = sys.argv[1]
+data = json.loads(base64.b64decode(sys.argv[2]))
+os.makedirs(os.path.dirname(record_path), mode=0o700, exist_ok=True)
+def state(path):
+    try:
+        s = os.stat(path)
+    except OSError:
+        return None
+    return [s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino]
+data["watch"] = {p: state(p) for p in data["watch"]}
+tmp = "%s.%d.tmp" % (record_path, os.getpid())
+fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+with os.fdopen(fd, "w") as f:
+    json.dump(data, f, sort_keys=True)
+    f.flush()
+    os.fsync(f.fileno())
+os.replace(tmp, record_path)
+print(json.dumps({"written": record_path}))
+"""
+
+
+def code_digest(module_path: str) -> str:
+    """sha256 over the module file and every .py of the configured module_utils folders (sorted)."""
+    digest = hashlib.sha256(Path(module_path).read_bytes())
+    for folder in module_utils_loader._get_paths():  # the configured folders, as AnsiballZ searches them
+        for path in sorted(Path(folder).rglob("*.py")):
+            digest.update(str(path.relative_to(folder)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def probe_key(name: str, module_path: str, args: dict, environment: str) -> str:
+    material = {
+        "module": name,
+        "args": args,
+        "environment": environment,
+        "code": code_digest(module_path),
+        "ansible": ansible_version,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def recordable(result: dict, check_mode: bool) -> bool:
+    """Only an unchanged answer that names what it depends on is kept, and never from a check-mode run."""
+    return (
+        not check_mode
+        and not result.get("failed")
+        and not result.get("changed")
+        and isinstance(result.get("watch"), list)
+        and len(result["watch"]) > 0
+    )
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True  # the module's own supports_check_mode decides on a miss
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        name = self._task.action
+        args = dict(self._task.args)
+        plan, why_off = self.plan(name, args, task_vars)
+        if plan is None:
+            answer = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+            result.update(answer)
+            result["probe_cache"] = {"hit": False, "reason": why_off, "record": ""}
+            return result
+        interpreter, record, key = plan
+        found = self.host_json(interpreter, READ_SCRIPT, [record, key])
+        if found.get("hit"):
+            result.update(found["result"])
+            result.update(changed=False, probe_cache={"hit": True, "reason": "", "record": record})
+            return result
+        answer = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+        if recordable(answer, self._task.check_mode):
+            kept = dict(answer)
+            remove_internal_keys(kept)
+            kept.pop("invocation", None)
+            payload = {"key": key, "module": name, "watch": sorted(set(answer["watch"])), "result": kept}
+            encoded = base64.b64encode(json.dumps(payload, default=str).encode()).decode()
+            self.host_json(interpreter, WRITE_SCRIPT, [record, encoded])
+        reason = found.get("reason") or found.get("error", "")
+        result.update(answer)
+        result["probe_cache"] = {"hit": False, "reason": reason, "record": record}
+        return result
+
+    def why_off(self, task_vars: dict) -> str:
+        """Why the cache does not apply to this task ('' when it does)."""
+        if not self._templar.template(task_vars.get("epforge_probe_cache", True)):
+            return "off (epforge_probe_cache: false)"
+        if self._task.no_log:
+            return "off (no_log task)"
+        if self._task.delegate_to:
+            return "off (delegated task)"
+        if not task_vars.get("epforge_state_dir"):
+            return "off (no epforge_state_dir)"
+        return ""
+
+    def host_python(self, task_vars: dict) -> str:
+        """The interpreter the module would run with ('' while discovery has not run for this host)."""
+        is_local = bool(getattr(self._connection, "_remote_is_local", False))
+        try:
+            return (
+                _get_shebang("/usr/bin/python", task_vars, self._templar, remote_is_local=is_local)[1] or ""
+            )
+        except Exception:  # interpreter discovery not done yet: the module's run will do it
+            return ""
+
+    def plan(self, name: str, args: dict, task_vars: dict):
+        """((host python, record path, key), '') when the cache applies to this task, else (None, why not)."""
+        module_path = module_loader.find_plugin(name)
+        interpreter = self.host_python(task_vars)
+        why = (
+            self.why_off(task_vars)
+            or (f"off (no module file for {name})" if module_path is None else "")
+            or ("" if interpreter else "off (host Python not known yet)")
+        )
+        if why:
+            return None, why
+        key = probe_key(name, module_path, args, self._compute_environment_string())
+        state_dir = self._templar.template(task_vars["epforge_state_dir"])
+        record = f"{state_dir}/probe-cache/{name.rsplit('.', 1)[-1]}-{key[:16]}.json"
+        return (interpreter, record, key), ""
+
+    def host_json(self, interpreter: str, script: str, argv: list[str]) -> dict:
+        """Run a short script with the host's Python (no site, isolated) and return its JSON answer.
+
+        A failure is not the task's failure: the record cannot be used
+        (the module then runs)."""
+        cmd = shlex.join([interpreter, "-I", "-S", "-c", script, *argv])
+        try:
+            out = self._low_level_execute_command(cmd, sudoable=True)
+        except AnsibleError as exc:
+            return {"hit": False, "error": f"probe cache not readable: {exc}"}
+        stdout = to_text(out.get("stdout", ""))
+        try:
+            return json.loads(stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            tail = (to_text(out.get("stderr", "")) or stdout)[-300:]
+            return {"hit": False, "error": f"probe cache script rc {out.get('rc')}: {tail}"}

@@ -1,0 +1,302 @@
+"""A probe's answer is reused while nothing it depends on changed (action_plugins/epforge_probe_cache.py).
+
+Each test runs real playbooks through the project's ansible.cfg against localhost. The probe is a test double
+module written into the test's own library folder (with its same-name action file, as the project's probes
+have): it reads one file, answers its content and names that file in `watch`; every real run appends a line to
+a counter file (not watched), so a test knows whether the module ran or the record answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from playbooks import JSON_CALLBACK, json_report, run_playbook
+
+PROBE_DOUBLE = textwrap.dedent(
+    '''\
+    #!/usr/bin/python
+    """Test double of a probe module: reads one file, counts its runs."""
+    from __future__ import annotations
+
+    DOCUMENTATION = r"""
+    ---
+    module: probe_double
+    short_description: Test double of a probe (tests/unit/test_probe_cache.py)
+    options:
+      path: {description: File whose content is the answer., type: path, required: true}
+      runs: {description: File that counts real runs., type: path, required: true}
+      changed: {description: Report changed., type: bool, default: false}
+      fail: {description: Fail., type: bool, default: false}
+      watch: {description: Name O(path) in the watch list., type: bool, default: true}
+      token: {description: A secret., type: str, default: "", no_log: true}
+    """
+    import os
+
+    from ansible.module_utils.basic import AnsibleModule
+
+
+    def main():
+        module = AnsibleModule(
+            argument_spec=dict(
+                path=dict(type="path", required=True),
+                runs=dict(type="path", required=True),
+                changed=dict(type="bool", default=False),
+                fail=dict(type="bool", default=False),
+                watch=dict(type="bool", default=True),
+                token=dict(type="str", default="", no_log=True),
+            ),
+            supports_check_mode=True,
+        )
+        p = module.params
+        with open(p["runs"], "a") as f:
+            f.write("check\\n" if module.check_mode else "run\\n")
+        content = open(p["path"]).read() if os.path.exists(p["path"]) else None
+        if p["fail"]:
+            module.fail_json(msg="asked to fail", watch=[p["path"]])
+        module.exit_json(
+            changed=p["changed"],
+            content=content,
+            env_mark=os.environ.get("PROBE_MARK", ""),
+            watch=[p["path"]] if p["watch"] else [],
+        )
+
+
+    if __name__ == "__main__":
+        main()
+    '''
+)
+
+OPT_IN = (ROOT / "action_plugins" / "cuda_toolkit_verify.py").read_text()  # the project's opt-in file
+
+
+@pytest.fixture
+def probe(tmp_path):
+    """Folders of one test: the double's library and action plugin, the watched file, the state dir."""
+    library = tmp_path / "library"
+    actions = tmp_path / "action_plugins"
+    library.mkdir()
+    actions.mkdir()
+    (library / "probe_double.py").write_text(PROBE_DOUBLE)
+    (actions / "probe_double.py").write_text(OPT_IN)
+    watched = tmp_path / "watched.txt"
+    watched.write_text("one\n")
+    return {
+        "tmp": tmp_path,
+        "library": library,
+        "env": {
+            **JSON_CALLBACK,
+            "ANSIBLE_LIBRARY": f"{library}:{ROOT / 'library'}",
+            "ANSIBLE_ACTION_PLUGINS": f"{actions}:{ROOT / 'action_plugins'}",
+        },
+        "watched": watched,
+        "runs": tmp_path / "runs.txt",
+        "state": tmp_path / "state",
+    }
+
+
+def play(probe, args: dict | None = None, *flags: str, play_vars: dict | None = None, env=None) -> dict:
+    """Run the double once in a playbook; return its task result (the run must succeed)."""
+    task = {
+        "name": "Probe",
+        "probe_double": {"path": str(probe["watched"]), "runs": str(probe["runs"]), **(args or {})},
+    }
+    if env:
+        task["environment"] = env
+    playbook = probe["tmp"] / "play.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Probe cache",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars": {
+                        "ansible_python_interpreter": sys.executable,
+                        "epforge_state_dir": str(probe["state"]),
+                        **(play_vars or {}),
+                    },
+                    "tasks": [task],
+                }
+            ],
+            sort_keys=False,
+        )
+    )
+    proc = run_playbook(playbook, *flags, env=probe["env"], timeout=120)
+    report = json_report(proc)
+    return report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def runs(probe) -> list[str]:
+    return probe["runs"].read_text().split() if probe["runs"].exists() else []
+
+
+def records(probe) -> list[Path]:
+    return sorted((probe["state"] / "probe-cache").glob("probe_double-*.json"))
+
+
+def test_second_run_is_answered_by_the_record(probe):
+    first = play(probe)
+    assert first["probe_cache"]["hit"] is False and first["probe_cache"]["reason"] == "no record"
+    assert first["content"] == "one\n" and runs(probe) == ["run"]
+    [record] = records(probe)
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    saved = json.loads(record.read_text())
+    assert list(saved["watch"]) == [str(probe["watched"])]
+    assert "invocation" not in saved["result"]
+
+    second = play(probe)
+    assert runs(probe) == ["run"], "the module ran although nothing it watches changed"
+    assert second["probe_cache"] == {"hit": True, "reason": "", "record": str(record)}
+    assert second["content"] == "one\n" and second["changed"] is False
+    assert second["watch"] == first["watch"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["edit", "delete", "replace", "touch"],
+)
+def test_a_watched_change_runs_the_module_again(probe, change):
+    play(probe)
+    watched = probe["watched"]
+    if change == "edit":
+        watched.write_text("two\n")
+    elif change == "delete":
+        watched.unlink()
+    elif change == "replace":  # same content, new inode (an upgrade that rewrites the file)
+        fresh = watched.with_suffix(".new")
+        fresh.write_text("one\n")
+        os.replace(fresh, watched)
+    else:  # same size and content, only the times move
+        time.sleep(0.01)
+        os.utime(watched)
+    again = play(probe)
+    assert runs(probe) == ["run", "run"]
+    assert again["probe_cache"]["hit"] is False
+    assert again["probe_cache"]["reason"] == f"changed: {watched}"
+    assert again["content"] == ({"edit": "two\n", "delete": None}.get(change, "one\n"))
+    # and the fresh answer is the record now
+    play(probe)
+    assert runs(probe) == ["run", "run"]
+
+
+def test_other_arguments_or_environment_are_another_key(probe):
+    play(probe)
+    play(probe, {"token": "s3cret"})
+    assert runs(probe) == ["run", "run"]
+    assert not any("s3cret" in r.read_text() for r in records(probe)), "a no_log value reached the record"
+    marked = play(probe, env={"PROBE_MARK": "x"})
+    assert runs(probe) == ["run", "run", "run"] and marked["env_mark"] == "x"
+    assert play(probe, env={"PROBE_MARK": "x"})["probe_cache"]["hit"] is True
+    assert len(records(probe)) == 3
+
+
+def test_a_new_module_version_is_another_key(probe):
+    play(probe)
+    module = probe["library"] / "probe_double.py"
+    module.write_text(module.read_text() + "\n# a new version of the module\n")
+    assert play(probe)["probe_cache"]["reason"] == "no record"
+    assert runs(probe) == ["run", "run"]
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [({"changed": True}, "changed"), ({"watch": False}, "no watch list")],
+)
+def test_only_an_unchanged_answer_with_a_watch_list_is_kept(probe, args, why):
+    play(probe, args)
+    play(probe, args)
+    assert runs(probe) == ["run", "run"], why
+    assert records(probe) == []
+
+
+def test_a_failure_is_not_kept(probe):
+    failed = play_failing(probe)
+    assert failed["failed"] is True and failed["msg"] == "asked to fail"
+    assert records(probe) == []
+
+
+def play_failing(probe) -> dict:
+    task = {
+        "name": "Probe",
+        "probe_double": {"path": str(probe["watched"]), "runs": str(probe["runs"]), "fail": True},
+        "ignore_errors": True,
+    }
+    playbook = probe["tmp"] / "fail.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Probe cache",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars": {
+                        "ansible_python_interpreter": sys.executable,
+                        "epforge_state_dir": str(probe["state"]),
+                    },
+                    "tasks": [task],
+                }
+            ]
+        )
+    )
+    return json_report(run_playbook(playbook, env=probe["env"], timeout=120))["plays"][0]["tasks"][0][
+        "hosts"
+    ]["localhost"]
+
+
+def test_check_mode_reads_records_but_never_writes_them(probe):
+    checked = play(probe, None, "--check")
+    assert runs(probe) == ["check"] and records(probe) == []
+    assert checked["probe_cache"]["hit"] is False
+    play(probe)
+    hit = play(probe, None, "--check")
+    assert runs(probe) == ["check", "run"] and hit["probe_cache"]["hit"] is True
+
+
+def test_turned_off_the_module_always_runs(probe):
+    for _ in range(2):
+        off = play(probe, play_vars={"epforge_probe_cache": False})
+    assert runs(probe) == ["run", "run"] and records(probe) == []
+    assert off["probe_cache"] == {
+        "hit": False,
+        "reason": "off (epforge_probe_cache: false)",
+        "record": "",
+    }
+
+
+def test_a_broken_record_only_costs_a_module_run(probe):
+    play(probe)
+    [record] = records(probe)
+    record.write_text("{not json")
+    again = play(probe)
+    assert again["probe_cache"]["reason"] == "no record" and runs(probe) == ["run", "run"]
+    assert json.loads(record.read_text())["result"]["content"] == "one\n"
+
+
+def test_every_probe_of_the_project_opts_in_and_documents_watch():
+    """The same-name action files name existing modules, and each module documents its watch list."""
+    opted = sorted(
+        p.stem for p in (ROOT / "action_plugins").glob("*.py") if '"epforge_probe_cache"' in p.read_text()
+    )
+    assert {
+        "cuda_toolkit_verify",
+        "ml_env_torch",
+        "cuda_extension_plan",
+        "flashinfer_probe",
+        "deepep_prebuilt",
+        "sglang_install",
+        "final_env_check",
+    } <= set(opted)
+    for name in opted:
+        source = (ROOT / "library" / f"{name}.py").read_text()
+        returned = yaml.safe_load(source.split('RETURN = r"""', 1)[1].split('"""', 1)[0])
+        assert "watch" in returned, f"{name} does not document its watch list"
