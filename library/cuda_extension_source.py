@@ -30,6 +30,14 @@ options:
     description: git URL, directory, or archive file.
     type: str
     required: true
+  kind:
+    description:
+      - What O(source) is. C(auto) tells by its form (a URL or a path ending in C(.git) is git, an archive
+        suffix an archive, anything else a directory used in place); C(git) also takes the path of a local
+        (non-bare) repository or mirror and resolves O(ref) in it (role C(deepep)).
+    type: str
+    choices: [auto, git, dir, archive]
+    default: auto
   ref:
     description: git ref (tag, branch or commit); empty = the remote's HEAD.
     type: str
@@ -214,6 +222,7 @@ def main() -> None:
         argument_spec={
             "name": {"type": "str", "required": True},
             "source": {"type": "str", "required": True},
+            "kind": {"type": "str", "default": "auto", "choices": ["auto", "git", "dir", "archive"]},
             "ref": {"type": "str", "default": ""},
             "commit": {"type": "str", "default": ""},
             "subdir": {"type": "str", "default": ""},
@@ -224,7 +233,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    kind = source_kind(p["source"])
+    kind = source_kind(p["source"]) if p["kind"] == "auto" else p["kind"]
     base = os.path.join(p["work_dir"], p["name"])
     changed = False
     if kind == "dir":

@@ -451,6 +451,28 @@ def test_source_from_git_resolves_tags_and_checks_the_commit(tmp_path):
     assert rc != 0 and "'v9' is not in" in res["msg"]
 
 
+def test_kind_git_takes_a_local_repository_path(tmp_path):
+    """A mirror's plain path is a directory to `auto` but a repository to `kind: git` (role deepep)."""
+    repo = make_tree(tmp_path / "mirror")
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", ".", cwd=repo)
+    first = git("commit", "-q", "-m", "one", cwd=repo)
+    git("tag", "v1", cwd=repo)
+    base = {"name": "git", "source": str(repo), "work_dir": str(tmp_path / "work")}
+    rc, res = run_module("cuda_extension_source", {**base, "ref": "v1"})
+    assert rc == 0 and res["kind"] == "dir" and res["source_dir"] == str(repo)
+    rc, res = run_module("cuda_extension_source", {**base, "ref": "v1", "kind": "git"})
+    assert rc == 0, res
+    assert res["kind"] == "git" and res["revision"] == first
+    assert res["source_dir"] == str(tmp_path / "work" / "git" / first)
+    rc, res = run_module("cuda_extension_source", {**base, "ref": "v9.9.9", "kind": "git"})
+    assert rc != 0 and "'v9.9.9' is not in" in res["msg"]
+    missing = {**base, "source": str(tmp_path / "nowhere.git"), "kind": "git"}
+    rc, res = run_module("cuda_extension_source", missing)
+    assert rc != 0 and res["msg"].startswith("git clone of") and res["rc"] == 128
+    assert "does not exist" in res["log_tail"] or "not found" in res["log_tail"], res
+
+
 def test_source_dir_and_archive_revisions(tmp_path):
     tree = make_tree(tmp_path / "tree")
     base = {"name": "fake_ext", "work_dir": str(tmp_path / "work")}
