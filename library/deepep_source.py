@@ -25,6 +25,12 @@ options:
     description: Commit (full or abbreviated) the tree must be at; empty to accept any.
     type: str
     default: ""
+  commit:
+    description:
+      - The commit the tree was exported from, for a tree without git data (role C(deepep) passes what
+        C(cuda_extension_source) resolved). A tree with git data reports its own C(HEAD).
+    type: str
+    default: ""
 author: epforge developers
 """
 
@@ -47,7 +53,7 @@ version:
   type: str
   sample: 1.2.1
 commit:
-  description: Full commit of a git checkout; empty for a tree without git data.
+  description: Full commit of a git checkout, else O(commit); empty for a tree without either.
   returned: success
   type: str
 tree_sha256:
@@ -85,6 +91,7 @@ def main() -> None:
         argument_spec={
             "path": {"type": "path", "required": True},
             "expect_commit": {"type": "str", "default": ""},
+            "commit": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -121,7 +128,7 @@ def main() -> None:
             build_system=kind,
             reason=reason,
         )
-    commit = git_commit(path)
+    commit = git_commit(path) or module.params["commit"].strip()
     expect = module.params["expect_commit"].strip().lower()
     if expect and commit and not commit.lower().startswith(expect):
         module.fail_json(

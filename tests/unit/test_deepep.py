@@ -201,6 +201,21 @@ def test_deepep_source_refuses_v2_and_a_moved_ref(fake_repo, tmp_path):
     assert rc != 0 and "does not exist" in res["msg"]
 
 
+def test_deepep_source_checks_the_resolved_commit_of_an_exported_tree(fake_repo, tmp_path):
+    """The role's git path exports the ref's tree (no .git): the resolver's commit is checked and reported."""
+    repo, commit = fake_repo
+    rc, res = run_module(
+        "cuda_extension_source",
+        {"name": "git", "kind": "git", "source": str(repo), "ref": "v1.2.1", "work_dir": str(tmp_path)},
+    )
+    assert rc == 0 and res["revision"] == commit and not (Path(res["source_dir"]) / ".git").exists()
+    tree = res["source_dir"]
+    rc, res = run_module("deepep_source", {"path": tree, "commit": commit, "expect_commit": commit[:7]})
+    assert rc == 0 and res["commit"] == commit, res
+    rc, res = run_module("deepep_source", {"path": tree, "commit": commit, "expect_commit": "0123456"})
+    assert rc != 0 and "not the expected 0123456" in res["msg"]
+
+
 def fake_nvshmem(root: Path, host_lib: str = "libnvshmem_host.so") -> Path:
     (root / "include" / "non_abi").mkdir(parents=True)
     (root / "lib").mkdir()
