@@ -33,6 +33,7 @@ from pathlib import Path
 from ansible.errors import AnsibleError
 from ansible.executor.module_common import _get_shebang
 from ansible.module_utils.common.text.converters import to_text
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import module_loader, module_utils_loader
 from ansible.release import __version__ as ansible_version
@@ -158,7 +159,8 @@ class ActionModule(ActionBase):
 
     def why_off(self, task_vars: dict) -> str:
         """Why the cache does not apply to this task ('' when it does)."""
-        if not self._templar.template(task_vars.get("epforge_probe_cache", True)):
+        # -e epforge_probe_cache=false arrives as text: read it as Ansible reads a boolean
+        if not boolean(self._templar.template(task_vars.get("epforge_probe_cache", True)), strict=False):
             return "off (epforge_probe_cache: false)"
         if self._task.no_log:
             return "off (no_log task)"

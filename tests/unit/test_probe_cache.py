@@ -263,9 +263,12 @@ def test_check_mode_reads_records_but_never_writes_them(probe):
 
 
 def test_turned_off_the_module_always_runs(probe):
+    play(probe)
+    off = play(probe, None, "-e", "epforge_probe_cache=false")  # as the README says: text on the command line
+    assert runs(probe) == ["run", "run"] and off["probe_cache"]["hit"] is False
     for _ in range(2):
         off = play(probe, play_vars={"epforge_probe_cache": False})
-    assert runs(probe) == ["run", "run"] and records(probe) == []
+    assert runs(probe) == ["run", "run", "run", "run"]
     assert off["probe_cache"] == {
         "hit": False,
         "reason": "off (epforge_probe_cache: false)",
