@@ -25,6 +25,7 @@ known Python, or `epforge_probe_cache: false` runs the module every time. Every 
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 import shlex
@@ -135,27 +136,41 @@ class ActionModule(ActionBase):
         plan, why_off = self.plan(name, args, task_vars)
         if plan is None:
             answer = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
-            result.update(answer)
-            result["probe_cache"] = {"hit": False, "reason": why_off, "record": ""}
-            return result
-        interpreter, record, key = plan
-        found = self.host_json(interpreter, READ_SCRIPT, [record, key])
+            return dict(result, **answer, probe_cache={"hit": False, "reason": why_off, "record": ""})
+        record, key = plan
+        interpreter = self.host_python(task_vars)
+        found = (
+            self.host_json(interpreter, READ_SCRIPT, [record, key])
+            if interpreter
+            else {"hit": False, "reason": "host Python not known yet"}
+        )
         if found.get("hit"):
             result.update(found["result"])
             result.update(changed=False, probe_cache={"hit": True, "reason": "", "record": record})
             return result
         answer = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
-        if recordable(answer, self._task.check_mode):
-            kept = dict(answer)
-            remove_internal_keys(kept)
-            kept.pop("invocation", None)
-            payload = {"key": key, "module": name, "watch": sorted(set(answer["watch"])), "result": kept}
-            encoded = base64.b64encode(json.dumps(payload, default=str).encode()).decode()
-            self.host_json(interpreter, WRITE_SCRIPT, [record, encoded])
+        # the first module call on a host discovers its Python: the record can be written with it
+        interpreter = interpreter or (answer.get("ansible_facts") or {}).get(
+            "discovered_interpreter_python", ""
+        )
+        if interpreter and recordable(answer, self._task.check_mode):
+            self.store(interpreter, record, key, name, answer)
         reason = found.get("reason") or found.get("error", "")
-        result.update(answer)
-        result["probe_cache"] = {"hit": False, "reason": reason, "record": record}
-        return result
+        return dict(result, **answer, probe_cache={"hit": False, "reason": reason, "record": record})
+
+    def store(self, interpreter: str, record: str, key: str, name: str, answer: dict) -> None:
+        kept = copy.deepcopy(
+            answer
+        )  # remove_internal_keys edits nested dicts: the task's own result stays whole
+        remove_internal_keys(
+            kept
+        )  # also drops a discovered interpreter: a fact of this run, not of the answer
+        kept.pop("invocation", None)
+        if not kept.get("ansible_facts", True):
+            del kept["ansible_facts"]
+        payload = {"key": key, "module": name, "watch": sorted(set(answer["watch"])), "result": kept}
+        encoded = base64.b64encode(json.dumps(payload, default=str).encode()).decode()
+        self.host_json(interpreter, WRITE_SCRIPT, [record, encoded])
 
     def why_off(self, task_vars: dict) -> str:
         """Why the cache does not apply to this task ('' when it does)."""
@@ -181,20 +196,14 @@ class ActionModule(ActionBase):
             return ""
 
     def plan(self, name: str, args: dict, task_vars: dict):
-        """((host python, record path, key), '') when the cache applies to this task, else (None, why not)."""
+        """((record path, key), '') when the cache applies to this task, else (None, why not)."""
         module_path = module_loader.find_plugin(name)
-        interpreter = self.host_python(task_vars)
-        why = (
-            self.why_off(task_vars)
-            or (f"off (no module file for {name})" if module_path is None else "")
-            or ("" if interpreter else "off (host Python not known yet)")
-        )
+        why = self.why_off(task_vars) or (f"off (no module file for {name})" if module_path is None else "")
         if why:
             return None, why
         key = probe_key(name, module_path, args, self._compute_environment_string())
         state_dir = self._templar.template(task_vars["epforge_state_dir"])
-        record = f"{state_dir}/probe-cache/{name.rsplit('.', 1)[-1]}-{key[:16]}.json"
-        return (interpreter, record, key), ""
+        return (f"{state_dir}/probe-cache/{name.rsplit('.', 1)[-1]}-{key[:16]}.json", key), ""
 
     def host_json(self, interpreter: str, script: str, argv: list[str]) -> dict:
         """Run a short script with the host's Python (no site, isolated) and return its JSON answer.

@@ -305,3 +305,37 @@ def test_every_probe_of_the_project_opts_in_and_documents_watch():
         source = (ROOT / "library" / f"{name}.py").read_text()
         returned = yaml.safe_load(source.split('RETURN = r"""', 1)[1].split('"""', 1)[0])
         assert "watch" in returned, f"{name} does not document its watch list"
+
+
+def test_the_first_module_call_on_a_host_discovers_its_python_and_records(probe):
+    """With no interpreter set, the first probe's run discovers the host's Python; the record is still written
+    with it, and the next task of the same run is answered by it."""
+    task = {"probe_double": {"path": str(probe["watched"]), "runs": str(probe["runs"])}}
+    playbook = probe["tmp"] / "discover.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Discovery",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars": {"epforge_state_dir": str(probe["state"])},
+                    "tasks": [{"name": "First", **task}, {"name": "Second", **task}],
+                }
+            ]
+        )
+    )
+    inventory = probe["tmp"] / "hosts.yml"  # localhost with no ansible_python_interpreter: discovery
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}}))
+    # discovery must find a working python: this machine's PATH may start with pyenv shims of absent versions
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    proc = run_playbook(playbook, env={**probe["env"], "PATH": path}, inventories=(inventory,), timeout=120)
+    first, second = (t["hosts"]["localhost"] for t in json_report(proc)["plays"][0]["tasks"])
+    assert first["probe_cache"] == {
+        "hit": False,
+        "reason": "host Python not known yet",
+        "record": str(records(probe)[0]),
+    }
+    assert second["probe_cache"]["hit"] is True and second["content"] == "one\n"
+    assert runs(probe) == ["run"]
+    assert "ansible_facts" not in json.loads(records(probe)[0].read_text())["result"]
