@@ -40,15 +40,22 @@ from ansible.plugins.loader import module_loader, module_utils_loader
 from ansible.release import __version__ as ansible_version
 from ansible.vars.clean import remove_internal_keys
 
-# Runs on the host with no site packages: prints whether the record stands, with its result when it does.
-READ_SCRIPT = r"""
-import json, os, sys
+# Both host scripts (run with no site packages) compare a path by this state: a rewrite, a touch, a rename
+# over it or its removal shows.
+STATE_FUNCTION = r"""
+import base64, json, os, sys
 def state(path):
     try:
         s = os.stat(path)
     except OSError:
         return None
     return [s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino]
+"""
+
+# Prints whether the record stands, with its result when it does.
+READ_SCRIPT = (
+    STATE_FUNCTION
+    + r"""
 record_path, key = sys.argv[1], sys.argv[2]
 try:
     with open(record_path) as f:
@@ -65,19 +72,15 @@ else:
               "result": None if moved else record["result"]}
 print(json.dumps(answer))
 """
+)
 
 # Runs on the host: states of the watched paths as they are now, then the record, atomically (0600).
-WRITE_SCRIPT = r"""
-import base64, json, os, sys
+WRITE_SCRIPT = (
+    STATE_FUNCTION
+    + r"""
 record_path = sys.argv[1]
 data = json.loads(base64.b64decode(sys.argv[2]))
 os.makedirs(os.path.dirname(record_path), mode=0o700, exist_ok=True)
-def state(path):
-    try:
-        s = os.stat(path)
-    except OSError:
-        return None
-    return [s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino]
 data["watch"] = {p: state(p) for p in data["watch"]}
 tmp = "%s.%d.tmp" % (record_path, os.getpid())
 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -88,6 +91,7 @@ with os.fdopen(fd, "w") as f:
 os.replace(tmp, record_path)
 print(json.dumps({"written": record_path}))
 """
+)
 
 
 def code_digest(module_path: str) -> str:

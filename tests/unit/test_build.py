@@ -429,12 +429,18 @@ def git(*args, cwd):
     ).stdout.strip()
 
 
-def test_source_from_git_resolves_tags_and_checks_the_commit(tmp_path):
-    repo = make_tree(tmp_path / "repo")
+def tagged_repo(path: Path) -> tuple[Path, str]:
+    """A git repository of a buildable tree, its first commit tagged v1: (path, commit)."""
+    repo = make_tree(path)
     git("init", "-q", "-b", "main", cwd=repo)
     git("add", ".", cwd=repo)
     first = git("commit", "-q", "-m", "one", cwd=repo)
     git("tag", "v1", cwd=repo)
+    return repo, first
+
+
+def test_source_from_git_resolves_tags_and_checks_the_commit(tmp_path):
+    repo, first = tagged_repo(tmp_path / "repo")
     (repo / "csrc" / "k.cu").write_text("// two\n")
     git("commit", "-qam", "two", cwd=repo)
     work = tmp_path / "work"
@@ -453,11 +459,7 @@ def test_source_from_git_resolves_tags_and_checks_the_commit(tmp_path):
 
 def test_kind_git_takes_a_local_repository_path(tmp_path):
     """A mirror's plain path is a directory to `auto` but a repository to `kind: git` (role deepep)."""
-    repo = make_tree(tmp_path / "mirror")
-    git("init", "-q", "-b", "main", cwd=repo)
-    git("add", ".", cwd=repo)
-    first = git("commit", "-q", "-m", "one", cwd=repo)
-    git("tag", "v1", cwd=repo)
+    repo, first = tagged_repo(tmp_path / "mirror")
     base = {"name": "git", "source": str(repo), "work_dir": str(tmp_path / "work")}
     rc, res = run_module("cuda_extension_source", {**base, "ref": "v1"})
     assert rc == 0 and res["kind"] == "dir" and res["source_dir"] == str(repo)

@@ -104,11 +104,15 @@ def probe(tmp_path):
     }
 
 
-def play(probe, args: dict | None = None, *flags: str, play_vars: dict | None = None, env=None) -> dict:
-    """Run the double once in a playbook; return its task result (the run must succeed)."""
+def play(
+    probe, args: dict | None = None, *flags: str, play_vars: dict | None = None, env=None, **keywords
+) -> dict:
+    """Run the double once in a playbook (task keywords such as ignore_errors as keyword arguments); return
+    its task result."""
     task = {
         "name": "Probe",
         "probe_double": {"path": str(probe["watched"]), "runs": str(probe["runs"]), **(args or {})},
+        **keywords,
     }
     if env:
         task["environment"] = env
@@ -220,37 +224,9 @@ def test_only_an_unchanged_answer_with_a_watch_list_is_kept(probe, args, why):
 
 
 def test_a_failure_is_not_kept(probe):
-    failed = play_failing(probe)
+    failed = play(probe, {"fail": True}, ignore_errors=True)
     assert failed["failed"] is True and failed["msg"] == "asked to fail"
     assert records(probe) == []
-
-
-def play_failing(probe) -> dict:
-    task = {
-        "name": "Probe",
-        "probe_double": {"path": str(probe["watched"]), "runs": str(probe["runs"]), "fail": True},
-        "ignore_errors": True,
-    }
-    playbook = probe["tmp"] / "fail.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Probe cache",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "vars": {
-                        "ansible_python_interpreter": sys.executable,
-                        "epforge_state_dir": str(probe["state"]),
-                    },
-                    "tasks": [task],
-                }
-            ]
-        )
-    )
-    return json_report(run_playbook(playbook, env=probe["env"], timeout=120))["plays"][0]["tasks"][0][
-        "hosts"
-    ]["localhost"]
 
 
 def test_check_mode_reads_records_but_never_writes_them(probe):
