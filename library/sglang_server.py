@@ -15,8 +15,9 @@ description:
     no unit file, no command line and no log line.
   - With O(manager=systemd) it writes a unit (C(User=) an unprivileged user, C(EnvironmentFile=) a
     root-only 0600 file holding the environment such as C(NCCL_*) and the key, C(Restart=on-failure) with
-    start limits, output appended to O(log_path) or the journal), reloads systemd and starts or restarts
-    the unit. With O(manager=process) (hosts without systemd) it starts a daemonized process with a
+    start limits, C(KillMode=mixed) so a stop's SIGTERM reaches the launcher, which forwards it once to the
+    server's process group, output appended to O(log_path) or the journal), reloads systemd and starts or
+    restarts the unit. With O(manager=process) (hosts without systemd) it starts a daemonized process with a
     pidfile and the same log file.
   - "Then it polls O(health_path) at a bounded rate until it answers 200, at most O(timeout) seconds. A
     server that exits, fails or enters an automatic restart ends the wait within one poll interval, with

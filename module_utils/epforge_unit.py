@@ -155,7 +155,10 @@ def render_unit(
         "Restart=on-failure\n",
         f"RestartSec={int(restart_sec)}\n",
         f"TimeoutStopSec={int(stop_timeout)}\n",
-        "KillMode=control-group\n",
+        # mixed: SIGTERM to the launcher alone, which forwards it once to the server's process group;
+        # the SIGKILL after TimeoutStopSec still reaches every process of the unit. control-group sent
+        # the server a second SIGTERM (its own and the forwarded one) at the same instant.
+        "KillMode=mixed\n",
         "NoNewPrivileges=true\n",
     ]
     for name in sorted(limits or {}):

@@ -5,11 +5,15 @@ The systemd manager is exercised by the Molecule scenario molecule/sglang-server
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -82,6 +86,7 @@ def test_unit_refuses_root_and_renders_required_lines():
         "EnvironmentFile=/etc/epforge/s.env",
         "Restart=on-failure",
         "StartLimitBurst=3",
+        "KillMode=mixed",
         "StandardOutput=append:/var/log/epforge/s.log",
         "LimitNOFILE=65535",
         "ExecStart=/venv/bin/python /l.py --port 30000",
@@ -345,3 +350,93 @@ def test_launcher_redacts_the_key_across_reads_and_long_lines(monkeypatch):
     assert key not in text
     assert text.count(b"<redacted>") == 3
     assert len(text) == len(payload) - 3 * len(key) + 3 * len(b"<redacted>")
+
+
+# ------------------------------------------------------------------------------- launcher stop signals
+
+
+def start_launched_standin(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """The launcher running the stand-in (real processes) until /health answers 200; (process, port)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.2"}
+    argv = [sys.executable, str(LAUNCHER), "--model-path", "/models/standin", "--port", str(port)]
+    log = (tmp_path / "launcher.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as answer:
+                if answer.status == 200:
+                    return proc, port
+        except OSError:
+            pass
+        assert proc.poll() is None, (tmp_path / "launcher.log").read_text()
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("the launched stand-in never answered 200 on /health")
+
+
+def server_pids(launcher_pid: int) -> list[int]:
+    """The launcher's children (the server), read from /proc."""
+    children = Path(f"/proc/{launcher_pid}/task/{launcher_pid}/children")
+    return [int(pid) for pid in children.read_text().split()] if children.exists() else []
+
+
+def test_launcher_forwards_one_sigterm_and_exits_clean(tmp_path):
+    """What systemd's KillMode=mixed does on stop: SIGTERM to the launcher alone. The server, in its own
+    process group, gets it once through the launcher; both end with status 0, which systemd records as a
+    clean stop (inactive, not failed)."""
+    proc, _port = start_launched_standin(tmp_path)
+    (server,) = server_pids(proc.pid)
+    assert os.getpgid(server) == server != proc.pid  # the server leads its own group
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    log = (tmp_path / "launcher.log").read_text()
+    assert log.count("Received signal 15") == 1, log
+    assert not Path(f"/proc/{server}").exists()
+
+
+def test_standin_stops_clean_when_a_second_signal_lands_in_the_first_ones_log_write(tmp_path):
+    """The stand-in must stop with status 0 however many stop signals arrive. Its stop handler once
+    logged through sys.stderr: a second SIGTERM landing while that write waited on a full pipe re-entered
+    the buffered writer (RuntimeError: reentrant call), the double exited 1 and a CI stop ended 'failed'.
+    Here the pipe is full on purpose (this test holds its write end too), so the second signal always
+    lands inside the first one's write."""
+    port = free_port()
+    read_fd, write_fd = os.pipe()
+    env = {**os.environ, "PYTHONPATH": str(STANDIN), "SGLANG_STANDIN_LOAD_SECONDS": "0.2"}
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/x", "--port", str(port)]
+    proc = subprocess.Popen(argv, stdout=write_fd, stderr=write_fd, env=env)
+    output = b""
+    try:
+        os.set_blocking(read_fd, False)
+        deadline = time.monotonic() + 20
+        while b"Uvicorn running" not in output and time.monotonic() < deadline:
+            assert proc.poll() is None, output
+            try:
+                output += os.read(read_fd, 65536)
+            except BlockingIOError:
+                time.sleep(0.05)
+        assert b"Uvicorn running" in output, output
+        time.sleep(0.2)
+        try:
+            output += os.read(read_fd, 65536)  # the pipe is empty now (the idle server writes nothing)
+        except BlockingIOError:
+            pass
+        size = fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 4096)
+        # Exactly full, written blocking (O_NONBLOCK would be shared with the server's descriptor).
+        assert os.write(write_fd, b"." * size) == size
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGTERM)  # lands inside the first handler's blocked write
+        time.sleep(0.5)
+        assert proc.poll() is None  # still blocked on the full pipe
+    finally:
+        os.close(write_fd)
+        os.set_blocking(read_fd, True)
+        rest = b""
+        while chunk := os.read(read_fd, 65536):  # drain until the server closed its end
+            rest += chunk
+        os.close(read_fd)
+    assert proc.wait(timeout=20) == 0, rest.replace(b".", b"")[-2000:]
+    assert rest.count(b"Received signal 15") == 1

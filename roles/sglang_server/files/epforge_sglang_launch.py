@@ -13,6 +13,8 @@ reads before dropping to the service user), and this launcher:
 3. the parent copies the server's stdout/stderr to its own, line by line, replacing the key with
    <redacted> (SGLang 0.5.23 logs every server argument, the key included, at startup), forwards
    SIGTERM/SIGINT/SIGHUP to the server's process group, and exits with the server's exit status.
+   The unit's KillMode=mixed sends systemd's SIGTERM to this process only, so the server receives each
+   stop signal exactly once (control-group would signal it twice: directly and forwarded).
 
 Standard library only; no shell is involved anywhere.
 """
@@ -99,12 +101,23 @@ def main() -> int:
         os.close(write_fd)
         run_server(args, key)
     os.close(write_fd)
+    # Both sides set the group (the usual fork idiom): whichever runs first, the group exists before a
+    # signal is forwarded to it.
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # the child is already its own group leader, or has ended
 
     def forward(signum, _frame):
+        # One signal from systemd (the unit's KillMode=mixed signals only this process) reaches the
+        # server's whole group once; a server that has already left its group still gets it.
         try:
             os.killpg(pid, signum)
         except ProcessLookupError:
-            pass
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)

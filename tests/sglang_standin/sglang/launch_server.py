@@ -492,8 +492,16 @@ def main(argv: list[str] | None = None) -> int:
         f"moe_a2a_backend={args.moe_a2a_backend}"
     )
 
+    stopping = []
+
     def stop(signum, _frame):
-        log(f"Received signal {signum}; shutting down")
+        # A handler can interrupt the main thread inside sys.stderr.write (a buffered writer that refuses
+        # a reentrant call): write the line with one os.write, and act on the first signal only.
+        if stopping:
+            return
+        stopping.append(signum)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.write(2, f"[{stamp}] Received signal {signum}; shutting down\n".encode())
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
