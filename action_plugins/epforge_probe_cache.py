@@ -19,7 +19,8 @@ find it current again as long as its inputs and the files it read are unchanged.
 The module stays the only owner of its verdict: what to watch is its answer (documented in its RETURN), and
 a record only ever replays a result that module produced. A task that is no_log or delegated, a host without a
 known Python, or `epforge_probe_cache: false` runs the module every time. Every result says what happened in
-`probe_cache` (hit, the reason of a miss, the record's path).
+`probe_cache` (hit, the reason of a miss, the record's path; `pruned` when a write removed the module's oldest
+records beyond RECORDS_KEPT_PER_MODULE, removed so that keys no longer asked for do not pile up).
 """
 
 from __future__ import annotations
@@ -74,9 +75,15 @@ print(json.dumps(answer))
 """
 )
 
-# Runs on the host: states of the watched paths as they are now, then the record, atomically (0600).
+# Records kept per module: more than the argument sets one provision asks any probe with.
+RECORDS_KEPT_PER_MODULE = 8
+
+# Runs on the host: states of the watched paths as they are now, then the record, atomically (0600); then
+# the module's oldest records beyond RECORDS_KEPT_PER_MODULE go.
+
 WRITE_SCRIPT = (
     STATE_FUNCTION
+    + f"KEEP = {RECORDS_KEPT_PER_MODULE}\n"
     + r"""
 record_path = sys.argv[1]
 data = json.loads(base64.b64decode(sys.argv[2]))
@@ -89,7 +96,25 @@ with os.fdopen(fd, "w") as f:
     f.flush()
     os.fsync(f.fileno())
 os.replace(tmp, record_path)
-print(json.dumps({"written": record_path}))
+# Records of keys no longer asked for (other arguments, an older module) would pile up: keep the newest
+# KEEP of this module's records (a module asked with several argument sets keeps one each).
+folder, name = os.path.split(record_path)
+prefix = name.rsplit("-", 1)[0] + "-"
+def newest_first(entry):
+    try:
+        return (entry.path != record_path, -entry.stat().st_mtime_ns)
+    except OSError:  # removed meanwhile by another run
+        return (True, 0)
+mine = [e for e in os.scandir(folder) if e.name.startswith(prefix) and e.name.endswith(".json")]
+mine.sort(key=newest_first)
+pruned = []
+for entry in mine[KEEP:]:
+    try:
+        os.unlink(entry.path)
+        pruned.append(entry.path)
+    except FileNotFoundError:
+        pass
+print(json.dumps({"written": record_path, "pruned": pruned}))
 """
 )
 
@@ -157,12 +182,15 @@ class ActionModule(ActionBase):
         interpreter = interpreter or (answer.get("ansible_facts") or {}).get(
             "discovered_interpreter_python", ""
         )
+        cache = {"hit": False, "reason": found.get("reason") or found.get("error", ""), "record": record}
         if interpreter and recordable(answer, self._task.check_mode):
-            self.store(interpreter, record, key, name, answer)
-        reason = found.get("reason") or found.get("error", "")
-        return dict(result, **answer, probe_cache={"hit": False, "reason": reason, "record": record})
+            pruned = self.store(interpreter, record, key, name, answer)
+            if pruned:
+                cache["pruned"] = pruned
+        return dict(result, **answer, probe_cache=cache)
 
-    def store(self, interpreter: str, record: str, key: str, name: str, answer: dict) -> None:
+    def store(self, interpreter: str, record: str, key: str, name: str, answer: dict) -> list:
+        """Write the record on the host; the paths of the module's old records that went."""
         kept = copy.deepcopy(
             answer
         )  # remove_internal_keys edits nested dicts: the task's own result stays whole
@@ -174,7 +202,7 @@ class ActionModule(ActionBase):
             del kept["ansible_facts"]
         payload = {"key": key, "module": name, "watch": sorted(set(answer["watch"])), "result": kept}
         encoded = base64.b64encode(json.dumps(payload, default=str).encode()).decode()
-        self.host_json(interpreter, WRITE_SCRIPT, [record, encoded])
+        return self.host_json(interpreter, WRITE_SCRIPT, [record, encoded]).get("pruned", [])
 
     def why_off(self, task_vars: dict) -> str:
         """Why the cache does not apply to this task ('' when it does)."""

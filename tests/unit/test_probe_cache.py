@@ -8,6 +8,7 @@ a counter file (not watched), so a test knows whether the module ran or the reco
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import stat
@@ -21,6 +22,12 @@ import yaml
 from conftest import ROOT
 
 from playbooks import JSON_CALLBACK, json_report, run_playbook
+
+_SPEC = importlib.util.spec_from_file_location(
+    "epforge_probe_cache", ROOT / "action_plugins" / "epforge_probe_cache.py"
+)
+probe_cache_plugin = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(probe_cache_plugin)
 
 PROBE_DOUBLE = textwrap.dedent(
     '''\
@@ -315,3 +322,29 @@ def test_the_first_module_call_on_a_host_discovers_its_python_and_records(probe)
     assert second["probe_cache"]["hit"] is True and second["content"] == "one\n"
     assert runs(probe) == ["run"]
     assert "ansible_facts" not in json.loads(records(probe)[0].read_text())["result"]
+
+
+def test_old_records_of_a_module_are_pruned_when_a_new_one_is_written(probe):
+    """Keys no longer asked for (other arguments, an older module) do not pile up: after a write the module
+    keeps its newest RECORDS_KEPT_PER_MODULE records; another module's records are not touched."""
+    folder = probe["state"] / "probe-cache"
+    folder.mkdir(parents=True)
+    keep = probe_cache_plugin.RECORDS_KEPT_PER_MODULE
+    old = []
+    for age in range(keep + 2):  # older records of the same module, the first the newest of them
+        path = folder / f"probe_double-{age:016x}.json"
+        path.write_text("{}")
+        stamp = time.time() - 3600 * (age + 1)
+        os.utime(path, (stamp, stamp))
+        old.append(path)
+    other = folder / "probe_double_other-0000000000000000.json"
+    other.write_text("{}")
+    os.utime(other, (0, 0))
+
+    first = play(probe)
+    assert runs(probe) == ["run"]
+    written = Path(first["probe_cache"]["record"])
+    assert sorted(first["probe_cache"]["pruned"]) == sorted(str(p) for p in old[keep - 1 :])
+    assert sorted(records(probe)) == sorted([written, *old[: keep - 1]])
+    assert other.exists()
+    assert play(probe)["probe_cache"]["hit"] is True  # the record just written was kept
