@@ -17,7 +17,11 @@ description:
   - The table's condition grammar is documented in C(module_utils/epforge_known_issues.py); conditions are
     data, never templates or code.
   - Pure evaluation; it reads nothing on the host and changes nothing, so it behaves the same in check mode.
-    Role C(preflight) runs it before anything changes; the server role runs it again before a launch.
+    Role C(preflight) evaluates the same table in its host call (C(epforge_preflight_checks)); the sweep
+    runs this module for each configuration.
+  - With O(sglang_version), it also builds that configuration's server settings object
+    (C(module_utils/epforge_server_object.py), returned as C(server_object)) - the adjusted settings rendered
+    for that release to argv and environment, with their digest, as role C(sglang_server) launches them.
   - "Secrets never come back in results or messages: settings and env entries whose names end in api_key,
     token, secret, password or another word of module_utils/epforge_secrets.py are left out. Apply the
     adjustments with C(epforge_server | combine(result.settings_changes, recursive=true))."
@@ -52,6 +56,16 @@ options:
     description: Fail when an error row matches (false returns the errors and lets the caller decide).
     type: bool
     default: true
+  sglang_version:
+    description: The SGLang release to render the server settings object for; empty builds none.
+    type: str
+    default: ""
+  flag_table:
+    description:
+      - The flag table of that release (C(data/sglang_flags/VERSION.json)); settings named after any of its
+        flags are known. Empty knows only epforge's own settings.
+    type: dict
+    default: {}
 author: epforge developers
 """
 
@@ -124,6 +138,12 @@ context:
   description: The facts the rules read (gpu, target, stack), for the record.
   returned: always
   type: dict
+server_object:
+  description:
+    - The server settings object (schema, sglang_version, settings, adjustments, argv, env, digest); {} when
+      the settings are empty. Not built when an error row matched.
+  returned: when sglang_version is set
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -134,6 +154,7 @@ from ansible.module_utils.epforge_known_issues import (
     format_finding,
 )
 from ansible.module_utils.epforge_secrets import secret_values
+from ansible.module_utils.epforge_server_object import build as build_server_object
 
 
 def main() -> None:
@@ -144,6 +165,8 @@ def main() -> None:
             "stack": {"type": "dict", "required": True},
             "server": {"type": "dict", "default": {}},
             "fail_on_error": {"type": "bool", "default": True},
+            "sglang_version": {"type": "str", "default": ""},
+            "flag_table": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -168,6 +191,14 @@ def main() -> None:
         )
     for warning in findings["warnings"]:
         module.warn(format_finding(warning))
+    version = params["sglang_version"]
+    if version and not findings["errors"]:
+        try:
+            result["server_object"] = build_server_object(result, version, params["flag_table"])
+        except ValueError as exc:
+            module.fail_json(
+                msg=f"the server settings cannot be rendered for SGLang {version}: {exc}", **result
+            )
     module.exit_json(changed=False, **result)
 
 

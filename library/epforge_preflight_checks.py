@@ -66,8 +66,26 @@ options:
     type: dict
   server:
     description:
-      - The requested SGLang server settings (C(epforge_server)) for O(known_issues_table). Secret-named
-        values are masked in the output and left out of C(preflight_result).
+      - The requested SGLang server settings (C(epforge_server) with the node group's values) for
+        O(known_issues_table). Secret-named values are masked in the output and left out of
+        C(preflight_result).
+      - With O(known_issues_table), the one server settings object is built from them
+        (C(module_utils/epforge_server_object.py)) - the settings with the table's adjustments and their
+        reasons, rendered for O(sglang_version) to argv and environment, with their digest;
+        returned as C(preflight_result.server).
+    type: dict
+    default: {}
+  sglang_version:
+    description:
+      - The SGLang release the object's argv is rendered for (flag names move between releases).
+      - Empty takes the stack's C(sglang.version).
+    type: str
+    default: ""
+  flag_table:
+    description:
+      - The flag table of that release (C(data/sglang_flags/VERSION.json), written from the release's own
+        parser by C(scripts/sglang_flag_data.py)); settings named after any of its flags are known.
+      - Empty knows only epforge's own settings (C(module_utils/epforge_sglang_args.py)).
     type: dict
     default: {}
   facts_dir:
@@ -175,7 +193,8 @@ known_issues:
 preflight_result:
   description: >-
     Role C(preflight)'s result and the content of the local fact (schema, stack, gpu, checks,
-    python_version, known_issues, server_settings, settings_changes, gpu_runtime; see the role's README).
+    python_version, known_issues, server, gpu_runtime; see the role's README). C(server) is the one server
+    settings object (schema, sglang_version, settings, adjustments, argv, env, digest).
   returned: when known_issues_table is set and nothing failed
   type: dict
 path:
@@ -203,6 +222,7 @@ from ansible.module_utils.epforge_known_issues import (
 from ansible.module_utils.epforge_local_facts import write_local_fact
 from ansible.module_utils.epforge_process import run_bounded
 from ansible.module_utils.epforge_secrets import secret_values
+from ansible.module_utils.epforge_server_object import build as build_server_object
 
 GIB = 1024**3
 DEFAULT_GPU_STEPS = ("sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify")
@@ -455,6 +475,8 @@ ARGUMENT_SPEC = {
     "gpu_steps": {"type": "list", "elements": "str", "default": list(DEFAULT_GPU_STEPS)},
     "known_issues_table": {"type": "dict"},
     "server": {"type": "dict", "default": {}},
+    "sglang_version": {"type": "str", "default": ""},
+    "flag_table": {"type": "dict", "default": {}},
     "facts_dir": {"type": "path"},
     "fact_name": {"type": "str", "default": "epforge_preflight"},
     "fail_on_error": {"type": "bool", "default": True},
@@ -499,7 +521,7 @@ def _version_of(stack: dict, key: str, field: str = "version"):
     return part.get(field, "") if isinstance(part, dict) else ""
 
 
-def preflight_result(stack: dict, gpu_facts: dict, host: dict, verdict: dict) -> dict:
+def preflight_result(stack: dict, gpu_facts: dict, host: dict, verdict: dict, server: dict) -> dict:
     """Role preflight's result (the local fact epforge_preflight): what the host checks found, the GPUs in
     short, and the known-issues verdict. No volatile values, so a rerun writes the same bytes."""
     gpus = [g for g in gpu_facts.get("gpus") or [] if isinstance(g, dict)]
@@ -534,8 +556,7 @@ def preflight_result(stack: dict, gpu_facts: dict, host: dict, verdict: dict) ->
             "warnings": findings["warnings"],
             "adjustments": findings["adjustments"],
         },
-        "server_settings": verdict["adjusted_settings"],
-        "settings_changes": verdict["settings_changes"],
+        "server": server,
         "gpu_runtime": host["gpu_runtime"],
     }
 
@@ -596,7 +617,12 @@ def main() -> None:
     if result["failed"] or errors:
         module.exit_json(changed=False, **result)
 
-    result["preflight_result"] = preflight_result(stack, gpu_facts, result, verdict)
+    version = params["sglang_version"] or _version_of(stack, "sglang")
+    try:
+        server = build_server_object(verdict, version, params["flag_table"])
+    except ValueError as exc:
+        module.fail_json(msg=f"the server settings cannot be rendered for SGLang {version}: {exc}", **result)
+    result["preflight_result"] = preflight_result(stack, gpu_facts, result, verdict, server)
     if not params["facts_dir"]:
         module.exit_json(changed=False, **result)
     try:

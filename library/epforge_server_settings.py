@@ -36,6 +36,15 @@ options:
     description: The variable name used in messages.
     type: str
     default: epforge_server
+  flag_table:
+    description:
+      - The flag table of the SGLang release the settings are for (C(data/sglang_flags/VERSION.json), written
+        from that release's own parser by C(scripts/sglang_flag_data.py)). A setting named after any of its
+        flags (C(chunked_prefill_size), C(attention_backend), ...) is checked against the flag's kind and
+        choices; a misspelt one is refused with the closest known name.
+      - Empty knows only epforge's own settings.
+    type: dict
+    default: {}
 author: epforge developers
 """
 
@@ -72,13 +81,16 @@ def main() -> None:
             "settings": {"type": "raw", "required": True},
             "require_model": {"type": "bool", "default": False},
             "name": {"type": "str", "default": "epforge_server"},
+            "flag_table": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     settings = module.params["settings"]
     if isinstance(settings, dict):
         module.no_log_values.update(secret_values(settings))
-    problems = validate_settings(settings, require_model=module.params["require_model"])
+    problems = validate_settings(
+        settings, require_model=module.params["require_model"], flag_table=module.params["flag_table"]
+    )
     keys = sorted(str(key) for key in settings) if isinstance(settings, dict) else []
     if problems:
         numbered = " ".join(f"({number}) {problem}" for number, problem in enumerate(problems, 1))

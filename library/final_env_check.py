@@ -43,8 +43,14 @@ options:
     type: list
     elements: str
     required: true
+  settings_digest:
+    description:
+      - The digest of the server settings object the settings come from (C(epforge_server_object.digest));
+        recorded in the fact, so the facts of sglang, final_env and sglang_server name the same launch.
+    type: str
+    default: ""
   settings:
-    description: The requested server settings (C(epforge_server), after preflight's adjustments); the keys
+    description: The server settings of the settings object (C(epforge_server_object.settings)); the keys
       C(attention_backend), C(prefill_attention_backend), C(decode_attention_backend), C(moe_a2a_backend)
       and the same flags in C(extra_args) decide which features are requested.
     type: dict
@@ -221,6 +227,7 @@ STAMPED_OPTIONS = (
     "python",
     "archs",
     "settings",
+    "settings_digest",
     "deepep_wheel",
     "repair",
     "accept_ptx",
@@ -560,6 +567,7 @@ class FinalEnv:
             "components": result["components"],
             "features": result["features"],
             "deep_ep": deep_ep,
+            "settings_digest": self.p["settings_digest"],
         }
         before = ""
         with contextlib.suppress(OSError), open(self.p["fact_path"], encoding="utf-8") as handle:
@@ -641,6 +649,7 @@ def main() -> None:
             "python": {"type": "path", "required": True},
             "archs": {"type": "list", "elements": "str", "required": True},
             "settings": {"type": "dict", "default": {}},
+            "settings_digest": {"type": "str", "default": ""},
             "serving": {"type": "bool", "default": True},
             "deepep_wheel": {"type": "path", "default": ""},
             "repair": {"type": "bool", "default": True},

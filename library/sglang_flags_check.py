@@ -30,7 +30,14 @@ options:
   settings:
     description:
       - Server settings (keys in C(roles/sglang/README.md)); rendered with C(build_server_argv).
-      - Exactly one of I(settings) and I(argv) is required.
+      - Exactly one of I(settings), I(argv) and I(server_object) is required.
+    type: dict
+  server_object:
+    description:
+      - A server settings object (C(module_utils/epforge_server_object.py); the sweep builds one per
+        configuration). Its argv is judged as it is, and a success is remembered in I(cache_path) under the
+        object's digest, which role C(sglang_server) requires before it launches that object. Refused when
+        edited after it was built or rendered for another release than the installed one.
     type: dict
   argv:
     description: Flags of C(sglang.launch_server) to check as they are (instead of I(settings)).
@@ -139,6 +146,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.epforge_common import tail
 from ansible.module_utils.epforge_secrets import redact
+from ansible.module_utils.epforge_server_object import problems as object_problems
 from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
 from ansible.module_utils.epforge_sglang_flags import (
     VERSION_SCRIPT,
@@ -175,6 +183,12 @@ def sglang_version_of(module: AnsibleModule) -> str | None:
 def argv_to_check(module: AnsibleModule, version: str | None) -> list[str]:
     """The raw argv, or the one rendered from the settings (refused first by epforge's own checks)."""
     params = module.params
+    server = params["server_object"]
+    if server is not None:
+        problems = object_problems(server, version)
+        if problems:
+            module.fail_json(msg="server settings object refused: " + "; ".join(problems), problems=problems)
+        return list(server["argv"])
     if params["settings"] is None:
         return list(params["argv"])
     problems = validate_settings(params["settings"], require_model=params["require_model"])
@@ -191,6 +205,7 @@ def main() -> None:
         argument_spec={
             "python": {"type": "path", "required": True},
             "settings": {"type": "dict"},
+            "server_object": {"type": "dict"},
             "argv": {"type": "list", "elements": "str"},
             "sglang_version": {"type": "str"},
             "require_model": {"type": "bool", "default": True},
@@ -200,8 +215,8 @@ def main() -> None:
             "cache_path": {"type": "path"},
             "cache_evidence": {"type": "str", "default": ""},
         },
-        required_one_of=[("settings", "argv")],
-        mutually_exclusive=[("settings", "argv")],
+        required_one_of=[("settings", "argv", "server_object")],
+        mutually_exclusive=[("settings", "argv", "server_object")],
         supports_check_mode=True,
     )
     params = module.params
@@ -229,6 +244,8 @@ def main() -> None:
         timeout=params["timeout"],
         cache_path=params["cache_path"],
         evidence=params["cache_evidence"],
+        digest=(params["server_object"] or {}).get("digest", ""),
+        reuse_digest=params["server_object"] is not None,
     )
     module.exit_json(changed=False, argv=shown_argv, **outcome)
 

@@ -30,11 +30,11 @@ description:
     versions (read from metadata, no import) decide; when both match nothing runs and nothing is imported.
   - After an install, proves that C(import sglang) and C(import sglang.srt.server_args) work (no GPU
     needed) and that C(sglang.__version__) is I(version), then writes the stamp.
-  - With I(settings), also the sglang role's other work, in this one call (a no-op rerun is one module
-    call) - before anything changes, the settings are refused on shape errors (unknown keys, wrong types)
-    by C(module_utils/epforge_sglang_args.py); the directories of I(log_path) and I(stamp_path) are made;
-    after the install (or finding it current) the settings' flags are judged by the installed SGLang's own
-    parser, or answered from I(flags_cache_path) when nothing they depend on changed (see module
+  - With I(server_object), also the sglang role's other work, in this one call (a no-op rerun is one module
+    call) - before anything changes, the object is refused when malformed, edited or rendered for another
+    release (C(module_utils/epforge_server_object.py)); the directories of I(log_path) and I(stamp_path) are
+    made; after the install (or finding it current) the object's argv is judged by the installed SGLang's
+    own parser, or answered from I(flags_cache_path) when nothing they depend on changed (see module
     C(sglang_flags_check)); with I(facts_dir), the local fact C(epforge_sglang) is written, only when its
     content changes.
   - Check mode reports what would be installed, with a diff of the stamp and of the fact; the parser is not
@@ -104,15 +104,18 @@ options:
     description: Seconds each pip run may take.
     type: int
     default: 1800
-  settings:
+  server_object:
     description:
-      - The server settings (C(epforge_server) with the multi-node keys); their C(nnodes) and C(node_rank)
-        go into the fact. An C(api_key) in them is never rendered, returned or recorded.
+      - The server settings object role C(preflight) built (C(epforge_server_object);
+        C(module_utils/epforge_server_object.py)) - its C(argv) is what SGLang's parser judges, exactly as role
+        C(sglang_server) launches it, and its C(digest) is recorded with the verdict and in the fact. It holds
+        no API key. Refused before anything changes when it is malformed, edited after it was built (its
+        digest no longer names its argv) or rendered for another SGLang release than I(version).
       - Empty - no flags are checked.
     type: dict
     default: {}
   validate_flags:
-    description: Judge the flags of non-empty I(settings) (shape first, then SGLang's parser).
+    description: Judge the argv of a non-empty I(server_object) with SGLang's parser.
     type: bool
     default: true
   flags_timeout:
@@ -121,8 +124,9 @@ options:
     default: 300
   flags_cache_path:
     description:
-      - JSON file remembering the last successful flag check, keyed by the flags, the SGLang version,
-        I(python), the stamp's hash and the check script; an unchanged rerun imports nothing.
+      - JSON file remembering the successful flag checks (the newest 32), each keyed by the flags, the SGLang
+        version, I(python), the stamp's hash and the check script, and naming the object's digest; an
+        unchanged rerun imports nothing, and role C(sglang_server) launches only a digest judged here.
       - Not written in check mode; a failed check is never remembered.
     type: path
   facts_dir:
@@ -150,7 +154,7 @@ EXAMPLES = r"""
     keep: [torch==2.14.1]
     log_path: /var/log/epforge/sglang-install.log
     stamp_path: /var/lib/epforge/sglang.stamp.json
-    settings: {model_path: /models/demo-moe, tp_size: 2, ep_size: 2}
+    server_object: "{{ epforge_server_object }}"
     flags_cache_path: /var/lib/epforge/sglang-flags-check.json
     facts_dir: /etc/ansible/facts.d
 """
@@ -188,8 +192,9 @@ pip_source:
   type: str
 flags:
   description:
-    - The flag check of I(settings) - C(validated) (false when the settings are empty, I(validate_flags) is
-      false, or check mode would first install SGLang), C(argv) (the checked flags, secrets never included);
+    - The flag check of I(server_object) - C(validated) (false when the object is empty, I(validate_flags) is
+      false, or check mode would first install SGLang), C(argv) (the checked flags, never a key), C(digest)
+      (the object's);
       after a check also C(cached), C(parsed), C(constructed), C(notes), C(warnings_sglang) and
       C(sglang_version) as module C(sglang_flags_check) returns them.
   returned: success
@@ -229,8 +234,8 @@ from ansible.module_utils.epforge_local_facts import fact_path, write_local_fact
 from ansible.module_utils.epforge_pip_guard import refuse_replacing
 from ansible.module_utils.epforge_process import run_bounded, run_logged
 from ansible.module_utils.epforge_secrets import redact
-from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
-from ansible.module_utils.epforge_sglang_flags import check_flags, hide_secrets
+from ansible.module_utils.epforge_server_object import problems as object_problems
+from ansible.module_utils.epforge_sglang_flags import check_flags
 from ansible.module_utils.epforge_watch import import_paths, watch_list
 from ansible.module_utils.epforge_wheelhouse import pin_from_metadata
 
@@ -383,7 +388,7 @@ ARGUMENT_SPEC = {
     "log_path": {"type": "path", "required": True},
     "stamp_path": {"type": "path", "required": True},
     "timeout": {"type": "int", "default": 1800},
-    "settings": {"type": "dict", "default": {}},
+    "server_object": {"type": "dict", "default": {}},
     "validate_flags": {"type": "bool", "default": True},
     "flags_timeout": {"type": "int", "default": 300},
     "flags_cache_path": {"type": "path"},
@@ -571,17 +576,18 @@ def require_installed(module, wanted: dict) -> dict:
 
 
 def flags_argv(module) -> list[str] | None:
-    """The flags of the settings to judge (refused on shape errors before anything changes), or None."""
+    """The argv of the server settings object to judge (refused before anything changes when the object is
+    malformed, edited or rendered for another release), or None."""
     params = module.params
-    if not (params["validate_flags"] and params["settings"]):
+    server = params["server_object"]
+    if not (params["validate_flags"] and server):
         return None
-    problems = validate_settings(params["settings"], require_model=True)
+    problems = object_problems(server, params["version"])
     if problems:
-        module.fail_json(
-            msg="server settings refused before SGLang was asked: " + "; ".join(problems),
-            problems=problems,
-        )
-    return build_server_argv(params["settings"], include_secrets=False, sglang_version=params["version"])
+        module.fail_json(msg="server settings object refused before SGLang was asked: " + "; ".join(problems))
+    if not server["settings"].get("model_path"):
+        module.fail_json(msg="server settings object has no model_path: set epforge_server.model_path")
+    return list(server["argv"])
 
 
 def install(module, inputs: dict) -> dict:
@@ -632,13 +638,14 @@ def judge_flags(module, argv: list[str] | None, installed: dict, stamp: dict) ->
         timeout=params["flags_timeout"],
         cache_path=params["flags_cache_path"],
         evidence=stamp["sha256"],
+        digest=params["server_object"]["digest"],
     )
-    return {"validated": True, "argv": redact(argv), **outcome}
+    return {"validated": True, "argv": redact(argv), "digest": params["server_object"]["digest"], **outcome}
 
 
 def fact_of(params: dict, inputs: dict, installed: dict, stamp: dict, flags: dict) -> dict:
     """The local fact epforge_sglang: what is installed, from where, and which flags SGLang accepted."""
-    settings = params["settings"] or {}
+    settings = (params["server_object"] or {}).get("settings") or {}
     return {
         "version": installed["version"],
         "mode": inputs["mode"],
@@ -652,6 +659,7 @@ def fact_of(params: dict, inputs: dict, installed: dict, stamp: dict, flags: dic
         "server_flags": {
             "validated": flags["validated"],
             "argv": flags["argv"],
+            "digest": flags.get("digest", ""),
             "nnodes": settings.get("nnodes", 1),
             "node_rank": settings.get("node_rank", 0),
         },
@@ -680,7 +688,6 @@ def watched(params: dict, result: dict) -> list[str]:
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    hide_secrets(module, params["settings"])
     problem = input_problem(params)
     if problem:
         module.fail_json(msg=problem)

@@ -57,8 +57,26 @@ options:
     type: dict
     default: {}
   sglang_version:
-    description: Installed SGLang version; picks flag names that moved between releases.
+    description:
+      - Installed SGLang version; picks flag names that moved between releases (O(settings)), and is the
+        release a O(server_object) must have been rendered for.
     type: str
+  server_object:
+    description:
+      - The server settings object role C(preflight) built (C(epforge_server_object);
+        C(module_utils/epforge_server_object.py)). Its C(argv) and C(env) are launched exactly as they are
+        (the launcher appends the API key from the environment file), its C(settings) are confirmed after
+        launch, its C(digest) is returned as C(settings_digest). Refused before anything changes when it is
+        malformed, edited after it was built, or rendered for another release than O(sglang_version).
+      - Mutually exclusive with O(settings), which is for direct use of this module (rendered here by the
+        same function).
+    type: dict
+  verdicts_path:
+    description:
+      - The verdicts of SGLang's parser (role C(sglang)'s flags cache, C(sglang_install) O(flags_cache_path)).
+        When set, a O(server_object) whose digest has no verdict there is refused before anything changes;
+        only an argv SGLang's parser accepted is launched.
+    type: path
   python:
     description: The Python of the environment that has SGLang (absolute path). Required to start.
     type: path
@@ -201,6 +219,10 @@ argv:
   returned: when started
   type: list
   elements: str
+settings_digest:
+  description: The digest of the launched server settings object (empty when started from O(settings)).
+  returned: when started
+  type: str
 unit_path:
   description: The systemd unit written (manager systemd).
   returned: manager systemd
@@ -281,12 +303,14 @@ from ansible.module_utils.epforge_http import get_json, request, wait_until
 from ansible.module_utils.epforge_secrets import redact
 from ansible.module_utils.epforge_server_confirm import settings_verdict
 from ansible.module_utils.epforge_server_managers import KEY_VAR, MANAGERS, public_result
+from ansible.module_utils.epforge_server_object import problems as object_problems
 from ansible.module_utils.epforge_sglang_args import (
     build_server_argv,
     build_server_env,
     validate_settings,
     with_defaults,
 )
+from ansible.module_utils.epforge_sglang_flags import judged_digests
 from ansible.module_utils.epforge_signatures import describe, explain_failure
 
 # Addresses that bind every interface; the module connects to such a server on the loopback.
@@ -308,7 +332,8 @@ class Server:
             "poll_interval": max(0.05, float(self.p["poll_interval"])),
         }
         self.diffs: list[dict] = []
-        self.settings = with_defaults(self.p["settings"] or {})
+        self.object = self.p["server_object"] or {}
+        self.settings = with_defaults(self.object.get("settings") or self.p["settings"] or {})
         self.manager = MANAGERS[self.p["manager"]](module, self.result, self.diffs)
 
     # -- request
@@ -336,9 +361,41 @@ class Server:
                 "the sglang_server role the launcher)"
             )
 
-    def server_env(self, settings: dict) -> dict:
-        """The settings' environment plus the env option (booleans as true/false); the key var is reserved."""
-        env = build_server_env(settings)
+    def refuse_bad_object(self) -> None:
+        """The object must be whole, unedited, for the installed release and (with verdicts_path) judged."""
+        found = object_problems(self.object, self.p["sglang_version"])
+        verdicts = self.p["verdicts_path"]
+        if not found and verdicts and self.object["digest"] not in judged_digests(verdicts):
+            found.append(
+                f"SGLang's parser has not judged this argv (digest {self.object['digest'][:12]}, no "
+                f"verdict in {verdicts}): run role sglang (it judges epforge_server_object), or the "
+                "sweep's judge step"
+            )
+        if not found and not self.object["settings"].get("model_path"):
+            found.append("the server settings object has no model_path: set epforge_server.model_path")
+        if found:
+            self.module.fail_json(msg="server settings object refused: " + "; ".join(found), problems=found)
+        for option in ("python", "launcher"):
+            self.refuse_bad_path(option)
+
+    def flags_and_env(self) -> tuple[list[str], dict]:
+        """The flags and environment to launch: the object's as they are, else rendered from settings."""
+        if self.object:
+            self.refuse_bad_object()
+            self.result["settings_digest"] = self.object["digest"]
+            return list(self.object["argv"]), self.server_env(self.object["env"])
+        settings = self.p["settings"] or {}
+        self.refuse_bad_request(settings)
+        try:
+            flags = build_server_argv(settings, sglang_version=self.p["sglang_version"])
+        except ValueError as exc:
+            self.module.fail_json(msg=str(exc))
+        self.result["settings_digest"] = ""
+        return flags, self.server_env(build_server_env(settings))
+
+    def server_env(self, base: dict) -> dict:
+        """The base environment plus the env option (booleans as true/false); the key var is reserved."""
+        env = dict(base)
         env.update(
             {
                 str(k): (str(v).lower() if isinstance(v, bool) else str(v))
@@ -350,14 +407,8 @@ class Server:
         return env
 
     def prepare(self) -> None:
-        settings = self.p["settings"] or {}
-        self.refuse_bad_request(settings)
-        try:
-            flags = build_server_argv(settings, sglang_version=self.p["sglang_version"])
-        except ValueError as exc:
-            self.module.fail_json(msg=str(exc))
+        flags, env = self.flags_and_env()
         self.argv = [self.p["python"], self.p["launcher"], *flags]
-        env = self.server_env(settings)
         host = self.settings["host"]
         connect = "127.0.0.1" if host in BIND_ALL else host
         shown = f"[{connect}]" if ":" in connect and not connect.startswith("[") else connect
@@ -502,6 +553,8 @@ def main() -> None:
             },
             "manager": {"type": "str", "default": "systemd", "choices": ["systemd", "process"]},
             "settings": {"type": "dict", "default": {}},
+            "server_object": {"type": "dict"},
+            "verdicts_path": {"type": "path"},
             "sglang_version": {"type": "str"},
             "python": {"type": "path"},
             "launcher": {"type": "path"},
@@ -527,6 +580,7 @@ def main() -> None:
             "stop_on_failure": {"type": "bool", "default": True},
             "log_tail_lines": {"type": "int", "default": 40},
         },
+        mutually_exclusive=[("settings", "server_object")],
         supports_check_mode=True,
     )
     name = module.params["name"]

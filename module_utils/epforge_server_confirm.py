@@ -158,13 +158,8 @@ def confirm_settings(settings: dict, info: dict, sglang_version: str | None = No
                     continue
                 _check(report, f"extra_args {flag}", value, [dest], info)
         elif key not in SETTINGS_SCHEMA:
-            report["unconfirmed"].append(
-                {
-                    "key": key,
-                    "requested": requested,
-                    "reason": "not a setting epforge knows, so it was not compared",
-                }
-            )
+            # A flag of the release's table, named by its argparse dest: server info reports it so.
+            _check(report, key, requested, [key], info)
         else:
             _check(report, key, requested, _names(key, sglang_version), info)
     report["running"] = {e["key"]: e["running"] for e in report["confirmed"] + report["mismatched"]}

@@ -8,6 +8,12 @@ own parser stays the final judge (library/sglang_flags_check.py), because choice
 
 Flag names that moved between SGLang releases are chosen by the SGLang version (`sglang_version`), read from
 the wheels of each release (see FLAG_RENAMES).
+
+Every other flag of a release is known by name through that release's flag table
+(data/sglang_flags/<version>.json, written by scripts/sglang_flag_data.py from the release's own parser): a
+setting named like a flag's argparse dest (chunked_prefill_size, attention_backend, ...) is checked against
+the flag's kind and choices and rendered after the schema's flags, in name order. Without a table only the
+schema's keys are known.
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ SETTINGS_KINDS: dict[str, str] = {key: spec["kind"] for key, spec in SETTINGS_SC
 
 # Settings that are not flags of launch_server.
 NON_FLAG_KEYS = frozenset({"extra_args", "env"})
+
+# Flags of a release's table that are never settings: help, and the keys (secrets go through the launcher).
+_NEVER_SETTINGS = frozenset({"help", "api_key", "admin_api_key"})
 
 # Order of the rendered flags (stable, so a rendered argv can be compared and stamped).
 FLAG_ORDER: tuple[str, ...] = (
@@ -295,7 +304,92 @@ def _relation_problems(settings: dict) -> list[str]:
     return problems
 
 
-def validate_settings(settings, *, require_model: bool = True) -> list[str]:
+def table_flags(flag_table: dict | None) -> dict:
+    """The flags of a release's flag table by dest ({} without a table)."""
+    flags = (flag_table or {}).get("flags")
+    return flags if isinstance(flags, dict) else {}
+
+
+def _table_kind_problem(key: str, flag: str, kind: str, value) -> str | None:
+    """A sentence when value is not of the flag's kind (bool, int, float, list, or a single value)."""
+    checks = {
+        "bool": lambda v: isinstance(v, bool),
+        "int": lambda v: as_int(v) is not None,
+        "float": lambda v: as_float(v) is not None,
+        "list": lambda v: (
+            isinstance(v, list) and not any(isinstance(i, (bool, dict, list)) or i is None for i in v)
+        ),
+    }
+    words = {"bool": "true or false", "int": "an integer", "float": "a number", "list": "a list of values"}
+    ok = checks.get(kind, lambda v: not isinstance(v, (dict, list, bool)))(value)
+    return None if ok else f"{key} ({flag}) must be {words.get(kind, 'a single value')}, got {_show(value)}"
+
+
+def _table_problem(key: str, spec: dict, value) -> str | None:
+    """A sentence when value does not fit the flag's kind or choices (from the release's own parser)."""
+    if value is None:
+        return None
+    kind = spec.get("kind")
+    flag = spec.get("flag") or "--" + key.replace("_", "-")
+    problem = _table_kind_problem(key, flag, kind, value)
+    choices = [str(c) for c in spec.get("choices") or []]
+    if problem or not choices or kind == "bool":
+        return problem
+    for item in value if kind == "list" else [value]:
+        if str(item) not in choices:
+            close = difflib.get_close_matches(str(item), choices, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            return f"{key} ({flag}) must be one of {', '.join(choices)}, got {item!r}{hint}"
+    return None
+
+
+def as_float(value) -> float | None:
+    """value as a number when it is one (0.8, "0.8", 8); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _unknown_key_problem(key, value, known: list[str], version: str) -> str:
+    close = difflib.get_close_matches(str(key), known, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    where = f"SGLang {version}'s flags" if version else "the known settings"
+    return (
+        f"unknown server setting '{key}'{hint} (value {value!r}): not among {where}; "
+        "epforge's own settings: " + ", ".join(sorted(SETTINGS_SCHEMA)) + "; any other SGLang flag by its "
+        "name with underscores (e.g. chunked_prefill_size), or through extra_args"
+    )
+
+
+def _key_problems(settings: dict, flags: dict, version: str) -> list[str]:
+    """Keys that are neither epforge's settings nor flags of the release's table, table values of the wrong
+    kind, and a table key that names the flag a schema setting already renders."""
+    problems: list[str] = []
+    for key, value in settings.items():
+        if key in SETTINGS_SCHEMA:
+            continue
+        if key in flags and key not in _NEVER_SETTINGS:
+            problem = _table_problem(str(key), flags[key], value)
+            if problem:
+                problems.append(problem)
+            continue
+        known = sorted(set(SETTINGS_SCHEMA) | (set(flags) - _NEVER_SETTINGS))
+        problems.append(_unknown_key_problem(key, value, known, version))
+    # A flag named twice: a table key whose flag is the one a schema setting renders (a renamed flag).
+    rendered = {flag_name(k, version or None): k for k in SETTINGS_SCHEMA if settings.get(k) is not None}
+    for key in settings:
+        twin = rendered.get((flags.get(key) or {}).get("flag")) if key not in SETTINGS_SCHEMA else None
+        if twin:
+            problems.append(f"{key} and {twin} both set {flags[key]['flag']}: keep one ({twin})")
+    return problems
+
+
+def validate_settings(settings, *, require_model: bool = True, flag_table: dict | None = None) -> list[str]:
     """Shape and range errors in server settings that can be named before SGLang sees them (empty: none).
 
     Refuses a non-mapping, unknown keys (with the closest known key), values of the wrong type, out of
@@ -309,17 +403,8 @@ def validate_settings(settings, *, require_model: bool = True) -> list[str]:
             f"{{model_path: /models/m, tp_size: 8}}, got {_show(settings)}; known settings: "
             + ", ".join(sorted(SETTINGS_SCHEMA))
         ]
-    problems: list[str] = []
-    for key in settings:
-        if key not in SETTINGS_SCHEMA:
-            close = difflib.get_close_matches(str(key), SETTINGS_SCHEMA, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            problems.append(
-                f"unknown server setting '{key}'{hint} (value {settings[key]!r}); "
-                "known settings: "
-                + ", ".join(sorted(SETTINGS_SCHEMA))
-                + "; pass other SGLang flags through extra_args"
-            )
+    flags = table_flags(flag_table)
+    problems = _key_problems(settings, flags, (flag_table or {}).get("sglang_version", ""))
     for key, spec in SETTINGS_SCHEMA.items():
         problem = _kind_problem(key, spec["kind"], settings.get(key))
         if problem:
@@ -338,6 +423,7 @@ def validate_settings(settings, *, require_model: bool = True) -> list[str]:
     extra = settings.get("extra_args")
     if isinstance(extra, list):
         owned = {flag_name(key) for key in FLAG_ORDER} | {"--" + k.replace("_", "-") for k in FLAG_ORDER}
+        owned |= {flags[key]["flag"] for key in settings if key in flags and flags[key].get("flag")}
         for item in extra:
             if isinstance(item, str) and item.split("=", 1)[0] in owned:
                 problems.append(
@@ -351,17 +437,36 @@ def _render_value(value) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+def _render_table_flag(spec: dict, value) -> list[str]:
+    """The argv items of one flag of a release's table (a bool renders its flag when it differs from the
+    parser's default action: store_true when true, store_false when false)."""
+    flag = spec["flag"]
+    if spec.get("kind") == "bool":
+        wanted = spec.get("action") != "store_false"
+        if spec.get("action") == "BooleanOptionalAction":
+            return [flag] if value else ["--no-" + flag[2:]]
+        return [flag] if bool(value) == wanted else []
+    if spec.get("kind") == "list":
+        return [flag, *(_render_value(item) for item in value)]
+    return [flag, _render_value(value)]
+
+
 def build_server_argv(
-    settings: dict, include_secrets: bool = False, *, sglang_version: str | None = None
+    settings: dict,
+    include_secrets: bool = False,
+    *,
+    sglang_version: str | None = None,
+    flag_table: dict | None = None,
 ) -> list[str]:
     """The flags of `python -m sglang.launch_server` for these settings (not the python/-m prefix).
 
     Unset (None) settings and false booleans are left out; host and port are always rendered.
     api_key is left out unless include_secrets (so the argv can be logged and stamped).
     sglang_version picks flag names that moved between releases (None: the newest naming known).
-    Raises ValueError naming every problem of validate_settings (without requiring a model).
+    Settings named by the release's flag table (flag_table) follow the schema's flags, in name order,
+    then extra_args. Raises ValueError naming every problem of validate_settings (without requiring a model).
     """
-    problems = validate_settings(settings, require_model=False)
+    problems = validate_settings(settings, require_model=False, flag_table=flag_table)
     if problems:
         raise ValueError("invalid server settings: " + "; ".join(problems))
     merged = with_defaults(settings)
@@ -380,6 +485,9 @@ def build_server_argv(
         if isinstance(value, str) and value == "":
             continue
         argv.extend([flag, _render_value(value)])
+    flags = table_flags(flag_table)
+    for key in sorted(k for k in merged if k not in SETTINGS_SCHEMA and merged[k] is not None):
+        argv.extend(_render_table_flag(flags[key], merged[key]))
     argv.extend(merged.get("extra_args") or [])
     return argv
 

@@ -191,19 +191,49 @@ def cache_key_of(argv: list[str], version: str | None, python: str, construct: b
     ).hexdigest()
 
 
-def read_cache(path: str, key: str) -> dict | None:
-    """The outcome of an earlier successful check with the same key, else None."""
+# Verdicts kept in one cache file: one per distinct argv judged (a sweep judges one per configuration).
+VERDICTS_KEPT = 32
+
+
+def _verdicts(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError):
-        return None
-    return data.get("outcome") if isinstance(data, dict) and data.get("key") == key else None
+        return {}
+    verdicts = data.get("verdicts") if isinstance(data, dict) else None
+    return verdicts if isinstance(verdicts, dict) else {}
 
 
-def write_cache(path: str, key: str, outcome: dict) -> None:
-    """Remember a successful check (atomically), so an unchanged rerun needs no SGLang import."""
-    write_json_atomic(path, {"key": key, "outcome": outcome}, indent=1, default=str)
+def read_cache(path: str, key: str) -> dict | None:
+    """The outcome of an earlier successful check with the same key, else None."""
+    entry = _verdicts(path).get(key)
+    return entry.get("outcome") if isinstance(entry, dict) else None
+
+
+def write_cache(path: str, key: str, outcome: dict, digest: str = "") -> None:
+    """Remember a successful check (atomically) beside the others, so an unchanged rerun needs no SGLang
+    import; the oldest verdicts beyond VERDICTS_KEPT are dropped."""
+    verdicts = _verdicts(path)
+    verdicts.pop(key, None)
+    verdicts[key] = {"digest": digest, "outcome": outcome}
+    kept = dict(list(verdicts.items())[-VERDICTS_KEPT:])
+    write_json_atomic(path, {"verdicts": kept}, indent=1, default=str)
+
+
+def verdict_by_digest(path: str, digest: str, version: str | None) -> dict | None:
+    """The outcome an earlier check of the same settings object (digest) got from this SGLang release."""
+    for entry in _verdicts(path).values():
+        if isinstance(entry, dict) and entry.get("digest") == digest:
+            outcome = entry.get("outcome") or {}
+            if outcome.get("sglang_version") == version:
+                return outcome
+    return None
+
+
+def judged_digests(path: str) -> set[str]:
+    """The settings-object digests whose argv SGLang's parser accepted (recorded in the cache file)."""
+    return {e.get("digest") for e in _verdicts(path).values() if isinstance(e, dict) and e.get("digest")}
 
 
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
@@ -257,15 +287,21 @@ def check_flags(
     timeout: float = 180,
     cache_path: str | None = None,
     evidence: str = "",
+    digest: str = "",
+    reuse_digest: bool = False,
 ) -> dict:
     """Judge argv with SGLang's parser, or answer from cache_path when nothing it depends on changed.
 
     Fails the module with SGLang's message when the flags are refused. Returns the outcome
     (sglang_version, parsed, constructed, notes, warnings_sglang) plus cached (and seconds after a run); a
-    successful run is remembered in cache_path, except in check mode.
+    successful run is remembered in cache_path (with the settings object's digest, when given), except in
+    check mode; reuse_digest also answers from a verdict another caller recorded for the same digest.
     """
     key = cache_key_of(argv, version, python, construct, evidence)
     cached = read_cache(cache_path, key) if cache_path else None
+    if cached is None and reuse_digest and digest and cache_path:
+        # The same object judged by another caller (role sglang): one parser run per distinct argv.
+        cached = verdict_by_digest(cache_path, digest, version)
     if cached is not None:
         return {**cached, "cached": True}
     result = run_parser(python, argv, construct=construct, timeout=timeout)
@@ -279,5 +315,5 @@ def check_flags(
         "warnings_sglang": result["warnings"],
     }
     if cache_path and not module.check_mode:
-        write_cache(cache_path, key, outcome)
+        write_cache(cache_path, key, outcome, digest)
     return {**outcome, "cached": False, "seconds": result["seconds"]}

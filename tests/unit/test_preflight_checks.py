@@ -15,6 +15,7 @@ from unittest import mock
 
 import epforge_preflight_checks as checks_module
 import pytest
+from ansible.module_utils.epforge_server_object import digest_of
 import yaml
 from epforge_preflight_checks import (
     GIB,
@@ -340,7 +341,7 @@ def test_probe_one_call_writes_the_fact_then_reruns_unchanged(tmp_path):
     rc, first = run_module_file("epforge_preflight_checks", args, diff=True)
     assert rc == 0 and first["changed"] is True and first["path"] == str(fact)
     assert fact.read_text() == json.dumps(first["preflight_result"], indent=2, sort_keys=True) + "\n"
-    assert first["preflight_result"]["settings_changes"]["deepep_mode"] == "low_latency"
+    assert first["preflight_result"]["server"]["settings"]["deepep_mode"] == "low_latency"
     # ansible-core 2.19 wraps module warnings in events: one per warning row, naming it
     assert len(first["warnings"]) == 2
     assert "[deepep_deepgemm_disabled_sm120]" in json.dumps(first["warnings"])
@@ -548,9 +549,9 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     ]
     assert fact["known_issues"] == {"matched": [], "errors": [], "warnings": [], "adjustments": []}
     results = host_results(report)
-    assert results["Publish the preflight result as play fact preflight_result"]["ansible_facts"] == {
-        "preflight_result": fact
-    }
+    assert results["Publish the preflight result and the server settings object as play facts"][
+        "ansible_facts"
+    ] == {"preflight_result": fact, "epforge_server_object": {}}
     # One module call gathered the GPU facts, checked the host and wrote the fact.
     probe = results[PROBE]
     assert probe["changed"] is True and probe["ansible_facts"]["epforge_gpu_facts"]["available"] is False
@@ -580,13 +581,22 @@ def test_role_adjusts_the_motivating_host_and_reruns_unchanged(tmp_path):
         "deepep_normal_mode_needs_nvlink",
         "flashinfer_jit_nvcc_before_12_9_sm120",
     ]
-    assert fact["settings_changes"] == {
-        "disable_custom_all_reduce": True,
-        "deepep_mode": "low_latency",
-        "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0a"},
-    }
-    assert fact["server_settings"]["deepep_mode"] == "low_latency"
-    assert fact["server_settings"]["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    # The one settings object: adjusted settings with each adjustment's reason, rendered once for the
+    # stack's SGLang, its digest naming exactly that argv and environment.
+    server = fact["server"]
+    assert [a["id"] for a in server["adjustments"]] == [
+        "custom_allreduce_pcie_multi_gpu",
+        "deepep_normal_mode_needs_nvlink",
+        "flashinfer_jit_nvcc_before_12_9_sm120",
+    ]
+    assert all(a["reason"] for a in server["adjustments"])
+    assert server["settings"]["deepep_mode"] == "low_latency"
+    assert server["settings"]["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    assert server["env"]["FLASHINFER_CUDA_ARCH_LIST"] == "12.0a"
+    argv = " ".join(server["argv"])
+    assert "--deepep-mode low_latency" in argv and "--disable-custom-all-reduce" in argv
+    assert "sk-never-written" not in argv and "--api-key" not in argv
+    assert server["digest"] == digest_of(server["sglang_version"], server["argv"], server["env"])
     assert [w["id"] for w in fact["known_issues"]["warnings"]] == [
         "deepep_deepgemm_disabled_sm120",
         "deepep_unquantized_no_runner_sm120",

@@ -523,4 +523,4 @@ def test_flags_check_remembered_outcome_needs_the_same_evidence(tmp_path):
         rc, res = run_module("sglang_flags_check", {**args, **change})
         assert rc != 0 and "SGLang's parser failed" in res["msg"], res
         assert "No module named 'sglang'" in res["log_tail"]
-    assert json.loads(cache.read_text())["key"] == key
+    assert list(json.loads(cache.read_text())["verdicts"]) == [key]
