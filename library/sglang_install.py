@@ -107,9 +107,9 @@ options:
   server_object:
     description:
       - The server settings object role C(preflight) built (C(epforge_server_object);
-        C(module_utils/epforge_server_object.py)) - its C(argv) is what SGLang's parser judges, exactly as role
-        C(sglang_server) launches it, and its C(digest) is recorded with the verdict and in the fact. It holds
-        no API key. Refused before anything changes when it is malformed, edited after it was built (its
+        C(module_utils/epforge_server_object.py)) - its C(argv) is what SGLang's parser judges, exactly as
+        role C(sglang_server) launches it, and its C(digest) is recorded with the verdict and in the fact. It
+        holds no API key. Refused before anything changes when it is malformed, edited after it was built (its
         digest no longer names its argv) or rendered for another SGLang release than I(version).
       - Empty - no flags are checked.
     type: dict

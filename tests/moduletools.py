@@ -15,6 +15,7 @@ from unittest import mock
 
 import pytest
 from ansible.module_utils import basic
+from ansible.module_utils.epforge_server_object import build as build_server_object
 from ansible.module_utils.testing import patch_module_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,3 +154,10 @@ def clear_import_path_variables(monkeypatch) -> None:
 
     for name in IMPORT_PATH_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+def server_object(settings: dict, sglang_version: str, flag_table: dict | None = None) -> dict:
+    """The server settings object role preflight would build for these settings on a host where no known
+    issue adjusts them (module_utils/epforge_server_object.py; the API key is left out as there)."""
+    verdict = {"adjusted_settings": settings, "findings": {"adjustments": []}}
+    return build_server_object(verdict, sglang_version, flag_table)

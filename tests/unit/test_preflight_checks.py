@@ -15,8 +15,8 @@ from unittest import mock
 
 import epforge_preflight_checks as checks_module
 import pytest
-from ansible.module_utils.epforge_server_object import digest_of
 import yaml
+from ansible.module_utils.epforge_server_object import digest_of
 from epforge_preflight_checks import (
     GIB,
     disk_check,

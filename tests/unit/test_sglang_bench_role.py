@@ -29,6 +29,8 @@ PLAY = """---
   hosts: localhost
   gather_facts: false
   roles:
+    # preflight builds the server settings object role sglang_server launches
+    - role: preflight
     - role: sglang_server
       vars:
         sglang_server_state: "{{ 'started' if serve | bool else 'stopped' }}"

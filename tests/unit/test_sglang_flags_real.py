@@ -6,12 +6,11 @@ sglang_parser_deps). The venv is built once and cached under .cache/sglang-parse
 key holds the SGLang, torch and Python versions and a hash of the parser deps); a fresh machine builds it in
 about 3 minutes (torch about 1.5 min and 5.4 GB, SGLang and its parser deps about 1.5 min and 0.36 GB).
 EPFORGE_SGLANG_PYTHON=/path/to/python uses an existing environment with the stack's SGLang instead.
+The venv's fixture (sglang_env) lives in tests/sglang_parser_env.py, shared with test_sglang_flag_data.py.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import subprocess
@@ -19,20 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-import moduletools
 import pytest
+import sglang_parser_env
 import yaml
 from ansible.module_utils import epforge_sglang_flags
 from ansible.module_utils.epforge_sglang_args import build_server_argv, flag_name
+from sglang_parser_env import ROOT, SGLANG_VERSION, STACK, TORCH_PIN, install_args, run_module
 
-ROOT = Path(__file__).resolve().parents[2]
-STACK = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
-ROLE_VARS = yaml.safe_load((ROOT / "roles" / "sglang" / "vars" / "main.yml").read_text())
-SGLANG_VERSION = STACK["sglang"]["version"]
-TORCH_PIN = f"torch=={STACK['torch']['version']}"
-# The role's measured list for the stack's release (vars/main.yml; 0.5.23's is the common list).
-assert ROLE_VARS["__sglang_parser_deps_measured"][SGLANG_VERSION] == "{{ __sglang_parser_deps_common }}"
-PARSER_DEPS = ROLE_VARS["__sglang_parser_deps_common"]
+# The cached venv's session fixture, shared with test_sglang_flag_data.py: pytest finds it by this name.
+sglang_env = sglang_parser_env.sglang_env
+
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
 pytestmark = pytest.mark.build
@@ -40,77 +35,6 @@ pytestmark = pytest.mark.build
 _MOTIVATING = json.loads((ROOT / "tests" / "fixtures" / "sglang" / "motivating.json").read_text())
 MOTIVATING = _MOTIVATING["settings"]
 MOTIVATING_ARGV = _MOTIVATING["argv_0523"]
-
-
-def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
-    return moduletools.run_module(module, args, check=check, diff=True, timeout=1800)
-
-
-def install_args(python: str, state: Path, **over) -> dict:
-    args = {
-        "python": python,
-        "version": SGLANG_VERSION,
-        "kernel_package": STACK["sglang"]["kernel_package"],
-        "install_deps": False,
-        "parser_deps": PARSER_DEPS,
-        "keep": [TORCH_PIN],
-        "log_path": str(state / "sglang-install.log"),
-        "stamp_path": str(state / "sglang.stamp.json"),
-        "timeout": 900,
-    }
-    args.update(over)
-    return args
-
-
-def cache_key() -> str:
-    deps = hashlib.sha256(json.dumps(sorted(PARSER_DEPS)).encode()).hexdigest()[:10]
-    py = f"{sys.version_info.major}{sys.version_info.minor}"
-    return f"sglang-{SGLANG_VERSION}-{TORCH_PIN.replace('==', '-')}-py{py}-{deps}"
-
-
-@pytest.fixture(scope="session")
-def sglang_env() -> dict:
-    """A python with the stack's SGLang (parser-only), built once and cached; with how it was made."""
-    override = os.environ.get("EPFORGE_SGLANG_PYTHON")
-    if override:
-        return {"python": override, "built_now": False, "first_install": None, "state": None}
-    base = ROOT / ".cache" / "sglang-parser"
-    base.mkdir(parents=True, exist_ok=True)
-    venv = base / cache_key()
-    state = base / (cache_key() + ".state")
-    python = str(venv / "bin" / "python")
-    ready = venv / ".epforge-ready"
-    with open(base / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if ready.exists():
-            return {"python": python, "built_now": False, "first_install": None, "state": state}
-        state.mkdir(exist_ok=True)
-        log = state / "venv.log"
-        started = time.monotonic()
-        with open(log, "ab") as out:
-            for argv in (
-                [sys.executable, "-m", "venv", "--clear", str(venv)],
-                [python, "-m", "pip", "install", "--disable-pip-version-check", TORCH_PIN],
-            ):
-                proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=1200, check=False)
-                if proc.returncode != 0:
-                    pytest.fail(
-                        f"{argv} failed (rc {proc.returncode}); log {log}:\n"
-                        + "\n".join(log.read_text().splitlines()[-30:])
-                    )
-        torch_seconds = time.monotonic() - started
-        rc, first = run_module("sglang_install", install_args(python, state))
-        if rc != 0:
-            pytest.fail(f"sglang_install failed: {first.get('msg')}\n{first.get('log_tail')}")
-        size = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True).stdout
-        first["measured"] = {
-            "torch_seconds": round(torch_seconds),
-            "total_seconds": round(time.monotonic() - started),
-            "venv_mib": int(size.split()[0]),
-        }
-        (state / "first-install.json").write_text(json.dumps(first, indent=1))
-        ready.write_text(json.dumps(first["measured"]) + "\n")
-        return {"python": python, "built_now": True, "first_install": first, "state": state}
 
 
 # ------------------------------------------------------------------------------ module sglang_install
@@ -324,9 +248,12 @@ def run_role(
                         "sglang_python": python,
                         "sglang_install_deps": False,
                         "epforge_server": server,
-                        "sglang_node_group": group,
+                        "epforge_node_group": group,
+                        # this machine's disk is not under test here
+                        "preflight_min_free_gib": 1,
                     },
-                    "roles": ["sglang"],
+                    # preflight builds the server settings object role sglang judges
+                    "roles": ["preflight", "sglang"],
                 }
             ]
         )
@@ -490,3 +417,147 @@ def test_role_derives_multinode_settings_from_the_group(sglang_env, tmp_path):
         assert argv[argv.index("--nnodes") + 1] == "2"
         assert argv[argv.index("--node-rank") + 1] == str(rank)
         assert argv[argv.index("--dist-init-addr") + 1] == "10.1.2.3:25000"
+
+
+# ------------------------------------------------------------------- one settings path, end to end
+
+OBJECT_PLAY = """\
+- name: Preflight, SGLang, final env and the server on a fake 8x PCIe host
+  hosts: localhost
+  gather_facts: false
+  roles:
+    - role: preflight
+    - role: sglang
+    - role: final_env
+    - role: sglang_server
+"""
+
+# Counts the processes that run the project's SGLang flag-check script (each one is a parser run): the
+# script is passed with -c, so it is found in the process's own command line.
+COUNTER = f"""\
+import os
+try:
+    with open("/proc/self/cmdline", "rb") as handle:
+        if {epforge_sglang_flags.RESULT_MARK.strip()!r}.encode() in handle.read():
+            with open(os.environ["EPFORGE_TEST_PARSER_COUNT"], "a") as out:
+                out.write(str(os.getpid()) + "\\n")
+except OSError:
+    pass
+"""
+
+
+def parser_runs(count_file: Path) -> int:
+    return len(count_file.read_text().splitlines()) if count_file.exists() else 0
+
+
+def object_run_vars(base: Path, sglang_env: dict, port: int, user: str, key: str) -> dict:
+    """The fake 8x PCIe host's request (deepep_mode auto, which preflight adjusts) and the roles' variables:
+    role sglang on the cached parser venv, role sglang_server on the stand-in (a TEST DOUBLE)."""
+    import bench_env  # noqa: PLC0415 - tests/fixtures/bench_serving, put on sys.path by the caller
+    from test_cuda_binary_archs import ensure_cuobjdump  # noqa: PLC0415
+
+    model = base / "model"
+    model.mkdir()
+    request = {
+        "model_path": str(model),
+        "tp_size": 8,
+        "ep_size": 8,
+        "moe_a2a_backend": "deepep",
+        "deepep_mode": "auto",
+        "host": "127.0.0.1",
+        "port": port,
+    }
+    return {
+        **bench_env.standin_server_vars(base, model, port, user),
+        "epforge_server": request,
+        "preflight_min_free_gib": 1,
+        "sglang_python": sglang_env["python"],
+        "sglang_install_deps": False,
+        # the cached venv's stamp: SGLang is installed there already
+        "sglang_stamp_file": str(sglang_env["state"] / "sglang.stamp.json"),
+        "final_env_python": sglang_env["python"],
+        "final_env_cuobjdump": str(ensure_cuobjdump()),
+        # only an argv SGLang's parser accepted is launched (the verdict of role sglang, by digest)
+        "sglang_server_require_verdict": True,
+        "sglang_server_api_key": key,
+    }
+
+
+def assert_one_argv_and_one_digest(base: Path, key: str) -> int:
+    """The argv judged, recorded and running are one; every fact names its digest; no key anywhere.
+    Returns the server's pid."""
+    facts = {
+        name: json.loads((base / "facts" / f"epforge_{name}.fact").read_text())
+        for name in ("preflight", "sglang", "final_env", "sglang_server")
+    }
+    obj = facts["preflight"]["server"]
+    judged = facts["sglang"]["server_flags"]
+    launched = facts["sglang_server"]
+    assert judged["validated"] is True and judged["argv"] == obj["argv"]
+    assert launched["argv"][2:] == obj["argv"]
+    pid = int((base / "state" / "sglang_server" / "sglang-server.pid").read_text())
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    assert [item.decode() for item in cmdline] == launched["argv"]
+    flags = " ".join(obj["argv"])
+    assert "--deepep-mode low_latency" in flags and "--disable-custom-all-reduce" in flags
+    ids = {a["id"] for a in obj["adjustments"]}
+    assert {"deepep_normal_mode_needs_nvlink", "custom_allreduce_pcie_multi_gpu"} <= ids
+    digest = obj["digest"]
+    assert judged["digest"] == digest and facts["final_env"]["settings_digest"] == digest
+    assert launched["settings_digest"] == digest and launched["api_key_set"] is True
+    assert key not in json.dumps(facts) and key.encode() not in b" ".join(cmdline)
+    confirmed = {e["key"] for e in launched["settings_confirmation"]["confirmed"]}
+    assert {"tp_size", "ep_size", "moe_a2a_backend", "deepep_mode"} <= confirmed
+    return pid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
+def test_one_settings_object_is_judged_recorded_and_launched_byte_identical(sglang_env, tmp_path):
+    """Issue 'one settings path': on a fake 8x RTX PRO 6000 PCIe host, preflight adjusts deepep_mode and
+    custom allreduce; SGLang's real parser judges the object's argv once, the facts of preflight, sglang,
+    final_env and sglang_server carry its digest, and the stand-in server (a TEST DOUBLE, process manager)
+    runs exactly that argv, the API key appended by the launcher only. A rerun judges nothing again."""
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
+    import bench_env  # noqa: PLC0415 - tests/fixtures/bench_serving, put on sys.path above
+    from test_preflight_checks import sm120_pcie_host  # noqa: PLC0415
+
+    from playbooks import JSON_CALLBACK, json_report, run_playbook, write_vars  # noqa: PLC0415
+
+    user, key = "epforge-object-test", "sk-object-test-launcher-only"
+    (tmp_path / "counter").mkdir()
+    (tmp_path / "counter" / "sitecustomize.py").write_text(COUNTER)
+    count_file = tmp_path / "parser-runs.txt"
+    book = tmp_path / "object.yml"
+    book.write_text(OBJECT_PLAY)
+    env = {
+        "PATH": sm120_pcie_host(tmp_path),
+        "PYTHONPATH": str(tmp_path / "counter"),
+        "EPFORGE_TEST_PARSER_COUNT": str(count_file),
+        **JSON_CALLBACK,
+    }
+    with bench_env.service_base_dir("epforge-object-", user) as base:
+        extra = object_run_vars(base, sglang_env, bench_env.free_port(), user, key)
+        vars_file = write_vars(tmp_path / "vars.json", extra)
+        try:
+            proc = run_playbook(book, vars_file=vars_file, env=env, timeout=1200)
+            assert proc.returncode == 0, proc.stdout[-6000:]
+            pid = assert_one_argv_and_one_digest(base, key)
+            assert parser_runs(count_file) == 1
+
+            # The rerun: nothing changes, nothing is judged again, the same server keeps running.
+            again = run_playbook(book, vars_file=vars_file, env=env, timeout=1200)
+            assert again.returncode == 0, again.stdout[-6000:]
+            assert json_report(again)["stats"]["localhost"]["changed"] == 0
+            assert parser_runs(count_file) == 1
+            assert int((base / "state" / "sglang_server" / "sglang-server.pid").read_text()) == pid
+
+            # Another caller of the same object (the sweep's judge step) reuses the verdict by digest.
+            obj = json.loads((base / "facts" / "epforge_preflight.fact").read_text())["server"]
+            args = {"python": sglang_env["python"], "server_object": obj, "sglang_version": SGLANG_VERSION}
+            args["cache_path"] = str(base / "state" / "sglang-flags-check.json")
+            rc, res = run_module("sglang_flags_check", args)
+            assert rc == 0 and res["cached"] is True, res
+            assert parser_runs(count_file) == 1
+        finally:
+            stop = write_vars(tmp_path / "stop.json", {**extra, "sglang_server_state": "stopped"})
+            run_playbook(book, vars_file=stop, env=env, timeout=300)

@@ -13,8 +13,13 @@ import sys
 from pathlib import Path
 
 from ansible.module_utils import epforge_sglang_flags
-from ansible.module_utils.epforge_sglang_args import build_server_argv
-from moduletools import changed_paths, clear_import_path_variables, run_module, watched_states
+from moduletools import (
+    changed_paths,
+    clear_import_path_variables,
+    run_module,
+    server_object,
+    watched_states,
+)
 from test_pip_guard import make_wheel
 
 
@@ -105,7 +110,13 @@ def test_one_call_makes_the_dirs_judges_the_flags_and_writes_the_fact_once(tmp_p
 
     rc, dry = run_module("sglang_install", args, check=True, diff=True, timeout=300)
     assert rc == 0 and dry["changed"] is True, dry.get("msg")
-    assert dry["fact"]["server_flags"] == {"validated": False, "argv": [], "nnodes": 1, "node_rank": 0}
+    assert dry["fact"]["server_flags"] == {
+        "validated": False,
+        "argv": [],
+        "digest": "",
+        "nnodes": 1,
+        "node_rank": 0,
+    }
     assert [d["after_header"] for d in dry["diff"]] == [args["stamp_path"], str(fact_file)]
     assert not (tmp_path / "log").exists() and not (tmp_path / "state").exists() and not facts.exists()
 
@@ -125,38 +136,53 @@ def test_one_call_makes_the_dirs_judges_the_flags_and_writes_the_fact_once(tmp_p
     # Settings: their flags judged from the remembered outcome of the same flags and install.
     settings = {"model_path": "/models/x", "tp_size": 2, "nnodes": 2, "node_rank": 1}
     settings.update(dist_init_addr="10.0.0.1:25000", api_key="TOPSECRET")
-    argv = build_server_argv(settings, include_secrets=False, sglang_version="0.5.99")
+    obj = server_object(settings, "0.5.99")
+    argv = obj["argv"]
     key = epforge_sglang_flags.cache_key_of(argv, "0.5.99", str(python), True, first["stamp"]["sha256"])
     outcome = {"sglang_version": "0.5.99", "parsed": {"tp_size": 2}, "constructed": True}
     epforge_sglang_flags.write_cache(
         args["flags_cache_path"], key, {**outcome, "notes": [], "warnings_sglang": []}
     )
-    with_settings = {**args, "settings": settings}
+    with_settings = {**args, "server_object": obj}
     rc, dry = run_module("sglang_install", with_settings, check=True, diff=True, timeout=300)
     assert rc == 0 and dry["changed"] is True and dry["flags"]["cached"] is True, dry.get("msg")
     assert fact_file.stat().st_mtime_ns == written
     rc, res = run_module("sglang_install", with_settings, timeout=300)
     assert rc == 0 and res["changed"] is True and res["flags"]["parsed"] == {"tp_size": 2}, res.get("msg")
     fact = json.loads(fact_file.read_text())
-    assert fact["server_flags"] == {"validated": True, "argv": argv, "nnodes": 2, "node_rank": 1}
+    assert fact["server_flags"] == {
+        "validated": True,
+        "argv": argv,
+        "digest": obj["digest"],
+        "nnodes": 2,
+        "node_rank": 1,
+    }
     assert "TOPSECRET" not in json.dumps(res) and "TOPSECRET" not in fact_file.read_text()
     rc, res = run_module("sglang_install", with_settings, timeout=300)
     assert rc == 0 and res["changed"] is False
 
     # Flags the tiny sglang must judge itself (no remembered outcome): refused, and no fact is written.
-    fresh = {**with_settings, "facts_dir": str(tmp_path / "facts-2"), "settings": {**settings, "tp_size": 4}}
+    fresh = {
+        **with_settings,
+        "facts_dir": str(tmp_path / "facts-2"),
+        "server_object": server_object({**settings, "tp_size": 4}, "0.5.99"),
+    }
     rc, res = run_module("sglang_install", fresh, timeout=300)
     assert rc != 0 and "SGLang's parser failed" in res["msg"], res
     assert not (tmp_path / "facts-2").exists()
-    # A shape error: refused before anything changes (no directories).
-    shape = {
-        **fresh,
-        "settings": {"model_path": "/models/x", "tp_sise": 2},
-        "log_path": str(tmp_path / "log-2" / "sglang.log"),
-    }
-    rc, res = run_module("sglang_install", shape, timeout=300)
-    assert rc != 0 and "unknown server setting 'tp_sise' (did you mean 'tp_size'?)" in res["msg"], res
-    assert not (tmp_path / "log-2").exists() and not (tmp_path / "facts-2").exists()
+    assert_bad_objects_change_nothing(tmp_path, fresh, obj, settings)
+
+
+def assert_bad_objects_change_nothing(tmp_path: Path, args: dict, obj: dict, settings: dict) -> None:
+    """An object edited after preflight built it (argv no longer what its digest names), or rendered for
+    another release: refused before anything changes (no directories, no fact)."""
+    edited = {**obj, "argv": [*obj["argv"], "--disable-cuda-graph"]}
+    other = server_object(settings, "0.5.23")
+    for bad, words in ((edited, "no longer matches its digest"), (other, "rendered for SGLang 0.5.23")):
+        shape = {**args, "server_object": bad, "log_path": str(tmp_path / "log-2" / "sglang.log")}
+        rc, res = run_module("sglang_install", shape, timeout=300)
+        assert rc != 0 and "server settings object refused" in res["msg"] and words in res["msg"], res
+        assert not (tmp_path / "log-2").exists() and not Path(args["facts_dir"]).exists()
 
 
 def test_watch_names_what_a_noop_depends_on_and_a_change_there_changes_the_answer(tmp_path, monkeypatch):
@@ -177,12 +203,12 @@ def test_watch_names_what_a_noop_depends_on_and_a_change_there_changes_the_answe
         **module_args(tmp_path, python, wheels, "0.5.99"),
         "facts_dir": str(tmp_path / "facts"),
         "flags_cache_path": str(cache),
-        "settings": settings,
+        "server_object": server_object(settings, "0.5.99"),
     }
-    rc, first = run_module("sglang_install", {**args, "settings": {}}, timeout=300)
+    rc, first = run_module("sglang_install", {**args, "server_object": {}}, timeout=300)
     assert rc == 0 and first["changed"] and first["watch"] == [], first.get("msg")
     # the tiny sglang has no parser: the remembered outcome of these flags judges them
-    argv = build_server_argv(settings, include_secrets=False, sglang_version="0.5.99")
+    argv = args["server_object"]["argv"]
     key = epforge_sglang_flags.cache_key_of(argv, "0.5.99", str(python), True, first["stamp"]["sha256"])
     outcome = {"sglang_version": "0.5.99", "parsed": {"tp_size": 2}, "constructed": True}
     epforge_sglang_flags.write_cache(str(cache), key, {**outcome, "notes": [], "warnings_sglang": []})

@@ -1,0 +1,151 @@
+"""The one server settings object (module_utils/epforge_server_object.py) and every flag of a release by name
+(data/sglang_flags/VERSION.json through module_utils/epforge_sglang_args.py).
+
+Pure tests first (the object, its digest and its refusals; flag-table settings checked and rendered), then
+role preflight refusing a misspelt SGLang flag before anything changes (a real ansible-playbook run).
+The end-to-end test on a fake 8x PCIe host is in test_sglang_flags_real.py (it needs SGLang's parser).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.epforge_server_object import build, digest_of, problems
+from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
+from test_preflight_checks import fact_file, failure, no_gpu_path, play
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE_0523 = json.loads((ROOT / "data" / "sglang_flags" / "0.5.23.json").read_text())
+TABLE_0516 = json.loads((ROOT / "data" / "sglang_flags" / "0.5.16.json").read_text())
+
+
+def verdict(settings: dict, adjustments: list | None = None) -> dict:
+    return {"adjusted_settings": settings, "findings": {"adjustments": adjustments or []}}
+
+
+def test_object_renders_once_and_its_digest_names_argv_and_env():
+    adjustment = {
+        "id": "deepep_normal_mode_needs_nvlink",
+        "changes": {"deepep_mode": {"from": "auto", "to": "low_latency", "requested": True}},
+        "consequence": "normal mode needs NVLink",
+        "source": "https://github.com/deepseek-ai/DeepEP/issues/216",
+    }
+    settings = {
+        "model_path": "/models/m",
+        "tp_size": 8,
+        "deepep_mode": "low_latency",
+        "chunked_prefill_size": 128,
+        "env": {"NCCL_P2P_LEVEL": "SYS"},
+        "api_key": "sk-never-in-the-object",
+    }
+    obj = build(verdict(settings, [adjustment]), "0.5.23", TABLE_0523)
+    assert obj["argv"] == build_server_argv(
+        {k: v for k, v in settings.items() if k != "api_key"}, sglang_version="0.5.23", flag_table=TABLE_0523
+    )
+    assert obj["argv"][-2:] == ["--chunked-prefill-size", "128"]
+    assert obj["env"] == {"NCCL_P2P_LEVEL": "SYS"}
+    assert obj["settings"]["host"] == "127.0.0.1" and obj["settings"]["port"] == 30000
+    assert "sk-never-in-the-object" not in json.dumps(obj)
+    assert obj["adjustments"] == [
+        {
+            "id": adjustment["id"],
+            "changes": adjustment["changes"],
+            "reason": "normal mode needs NVLink",
+            "source": adjustment["source"],
+        }
+    ]
+    assert obj["digest"] == digest_of("0.5.23", obj["argv"], obj["env"])
+    assert problems(obj, "0.5.23") == []
+    # Another release, argv or environment is another launch: another digest.
+    assert build(verdict(settings), "0.5.16", TABLE_0516)["digest"] != obj["digest"]
+    assert build(verdict({**settings, "tp_size": 4}), "0.5.23", TABLE_0523)["digest"] != obj["digest"]
+    assert build(verdict(settings), "0.5.23", TABLE_0523)["digest"] == obj["digest"]
+    assert build(verdict({}), "0.5.23") == {}
+
+
+def test_an_edited_object_or_one_for_another_release_is_refused():
+    obj = build(verdict({"model_path": "/m", "tp_size": 2}), "0.5.23")
+    edited = {**obj, "argv": [*obj["argv"], "--disable-cuda-graph"]}
+    assert "no longer matches its digest" in problems(edited, "0.5.23")[0]
+    env_edited = {**obj, "env": {"NCCL_ALGO": "Tree"}}
+    assert "no longer matches its digest" in problems(env_edited, "0.5.23")[0]
+    assert "rendered for SGLang 0.5.23, but SGLang 0.5.16" in problems(obj, "0.5.16")[0]
+    assert "lacks digest" in problems({k: v for k, v in obj.items() if k != "digest"})[0]
+    assert "no server settings object" in problems({})[0]
+
+
+def test_every_flag_of_the_release_is_known_by_name_and_a_typo_gets_a_did_you_mean():
+    settings = {"model_path": "/m", "chunked_prefil_size": 128}
+    [problem] = validate_settings(settings, flag_table=TABLE_0523)
+    assert "unknown server setting 'chunked_prefil_size' (did you mean 'chunked_prefill_size'?)" in problem
+    assert "SGLang 0.5.23's flags" in problem
+    assert validate_settings({"model_path": "/m", "chunked_prefill_size": 128}, flag_table=TABLE_0523) == []
+    # Without the table only epforge's own keys are known.
+    assert (
+        "unknown server setting 'chunked_prefill_size'"
+        in validate_settings({"model_path": "/m", "chunked_prefill_size": 128})[0]
+    )
+    # Kinds and choices come from the release's own parser.
+    bad = validate_settings(
+        {"model_path": "/m", "chunked_prefill_size": "lots", "mem_fraction_static": "most"},
+        flag_table=TABLE_0523,
+    )
+    assert any("chunked_prefill_size (--chunked-prefill-size) must be an integer" in p for p in bad), bad
+    assert any("mem_fraction_static (--mem-fraction-static) must be a number" in p for p in bad), bad
+    [choice] = validate_settings({"model_path": "/m", "attention_backend": "trition"}, flag_table=TABLE_0523)
+    assert "attention_backend (--attention-backend) must be one of" in choice
+    assert "(did you mean 'triton'?)" in choice
+    # The key is never a setting of its own: it travels through the launcher.
+    assert (
+        "unknown server setting 'admin_api_key'"
+        in validate_settings({"model_path": "/m", "admin_api_key": "x"}, flag_table=TABLE_0523)[0]
+    )
+
+
+def test_flag_table_settings_render_by_their_kind_after_the_schema_flags():
+    spec = TABLE_0523["flags"]
+    bool_store_true = next(k for k, v in spec.items() if v["kind"] == "bool" and v["action"] == "store_true")
+    listed = next(k for k, v in spec.items() if v["kind"] == "list" and not v["choices"])
+    settings = {
+        "model_path": "/m",
+        "mem_fraction_static": 0.8,
+        bool_store_true: True,
+        listed: ["1", "2"],
+        "attention_backend": "triton",
+    }
+    argv = build_server_argv(settings, sglang_version="0.5.23", flag_table=TABLE_0523)
+    tail = argv[argv.index("30000") + 1 :]
+    expected: list[str] = []
+    for key in sorted(["mem_fraction_static", bool_store_true, listed, "attention_backend"]):
+        flag = spec[key]["flag"]
+        expected += {
+            "mem_fraction_static": [flag, "0.8"],
+            bool_store_true: [flag],
+            listed: [flag, "1", "2"],
+            "attention_backend": [flag, "triton"],
+        }[key]
+    assert tail == expected
+    # false leaves a store_true flag out
+    assert spec[bool_store_true]["flag"] not in build_server_argv(
+        {**settings, bool_store_true: False}, sglang_version="0.5.23", flag_table=TABLE_0523
+    )
+
+
+def test_a_flag_set_twice_through_its_new_name_and_the_stable_key_is_refused():
+    settings = {"model_path": "/m", "cuda_graph_max_bs": 16, "cuda_graph_max_bs_decode": 32}
+    [problem] = validate_settings(settings, flag_table=TABLE_0523)
+    assert "cuda_graph_max_bs_decode and cuda_graph_max_bs both set --cuda-graph-max-bs-decode" in problem
+    extra = {"model_path": "/m", "chunked_prefill_size": 64, "extra_args": ["--chunked-prefill-size", "8"]}
+    assert "extra_args repeats --chunked-prefill-size" in validate_settings(extra, flag_table=TABLE_0523)[0]
+
+
+@pytest.mark.parametrize("typo", ["chunked_prefil_size", "mem_fraction_statik"])
+def test_preflight_refuses_a_misspelt_sglang_flag_before_anything_changes(tmp_path, typo):
+    rc, report = play(tmp_path, {"epforge_server": {"model_path": "/m", typo: 1}}, no_gpu_path())
+    assert rc != 0
+    task, msg = failure(report)
+    assert task == "Refuse malformed server settings (shape, keys, types, ranges) before anything changes"
+    assert f"unknown server setting '{typo}' (did you mean" in msg
+    assert not fact_file(tmp_path).exists()
