@@ -289,7 +289,7 @@ def _relation_problems(settings: dict) -> list[str]:
             if not settings.get("dist_init_addr"):
                 problems.append(
                     f"nnodes is {nnodes} but dist_init_addr is not set: every node needs the "
-                    "first node's HOST:PORT (the sglang role derives it from sglang_node_group)"
+                    "first node's HOST:PORT (preflight derives it from epforge_node_group)"
                 )
             if settings.get("node_rank") is None:
                 problems.append(
