@@ -45,12 +45,12 @@ options:
     required: true
   settings_digest:
     description:
-      - The digest of the server settings object the settings come from (C(epforge_server_object.digest));
+      - The digest of the server settings object the settings come from (C(preflight_server_object.digest));
         recorded in the fact, so the facts of sglang, final_env and sglang_server name the same launch.
     type: str
     default: ""
   settings:
-    description: The server settings of the settings object (C(epforge_server_object.settings)); the keys
+    description: The server settings of the settings object (C(preflight_server_object.settings)); the keys
       C(attention_backend), C(prefill_attention_backend), C(decode_attention_backend), C(moe_a2a_backend)
       and the same flags in C(extra_args) decide which features are requested.
     type: dict

@@ -106,7 +106,7 @@ options:
     default: 1800
   server_object:
     description:
-      - The server settings object role C(preflight) built (C(epforge_server_object);
+      - The server settings object role C(preflight) built (C(preflight_server_object);
         C(module_utils/epforge_server_object.py)) - its C(argv) is what SGLang's parser judges, exactly as
         role C(sglang_server) launches it, and its C(digest) is recorded with the verdict and in the fact. It
         holds no API key. Refused before anything changes when it is malformed, edited after it was built (its
@@ -154,7 +154,7 @@ EXAMPLES = r"""
     keep: [torch==2.14.1]
     log_path: /var/log/epforge/sglang-install.log
     stamp_path: /var/lib/epforge/sglang.stamp.json
-    server_object: "{{ epforge_server_object }}"
+    server_object: "{{ preflight_server_object }}"
     flags_cache_path: /var/lib/epforge/sglang-flags-check.json
     facts_dir: /etc/ansible/facts.d
 """

@@ -63,7 +63,7 @@ options:
     type: str
   server_object:
     description:
-      - The server settings object role C(preflight) built (C(epforge_server_object);
+      - The server settings object role C(preflight) built (C(preflight_server_object);
         C(module_utils/epforge_server_object.py)). Its C(argv) and C(env) are launched exactly as they are
         (the launcher appends the API key from the environment file), its C(settings) are confirmed after
         launch, its C(digest) is returned as C(settings_digest). Refused before anything changes when it is
@@ -368,7 +368,7 @@ class Server:
         if not found and verdicts and self.object["digest"] not in judged_digests(verdicts):
             found.append(
                 f"SGLang's parser has not judged this argv (digest {self.object['digest'][:12]}, no "
-                f"verdict in {verdicts}): run role sglang (it judges epforge_server_object), or the "
+                f"verdict in {verdicts}): run role sglang (it judges preflight_server_object), or the "
                 "sweep's judge step"
             )
         if not found and not self.object["settings"].get("model_path"):

@@ -67,7 +67,7 @@ def problems(obj, sglang_version: str | None = None) -> list[str]:
     digest that no longer names its argv and environment (edited after it was built), a release other than
     sglang_version (the installed one)."""
     if not isinstance(obj, dict) or not obj:
-        return ["no server settings object: role preflight builds it (epforge_server_object)"]
+        return ["no server settings object: role preflight builds it (preflight_server_object)"]
     missing = [key for key in KEYS if key not in obj]
     if missing:
         return [f"the server settings object lacks {', '.join(missing)}: build it with role preflight"]

@@ -551,7 +551,7 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     results = host_results(report)
     assert results["Publish the preflight result and the server settings object as play facts"][
         "ansible_facts"
-    ] == {"preflight_result": fact, "epforge_server_object": {}}
+    ] == {"preflight_result": fact, "preflight_server_object": {}}
     # One module call gathered the GPU facts, checked the host and wrote the fact.
     probe = results[PROBE]
     assert probe["changed"] is True and probe["ansible_facts"]["epforge_gpu_facts"]["available"] is False
