@@ -14,7 +14,7 @@ sglang_server module calls confirm_settings after the server is ready.
 from __future__ import annotations
 
 from ansible.module_utils.epforge_secrets import is_secret_name
-from ansible.module_utils.epforge_sglang_args import SETTINGS_SCHEMA, flag_name
+from ansible.module_utils.epforge_sglang_args import SETTINGS_SCHEMA, flag_name, renamed_partner
 
 # Settings that a running SGLang reports under another name: key -> the names to look for, newest first.
 # cuda_graph_max_bs: --cuda-graph-max-bs became a deprecated alias of --cuda-graph-max-bs-decode (0.5.16
@@ -158,8 +158,10 @@ def confirm_settings(settings: dict, info: dict, sglang_version: str | None = No
                     continue
                 _check(report, f"extra_args {flag}", value, [dest], info)
         elif key not in SETTINGS_SCHEMA:
-            # A flag of the release's table, named by its argparse dest: server info reports it so.
-            _check(report, key, requested, [key], info)
+            # A flag of the release's table, named by its argparse dest: server info reports it so (a
+            # renamed dest under either name).
+            partner = renamed_partner(key)
+            _check(report, key, requested, [key, partner] if partner else [key], info)
         else:
             _check(report, key, requested, _names(key, sglang_version), info)
     report["running"] = {e["key"]: e["running"] for e in report["confirmed"] + report["mismatched"]}

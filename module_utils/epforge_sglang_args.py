@@ -109,6 +109,21 @@ FLAG_RENAMES: dict[str, tuple[str, str]] = {
     "cuda_graph_max_bs": ("0.5.20", "--cuda-graph-max-bs-decode"),
 }
 
+# Flags of a release's table whose dest SGLang renamed (older dest, newer dest), read from the releases' own
+# parsers (scripts/sglang_flag_data.py reports them): 0.5.16 made the older spelling an alias of the newer
+# flag, 0.5.20+ dropped it. Either name is a stable key: it reaches the flag of whichever release is
+# installed.
+# Only renames of the same value are here (not e.g. --enable-breakable-cuda-graph, which became a choice of
+# --cuda-graph-backend-prefill).
+RENAMED_DESTS: tuple[tuple[str, str], ...] = (
+    ("cuda_graph_bs", "cuda_graph_bs_decode"),
+    ("piecewise_cuda_graph_tokens", "cuda_graph_bs_prefill"),
+    ("piecewise_cuda_graph_max_tokens", "cuda_graph_max_bs_prefill"),
+    ("nsa_decode_backend", "dsa_decode_backend"),
+    ("nsa_prefill_backend", "dsa_prefill_backend"),
+    ("mamba_scheduler_strategy", "mamba_radix_cache_strategy"),
+)
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -304,6 +319,22 @@ def _relation_problems(settings: dict) -> list[str]:
     return problems
 
 
+def renamed_partner(key: str) -> str | None:
+    """The other name of a renamed flag's dest (RENAMED_DESTS), else None."""
+    for old, new in RENAMED_DESTS:
+        if key in (old, new):
+            return new if key == old else old
+    return None
+
+
+def table_spec(key: str, flags: dict) -> dict | None:
+    """The table entry a setting names: its own dest, or (a stable key) the renamed dest of this release."""
+    if key in _NEVER_SETTINGS:
+        return None
+    partner = renamed_partner(key)
+    return flags.get(key) or (flags.get(partner) if partner else None)
+
+
 def table_flags(flag_table: dict | None) -> dict:
     """The flags of a release's flag table by dest ({} without a table)."""
     flags = (flag_table or {}).get("flags")
@@ -373,8 +404,9 @@ def _key_problems(settings: dict, flags: dict, version: str) -> list[str]:
     for key, value in settings.items():
         if key in SETTINGS_SCHEMA:
             continue
-        if key in flags and key not in _NEVER_SETTINGS:
-            problem = _table_problem(str(key), flags[key], value)
+        spec = table_spec(key, flags)
+        if spec is not None:
+            problem = _table_problem(str(key), spec, value)
             if problem:
                 problems.append(problem)
             continue
@@ -383,9 +415,12 @@ def _key_problems(settings: dict, flags: dict, version: str) -> list[str]:
     # A flag named twice: a table key whose flag is the one a schema setting renders (a renamed flag).
     rendered = {flag_name(k, version or None): k for k in SETTINGS_SCHEMA if settings.get(k) is not None}
     for key in settings:
-        twin = rendered.get((flags.get(key) or {}).get("flag")) if key not in SETTINGS_SCHEMA else None
-        if twin:
-            problems.append(f"{key} and {twin} both set {flags[key]['flag']}: keep one ({twin})")
+        flag = (table_spec(key, flags) or {}).get("flag") if key not in SETTINGS_SCHEMA else None
+        twin = rendered.get(flag) if flag else None
+        if twin is None and flag and settings.get(renamed_partner(key) or "") is not None:
+            twin = renamed_partner(key)
+        if twin and (twin in SETTINGS_SCHEMA or key < twin):
+            problems.append(f"{key} and {twin} both set {flag}: keep one ({twin})")
     return problems
 
 
@@ -423,7 +458,7 @@ def validate_settings(settings, *, require_model: bool = True, flag_table: dict 
     extra = settings.get("extra_args")
     if isinstance(extra, list):
         owned = {flag_name(key) for key in FLAG_ORDER} | {"--" + k.replace("_", "-") for k in FLAG_ORDER}
-        owned |= {flags[key]["flag"] for key in settings if key in flags and flags[key].get("flag")}
+        owned |= {(table_spec(key, flags) or {}).get("flag") for key in settings} - {None}
         for item in extra:
             if isinstance(item, str) and item.split("=", 1)[0] in owned:
                 problems.append(
@@ -487,7 +522,7 @@ def build_server_argv(
         argv.extend([flag, _render_value(value)])
     flags = table_flags(flag_table)
     for key in sorted(k for k in merged if k not in SETTINGS_SCHEMA and merged[k] is not None):
-        argv.extend(_render_table_flag(flags[key], merged[key]))
+        argv.extend(_render_table_flag(table_spec(key, flags), merged[key]))
     argv.extend(merged.get("extra_args") or [])
     return argv
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.epforge_server_object import build, digest_of, problems
-from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
+from ansible.module_utils.epforge_sglang_args import RENAMED_DESTS, build_server_argv, validate_settings
 from test_preflight_checks import fact_file, failure, no_gpu_path, play
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,3 +149,23 @@ def test_preflight_refuses_a_misspelt_sglang_flag_before_anything_changes(tmp_pa
     assert task == "Refuse malformed server settings (shape, keys, types, ranges) before anything changes"
     assert f"unknown server setting '{typo}' (did you mean" in msg
     assert not fact_file(tmp_path).exists()
+
+
+TABLE_0510 = json.loads((ROOT / "data" / "sglang_flags" / "0.5.10.post1.json").read_text())
+
+
+def test_renamed_dests_are_stable_keys_across_the_pinned_releases():
+    # Every pair is a real rename in the data: the older dest in 0.5.10.post1, the newer one in 0.5.23.
+    for old, new in RENAMED_DESTS:
+        assert old in TABLE_0510["flags"] and new not in TABLE_0510["flags"], old
+        assert new in TABLE_0523["flags"] and old not in TABLE_0523["flags"], new
+    settings = {"model_path": "/m", "cuda_graph_bs": [1, 2, 4], "dsa_decode_backend": "flashmla_sparse"}
+    new = build_server_argv(settings, sglang_version="0.5.23", flag_table=TABLE_0523)
+    old = build_server_argv(settings, sglang_version="0.5.10.post1", flag_table=TABLE_0510)
+    assert new[new.index("--cuda-graph-bs-decode") :][:4] == ["--cuda-graph-bs-decode", "1", "2", "4"]
+    assert old[old.index("--cuda-graph-bs") :][:4] == ["--cuda-graph-bs", "1", "2", "4"]
+    assert "--dsa-decode-backend" in new and "--nsa-decode-backend" in old
+    [twice] = validate_settings(
+        {"model_path": "/m", "cuda_graph_bs": [1], "cuda_graph_bs_decode": [2]}, flag_table=TABLE_0523
+    )
+    assert "cuda_graph_bs and cuda_graph_bs_decode both set --cuda-graph-bs-decode" in twice
