@@ -361,6 +361,14 @@ class SystemdManager(ServerManager):
         self.systemctl("reset-failed", self.unit, check=False)
 
 
+# The server's environment is allow-listed: its request's env (settings.env and the env option), the key
+# for the launcher, and these - never the controller's (tokens, cloud credentials, root's PATH). The PATH of
+# a service (systemd's default for units), so both managers give the server the same one.
+SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What the server takes from its own account and locale besides PATH.
+SERVICE_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
+
+
 class ProcessManager(ServerManager):
     """A daemonized process with a pidfile and a stamp of its launch settings (hosts without systemd)."""
 
@@ -472,13 +480,13 @@ class ProcessManager(ServerManager):
             return {}
 
     def child_env(self) -> dict:
-        """The server's environment: ours without Ansible's variables, the request's, the key, the user's."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+        """The server's environment, allow-listed: the locale, a service PATH and the account's HOME, USER
+        and LOGNAME, then the request's env and the key; nothing else of the controller's."""
+        account = pwd.getpwuid(self.uid if self.p["user"] else os.geteuid())
+        env = {k: os.environ[k] for k in ("LANG", "LC_ALL", "TZ") if k in os.environ}
+        env.update(PATH=SERVICE_PATH, HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
         env.update(self.env)
         env.update(self.secrets)
-        if self.p["user"]:
-            env["HOME"] = pwd.getpwuid(self.uid).pw_dir
-            env["USER"] = env["LOGNAME"] = self.p["user"]
         return env
 
     def spawn(self, stamp: dict) -> None:

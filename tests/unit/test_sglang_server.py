@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.epforge_server_managers import SERVICE_ENV_NAMES, SERVICE_PATH
 from ansible.module_utils.epforge_unit import (
     UnitError,
     mask_secrets,
@@ -440,3 +441,20 @@ def test_standin_stops_clean_when_a_second_signal_lands_in_the_first_ones_log_wr
         os.close(read_fd)
     assert proc.wait(timeout=20) == 0, rest.replace(b".", b"")[-2000:]
     assert rest.count(b"Received signal 15") == 1
+
+
+def test_the_server_environment_is_allow_listed(server, tmp_path, monkeypatch):
+    """Issue 'nothing let in': secrets in the controller's environment never reach the server process; it
+    gets its settings' env, the launcher's needs, HOME and a service PATH, nothing else of the caller's."""
+    monkeypatch.setenv("MY_TOKEN", "x-controller-only")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y-controller-only")
+    monkeypatch.setenv("PATH", f"/root/.pyenv/shims:{os.environ['PATH']}")
+    started = run_module(MODULE, server, tmp_path)
+    assert started["_rc"] == 0, started
+    raw = Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")
+    environ = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+    assert "MY_TOKEN" not in environ and "AWS_SECRET_ACCESS_KEY" not in environ
+    assert environ["PATH"] == SERVICE_PATH
+    assert environ["PYTHONPATH"] == str(STANDIN) and environ["SGLANG_STANDIN_LOAD_SECONDS"] == "0.6"
+    assert environ["HOME"] == os.path.expanduser("~")
+    assert set(environ) <= {*SERVICE_ENV_NAMES, *server["settings"]["env"], "EPFORGE_SGLANG_API_KEY"}
