@@ -365,7 +365,11 @@ class Server:
         """The object must be whole, unedited, for the installed release and (with verdicts_path) judged."""
         found = object_problems(self.object, self.p["sglang_version"])
         verdicts = self.p["verdicts_path"]
-        if not found and verdicts and self.object["digest"] not in judged_digests(verdicts):
+        unjudged = not found and verdicts and self.object["digest"] not in judged_digests(verdicts)
+        if unjudged and self.module.check_mode:
+            # check mode records no verdict (the judge changes nothing): say so instead of refusing
+            self.module.warn("check mode: SGLang's parser has not judged this argv yet")
+        elif unjudged:
             found.append(
                 f"SGLang's parser has not judged this argv (digest {self.object['digest'][:12]}, no "
                 f"verdict in {verdicts}): run role sglang (it judges preflight_server_object), or the "

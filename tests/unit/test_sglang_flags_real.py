@@ -511,6 +511,22 @@ def assert_one_argv_and_one_digest(base: Path, key: str) -> int:
     return pid
 
 
+def assert_unjudged_relaunch_keeps_the_server(tmp_path, extra, env, base: Path, *, pid: int) -> None:
+    from playbooks import run_playbook, write_vars  # noqa: PLC0415
+
+    fact = base / "facts" / "epforge_sglang_server.fact"
+    before = fact.read_bytes()
+    changed = {**extra["epforge_server"], "extra_args": ["--no-such-flag", "1"]}
+    relaunch = write_vars(tmp_path / "relaunch.json", {**extra, "epforge_server": changed})
+    serve = tmp_path / "serve.yml"
+    serve.write_text(OBJECT_PLAY.replace("    - role: sglang\n    - role: final_env\n", ""))
+    proc = run_playbook(serve, vars_file=relaunch, env=env, timeout=600)
+    assert proc.returncode != 0
+    assert "Judge the settings object's argv with SGLang's parser before anything changes" in proc.stdout
+    assert int((base / "state" / "sglang_server" / "sglang-server.pid").read_text()) == pid
+    assert Path(f"/proc/{pid}").exists() and fact.read_bytes() == before
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
 def test_one_settings_object_is_judged_recorded_and_launched_byte_identical(sglang_env, tmp_path):
     """Issue 'one settings path': on a fake 8x RTX PRO 6000 PCIe host, preflight adjusts deepep_mode and
@@ -558,6 +574,10 @@ def test_one_settings_object_is_judged_recorded_and_launched_byte_identical(sgla
             rc, res = run_module("sglang_flags_check", args)
             assert rc == 0 and res["cached"] is True, res
             assert parser_runs(count_file) == 1
+
+            # A relaunch with settings no parser accepted (here the stand-in's python has none) is refused
+            # BEFORE anything changes: the healthy server keeps running, its record stays.
+            assert_unjudged_relaunch_keeps_the_server(tmp_path, extra, env, base, pid=pid)
         finally:
             stop = write_vars(tmp_path / "stop.json", {**extra, "sglang_server_state": "stopped"})
             run_playbook(book, vars_file=stop, env=env, timeout=300)
