@@ -414,6 +414,11 @@ class Server:
         flags, env = self.flags_and_env()
         self.argv = [self.p["python"], self.p["launcher"], *flags]
         host = self.settings["host"]
+        if host in BIND_ALL and not self.api_key:
+            self.module.warn(
+                f"the server binds every interface (host {host!r}) without an API key: anyone who reaches "
+                "this host can use it; set an API key (sglang_server_api_key) or bind 127.0.0.1"
+            )
         connect = "127.0.0.1" if host in BIND_ALL else host
         shown = f"[{connect}]" if ":" in connect and not connect.startswith("[") else connect
         self.url = f"http://{shown}:{self.settings['port']}"

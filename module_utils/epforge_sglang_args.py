@@ -125,6 +125,9 @@ RENAMED_DESTS: tuple[tuple[str, str], ...] = (
 )
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A control character (a newline above all) in a value would end a line of the unit or of its environment
+# file and start another: a variable or a directive of the writer's choosing.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def flag_name(key: str, sglang_version: str | None = None) -> str:
@@ -397,6 +400,23 @@ def _unknown_key_problem(key, value, known: list[str], version: str) -> str:
     )
 
 
+def _control_problems(settings: dict) -> list[str]:
+    """Values (strings, env values, extra_args items) that hold a control character, by where they are."""
+    places: list[tuple[str, object]] = []
+    for key, value in settings.items():
+        if key == "env" and isinstance(value, dict):
+            places += [(f"env.{name}", item) for name, item in value.items()]
+        elif isinstance(value, list):
+            places += [(f"{key}[{index}]", item) for index, item in enumerate(value)]
+        else:
+            places.append((str(key), value))
+    return [
+        f"{where} holds a control character (e.g. a newline): {value!r}"
+        for where, value in places
+        if isinstance(value, str) and _CONTROL.search(value)
+    ]
+
+
 def _key_problems(settings: dict, flags: dict, version: str) -> list[str]:
     """Keys that are neither epforge's settings nor flags of the release's table, table values of the wrong
     kind, and a table key that names the flag a schema setting already renders."""
@@ -440,6 +460,7 @@ def validate_settings(settings, *, require_model: bool = True, flag_table: dict 
         ]
     flags = table_flags(flag_table)
     problems = _key_problems(settings, flags, (flag_table or {}).get("sglang_version", ""))
+    problems += _control_problems(settings)
     for key, spec in SETTINGS_SCHEMA.items():
         problem = _kind_problem(key, spec["kind"], settings.get(key))
         if problem:

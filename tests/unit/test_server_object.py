@@ -169,3 +169,19 @@ def test_renamed_dests_are_stable_keys_across_the_pinned_releases():
         {"model_path": "/m", "cuda_graph_bs": [1], "cuda_graph_bs_decode": [2]}, flag_table=TABLE_0523
     )
     assert "cuda_graph_bs and cuda_graph_bs_decode both set --cuda-graph-bs-decode" in twice
+
+
+@pytest.mark.parametrize(
+    ("settings", "where"),
+    [
+        ({"model_path": "/models/m\nExecStartPre=/bin/sh"}, "model_path"),
+        ({"model_path": "/m", "env": {"NCCL_ALGO": "Ring\nLD_PRELOAD=/tmp/x.so"}}, "env.NCCL_ALGO"),
+        ({"model_path": "/m", "extra_args": ["--x", "a\rb"]}, "extra_args[1]"),
+        ({"model_path": "/m", "attention_backend": "triton\x00"}, "attention_backend"),
+    ],
+)
+def test_control_characters_are_refused_in_every_value(settings, where):
+    """Issue 'nothing let in' (12): a newline in a value would end a line of the unit or its environment file
+    and start another (a variable or a directive of the caller's choosing)."""
+    problems = validate_settings(settings, flag_table=TABLE_0523)
+    assert any(p.startswith(f"{where} holds a control character") for p in problems), problems

@@ -458,3 +458,17 @@ def test_the_server_environment_is_allow_listed(server, tmp_path, monkeypatch):
     assert environ["PYTHONPATH"] == str(STANDIN) and environ["SGLANG_STANDIN_LOAD_SECONDS"] == "0.6"
     assert environ["HOME"] == os.path.expanduser("~")
     assert set(environ) <= {*SERVICE_ENV_NAMES, *server["settings"]["env"], "EPFORGE_SGLANG_API_KEY"}
+
+
+def test_binding_every_interface_without_a_key_is_warned_about(server, tmp_path):
+    """Issue 'nothing let in' (11): host 0.0.0.0 without an API key serves anyone who reaches the host."""
+    open_args = {k: v for k, v in server.items() if k != "api_key"}
+    open_args["settings"] = {**server["settings"], "host": "0.0.0.0"}
+    warned = "without an API key"
+    result = run_module(MODULE, open_args, tmp_path, check=True)
+    # ansible-core 2.19 wraps module warnings in events
+    assert result["_rc"] == 0 and warned in json.dumps(result.get("warnings")), result["_stdout"][-2000:]
+    keyed = run_module(MODULE, {**server, "settings": open_args["settings"]}, tmp_path, check=True)
+    assert warned not in json.dumps(keyed.get("warnings"))
+    local = run_module(MODULE, {k: v for k, v in server.items() if k != "api_key"}, tmp_path, check=True)
+    assert warned not in json.dumps(local.get("warnings"))
