@@ -472,3 +472,41 @@ def test_binding_every_interface_without_a_key_is_warned_about(server, tmp_path)
     assert warned not in json.dumps(keyed.get("warnings"))
     local = run_module(MODULE, {k: v for k, v in server.items() if k != "api_key"}, tmp_path, check=True)
     assert warned not in json.dumps(local.get("warnings"))
+
+
+SERVER_NAMES_PLAY = """\
+- name: Stop or remove one named server
+  hosts: localhost
+  gather_facts: false
+  roles:
+    - role: sglang_server
+"""
+
+
+@pytest.mark.parametrize("state", ["absent", "stopped"])
+def test_stopping_or_removing_one_server_leaves_the_record_of_another(tmp_path, state):
+    """Issue 'nothing let in' (10): one fact per server name; B's stop or removal never touches A's record."""
+    from playbooks import run_playbook, write_vars  # noqa: PLC0415
+
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    record_a = facts / "epforge_sglang_server.fact"
+    record_a.write_text(json.dumps({"schema": 1, "name": "sglang-server", "state": "started"}) + "\n")
+    book = tmp_path / "names.yml"
+    book.write_text(SERVER_NAMES_PLAY)
+    extra = {
+        "epforge_facts_dir": str(facts),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "epforge_log_dir": str(tmp_path / "log"),
+        "sglang_server_name": "other-model",
+        "sglang_server_state": state,
+        "sglang_server_manager": "process",
+    }
+    proc = run_playbook(book, vars_file=write_vars(tmp_path / "vars.json", extra), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert json.loads(record_a.read_text())["state"] == "started"
+    record_b = facts / "epforge_sglang_server_other_model.fact"
+    if state == "stopped":
+        assert json.loads(record_b.read_text())["name"] == "other-model"
+    else:
+        assert not record_b.exists()
