@@ -510,3 +510,33 @@ def test_stopping_or_removing_one_server_leaves_the_record_of_another(tmp_path, 
         assert json.loads(record_b.read_text())["name"] == "other-model"
     else:
         assert not record_b.exists()
+
+
+def test_serve_playbook_alone_skips_a_host_without_gpu_before_any_user_exists(tmp_path):
+    """Issue 'nothing let in' (9): playbooks/serve.yml alone builds the settings object in preflight, so it
+    consults the GPU facts itself: on this GPU-less machine the launch is skipped with the reason, and no
+    service account, unit or server is created."""
+    from playbooks import run_playbook, write_vars  # noqa: PLC0415
+
+    user = "epforge-serve-nogpu"
+    extra = {
+        "epforge_facts_dir": str(tmp_path / "facts"),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "epforge_log_dir": str(tmp_path / "log"),
+        "preflight_min_free_gib": 1,
+        "sglang_server_user": user,
+        "sglang_server_group": user,
+        "sglang_server_manager": "process",
+    }
+    proc = run_playbook(
+        ROOT / "playbooks" / "serve.yml", vars_file=write_vars(tmp_path / "vars.json", extra), timeout=300
+    )
+    try:
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert subprocess.run(["getent", "passwd", user], capture_output=True, check=False).returncode != 0
+        assert not (tmp_path / "state" / "sglang_server").exists()
+        assert "TASK [sglang_server : Record a skipped launch]" in proc.stdout
+        assert "Create the service account" not in proc.stdout and "Start the SGLang server" not in proc.stdout
+    finally:
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+        subprocess.run(["groupdel", user], capture_output=True, check=False)
