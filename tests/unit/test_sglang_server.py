@@ -536,7 +536,9 @@ def test_serve_playbook_alone_skips_a_host_without_gpu_before_any_user_exists(tm
         assert subprocess.run(["getent", "passwd", user], capture_output=True, check=False).returncode != 0
         assert not (tmp_path / "state" / "sglang_server").exists()
         assert "TASK [sglang_server : Record a skipped launch]" in proc.stdout
-        assert "Create the service account" not in proc.stdout and "Start the SGLang server" not in proc.stdout
+        assert (
+            "Create the service account" not in proc.stdout and "Start the SGLang server" not in proc.stdout
+        )
     finally:
         subprocess.run(["userdel", user], capture_output=True, check=False)
         subprocess.run(["groupdel", user], capture_output=True, check=False)
