@@ -502,8 +502,23 @@ class ProcessManager(ServerManager):
             )
         except OSError as exc:
             self.module.fail_json(msg=f"cannot start {self.argv[0]}: {exc}", cmd=self.argv, rc=127)
-        write_atomic(self.pidfile, f"{self.proc.pid}\n", 0o644)
-        write_atomic(self.stamp_path, json.dumps(stamp, indent=1, sort_keys=True) + "\n", 0o600)
+        try:
+            write_atomic(self.pidfile, f"{self.proc.pid}\n", 0o644)
+            write_atomic(self.stamp_path, json.dumps(stamp, indent=1, sort_keys=True) + "\n", 0o600)
+        except OSError as exc:
+            # A server no record names would outlive this run unseen (a rerun calls it "another process",
+            # state absent cannot stop it): stop what was spawned, then say where and why.
+            pid = self.proc.pid
+            self.kill_group(pid)
+            remove_files(self.pidfile, self.stamp_path)
+            self.module.fail_json(
+                msg=f"cannot record the server's pid and launch stamp in {self.state_dir} "
+                f"({exc.strerror or exc}: {exc.filename or self.pidfile}); the server it started (pid "
+                f"{pid}) was stopped so that none runs unrecorded: free space there or set state_dir "
+                "elsewhere",
+                cmd=self.argv,
+                rc=1,
+            )
 
     def ensure_started(self, force_restart: bool) -> None:
         self.refuse_bad_user()

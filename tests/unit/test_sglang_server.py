@@ -542,3 +542,34 @@ def test_serve_playbook_alone_skips_a_host_without_gpu_before_any_user_exists(tm
     finally:
         subprocess.run(["userdel", user], capture_output=True, check=False)
         subprocess.run(["groupdel", user], capture_output=True, check=False)
+
+
+def test_a_pid_that_cannot_be_recorded_stops_the_server_it_belongs_to(server, monkeypatch):
+    """Issue 'nothing let in' (6): a full state dir (ENOSPC on the pidfile) must not leave a server running
+    that no later run can find: the module stops what it spawned and names the path and the cause."""
+    import errno  # noqa: PLC0415
+
+    import sglang_server as module  # noqa: PLC0415 - library/ is on sys.path (tests/conftest.py)
+    from ansible.module_utils import epforge_server_managers as managers  # noqa: PLC0415
+    from moduletools import run_main  # noqa: PLC0415
+
+    real_write = managers.write_atomic
+
+    def full_disk(path, *args, **kwargs):
+        if str(path).endswith(".pid"):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real_write(path, *args, **kwargs)
+
+    monkeypatch.setattr(managers, "write_atomic", full_disk)
+    spawned = []
+    real_start = managers.start_detached
+    monkeypatch.setattr(
+        managers, "start_detached", lambda *a, **k: spawned.append(real_start(*a, **k)) or spawned[-1]
+    )
+    kind, result = run_main(module, {**server, "timeout": 5})
+    assert kind == "fail", result
+    assert server["state_dir"] in result["msg"] and "No space left on device" in result["msg"], result
+    [proc] = spawned
+    assert proc.poll() is not None, "the spawned server is still running"
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", server["settings"]["port"])) != 0
