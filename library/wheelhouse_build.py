@@ -18,6 +18,11 @@ description:
     configuration), then C(pip download --no-deps) only the wheels that are not there. A wheel a user put
     in the directory (a trimmed vendor build, for example) is used when its name and version fit and is
     recorded with its hash.
+  - "Every wheel is checked against the hashes the wheelhouse's manifests recorded before anything uses it
+    (a file is hashed again whenever its size, mtime, ctime or inode changed): a recorded wheel replaced by
+    other bytes fails the run with I(download=false), naming the file (returned in C(mismatched)), and is
+    removed to be downloaded again with I(download=true) (C(redownloaded)). A manifest naming anything but a
+    plain wheel file name (for example C(../outside/x.whl)) is refused."
   - When it falls short and I(download=false) (a controller with no registry), fails naming the requirement
     pip could not find, before anything changes on any host.
   - Writes C(DIRECTORY/manifests/DIGEST.json) (the inputs, every wheel's sha256 and which run needs it).
@@ -121,6 +126,16 @@ downloaded:
   returned: success
   type: list
   elements: str
+mismatched:
+  description: Recorded wheels whose bytes differ from every hash the manifests recorded (what failed).
+  returned: failure
+  type: list
+  elements: str
+redownloaded:
+  description: Such wheels removed to be downloaded again (I(download=true)).
+  returned: when one was replaced
+  type: list
+  elements: str
 """
 
 import os
@@ -134,12 +149,15 @@ from ansible.module_utils.epforge_files import read_json, write_json_atomic
 from ansible.module_utils.epforge_process import run_bounded, run_logged
 from ansible.module_utils.epforge_wheelhouse import (
     MANIFEST_SCHEMA,
+    bad_names,
     base_version,
     inputs_digest,
     manifest_path,
+    mismatched_files,
     missing_requirement,
     normalize,
     pin_from_metadata,
+    recorded_hashes,
     report_items,
     requirement_groups,
     stale_files,
@@ -392,6 +410,42 @@ def resolve_all(
     return details, files
 
 
+def refuse_untrusted(module, directory: str, old: dict | None, download: bool, result: dict) -> None:
+    """Before any pip run or write: a manifest naming anything but a plain wheel file of the wheelhouse is
+    refused; a wheel whose bytes no manifest recorded (replaced after the build) is refused offline, and
+    removed to be downloaded again online. Names the files."""
+    names = bad_names(old or {})
+    if names:
+        module.fail_json(
+            msg=f"the manifest {result['manifest']} names {', '.join(repr(n) for n in names)}: "
+            f"'{names[0]}' is not a plain wheel file name of the wheelhouse; nothing was used or changed. "
+            "Rebuild the wheelhouse on a connected controller",
+            **result,
+        )
+    recorded = recorded_hashes(directory)
+    present = {f: {"sha256": ""} for f in recorded if os.path.exists(os.path.join(directory, f))}
+    _, current = stale_files(directory, {"files": present}, known=(old or {}).get("files"))
+    mismatched = mismatched_files(current, recorded)
+    if not mismatched:
+        return
+    if not download:
+        found = "; ".join(
+            f"{f}: sha256 {current[f]['sha256'][:12]}..., recorded {', '.join(sorted(recorded[f]))[:12]}..."
+            for f in mismatched
+        )
+        module.fail_json(
+            msg=f"wheels of {directory} differ from what its manifests recorded (replaced after the build): "
+            f"{found}. Nothing was used or changed; put the recorded wheels back, or, to trust the new ones "
+            f"as they are, remove {os.path.join(directory, 'manifests')} and build again",
+            mismatched=mismatched,
+            **result,
+        )
+    if not module.check_mode:
+        for name in mismatched:
+            os.unlink(os.path.join(directory, name))
+    result["redownloaded"] = mismatched
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -437,6 +491,7 @@ def main() -> None:
         )
 
     old = read_json(mpath)
+    refuse_untrusted(module, directory, old, p["download"], result)
     if old and old.get("inputs_digest") == digest:
         stale, current = stale_files(directory, old)
         if not stale:

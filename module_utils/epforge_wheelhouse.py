@@ -286,11 +286,32 @@ def manifest_path(directory: str, digest: str) -> str:
     return os.path.join(directory, "manifests", f"{digest[:16]}.json")
 
 
-def stale_files(directory: str, manifest: dict, known: dict | None = None) -> tuple[list[str], dict]:
-    """Files of a manifest that are absent or whose content changed; and the current {file: sha256, size}.
+# A manifest names files of its wheelhouse: plain wheel file names, never a path.
+_PLAIN_WHEEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$")
+# What identifies a file's bytes without reading them: a replacement (even one that keeps size and mtime)
+# gets a new inode or ctime.
+_IDENTITY = ("size", "mtime_ns", "ctime_ns", "inode")
 
-    A file whose size and mtime equal the recorded ones keeps its recorded hash (no re-read of 5 GB of torch
-    on every run); any other file is hashed again.
+
+def bad_names(manifest: dict) -> list[str]:
+    """The manifest's file names that are not plain wheel file names of the wheelhouse (e.g. ../x.whl)."""
+    return sorted(name for name in manifest.get("files", {}) if not _PLAIN_WHEEL.match(str(name)))
+
+
+def _identity(stat: os.stat_result) -> dict:
+    return {
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,
+        "inode": stat.st_ino,
+    }
+
+
+def stale_files(directory: str, manifest: dict, known: dict | None = None) -> tuple[list[str], dict]:
+    """Files of a manifest that are absent or whose content changed; and the current {file: sha256, ...}.
+
+    A file whose size, mtime, ctime and inode equal the recorded ones keeps its recorded hash (no re-read of
+    5 GB of torch on every run); any other file is hashed again.
     """
     known = known or {}
     stale: list[str] = []
@@ -303,11 +324,31 @@ def stale_files(directory: str, manifest: dict, known: dict | None = None) -> tu
             stale.append(filename)
             continue
         seen = known.get(filename) or recorded
-        if seen.get("size") == stat.st_size and seen.get("mtime") == int(stat.st_mtime):
-            sha = seen["sha256"]
-        else:
-            sha = file_sha256(path)
-        current[filename] = {"sha256": sha, "size": stat.st_size, "mtime": int(stat.st_mtime)}
+        identity = _identity(stat)
+        same = all(seen.get(k) == identity[k] for k in _IDENTITY)
+        sha = seen["sha256"] if same and seen.get("sha256") else file_sha256(path)
+        current[filename] = {"sha256": sha, **identity}
         if sha != recorded.get("sha256"):
             stale.append(filename)
     return stale, current
+
+
+def recorded_hashes(directory: str) -> dict[str, set[str]]:
+    """Every hash the wheelhouse's manifests record per wheel file name (plain names only)."""
+    hashes: dict[str, set[str]] = {}
+    folder = os.path.join(directory, "manifests")
+    for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            with open(os.path.join(folder, entry), encoding="utf-8") as handle:
+                files = json.load(handle).get("files", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        for name, item in files.items() if isinstance(files, dict) else []:
+            if _PLAIN_WHEEL.match(str(name)) and isinstance(item, dict) and item.get("sha256"):
+                hashes.setdefault(name, set()).add(item["sha256"])
+    return hashes
+
+
+def mismatched_files(current: dict, recorded: dict[str, set[str]]) -> list[str]:
+    """Present wheels whose content no manifest of the wheelhouse recorded (a replaced build)."""
+    return sorted(f for f, item in current.items() if f in recorded and item["sha256"] not in recorded[f])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -275,19 +276,49 @@ def test_removed_wheel_fails_naming_the_requirement(house, tmp_path):
     assert "--no-index" in result["cmd"]
 
 
-def test_user_placed_wheel_of_same_name_and_version_is_accepted(house, tmp_path):
+def test_a_replaced_wheel_is_refused_naming_it(house, tmp_path):
+    """Issue 'nothing let in' (1): a wheel replaced by another build of the same name (other content) is not
+    installed and its manifest entry is not rewritten: the run fails before any change, naming the file."""
     first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
     old_sha = first["hashes"]["beta-1.2-py3-none-any.whl"]
-    # A trimmed vendor build: same file name, other content.
+    manifest = Path(first["manifest"]).read_bytes()
     (house / "beta-1.2-py3-none-any.whl").unlink()
     build_wheel(house, "beta", "1.2", payload="trimmed")
     result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
-    assert result["_rc"] == 0 and result["changed"], result
-    assert result["hashes"]["beta-1.2-py3-none-any.whl"] != old_sha
-    assert (
-        result["hashes"]["beta-1.2-py3-none-any.whl"]
-        == hashlib.sha256((house / "beta-1.2-py3-none-any.whl").read_bytes()).hexdigest()
-    )
+    assert result["_rc"] != 0, result
+    assert "beta-1.2-py3-none-any.whl" in result["msg"] and old_sha[:12] in result["msg"], result["msg"]
+    assert result["mismatched"] == ["beta-1.2-py3-none-any.whl"]
+    assert Path(first["manifest"]).read_bytes() == manifest
+
+
+def test_a_replacement_that_keeps_size_and_mtime_is_still_rehashed(house, tmp_path):
+    first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    assert first["_rc"] == 0, first
+    wheel = house / "beta-1.2-py3-none-any.whl"
+    before = wheel.stat()
+    content = bytearray(wheel.read_bytes())
+    content[-1] ^= 0xFF  # same size, other content
+    wheel.unlink()
+    wheel.write_bytes(bytes(content))
+    os.utime(wheel, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert wheel.stat().st_size == before.st_size and wheel.stat().st_mtime_ns == before.st_mtime_ns
+    result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    assert result["_rc"] != 0 and result["mismatched"] == ["beta-1.2-py3-none-any.whl"], result
+
+
+def test_a_manifest_naming_a_path_outside_the_wheelhouse_is_refused(house, tmp_path):
+    """Issue 'nothing let in' (2): manifest names are file names of the wheelhouse, nothing else."""
+    first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    evil = build_wheel(outside, "evil", "1.0")
+    manifest = json.loads(Path(first["manifest"]).read_text())
+    sha = hashlib.sha256(evil.read_bytes()).hexdigest()
+    manifest["files"]["../outside/evil-1.0-py3-none-any.whl"] = {"sha256": sha, "size": evil.stat().st_size}
+    Path(first["manifest"]).write_text(json.dumps(manifest))
+    result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    assert result["_rc"] != 0, result
+    assert "'../outside/evil-1.0-py3-none-any.whl' is not a plain wheel file name" in result["msg"], result
 
 
 def test_what_the_env_holds_is_not_needed(house, tmp_path):
