@@ -494,6 +494,12 @@ def main() -> None:
     refuse_untrusted(module, directory, old, p["download"], result)
     if old and old.get("inputs_digest") == digest:
         stale, current = stale_files(directory, old)
+        if not stale and current != old["files"]:
+            # Same bytes, other file identities (a manifest written before they were recorded, or a copy
+            # with the same content): record them, so the next run hashes nothing.
+            if not module.check_mode:
+                write_json_atomic(mpath, {**old, "files": current})
+            result["changed"] = True
         if not stale:
             module.exit_json(
                 files=sorted(old["files"]),

@@ -399,3 +399,18 @@ def test_role_without_a_wheelhouse_is_one_skipped_include_and_one_step(tmp_path)
     (step,) = [s for s in steps if s["step"] == "wheelhouse"]
     assert step["status"] == "skipped" and "every pip run uses the registry" in step["detail"]
     assert not facts.exists() or not (facts / "epforge_wheelhouse.fact").exists()
+
+
+def test_a_manifest_without_file_identities_is_completed_once(house, tmp_path):
+    """A manifest written before inode/ctime were recorded: one run records them, the next hashes nothing."""
+    first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    manifest = json.loads(Path(first["manifest"]).read_text())
+    for item in manifest["files"].values():
+        for key in ("mtime_ns", "ctime_ns", "inode"):
+            item.pop(key)
+    Path(first["manifest"]).write_text(json.dumps(manifest))
+    completed = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    assert completed["_rc"] == 0 and completed["changed"], completed
+    assert all("inode" in i for i in json.loads(Path(first["manifest"]).read_text())["files"].values())
+    again = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    assert again["_rc"] == 0 and not again["changed"], again
