@@ -70,6 +70,8 @@ def _missing_keys(spec: dict) -> list[str]:
 def _check_torch(torch: dict, cuda: str, cuda_t: tuple[int, ...]) -> list[str]:
     """torch's CUDA build agrees with the toolkit's major version and with the index it comes from."""
     problems = []
+    if not version_tuple(str(torch.get("version") or "")):
+        problems.append("torch.version (the torch release the stack installs, e.g. 2.14.1) is missing")
     torch_cuda_t = version_tuple(torch.get("cuda", ""))
     if not torch_cuda_t:
         problems.append("torch.cuda (the CUDA version torch is built for) is missing")
@@ -94,7 +96,11 @@ def _check_torch(torch: dict, cuda: str, cuda_t: tuple[int, ...]) -> list[str]:
 def _check_sglang(sglang: dict, torch: dict) -> list[str]:
     """sglang's own torch pin matches the stack's torch; its package overrides are exact pins."""
     problems = []
-    if sglang.get("requires_torch") and str(sglang["requires_torch"]) != str(torch.get("version")):
+    if (
+        sglang.get("requires_torch")
+        and torch.get("version")
+        and str(sglang["requires_torch"]) != str(torch["version"])
+    ):
         problems.append(
             f"sglang {sglang.get('version')} pins torch=={sglang['requires_torch']} but the stack installs "
             f"torch {torch.get('version')}: pip would replace torch; choose a matching pair"

@@ -677,3 +677,37 @@ def test_role_refuses_an_incoherent_stack(tmp_path):
     _, msg = failure(report)
     assert "stack 'cu130' is incoherent" in msg and "pick a torch build for CUDA 13.x" in msg
     assert not fact_file(tmp_path).exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("epforge_stack_spec: {name: cu130, torch: [unclosed\n", "is not valid YAML"),
+        ("", "is empty: it must define epforge_stack_spec"),
+        ("# only a comment\n", "is empty: it must define epforge_stack_spec"),
+        ("other_key: 1\n", "does not define epforge_stack_spec"),
+    ],
+)
+def test_role_names_a_broken_stack_file_and_its_fault(tmp_path, content, words):
+    """Issue 'nothing let in' (12): a stack file that is not YAML, is empty or lacks the key is refused with
+    its path and the fault (before: 'Action failed: Unknown error.', "'epforge_stack_spec' is undefined")."""
+    stacks = tmp_path / "stacks"
+    shutil.copytree(ROOT / "stacks", stacks)
+    (stacks / "cu130.yml").write_text(content)
+    rc, report = play(tmp_path, {"epforge_stacks_dir": str(stacks)}, no_gpu_path())
+    assert rc != 0
+    _, msg = failure(report)
+    assert str(stacks / "cu130.yml") in msg and words in msg, msg
+    assert not fact_file(tmp_path).exists()
+
+
+def test_role_names_a_stack_without_a_torch_version(tmp_path):
+    stacks = tmp_path / "stacks"
+    shutil.copytree(ROOT / "stacks", stacks)
+    broken = yaml.safe_load((stacks / "cu130.yml").read_text())
+    del broken["epforge_stack_spec"]["torch"]["version"]
+    (stacks / "cu130.yml").write_text(yaml.safe_dump(broken))
+    rc, report = play(tmp_path, {"epforge_stacks_dir": str(stacks)}, no_gpu_path())
+    assert rc != 0
+    _, msg = failure(report)
+    assert "torch.version (the torch release the stack installs" in msg and "None" not in msg, msg
