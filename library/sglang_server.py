@@ -541,7 +541,8 @@ class Server:
             self.manager.ensure_started(force_restart=state == "restarted")
             self.finish_started()
         elif state == "stopped":
-            if self.manager.is_running():
+            # A server that runs is stopped; one that is gone leaves no pidfile behind.
+            if self.manager.is_running() or self.manager.stale_files():
                 self.result["changed"] = True
                 if not self.module.check_mode:
                     self.manager.stop_server()

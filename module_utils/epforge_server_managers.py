@@ -167,6 +167,10 @@ class ServerManager:
     def stop_server(self) -> None:
         raise NotImplementedError
 
+    def stale_files(self) -> list[str]:
+        """Files a server that is gone left behind (a pidfile naming a dead process); none by default."""
+        return []
+
     def ensure_started(self, force_restart: bool) -> None:
         """Start or restart the server when needed (nothing in check mode); the caller waits for it."""
         raise NotImplementedError
@@ -465,6 +469,9 @@ class ProcessManager(ServerManager):
             if not self.wait_gone(pid):
                 self.kill_group(pid)
         remove_files(self.pidfile)
+
+    def stale_files(self) -> list[str]:
+        return [self.pidfile] if os.path.exists(self.pidfile) and not self.is_running() else []
 
     def refuse_bad_user(self) -> None:
         if self.p["user"] == "root":

@@ -573,3 +573,16 @@ def test_a_pid_that_cannot_be_recorded_stops_the_server_it_belongs_to(server, mo
     assert proc.poll() is not None, "the spawned server is still running"
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", server["settings"]["port"])) != 0
+
+
+def test_stopped_removes_a_stale_pidfile(server, tmp_path):
+    """Issue 'nothing let in' (12): a pidfile whose process is gone does not outlive `state: stopped`."""
+    pidfile = Path(server["state_dir"]) / f"{server['name']}.pid"
+    pidfile.parent.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    pidfile.write_text(f"{dead.pid}\n")
+    result = run_module(MODULE, {**server, "state": "stopped"}, tmp_path)
+    assert result["_rc"] == 0 and result["changed"] is True, result
+    assert not pidfile.exists()
+    assert run_module(MODULE, {**server, "state": "stopped"}, tmp_path)["changed"] is False
