@@ -545,8 +545,16 @@ def plot_probe(probe: dict, path: Path, title: str) -> Path | None:
 # --------------------------------------------------------------------------------------------- writers
 
 
+def md_text(text: str) -> str:
+    """A fact's text as Markdown text, never markup: HTML as entities, no table cell, link or line break."""
+    text = html.escape(str(text), quote=False)
+    for char in ("|", "[", "]"):
+        text = text.replace(char, "\\" + char)
+    return " ".join(text.splitlines())
+
+
 def md_table(head: list[str], body: list[list[str]]) -> str:
-    esc = [[c.replace("|", "\\|").replace("\n", " ") for c in row] for row in [head, *body]]
+    esc = [[md_text(c) for c in row] for row in [head, *body]]
     lines = ["| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in esc[1:]]
     return "\n".join(lines)

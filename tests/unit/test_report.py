@@ -361,3 +361,22 @@ def test_report_shows_the_fleet_overview_and_coverage_matrix_in_a_real_browser(t
 
     assert painted((0xFF, 0xCD, 0xD2)) > 500  # td.cov-missing
     assert painted((0xE8, 0xF5, 0xE9)) > 500  # td.cov-ok
+
+
+def test_markup_in_a_fact_is_text_in_report_md(tmp_path):
+    """Issue 'nothing let in' (12): a fact's text (a failure reason from a server log, a configuration name)
+    is shown as text in report.md, never as markup: no HTML tag, link or table cell comes out of it."""
+    facts = tmp_path / "facts"
+    shutil.copytree(FACTS, facts)
+    sweep_file = facts / "standin-host" / "epforge_sweep.fact"
+    sweep = json.loads(sweep_file.read_text())
+    hostile = "<script>alert(1)</script> | [click](javascript:alert(1)) <img src=x onerror=alert(2)>"
+    sweep["configurations"][2]["class"] = hostile
+    sweep_file.write_text(json.dumps(sweep))
+    out = tmp_path / "report"
+    proc = epforge("report", "--from", str(facts), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    md = (out / "report.md").read_text()
+    assert "<script>" not in md and "<img" not in md and "[click](javascript:" not in md
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| \\[click\\](javascript:alert(1))" in md
+    assert "<script>" not in (out / "report.html").read_text()
