@@ -265,11 +265,8 @@ def report_renames(folder: Path) -> list[str]:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def download_argv(pip_python: str, version: str, wheel_dir: Path) -> list[str]:
