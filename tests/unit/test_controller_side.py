@@ -109,7 +109,7 @@ def test_an_incoherent_stack_fails_with_the_modules_message(tmp_path):
 
 def test_argument_spec_errors_are_the_modules(tmp_path):
     (result,) = play(tmp_path, [{"name": "Check", "epforge_stack_check": {"name": "cu130"}}])
-    assert result["failed"] is True and "missing required arguments: spec" in result["msg"]
+    assert result["failed"] is True and "one of the following is required: spec, path" in result["msg"]
 
 
 def without_timing(report: dict) -> dict:
