@@ -304,6 +304,9 @@ from ansible.module_utils.epforge_secrets import redact
 from ansible.module_utils.epforge_server_confirm import settings_verdict
 from ansible.module_utils.epforge_server_managers import KEY_VAR, MANAGERS, public_result
 from ansible.module_utils.epforge_server_object import problems as object_problems
+from ansible.module_utils.epforge_server_rollback import read as read_last_ready
+from ansible.module_utils.epforge_server_rollback import remove as forget_last_ready
+from ansible.module_utils.epforge_server_rollback import write as record_last_ready
 from ansible.module_utils.epforge_sglang_args import (
     build_server_argv,
     build_server_env,
@@ -423,8 +426,18 @@ class Server:
         shown = f"[{connect}]" if ":" in connect and not connect.startswith("[") else connect
         self.url = f"http://{shown}:{self.settings['port']}"
         self.result.update(url=self.url, argv=self.argv)
-        uid, gid = self.resolve_user()
-        self.manager.request(self.argv, env, host=connect, port=self.settings["port"], uid=uid, gid=gid)
+        self.uid, self.gid = self.resolve_user()
+        self.launch = {
+            "argv": self.argv,
+            "env": env,
+            "host": connect,
+            "port": self.settings["port"],
+            "url": self.url,
+            "settings_digest": self.result["settings_digest"],
+        }
+        self.manager.request(
+            self.argv, env, host=connect, port=self.settings["port"], uid=self.uid, gid=self.gid
+        )
 
     def resolve_user(self) -> tuple[int, int]:
         user = self.p["user"]
@@ -479,7 +492,7 @@ class Server:
         stopped = ""
         if self.p["stop_on_failure"]:
             self.manager.stop_server()
-            stopped = "; the server was stopped (stop_on_failure)"
+            stopped = "; the server was stopped (stop_on_failure)" + self.fall_back()
         if classes:
             msg += ". " + describe(classes)
         self.result["changed"] = True
@@ -491,6 +504,51 @@ class Server:
             classification=classes,
             reason=outcome["reason"],
             **self.public_result(),
+        )
+
+    # -- fall back to the launch that ran before
+    def fall_back(self) -> str:
+        """After a failed relaunch: start the last launch that became ready again and wait for it (bounded
+        by the same timeout). Sets server_running and rolled_back; returns what to add to the message."""
+        previous = read_last_ready(self.p["state_dir"], self.name)
+        replaced = bool(self.result.get("restarted"))
+        self.result.update(rolled_back=False, server_running=False)
+        same = previous is not None and (previous["argv"], previous["env"]) == (self.argv, self.launch["env"])
+        if not replaced or previous is None or same:
+            return "; no server runs" + ("" if replaced else " (none ran before this start)")
+        failed = dict(self.result)
+        self.manager.request(
+            previous["argv"],
+            previous["env"],
+            host=previous["host"],
+            port=previous["port"],
+            uid=self.uid,
+            gid=self.gid,
+        )
+        self.url = previous["url"]
+        self.manager.ensure_started(force_restart=False)
+        outcome = wait_until(
+            self.probe, timeout=self.p["timeout"], interval=self.p["poll_interval"], alive=self.manager.death
+        )
+        self.result.clear()
+        self.result.update(failed)
+        if outcome["ready"]:
+            self.result.update(
+                rolled_back=True,
+                server_running=True,
+                running_settings_digest=previous["settings_digest"],
+                running_argv=previous["argv"],
+                pid=self.manager.main_pid(),
+            )
+            digest = previous["settings_digest"][:12] or "from settings"
+            return (
+                f"; the previous settings (digest {digest}) were relaunched and answer on {previous['url']} "
+                f"after {outcome['waited_s']:.1f} s"
+            )
+        self.manager.stop_server()
+        return (
+            f"; relaunching the previous settings failed too ({outcome['reason']}: "
+            f"{outcome.get('detail') or 'no answer'}): no server runs"
         )
 
     # -- settings
@@ -524,6 +582,7 @@ class Server:
         self.wait_ready()
         self.verify_settings()
         self.result["pid"] = self.manager.main_pid()
+        record_last_ready(self.p["state_dir"], self.name, self.launch)
         self.exit()
 
     def exit(self) -> None:
@@ -549,6 +608,8 @@ class Server:
             self.exit()
         else:
             self.manager.remove()
+            if not self.module.check_mode:
+                forget_last_ready(self.p["state_dir"], self.name)
             self.exit()
 
 

@@ -371,6 +371,8 @@ class SystemdManager(ServerManager):
 SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What the server takes from its own account and locale besides PATH.
 SERVICE_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
+# A pidfile holds a pid padded to this width (pids are at most 7 digits: /proc/sys/kernel/pid_max <= 2^22).
+PIDFILE_WIDTH = 16
 
 
 class ProcessManager(ServerManager):
@@ -496,8 +498,34 @@ class ProcessManager(ServerManager):
         env.update(self.secrets)
         return env
 
+    def reserve_records(self, stamp: dict) -> None:
+        """Before the spawn: write the launch stamp and a pidfile of its final size, so that recording the
+        pid later rewrites bytes the disk already holds; a full disk fails here, before any server runs."""
+        try:
+            write_atomic(self.stamp_path, json.dumps(stamp, indent=1, sort_keys=True) + "\n", 0o600)
+            write_atomic(self.pidfile, "0".ljust(PIDFILE_WIDTH - 1) + "\n", 0o644)
+        except OSError as exc:
+            remove_files(self.pidfile, self.stamp_path)
+            self.module.fail_json(
+                msg=f"cannot record the server's pid and launch stamp in {self.state_dir} "
+                f"({exc.strerror or exc}: {exc.filename or self.pidfile}); nothing was started: free space "
+                "there or set state_dir elsewhere",
+                cmd=self.argv,
+                rc=1,
+            )
+
+    def record_pid(self, pid: int) -> None:
+        """The pid into the reserved pidfile, in place (same size: no new block is needed)."""
+        fd = os.open(self.pidfile, os.O_WRONLY)
+        try:
+            os.pwrite(fd, f"{pid}".ljust(PIDFILE_WIDTH - 1).encode() + b"\n", 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def spawn(self, stamp: dict) -> None:
         as_user = bool(self.p["user"])
+        self.reserve_records(stamp)
         try:
             self.proc = start_detached(
                 self.argv,
@@ -508,10 +536,10 @@ class ProcessManager(ServerManager):
                 group=self.gid if as_user else None,
             )
         except OSError as exc:
+            remove_files(self.pidfile, self.stamp_path)
             self.module.fail_json(msg=f"cannot start {self.argv[0]}: {exc}", cmd=self.argv, rc=127)
         try:
-            write_atomic(self.pidfile, f"{self.proc.pid}\n", 0o644)
-            write_atomic(self.stamp_path, json.dumps(stamp, indent=1, sort_keys=True) + "\n", 0o600)
+            self.record_pid(self.proc.pid)
         except OSError as exc:
             # A server no record names would outlive this run unseen (a rerun calls it "another process",
             # state absent cannot stop it): stop what was spawned, then say where and why.
@@ -519,10 +547,9 @@ class ProcessManager(ServerManager):
             self.kill_group(pid)
             remove_files(self.pidfile, self.stamp_path)
             self.module.fail_json(
-                msg=f"cannot record the server's pid and launch stamp in {self.state_dir} "
-                f"({exc.strerror or exc}: {exc.filename or self.pidfile}); the server it started (pid "
-                f"{pid}) was stopped so that none runs unrecorded: free space there or set state_dir "
-                "elsewhere",
+                msg=f"cannot record the server's pid in {self.pidfile} ({exc.strerror or exc}); the server "
+                f"it started (pid {pid}) was stopped so that none runs unrecorded: free space there or set "
+                "state_dir elsewhere",
                 cmd=self.argv,
                 rc=1,
             )

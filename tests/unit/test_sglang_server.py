@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -546,7 +547,8 @@ def test_serve_playbook_alone_skips_a_host_without_gpu_before_any_user_exists(tm
 
 def test_a_pid_that_cannot_be_recorded_stops_the_server_it_belongs_to(server, monkeypatch):
     """Issue 'nothing let in' (6): a full state dir (ENOSPC on the pidfile) must not leave a server running
-    that no later run can find: the module stops what it spawned and names the path and the cause."""
+    that no later run can find: the pidfile is written (reserved) before the spawn, so a full disk fails
+    before any server runs, naming the path and the cause."""
     import errno  # noqa: PLC0415
 
     import sglang_server as module  # noqa: PLC0415 - library/ is on sys.path (tests/conftest.py)
@@ -569,10 +571,75 @@ def test_a_pid_that_cannot_be_recorded_stops_the_server_it_belongs_to(server, mo
     kind, result = run_main(module, {**server, "timeout": 5})
     assert kind == "fail", result
     assert server["state_dir"] in result["msg"] and "No space left on device" in result["msg"], result
-    [proc] = spawned
-    assert proc.poll() is not None, "the spawned server is still running"
+    assert "nothing was started" in result["msg"]
+    assert spawned == [], "a server was spawned although its pid could not be recorded"
+    assert not list(Path(server["state_dir"]).glob("standin-test.*"))
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", server["settings"]["port"])) != 0
+
+
+def health_and_tp(port: int) -> tuple[int, int]:
+    """The stand-in's /health status and the tp_size its /get_server_info reports (0 when it is down)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+            status = answer.status
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/get_server_info", headers={"Authorization": f"Bearer {KEY}"}
+        )
+        with urllib.request.urlopen(request, timeout=2) as answer:
+            return status, json.load(answer)["tp_size"]
+    except OSError:
+        return 0, 0
+
+
+def test_a_failed_relaunch_brings_the_previous_server_back(server, tmp_path):
+    """Issue 'nothing let in' (5): new settings that die while starting do not cost the healthy server: the
+    previous launch is started again and verified, and the result says which settings run."""
+    port = server["settings"]["port"]
+    first = run_module(MODULE, server, tmp_path)
+    assert first["_rc"] == 0, first
+    crashing = {
+        **server["settings"],
+        "tp_size": 4,
+        "env": {**server["settings"]["env"], "SGLANG_STANDIN_CRASH_AFTER": "0.2"},
+    }
+    failed = run_module(MODULE, {**server, "settings": crashing}, tmp_path)
+    assert failed["failed"] is True and failed["reason"] == "died", failed
+    assert failed["rolled_back"] is True and failed["server_running"] is True, failed
+    assert "previous settings" in failed["msg"] and "were relaunched" in failed["msg"], failed["msg"]
+    assert "--tp-size" in failed["running_argv"] and failed["running_argv"] == first["argv"]
+    assert health_and_tp(port) == (200, 2)
+    assert Path(server["state_dir"], "standin-test.pid").read_text().strip() == str(failed["pid"])
+    # The previous settings run and are recorded as running: the same request again changes nothing.
+    again = run_module(MODULE, server, tmp_path)
+    assert again["_rc"] == 0 and again["changed"] is False and again["pid"] == failed["pid"], again
+    assert KEY not in failed["_stdout"]
+
+
+def test_when_the_previous_settings_fail_too_the_result_says_no_server_runs(server, tmp_path):
+    port = server["settings"]["port"]
+    own_copy = tmp_path / "standin-copy"
+    shutil.copytree(STANDIN, own_copy, ignore=shutil.ignore_patterns("__pycache__"))
+    first_settings = {**server["settings"], "env": {**server["settings"]["env"], "PYTHONPATH": str(own_copy)}}
+    first = run_module(MODULE, {**server, "settings": first_settings}, tmp_path)
+    assert first["_rc"] == 0, first
+    shutil.rmtree(own_copy)  # the previous launch can no longer import its "SGLang"
+    crashing = {
+        **server["settings"],
+        "env": {**server["settings"]["env"], "SGLANG_STANDIN_CRASH_AFTER": "0.2"},
+    }
+    failed = run_module(MODULE, {**server, "settings": crashing}, tmp_path)
+    assert failed["failed"] is True and failed["rolled_back"] is False, failed
+    assert failed["server_running"] is False and "failed too" in failed["msg"], failed["msg"]
+    assert "no server runs" in failed["msg"]
+    assert health_and_tp(port) == (0, 0)
+
+
+def test_a_first_start_that_fails_says_no_server_ran_before(server, tmp_path):
+    env = {**server["settings"]["env"], "SGLANG_STANDIN_CRASH_AFTER": "0.2"}
+    failed = run_module(MODULE, {**server, "settings": {**server["settings"], "env": env}}, tmp_path)
+    assert failed["failed"] is True and failed["rolled_back"] is False and failed["server_running"] is False
+    assert "no server runs (none ran before this start)" in failed["msg"], failed["msg"]
 
 
 def test_stopped_removes_a_stale_pidfile(server, tmp_path):
