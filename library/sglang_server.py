@@ -290,6 +290,25 @@ log_path:
   description: The server's log file (empty for the journal).
   returned: always
   type: str
+server_running:
+  description: >-
+    After a failed start, whether a server runs now (the previous launch brought back). A relaunch that
+    fails is followed by a start of the last launch that became ready, waited for like any start.
+  returned: when a start failed and stop_on_failure is true
+  type: bool
+rolled_back:
+  description: Whether the previous launch was started again and answered after this start failed.
+  returned: when a start failed and stop_on_failure is true
+  type: bool
+running_argv:
+  description: The launch command that runs after the fall-back.
+  returned: when rolled_back
+  type: list
+  elements: str
+running_settings_digest:
+  description: The settings digest of the launch that runs after the fall-back (empty when from settings).
+  returned: when rolled_back
+  type: str
 """
 
 import grp
