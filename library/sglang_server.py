@@ -167,6 +167,35 @@ options:
         DeepEP pin memory; C({}) writes none (containers that may not raise them)."
     type: dict
     default: {NOFILE: 65535, MEMLOCK: infinity}
+  devices:
+    description:
+      - "Device nodes the server may open (O(manager=systemd); one C(DeviceAllow=) line each, with
+        C(DevicePolicy=closed) every other device but the pseudo devices such as C(/dev/null) is refused).
+        Each is a node (C(/dev/nvidia0)) or a device group of C(/proc/devices) (C(char-nvidia-uvm), globs
+        allowed), optionally followed by a space and the access (C(r), C(rw)); C(rw) when none is given."
+      - The C(sglang_server) role derives the list from preflight's GPU facts; empty on a host without GPU.
+    type: list
+    elements: str
+    default: []
+  read_write_paths:
+    description:
+      - Absolute paths the server may write besides its working directory (O(manager=systemd)); the unit
+        mounts the rest of the file system read-only (C(ProtectSystem=strict)), home directories included
+        (C(ProtectHome=read-only)), and gives the server a private C(/tmp). Each path must exist.
+    type: list
+    elements: path
+    default: []
+  unit_hardening:
+    description:
+      - "Overrides of the unit's sandbox (O(manager=systemd)), directive to value. A value replaces the
+        default of that directive (C(module_utils/epforge_unit.py) HARDENING), null drops it, a directive
+        the defaults lack is added; true and false become yes and no, a list its items space-separated.
+        For example C({PrivateUsers: null}) on a GPU host where that one option breaks the server."
+      - Names must look like systemd's (C(^[A-Z][A-Za-z]+$)) and values hold no newline. Directives the unit
+        sets from other options (C(User), C(Exec*), C(Environment*), C(DeviceAllow), C(ReadWritePaths),
+        C(Limit*)) are refused.
+    type: dict
+    default: {}
   stop_on_failure:
     description:
       - Stop the server when it fails to become ready, so a crash loop or a hung load does not hold the GPUs.
@@ -667,6 +696,9 @@ def main() -> None:
             "start_limit_interval": {"type": "int", "default": 600},
             "stop_timeout": {"type": "int", "default": 60},
             "limits": {"type": "dict", "default": {"NOFILE": 65535, "MEMLOCK": "infinity"}},
+            "devices": {"type": "list", "elements": "str", "default": []},
+            "read_write_paths": {"type": "list", "elements": "path", "default": []},
+            "unit_hardening": {"type": "dict", "default": {}},
             "stop_on_failure": {"type": "bool", "default": True},
             "log_tail_lines": {"type": "int", "default": 40},
         },

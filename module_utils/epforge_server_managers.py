@@ -265,6 +265,9 @@ class SystemdManager(ServerManager):
                 start_limit_interval=self.p["start_limit_interval"],
                 stop_timeout=self.p["stop_timeout"],
                 limits=self.p["limits"],
+                hardening=self.p["unit_hardening"],
+                devices=self.p["devices"],
+                read_write_paths=self.p["read_write_paths"],
             )
             env_text = render_env_file(self.env, self.secrets)
         except UnitError as exc:

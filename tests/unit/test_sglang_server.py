@@ -98,6 +98,106 @@ def test_unit_refuses_root_and_renders_required_lines():
     assert "StandardOutput=journal" in journal.splitlines()
 
 
+# What a GPU server needs and the sandbox must keep (issue 20): measured in Molecule, checked here.
+NEVER_IN_THE_UNIT = (
+    "MemoryDenyWriteExecute",
+    "PrivateDevices",
+    "PrivateNetwork",
+    "IPAddressDeny",
+    "ProcSubset",
+)
+
+
+def hardened_unit(**kwargs) -> list[str]:
+    args = {"description": "SGLang", "argv": ["/venv/bin/python", "/l.py"], "user": "sglang"}
+    return render_unit(**(args | kwargs)).splitlines()
+
+
+def test_unit_is_sandboxed_but_keeps_what_a_gpu_server_needs():
+    lines = hardened_unit(working_dir="/var/lib/epforge/sglang", read_write_paths=["/srv/cache"])
+    for expected in (
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=read-only",
+        "PrivateTmp=yes",
+        "RestrictSUIDSGID=yes",
+        "ProtectKernelTunables=yes",
+        "ProtectKernelModules=yes",
+        "ProtectControlGroups=yes",
+        "RestrictNamespaces=yes",
+        "LockPersonality=yes",
+        "SystemCallArchitectures=native",
+        "SystemCallFilter=@system-service pidfd_getfd",
+        "CapabilityBoundingSet=",
+        "AmbientCapabilities=",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
+        "DevicePolicy=closed",
+        # the working directory (the account's HOME: JIT caches) and the extra paths stay writable
+        "ReadWritePaths=/var/lib/epforge/sglang",
+        "ReadWritePaths=/srv/cache",
+    ):
+        assert expected in lines
+    for name in NEVER_IN_THE_UNIT:
+        assert not any(line.startswith(f"{name}=") for line in lines), name
+    # /dev/shm is NCCL's: nothing makes /dev private or read-only
+    assert not any("/dev/shm" in line or line.startswith("TemporaryFileSystem=") for line in lines)
+    assert not any(line.startswith("DeviceAllow=") for line in lines)
+    assert lines.index("DevicePolicy=closed") < lines.index("[Install]")
+
+
+def test_devices_become_device_allow_lines():
+    lines = hardened_unit(
+        devices=["/dev/nvidiactl", "/dev/nvidia0", "char-nvidia-uvm", "/dev/nvidia-uvm-tools r"]
+    )
+    assert [line for line in lines if line.startswith("DeviceAllow=")] == [
+        "DeviceAllow=/dev/nvidiactl rw",
+        "DeviceAllow=/dev/nvidia0 rw",
+        "DeviceAllow=char-nvidia-uvm rw",
+        "DeviceAllow=/dev/nvidia-uvm-tools r",
+    ]
+    for bad in ("nvidia0", "/dev/nvidia0 rwx", "/dev/a b", "char-", "/dev/x\nUser=root"):
+        with pytest.raises(UnitError, match="DeviceAllow specifiers"):
+            hardened_unit(devices=[bad])
+    with pytest.raises(UnitError, match="absolute path"):
+        hardened_unit(read_write_paths=["cache"])
+
+
+def test_hardening_overrides_replace_drop_and_add():
+    lines = hardened_unit(
+        hardening={
+            "ProtectHome": "yes",
+            "PrivateUsers": None,
+            "MemoryDenyWriteExecute": True,
+            "UMask": "0077",
+        }
+    )
+    assert "ProtectHome=yes" in lines and "ProtectHome=read-only" not in lines
+    assert not any(line.startswith("PrivateUsers=") for line in lines)
+    assert "MemoryDenyWriteExecute=yes" in lines
+    assert "UMask=0077" in lines and "UMask=0027" not in lines
+    # the defaults themselves are untouched by an override
+    assert "PrivateUsers=yes" in hardened_unit()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"protectHome": "yes"}, "directive names"),
+        ({"Protect-Home": "yes"}, "directive names"),
+        ({"ProtectHome\nUser": "root"}, "directive names"),
+        ({"User": "root"}, "not a hardening directive"),
+        ({"ExecStartPre": "+/bin/sh"}, "not a hardening directive"),
+        ({"Environment": "A=1"}, "not a hardening directive"),
+        ({"DeviceAllow": "/dev/sda rw"}, "not a hardening directive"),
+        ({"LimitNOFILE": "1"}, "not a hardening directive"),
+        ({"ProtectHome": "yes\nUser=root"}, "newline"),
+    ],
+)
+def test_bad_hardening_overrides_are_refused(overrides, message):
+    with pytest.raises(UnitError, match=message):
+        hardened_unit(hardening=overrides)
+
+
 def test_env_file_quoting_and_masking():
     text = render_env_file(
         {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple", "X": 'a "b" $c'},
