@@ -128,6 +128,41 @@ options:
         lets the caller decide; the fact is then not written).
     type: bool
     default: true
+  run_lock:
+    description:
+      - Take the host's run lock before anything else (one epforge run per host at a time), held by a small
+        detached process through an flock(2) the kernel releases whenever that process ends
+        (C(module_utils/epforge_run_lock.py)). Not taken in check mode.
+      - The action plugin (C(action_plugins/epforge_preflight_checks.py)) fills in C(controller) and breaks a
+        stale lock of an earlier run of the same controller whose ansible-playbook process is gone.
+    type: dict
+    suboptions:
+      path:
+        description: The lock file.
+        type: path
+        required: true
+      wait_s:
+        description: Seconds a second run waits for the lock before it is refused, naming the holder.
+        type: float
+        default: 60
+      lease_s:
+        description:
+          - Seconds the lock is held at most when the host cannot watch the controller's process (ssh, podman
+            hosts); on the controller's own machine the lock ends with the controller's process.
+        type: float
+        default: 21600
+      controller:
+        description: The controller's ansible-playbook process (host, boot_id, pid, start).
+        type: dict
+        required: true
+      playbook:
+        description: The playbook the run is of (named to a refused run).
+        type: str
+        default: ""
+      break_stale:
+        description: The token of a stale holder to end first (set by the action plugin only).
+        type: str
+        default: ""
 author: epforge developers
 """
 
@@ -153,6 +188,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+run_lock:
+  description:
+    - The run lock (taken C(new) or C(already) by this run; C(watching) says whether the holder watches the
+      controller's process) and its holder record.
+    - When refused, C(holder) names the run that holds it.
+  returned: when run_lock is set and not in check mode
+  type: dict
 checks:
   description: One entry per check, in a fixed order; status is passed, failed or skipped.
   returned: always
@@ -205,6 +247,7 @@ path:
 """
 
 import os
+import pwd
 import shutil
 import sys
 
@@ -221,6 +264,7 @@ from ansible.module_utils.epforge_known_issues import (
 )
 from ansible.module_utils.epforge_local_facts import write_local_fact
 from ansible.module_utils.epforge_process import run_bounded
+from ansible.module_utils.epforge_run_lock import LockBusy, describe_holder, take_lock
 from ansible.module_utils.epforge_secrets import secret_values
 from ansible.module_utils.epforge_server_object import build as build_server_object
 
@@ -480,7 +524,47 @@ ARGUMENT_SPEC = {
     "facts_dir": {"type": "path"},
     "fact_name": {"type": "str", "default": "epforge_preflight"},
     "fail_on_error": {"type": "bool", "default": True},
+    "run_lock": {
+        "type": "dict",
+        "options": {
+            "path": {"type": "path", "required": True},
+            "wait_s": {"type": "float", "default": 60},
+            "lease_s": {"type": "float", "default": 21600},
+            "controller": {"type": "dict", "required": True},
+            "playbook": {"type": "str", "default": ""},
+            "break_stale": {"type": "str", "default": "", "no_log": False},
+        },
+    },
 }
+
+
+def take_run_lock(module: AnsibleModule) -> dict:
+    """Hold the host's run lock for this run, or fail naming the run that holds it."""
+    lock = module.params["run_lock"]
+    if lock["wait_s"] < 0 or lock["lease_s"] <= 0:
+        module.fail_json(msg="run_lock.wait_s must be >= 0 and run_lock.lease_s > 0 (seconds)")
+    user = pwd.getpwuid(os.getuid()).pw_name
+    try:
+        return take_lock(
+            lock["path"],
+            controller=lock["controller"],
+            python=sys.executable,
+            wait_s=lock["wait_s"],
+            lease_s=lock["lease_s"],
+            info={"user": user, "playbook": lock["playbook"]},
+            break_stale=lock["break_stale"],
+        )
+    except LockBusy as busy:
+        holder = busy.args[0]
+        module.fail_json(
+            msg=f"another epforge run holds this host's run lock ({lock['path']}): "
+            f"{describe_holder(holder)}; waited {lock['wait_s']:g} s. Nothing was changed: run again when "
+            "it has finished",
+            run_lock={"taken": "refused", "holder": holder},
+        )
+    except OSError as exc:
+        module.fail_json(msg=f"cannot take the run lock {lock['path']}: {exc}")
+    return {}
 
 
 def host_checks(params: dict, gpu_facts: dict) -> dict:
@@ -585,8 +669,12 @@ def main() -> None:
     stack = params["stack"]
     # Mask secrets of the settings everywhere in the output, the invocation record included.
     module.no_log_values.update(secret_values(params["server"] or {}))
+    # One run at a time on this host, decided before anything is read or written.
+    lock = take_run_lock(module) if params["run_lock"] and not module.check_mode else None
     gpu_facts = start(module)
     result = host_checks(params, gpu_facts)
+    if lock:
+        result["run_lock"] = lock
     if params["gather_gpu_facts"]:
         result["ansible_facts"] = {"epforge_gpu_facts": gpu_facts}
     if result["failed"] and params["fail_on_error"]:

@@ -1,0 +1,193 @@
+"""Issue 'nothing let in' (8): one epforge run per host at a time. Preflight's host call takes a lock the
+kernel releases (module_utils/epforge_run_lock.py): real holder processes, real flock, real ansible-playbook
+runs through the action plugin (action_plugins/epforge_preflight_checks.py); nothing is faked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.module_utils import epforge_run_lock as run_lock
+
+from playbooks import ROOT, run_playbook, write_vars
+
+CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
+
+
+def sleeper() -> subprocess.Popen:
+    """A process standing in for a controller's ansible-playbook process (a real process, killed at will)."""
+    return subprocess.Popen(["sleep", "600"])
+
+
+def controller_of(proc: subprocess.Popen) -> dict:
+    return run_lock.controller_identity(proc.pid, "controller-a")
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+@pytest.fixture
+def lock_path(tmp_path):
+    path = tmp_path / "state" / "run.lock"
+    yield str(path)
+    holder = run_lock.read_holder(str(path))
+    if run_lock.holder_alive(holder):
+        os.kill(holder["holder_pid"], signal.SIGKILL)
+
+
+def take(path: str, controller: dict, wait_s: float = 0, **extra) -> dict:
+    return run_lock.take_lock(
+        path,
+        controller=controller,
+        python=sys.executable,
+        wait_s=wait_s,
+        lease_s=extra.pop("lease_s", 600),
+        info={"user": "tester", "playbook": "site"},
+        **extra,
+    )
+
+
+def test_a_second_run_is_refused_naming_the_holder_and_a_sigkilled_controller_frees_the_lock(lock_path):
+    first, second = sleeper(), sleeper()
+    try:
+        taken = take(lock_path, controller_of(first))
+        assert taken["taken"] == "new" and taken["watching"] is True
+        assert run_lock.is_held(lock_path)
+        # The same run again: re-entrant, no second holder.
+        assert take(lock_path, controller_of(first))["taken"] == "already"
+        started = time.monotonic()
+        with pytest.raises(run_lock.LockBusy) as busy:
+            take(lock_path, controller_of(second), wait_s=1.0)
+        waited = time.monotonic() - started
+        assert 1.0 <= waited < 6, waited
+        holder = busy.value.args[0]
+        words = run_lock.describe_holder(holder)
+        assert f"pid {first.pid}" in words and "controller-a" in words and "user tester" in words, words
+        # SIGKILL of the holding controller: the holder sees it gone and the kernel drops the lock.
+        first.kill()
+        first.wait()
+        assert wait_for(lambda: not run_lock.is_held(lock_path), 5), "the lock outlived its controller"
+        assert take(lock_path, controller_of(second))["taken"] == "new"
+    finally:
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_holder_killed_with_sigkill_never_blocks_the_next_run(lock_path):
+    controller = sleeper()
+    try:
+        holder = take(lock_path, controller_of(controller))["holder"]
+        os.kill(holder["holder_pid"], signal.SIGKILL)
+        assert wait_for(lambda: not run_lock.is_held(lock_path), 5)
+        other = sleeper()
+        try:
+            assert take(lock_path, controller_of(other))["taken"] == "new"
+        finally:
+            other.kill()
+            other.wait()
+    finally:
+        controller.kill()
+        controller.wait()
+
+
+def test_an_unwatchable_controller_holds_until_its_lease_or_a_stale_break(lock_path):
+    """A controller on another machine (another boot id): the holder cannot watch it and keeps the lock for
+    its lease; the same controller's next run breaks it by token (what the action plugin does)."""
+    remote = {"host": "controller-b", "boot_id": "another-machine", "pid": 4242, "start": "17"}
+    taken = take(lock_path, remote, lease_s=2)
+    assert taken["watching"] is False
+    local = sleeper()
+    try:
+        with pytest.raises(run_lock.LockBusy):
+            take(lock_path, controller_of(local), wait_s=0.3)
+        assert wait_for(lambda: not run_lock.is_held(lock_path), 6), "the lease did not end the lock"
+        take(lock_path, remote, lease_s=600)
+        broken = take(lock_path, controller_of(local), break_stale=run_lock.token_of(remote))
+        assert broken["taken"] == "new"
+        assert run_lock.read_holder(lock_path)["controller"]["pid"] == local.pid
+    finally:
+        local.kill()
+        local.wait()
+
+
+LOCKING_PLAY = """
+- name: Take the run lock through preflight's host call, then keep the run going
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Preflight's host call with the run lock
+      epforge_preflight_checks:
+        stack: "{{ stack }}"
+        gpu_facts: {}
+        python: "{{ ansible_playbook_python }}"
+        disk_path: "{{ state }}"
+        min_free_gib: 0.01
+        run_lock: {path: "{{ state }}/run.lock", wait_s: "{{ wait_s }}", playbook: lock-test}
+    - name: Mark that the lock is held
+      ansible.builtin.copy:
+        content: "held\\n"
+        dest: "{{ state }}/{{ marker }}"
+        mode: "0644"
+    - name: Keep the run going
+      ansible.builtin.command: sleep {{ hold_s }}
+      changed_when: false
+"""
+
+
+def test_two_playbook_runs_at_once_and_a_sigkilled_one(tmp_path):
+    """Real ansible-playbook runs: the second is refused naming the first; after SIGKILL of the first
+    ansible-playbook, the next run takes the lock at once."""
+    state = tmp_path / "state"
+    state.mkdir()
+    book = tmp_path / "lock.yml"
+    book.write_text(LOCKING_PLAY)
+
+    def vars_for(name: str, wait_s: float, hold_s: int) -> Path:
+        values = {"stack": CU130, "state": str(state), "wait_s": wait_s, "hold_s": hold_s, "marker": name}
+        return write_vars(tmp_path / f"{name}.json", values)
+
+    argv = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        str(ROOT / "inventory" / "local.yml"),
+        str(book),
+        "-e",
+        f"@{vars_for('first', 0, 117)}",
+    ]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for((state / "first").exists, 90), "the first run never took the lock"
+        second = run_playbook(book, vars_file=vars_for("second", 1, 0), timeout=120)
+        assert second.returncode != 0
+        assert "another epforge run holds this host's run lock" in second.stdout, second.stdout[-3000:]
+        assert f"ansible-playbook pid {first.pid}" in second.stdout and "lock-test" in second.stdout
+        assert not (state / "second").exists()
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        started = time.monotonic()
+        third = run_playbook(book, vars_file=vars_for("third", 30, 0), timeout=120)
+        assert third.returncode == 0, third.stdout[-3000:]
+        assert (state / "third").exists()
+        # The holder saw its controller gone: the lock was free, not waited for (30 s) or broken.
+        assert time.monotonic() - started < 25
+        assert json.loads((state / "run.lock").read_text())["playbook"] == "lock-test"
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        subprocess.run(["pkill", "-f", "sleep 117"], check=False)
