@@ -8,19 +8,39 @@ can tail. Unit-tested in tests/unit/test_process.py.
   bounds the wait for it (its readiness probe) and stops its process group.
 Both return rc 124 when the timeout ended the command (coreutils' timeout convention); run_bounded returns
 rc 127 with the reason in err when the command could not be started.
+
+Interrupts end the whole process group too (a build's pip, ninja and c++ included), never only the module:
+- a signal to the module (SIGINT, SIGTERM, SIGHUP) stops the group, notes it in the log and raises
+  Interrupted, so no caller goes on to write a stamp or cache entry that claims success;
+- while a command runs, the module watches the chain of processes from itself up to the controller's
+  ansible-playbook (local runs: the controller's processes are this host's): when any of them is gone or
+  was re-parented (ansible-playbook killed with SIGKILL, its worker ended), the group is stopped the same way.
+  On ssh or podman hosts the controller's processes are not visible and this watch is off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from typing import NamedTuple
 
 TIMED_OUT = 124
 NOT_STARTED = 127
 KILL_GRACE_S = 10
+# After an interrupt the group gets less time to end on SIGTERM: the user is waiting for the prompt.
+INTERRUPT_GRACE_S = 3
+# How often a running command's controller chain is looked at.
+WATCH_INTERVAL_S = 0.5
+# Signals that end a module; each ends the command's process group first.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(Exception):
+    """The module was told to stop (a signal), or the controller's run that started it is gone."""
 
 
 class Completed(NamedTuple):
@@ -49,15 +69,112 @@ def option_argv(options) -> list[str]:
     return [word for flag, value in options for word in (flag, str(value))]
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the command's process group, then SIGKILL what is left after a grace period."""
+def _stop_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the command's process group, then SIGKILL what is left after a grace period (also when the
+    leader already exited and left children behind in its group)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=KILL_GRACE_S)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
         pass
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time in ticks since boot) of a live process, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    if not fields or fields[0] == "Z":
+        return None
+    return int(fields[1]), fields[19]
+
+
+def _names_ansible(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"ansible" in handle.read()
+    except OSError:
+        return False
+
+
+def controller_chain(max_hops: int = 32) -> list[tuple[int, int, str]]:
+    """This process and its ancestors up to the topmost ansible process above it (the controller's
+    ansible-playbook: its worker, then itself), as (pid, parent pid, start); [] when no ansible process is
+    an ancestor (the module runs on another machine than the controller, or outside Ansible)."""
+    chain: list[tuple[int, int, str]] = []
+    pid, in_ansible = os.getpid(), False
+    while pid > 1 and len(chain) < max_hops:
+        stat = _stat(pid)
+        names_ansible = _names_ansible(pid)
+        if stat is None or (in_ansible and not names_ansible):
+            break
+        chain.append((pid, *stat))
+        in_ansible = in_ansible or names_ansible
+        pid = stat[0]
+    return chain if in_ansible else []
+
+
+def chain_intact(chain: list[tuple[int, int, str]]) -> bool:
+    """Whether every process of the chain lives, and all but the topmost one under the same parent (the
+    topmost is ansible-playbook itself: who started it does not matter)."""
+    for index, (pid, parent, start) in enumerate(chain):
+        stat = _stat(pid)
+        if stat is None or stat[1] != start:
+            return False
+        if index < len(chain) - 1 and stat[0] != parent:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _stop_group_on_interrupt(proc: subprocess.Popen, log=None):
+    """While the block runs: SIGINT, SIGTERM or SIGHUP to this process, or an Interrupted raised in it, ends
+    the command's process group (and notes it in the log) before the interrupt goes on."""
+
+    def raise_interrupted(signum, _frame):
+        raise Interrupted(f"stopped by signal {signal.Signals(signum).name}")
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, raise_interrupted)
+    try:
+        yield
+    except (Interrupted, KeyboardInterrupt) as exc:
+        _stop_group(proc, INTERRUPT_GRACE_S)
+        if log is not None:
+            log.write(
+                f"\n=== interrupted ({exc or 'SIGINT'}): the command's process group was stopped\n".encode()
+            )
+            log.flush()
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _wait_watching(proc: subprocess.Popen, timeout: float | None, wait) -> object:
+    """wait(seconds) in slices until it returns; subprocess.TimeoutExpired when timeout passes; Interrupted
+    when the controller chain breaks meanwhile."""
+    chain = controller_chain()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = WATCH_INTERVAL_S if deadline is None else min(WATCH_INTERVAL_S, deadline - time.monotonic())
+        try:
+            return wait(max(left, 0.01))
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+        if chain and not chain_intact(chain):
+            raise Interrupted("the controller's ansible-playbook run that started this is gone")
 
 
 def run_bounded(
@@ -87,8 +204,16 @@ def run_bounded(
         )
     except OSError as exc:
         return Completed(NOT_STARTED, "", f"{argv[0]}: {exc}", time.monotonic() - started)
+    pending = [input_text]
+
+    def communicate(seconds: float):
+        # The input is given once; a retried communicate() goes on reading (subprocess allows the retry).
+        text, pending[0] = pending[0], None
+        return proc.communicate(text, timeout=seconds)
+
     try:
-        out, err = proc.communicate(input_text, timeout=timeout)
+        with _stop_group_on_interrupt(proc):
+            out, err = _wait_watching(proc, timeout, communicate)
         rc = proc.returncode
     except subprocess.TimeoutExpired:
         _stop_group(proc)
@@ -150,7 +275,8 @@ def run_logged(
         log.flush()
         proc = _popen_to_log(argv, log, env=env, cwd=cwd)
         try:
-            rc = proc.wait(timeout=timeout)
+            with _stop_group_on_interrupt(proc, log):
+                rc = _wait_watching(proc, timeout, lambda seconds: proc.wait(timeout=seconds))
         except subprocess.TimeoutExpired:
             _stop_group(proc)
             proc.wait()

@@ -5,8 +5,11 @@ and run_logged's log that users tail."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from ansible.module_utils.epforge_process import (
@@ -100,3 +103,167 @@ def test_start_detached_runs_in_its_own_session_and_appends_to_the_log(tmp_path)
     assert log.read_text() == f"before\nTrue y {tmp_path}\n"
     with pytest.raises(OSError):
         start_detached(["/nonexistent/server"], None)
+
+
+# ------------------------------------------------------------------ interrupts end the whole process group
+# Issue 'nothing let in' (7): a build's pip/ninja/c++ must not go on after the run that started it ended.
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A module-like process: runs a command that leaves two grandchildren in its group (like pip -> ninja -> c++).
+RUNNER = """
+import sys
+sys.path.insert(0, {root!r})
+import ansible.module_utils
+ansible.module_utils.__path__.append({root!r} + "/module_utils")
+from ansible.module_utils.epforge_process import {func}
+marks = sys.argv[1]
+argv = ["sh", "-c", f"sleep 3{{marks}}1 & sleep 3{{marks}}2 & wait"]
+if "{func}" == "run_logged":
+    rc = run_logged(argv, sys.argv[2], timeout=600)
+else:
+    rc = run_bounded(argv, timeout=600)
+open(sys.argv[2] + ".done", "w").write(str(rc))
+"""
+
+
+def group_pids(marks: str) -> list[int]:
+    """Live processes of the command (the sleeps it left behind)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    cmd = handle.read()
+            except OSError:
+                continue
+            if cmd.startswith(b"sleep\x003" + marks.encode()):
+                found.append(int(entry))
+    return found
+
+
+def wait_until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def start_runner(tmp_path, func: str, marks: str, launcher: list[str] | None = None) -> subprocess.Popen:
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER.format(root=ROOT, func=func))
+    log = tmp_path / "build.log"
+    argv = [*(launcher or []), sys.executable, str(script), marks, str(log)]
+    proc = subprocess.Popen(argv, start_new_session=True)
+    assert wait_until(lambda: len(group_pids(marks)) == 2, 20), "the command did not start"
+    return proc
+
+
+@pytest.mark.parametrize(
+    ("func", "signum", "marks"),
+    [
+        ("run_logged", signal.SIGINT, "11"),
+        ("run_logged", signal.SIGTERM, "12"),
+        ("run_bounded", signal.SIGTERM, "13"),
+        ("run_bounded", signal.SIGHUP, "14"),
+    ],
+)
+def test_a_signal_to_the_module_ends_the_whole_group(tmp_path, func, signum, marks):
+    runner = start_runner(tmp_path, func, marks)
+    runner.send_signal(signum)
+    assert wait_until(lambda: not group_pids(marks), 10), f"left running: {group_pids(marks)}"
+    assert runner.wait(timeout=10) != 0
+    assert not (tmp_path / "build.log.done").exists(), "the caller went on as if the command had finished"
+    if func == "run_logged":
+        assert "=== interrupted (stopped by signal" in (tmp_path / "build.log").read_text()
+
+
+FAKE_PLAYBOOK = """
+import os, subprocess, sys, time
+# Like ansible-playbook: a main process and a forked worker (same command line) that runs the module.
+if os.fork() == 0:
+    subprocess.run(sys.argv[1:])
+    os._exit(0)
+time.sleep(600)
+"""
+
+
+def test_sigkill_of_the_controller_ends_the_module_command_group(tmp_path):
+    """The controller's ansible-playbook (here a stand-in process named like it, with a forked worker) is
+    killed with SIGKILL: the module sees its worker re-parented and stops the command's whole group."""
+    fake = tmp_path / "fake-ansible-playbook"
+    fake.write_text(FAKE_PLAYBOOK)
+    marks = "21"
+    main = start_runner(tmp_path, "run_logged", marks, launcher=[sys.executable, str(fake)])
+    os.kill(main.pid, signal.SIGKILL)
+    main.wait()
+    assert wait_until(lambda: not group_pids(marks), 10), f"left running: {group_pids(marks)}"
+    assert "ansible-playbook run that started this is gone" in (tmp_path / "build.log").read_text()
+    assert not (tmp_path / "build.log.done").exists()
+
+
+SLOW_IMPORT_PLAY = """
+- name: A long module command (an import that starts a helper and waits, like a JIT build)
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Import the slow package
+      python_import_check:
+        python: "{{ ansible_playbook_python }}"
+        name: slowpkg
+        environment: {PYTHONPATH: "{{ pkg_dir }}"}
+        timeout: 600
+"""
+
+
+@pytest.mark.parametrize(("signum", "marks"), [(signal.SIGINT, "31"), (signal.SIGKILL, "32")])
+def test_interrupting_ansible_playbook_ends_the_module_command(tmp_path, signum, marks):
+    """Real ansible-playbook on localhost, a real module (python_import_check) whose command leaves a
+    grandchild: SIGINT or SIGKILL to ansible-playbook ends the whole group within 10 s."""
+    pkg = tmp_path / "pkg" / "slowpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        f"import subprocess, time\nsubprocess.Popen(['sleep', '3{marks}1'])\ntime.sleep(3{marks}2)\n"
+    )
+    book = tmp_path / "slow.yml"
+    book.write_text(SLOW_IMPORT_PLAY)
+    argv = [
+        os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+        "-i",
+        os.path.join(ROOT, "inventory", "local.yml"),
+        str(book),
+        "-e",
+        f"pkg_dir={tmp_path / 'pkg'}",
+    ]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    playbook = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        assert wait_until(lambda: len(group_pids(marks)) == 1 and slow_imports(), 90), "no import started"
+        playbook.send_signal(signum)
+        assert wait_until(lambda: not group_pids(marks) and not slow_imports(), 10), (
+            f"left running: {group_pids(marks)} {slow_imports()}"
+        )
+    finally:
+        if playbook.poll() is None:
+            playbook.kill()
+        playbook.wait()
+
+
+def python_pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def slow_imports() -> list[int]:
+    """The module's own command (python -c 'import slowpkg ...') still alive."""
+    found = []
+    for pid in python_pids():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"\x00-c\x00" in cmd and b"\x00slowpkg\x00" in cmd:
+            found.append(pid)
+    return found
