@@ -17,6 +17,11 @@ description:
   - Records the inputs and this evidence in a stamp (JSON). When the stamp matches the inputs and the venv
     and its packages are still there, nothing runs and torch is not imported again (a rerun is cheap and
     changed=false).
+  - The stamp also records the state of torch's files (the directories of its files and of its direct
+    requirements' files, their native libraries, their RECORDs; C(module_utils/epforge_dist_files.py)). When
+    that changed (a deleted C(__init__.py), a truncated C(.so), a reinstall), torch is imported again before
+    the stamp is trusted; torch that no longer imports is reinstalled (C(--force-reinstall --no-deps)). A
+    C(.py) file edited in place is not seen.
   - Refuses, before anything changes, a torch build whose declared CUDA major (O(torch_cuda)) differs from
     the toolkit's, since torch refuses to build extensions with an nvcc of another major version.
   - With O(facts_dir) set it also records the local fact C(epforge_ml_env), only when its content changes.
@@ -174,10 +179,11 @@ from ansible.module_utils.epforge_build import (
     dist_info_version,
     input_key,
 )
-from ansible.module_utils.epforge_common import fail_cmd
+from ansible.module_utils.epforge_common import fail_cmd, tail
+from ansible.module_utils.epforge_dist_files import integrity_paths, states_digest
 from ansible.module_utils.epforge_files import read_json, write_json_atomic
 from ansible.module_utils.epforge_ml_env_fact import FACT_NAME, record_ml_env_fact
-from ansible.module_utils.epforge_process import run_logged
+from ansible.module_utils.epforge_process import run_bounded, run_logged
 from ansible.module_utils.epforge_torch_env import base_version, torch_evidence, torch_inputs
 from ansible.module_utils.epforge_watch import binary_paths, watch_list
 
@@ -256,7 +262,7 @@ def planned_actions(created: bool, torch_missing: list[str], other_missing: list
 
 
 def install(
-    module: AnsibleModule, p: dict, *, created: bool, torch_missing: list, other_missing: list
+    module: AnsibleModule, p: dict, *, created: bool, torch_missing: list, other_missing: list, force: bool
 ) -> None:
     """Create the venv and pip install what is missing, each step logged to log_path."""
     venv, log = p["path"], p["log_path"]
@@ -268,7 +274,8 @@ def install(
             fail_cmd(module, f"creating the venv at {venv} failed", argv, rc, log_path=log)
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
     if torch_missing:
-        argv = [*pip, torch_missing[0]]
+        # force: torch's files are broken under an intact dist-info; pip would call it satisfied
+        argv = [*pip, *(["--force-reinstall", "--no-deps"] if force else []), torch_missing[0]]
         if p["index_url"]:
             argv += ["--index-url", p["index_url"]]
         rc, secs = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install torch")
@@ -294,6 +301,75 @@ def verify_torch(module: AnsibleModule, venv: str, result: dict) -> dict:
     return torch_evidence(
         module, argv, timeout=600, failed=f"importing torch in {venv} failed", result=result
     )
+
+
+def torch_files(venv: str) -> list[str]:
+    """The paths whose states stand for torch's installed files and its requirements' (epforge_dist_files)."""
+    site = site_packages(venv)
+    return integrity_paths(site, "torch") if site else []
+
+
+def reverify(
+    module: AnsibleModule,
+    p: dict,
+    *,
+    stamp: dict,
+    stamp_path: str,
+    toolkit_major: int,
+    archs: list,
+    result: dict,
+) -> bool:
+    """torch's files changed under a matching stamp: import it again. When it still proves the stamp's
+    evidence, the stamp learns the new file states (nothing was changed: changed stays false); when it does
+    not, returns True: torch is reinstalled (the caller plans it, check mode only reports it)."""
+    venv = p["path"]
+    argv = [os.path.join(venv, "bin", "python"), "-c", VERIFY_SCRIPT]
+    proc = run_bounded(argv, timeout=600)
+    evidence = None
+    if proc.rc == 0:
+        try:
+            evidence = json.loads(proc.out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            evidence = None
+    result["verified"] = True
+    if evidence is not None and not torch_problems(evidence, p, toolkit_major, archs):
+        result["reason"] = "torch's files changed since the stamp; the import proves it again"
+        if not module.check_mode:
+            write_json_atomic(
+                stamp_path, {**stamp, "evidence": evidence, "files_digest": states_digest(torch_files(venv))}
+            )
+        return False
+    why = tail(proc.err or proc.out, 3).strip() or "it printed no versions"
+    result["reason"] = f"torch no longer imports in {venv} ({why}): it is reinstalled"
+    module.warn(result["reason"])
+    return True
+
+
+def answer_from_stamp(
+    module: AnsibleModule, p: dict, *, stamp: dict, stamp_path: str, checks: tuple, result: dict
+) -> bool:
+    """The stamp matches the inputs and nothing is missing: exit with its answer, after an import when
+    torch's files changed since. Returns (without exiting) True when torch no longer imports."""
+    venv = p["path"]
+    files = torch_files(venv)
+    if stamp.get("files_digest") != states_digest(files):
+        toolkit_major, archs = checks
+        what = {"stamp": stamp, "stamp_path": stamp_path, "toolkit_major": toolkit_major, "archs": archs}
+        if reverify(module, p, **what, result=result):
+            return True
+        stamp = read_json(stamp_path) or stamp
+    evidence = stamp.get("evidence", {})
+    result.update(
+        reason=result.get("reason", "stamp matches"),
+        torch_version=evidence.get("torch"),
+        torch_cuda=evidence.get("cuda"),
+        torch_arch_list=evidence.get("archs", []),
+    )
+    record_ml_env_fact(module, "venv", venv, result)
+    if not result["changed"]:
+        result["watch"] = watch_list(watched(p, stamp_path), files)
+    module.exit_json(**result)
+    return False
 
 
 def torch_problems(evidence: dict, p: dict, toolkit_major: int, archs: list[str]) -> list[str]:
@@ -364,24 +440,20 @@ def main() -> None:
 
     stamp = read_json(stamp_path)
     missing = missing_packages(venv, p["torch_version"], inputs["packages"])
+    reinstall = False
     if stamp and stamp.get("key") == key and not missing:
-        evidence = stamp.get("evidence", {})
-        result.update(
-            reason="stamp matches",
-            torch_version=evidence.get("torch"),
-            torch_cuda=evidence.get("cuda"),
-            torch_arch_list=evidence.get("archs", []),
+        reinstall = answer_from_stamp(
+            module, p, stamp=stamp, stamp_path=stamp_path, checks=(toolkit_major, archs), result=result
         )
-        record_ml_env_fact(module, "venv", venv, result)
-        if not result["changed"]:
-            result["watch"] = watched(p, stamp_path)
-        module.exit_json(**result)
+        missing = [f"torch=={p['torch_version']}"]
 
-    result["reason"] = why_work(stamp, key, missing)
+    result.setdefault("reason", why_work(stamp, key, missing))
     created = not os.path.exists(python)
     torch_missing = [m for m in missing if m.startswith("torch==")]
     other_missing = [m for m in missing if not m.startswith("torch==")]
     result["actions"] = planned_actions(created, torch_missing, other_missing)
+    if reinstall:
+        result["actions"][0] = f"pip install --force-reinstall {torch_missing[0]}"
 
     if module.check_mode:
         result["changed"] = True
@@ -389,7 +461,9 @@ def main() -> None:
         record_ml_env_fact(module, "venv", venv, result)
         module.exit_json(**result)
 
-    install(module, p, created=created, torch_missing=torch_missing, other_missing=other_missing)
+    install(
+        module, p, created=created, torch_missing=torch_missing, other_missing=other_missing, force=reinstall
+    )
     if created or missing:
         result["changed"] = True
     evidence = verify_torch(module, venv, result)
@@ -401,7 +475,12 @@ def main() -> None:
     if problems:
         module.fail_json(msg="; ".join(problems), **result)
 
-    new_stamp = {"key": key, "inputs": inputs, "evidence": evidence}
+    new_stamp = {
+        "key": key,
+        "inputs": inputs,
+        "evidence": evidence,
+        "files_digest": states_digest(torch_files(venv)),
+    }
     if write_json_atomic(stamp_path, new_stamp):
         result["changed"] = True
         result["diff"] = {

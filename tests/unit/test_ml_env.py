@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.epforge_dist_files import integrity_paths, states_digest
 from ansible.module_utils.epforge_files import write_json_atomic
 from moduletools import changed_paths, run_module, watched_states
 
@@ -64,7 +65,8 @@ def test_matching_stamp_means_no_work_and_no_torch_import(tmp_path, fake_venv):
     assert rc == 0 and res["changed"] is True and res["reason"] == "no stamp"
     assert res["actions"] == ["verify torch"]  # everything is there: only the proof is missing
     evidence = {"torch": "2.14.1+cu130", "cuda": "13.0", "archs": ["sm_90", "sm_120"]}
-    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence})
+    files = states_digest(integrity_paths(str(site), "torch"))
+    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence, "files_digest": files})
     # No torch module exists in this venv: success proves the stamp decided, not an import.
     rc, res = run_module("ml_env_torch", args)
     assert rc == 0, res
@@ -109,12 +111,13 @@ def test_the_no_op_call_records_the_fact_once_and_only_on_change(tmp_path, fake_
     """The module that finds the venv current also writes the local fact epforge_ml_env (one call on a no-op
     rerun): check mode writes nothing, the first real call writes it, the second changes nothing, and a
     changed input (the pip source) rewrites it with a diff."""
-    venv, _site = fake_venv
+    venv, site = fake_venv
     facts = tmp_path / "facts"
     args = {**base_args(tmp_path, venv), "facts_dir": str(facts), "pip_source": "registry"}
     rc, res = run_module("ml_env_torch", args, check=True)
     evidence = {"torch": "2.14.1+cu130", "cuda": "13.0", "archs": ["sm_90", "sm_120"]}
-    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence})
+    files = states_digest(integrity_paths(str(site), "torch"))
+    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence, "files_digest": files})
     fact_file = facts / "epforge_ml_env.fact"
 
     rc, res = run_module("ml_env_torch", args, check=True, diff=True)
@@ -161,7 +164,8 @@ def test_the_no_op_answer_watches_what_it_depends_on_and_a_change_there_changes_
     rc, res = run_module("ml_env_torch", args, check=True)
     assert res["watch"] == []  # no stamp: work to do
     evidence = {"torch": "2.14.1+cu130", "cuda": "13.0", "archs": ["sm_120"]}
-    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence})
+    files = states_digest(integrity_paths(str(site), "torch"))
+    write_json_atomic(args["stamp_path"], {"key": res["key"], "evidence": evidence, "files_digest": files})
     rc, res = run_module("ml_env_torch", args)
     assert rc == 0 and res["changed"] is True and res["watch"] == []  # it wrote the fact
     rc, res = run_module("ml_env_torch", args)
@@ -203,3 +207,43 @@ def test_the_no_op_answer_watches_what_it_depends_on_and_a_change_there_changes_
     assert changed_paths(before) == [args["stamp_path"]]
     rc, res = run_module("ml_env_torch", args, check=True)
     assert rc == 0 and res["changed"] is True and res["reason"] == "inputs changed" and res["watch"] == []
+
+
+def test_torch_broken_under_a_matching_stamp_is_seen_and_reinstalled(torch_venv, tmp_path):
+    """Issue 'nothing let in' (4): a deleted torch/__init__.py or a truncated torch/_C*.so under a stamp that
+    still matches is not trusted: the changed file states make the module import torch again, and torch
+    that no longer imports is planned for a forced reinstall (check mode here: the real torch venv is shared
+    by the suite, so it is restored after each break)."""
+    args = {**base_args(tmp_path, torch_venv), "base_python": "python3"}
+    rc, res = run_module("ml_env_torch", args, timeout=300)
+    assert rc == 0, res
+    rc, res = run_module("ml_env_torch", args)
+    assert res["changed"] is False and res["verified"] is False, res
+    torch_dir = next((torch_venv / "lib").glob("python3*/site-packages")) / "torch"
+    extension = next(torch_dir.glob("_C.*.so"))
+    assert str(extension) in res["watch"] and str(torch_dir) in res["watch"]  # the probe cache sees them too
+
+    init, kept = torch_dir / "__init__.py", tmp_path / "init.py.kept"
+    init.rename(kept)
+    try:
+        rc, res = run_module("ml_env_torch", args, check=True, timeout=300)
+    finally:
+        kept.rename(init)
+    assert rc == 0 and res["changed"] is True, res
+    assert res["actions"][0] == "pip install --force-reinstall torch==2.14.1", res["actions"]
+    assert "torch no longer imports" in res["reason"], res["reason"]
+
+    saved = extension.read_bytes()
+    try:
+        with open(extension, "r+b") as handle:
+            handle.truncate(len(saved) // 2)
+        rc, res = run_module("ml_env_torch", args, check=True, timeout=300)
+    finally:
+        extension.write_bytes(saved)
+    assert res["changed"] is True and "torch no longer imports" in res["reason"], res
+    # Restored (other file states, same content): the import proves the stamp again, nothing to change.
+    rc, res = run_module("ml_env_torch", args, timeout=300)
+    assert rc == 0 and res["changed"] is False and res["verified"] is True, res
+    assert "the import proves it again" in res["reason"]
+    rc, res = run_module("ml_env_torch", args)
+    assert res["changed"] is False and res["verified"] is False and res["reason"] == "stamp matches"

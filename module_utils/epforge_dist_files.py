@@ -1,0 +1,101 @@
+"""Whether an installed distribution's files changed since it was verified, told from file states only.
+
+A stamp that says "torch imports, CUDA 13.0, sm_120" stays true only while torch's files are the ones that
+were imported. Hashing them (torch and its NVIDIA libraries: gigabytes) on every rerun costs too much, and
+their dist-info names say nothing about a deleted __init__.py or a truncated library. So the state (size,
+mtime_ns, ctime_ns, inode) of a few paths per distribution stands for its files:
+- every directory holding one of its files: a file deleted, added or renamed there changes it;
+- every native library it ships (.so): one truncated or rewritten in place changes only itself;
+- its RECORD (a reinstall rewrites it).
+A .py file edited in place is not seen (its directory does not change): the docs say so.
+
+Used by ml_env_torch (library/ml_env_torch.py): a changed digest makes it import torch again before it
+trusts its stamp; the same paths go into its probe-cache `watch` list.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def dist_info(site: str, name: str) -> str | None:
+    """The .dist-info directory of distribution `name` in site, or None."""
+    wanted = _normal(name)
+    for path in sorted(glob.glob(os.path.join(site, "*.dist-info"))):
+        if _normal(os.path.basename(path)[: -len(".dist-info")].split("-", 1)[0]) == wanted:
+            return path
+    return None
+
+
+def requirements(info_dir: str) -> list[str]:
+    """The names a distribution requires unconditionally (Requires-Dist without an extra)."""
+    names = []
+    try:
+        with open(os.path.join(info_dir, "METADATA"), encoding="utf-8") as handle:
+            for line in handle:
+                if not line.strip():
+                    break  # the headers end at the first blank line
+                if line.startswith("Requires-Dist:") and "extra ==" not in line:
+                    names.append(re.split(r"[<>=!~\[;( ]", line.split(":", 1)[1].strip(), maxsplit=1)[0])
+    except OSError:
+        pass
+    return names
+
+
+def _record_paths(site: str, info_dir: str) -> list[str]:
+    """Directories of the distribution's files, its native libraries, and its RECORD."""
+    record = os.path.join(info_dir, "RECORD")
+    paths = {record}
+    try:
+        with open(record, encoding="utf-8") as handle:
+            for line in handle:
+                rel = line.rsplit(",", 2)[0]
+                if not rel:
+                    continue
+                path = os.path.normpath(os.path.join(site, rel))
+                paths.add(os.path.dirname(path))
+                name = os.path.basename(path)
+                if name.endswith(".so") or ".so." in name:
+                    paths.add(path)
+    except OSError:
+        pass
+    return sorted(paths)
+
+
+def integrity_paths(site: str, name: str) -> list[str]:
+    """The paths that stand for the files of `name` and of the distributions it requires (installed ones)."""
+    paths: set[str] = set()
+    seen: set[str] = set()
+    queue = [name]
+    while queue:
+        current = _normal(queue.pop())
+        if current in seen:
+            continue
+        seen.add(current)
+        info_dir = dist_info(site, current)
+        if info_dir is None:
+            continue
+        paths.update(_record_paths(site, info_dir))
+        if current == _normal(name):
+            queue.extend(requirements(info_dir))  # direct requirements only: torch's NVIDIA libs, triton
+    return sorted(paths)
+
+
+def states_digest(paths: list[str]) -> str:
+    """sha256 over the state of each path (missing paths included as such)."""
+    states = []
+    for path in paths:
+        try:
+            stat = os.stat(path)
+            states.append([path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino])
+        except OSError:
+            states.append([path, None])
+    return hashlib.sha256(json.dumps(states).encode()).hexdigest()
