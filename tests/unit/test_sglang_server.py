@@ -28,6 +28,7 @@ from ansible.module_utils.epforge_unit import (
     render_unit,
     split_exec_start,
 )
+from gpu_fact_samples import NO_GPU, gpu_facts
 from moduletools import run_module_in
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,6 +197,42 @@ def test_hardening_overrides_replace_drop_and_add():
 def test_bad_hardening_overrides_are_refused(overrides, message):
     with pytest.raises(UnitError, match=message):
         hardened_unit(hardening=overrides)
+
+
+DEVICES_PLAY = """\
+- name: The device list the role derives from GPU facts
+  hosts: localhost
+  gather_facts: false
+  vars_files: [{defaults}]
+  tasks:
+    - name: Derive it for each sample
+      ansible.builtin.set_fact:
+        devices: "{{{{ sglang_server_devices }}}}"
+      vars:
+        sglang_server_gpu_facts: "{{{{ item }}}}"
+      loop: {samples}
+"""
+
+
+def test_role_derives_the_device_list_from_gpu_facts(tmp_path):
+    """Role sglang_server's sglang_server_devices: one /dev/nvidiaN per GPU of preflight's facts, the
+    control node, the uvm and MIG capability groups; nothing on a host without GPU."""
+    from playbooks import JSON_CALLBACK, json_report, run_playbook  # noqa: PLC0415
+
+    book = tmp_path / "devices.yml"
+    samples = [gpu_facts(count=2), NO_GPU, {}]
+    defaults = ROOT / "roles" / "sglang_server" / "defaults" / "main.yml"
+    book.write_text(DEVICES_PLAY.format(defaults=defaults, samples=json.dumps(samples)))
+    report = json_report(run_playbook(book, env=JSON_CALLBACK, timeout=120))
+    results = report["plays"][0]["tasks"][0]["hosts"]["localhost"]["results"]
+    found = [result["ansible_facts"]["devices"] for result in results]
+    assert found == [
+        ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1", "char-nvidia-uvm", "char-nvidia-caps"],
+        [],
+        [],
+    ]
+    # every derived entry is one render_unit accepts
+    hardened_unit(devices=found[0])
 
 
 def test_env_file_quoting_and_masking():
@@ -753,3 +790,69 @@ def test_stopped_removes_a_stale_pidfile(server, tmp_path):
     assert result["_rc"] == 0 and result["changed"] is True, result
     assert not pidfile.exists()
     assert run_module(MODULE, {**server, "state": "stopped"}, tmp_path)["changed"] is False
+
+
+def test_a_python_the_service_account_cannot_run_is_refused_before_the_account_exists(tmp_path):
+    """Issue 'nothing let in' (9): the env's python under a directory the service account cannot enter
+    (pytest's tmp dirs are 0700, like a pyenv python in root's home) is refused by playbooks/serve.yml with
+    the blocking directory named, before the account, its home or any unit is created."""
+    from playbooks import run_playbook, write_vars  # noqa: PLC0415
+
+    user = "epforge-noaccess"
+    private = tmp_path / "env" / "bin"
+    private.mkdir(parents=True)
+    (private / "python").symlink_to(sys.executable)
+    extra = {
+        "epforge_facts_dir": str(tmp_path / "facts"),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "epforge_log_dir": str(tmp_path / "log"),
+        "preflight_min_free_gib": 1,
+        "sglang_server_user": user,
+        "sglang_server_group": user,
+        "sglang_server_home": str(tmp_path / "home"),
+        "sglang_server_manager": "process",
+        "sglang_server_require_gpu": False,
+        "sglang_server_require_verdict": False,
+        "sglang_server_python": str(private / "python"),
+        "epforge_server": {"model_path": "/models/standin"},
+    }
+    proc = run_playbook(
+        ROOT / "playbooks" / "serve.yml", vars_file=write_vars(tmp_path / "vars.json", extra), timeout=300
+    )
+    try:
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        assert f"the service account '{user}' could not run the env's python" in proc.stdout, proc.stdout[
+            -3000:
+        ]
+        blocking = next(p for p in reversed(tmp_path.parents) if p.stat().st_mode & 0o001 == 0)
+        assert f"{blocking} (mode 0o700" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+        assert subprocess.run(["getent", "passwd", user], capture_output=True, check=False).returncode != 0
+        assert not (tmp_path / "home").exists() and "Create the service account" not in proc.stdout
+    finally:
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+        subprocess.run(["groupdel", user], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("mode", "blocked"),
+    [(0o755, False), (0o700, True), (0o750, True), (0o711, False)],
+)
+def test_service_access_follows_the_mode_bits(tmp_path, mode, blocked):
+    """The module on real directories: 'nobody' is judged by the other bits (it owns nothing here)."""
+    base = Path("/var/tmp") / f"epforge-access-{os.getpid()}-{mode:o}"
+    inner = base / "env" / "bin"
+    inner.mkdir(parents=True)
+    try:
+        os.chmod(base, mode)
+        (inner / "python").symlink_to("/usr/bin/env")  # a binary everyone can run, outside root's home
+        result = run_module(
+            ROOT / "library" / "service_access_check.py",
+            {"user": "nobody", "paths": [str(inner / "python")]},
+            tmp_path,
+        )
+        assert (result["_rc"] != 0) is blocked, result
+        if blocked:
+            assert result["blocked"][0]["path"] == str(base) and result["blocked"][0]["needs"] == "x"
+    finally:
+        os.chmod(base, 0o755)  # noqa: S103 - back to removable
+        shutil.rmtree(base)
