@@ -13,6 +13,9 @@ find it current again as long as its inputs and the files it read are unchanged.
     <epforge_state_dir>/probe-cache/<module>-<key[:16]>.json and compares the state (size, mtime_ns,
     ctime_ns, inode; or missing) of every path the record watches with what it was when the module ran;
   - same key, same states: the recorded result is the answer (changed false) and the module does not run;
+  - the record is sealed: an HMAC over its key, result and watch list with a secret that never leaves the
+    controller (~/.cache/epforge/probe-cache.key, 0600). A record whose result was edited on the host, or one
+    written by another controller, is a miss: the module runs;
   - otherwise the module runs as it always did. When its result is unchanged (not failed, not changed, not in
     check mode) and names the paths its verdict depends on (its `watch` return), the record is (re)written.
 
@@ -28,8 +31,12 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import hmac
 import json
+import os
+import secrets
 import shlex
+import time
 from pathlib import Path
 
 from ansible.errors import AnsibleError
@@ -70,7 +77,8 @@ elif record.get("key") != key:
 else:
     moved = sorted(p for p, was in record.get("watch", {}).items() if state(p) != was)
     answer = {"hit": not moved, "reason": ("changed: " + ", ".join(moved[:3])) if moved else "",
-              "result": None if moved else record["result"]}
+              "result": None if moved else record["result"], "seal": record.get("seal", ""),
+              "watch": sorted(record.get("watch", {}))}
 print(json.dumps(answer))
 """
 )
@@ -140,6 +148,35 @@ def probe_key(name: str, module_path: str, args: dict, environment: str) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# The controller's secret for sealing records (created on first use, 0600; never sent to a host).
+SEAL_KEY_PATH = os.path.join(os.path.expanduser("~"), ".cache", "epforge", "probe-cache.key")
+
+
+def seal_key() -> bytes:
+    """The controller's sealing secret, created at first use (O_EXCL: two workers agree on one)."""
+    os.makedirs(os.path.dirname(SEAL_KEY_PATH), mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(SEAL_KEY_PATH, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):  # another worker is writing it this instant
+            with open(SEAL_KEY_PATH, "rb") as handle:
+                key = handle.read().strip()
+            if key:
+                return key
+            time.sleep(0.01)
+        raise AnsibleError(f"the probe cache's key {SEAL_KEY_PATH} is empty") from None
+    key = secrets.token_hex(32).encode()
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(key)
+    return key
+
+
+def seal_of(key: str, result: dict, watch: list[str]) -> str:
+    """HMAC-SHA256 over what a record answers for: its key, its result, the paths it watched."""
+    material = json.dumps([key, result, sorted(watch)], sort_keys=True, default=str).encode()
+    return hmac.new(seal_key(), material, hashlib.sha256).hexdigest()
+
+
 def recordable(result: dict, check_mode: bool) -> bool:
     """Only an unchanged answer that names what it depends on is kept, and never from a check-mode run."""
     return (
@@ -173,6 +210,10 @@ class ActionModule(ActionBase):
             if interpreter
             else {"hit": False, "reason": "host Python not known yet"}
         )
+        if found.get("hit") and not hmac.compare_digest(
+            str(found.get("seal", "")), seal_of(key, found["result"], found.get("watch", []))
+        ):
+            found = {"hit": False, "reason": "record not sealed by this controller (edited, or another's)"}
         if found.get("hit"):
             result.update(found["result"])
             result.update(changed=False, probe_cache={"hit": True, "reason": "", "record": record})
@@ -201,6 +242,8 @@ class ActionModule(ActionBase):
         if not kept.get("ansible_facts", True):
             del kept["ansible_facts"]
         payload = {"key": key, "module": name, "watch": sorted(set(answer["watch"])), "result": kept}
+        payload = json.loads(json.dumps(payload, default=str))  # sealed as the host will read it back
+        payload["seal"] = seal_of(key, payload["result"], payload["watch"])
         encoded = base64.b64encode(json.dumps(payload, default=str).encode()).decode()
         return self.host_json(interpreter, WRITE_SCRIPT, [record, encoded]).get("pruned", [])
 

@@ -348,3 +348,19 @@ def test_old_records_of_a_module_are_pruned_when_a_new_one_is_written(probe):
     assert sorted(records(probe)) == sorted([written, *old[: keep - 1]])
     assert other.exists()
     assert play(probe)["probe_cache"]["hit"] is True  # the record just written was kept
+
+
+def test_a_record_edited_on_the_host_is_not_replayed(probe):
+    """Issue 'nothing let in' (12): a record binds its result to its key with the controller's seal; a
+    result edited on the host (the key and watched states left intact) is a miss, and the module answers."""
+    play(probe)
+    [record] = records(probe)
+    saved = json.loads(record.read_text())
+    saved["result"]["content"] = "forged\n"
+    record.write_text(json.dumps(saved))
+    again = play(probe)
+    assert again["probe_cache"]["hit"] is False, again["probe_cache"]
+    assert "not sealed by this controller" in again["probe_cache"]["reason"]
+    assert again["content"] == "one\n" and runs(probe) == ["run", "run"]
+    # The module's answer was recorded again, sealed: the next run is a hit.
+    assert play(probe)["probe_cache"]["hit"] is True and runs(probe) == ["run", "run"]
