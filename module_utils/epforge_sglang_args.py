@@ -486,6 +486,31 @@ def validate_settings(settings, *, require_model: bool = True, flag_table: dict 
                     f"extra_args repeats {item.split('=', 1)[0]}, which a setting of its own "
                     "controls: set that setting instead"
                 )
+        problems.extend(_unknown_extra_flags(extra, flag_table))
+    return problems
+
+
+def _unknown_extra_flags(extra: list, flag_table: dict | None) -> list[str]:
+    """extra_args flags the release's flag table does not know (the table is SGLang's own parser's flags,
+    so these are refused in preflight, before any fact is written; without a table the parser judges them
+    after the install)."""
+    flags = table_flags(flag_table)
+    if not flags:
+        return []
+    known = set()
+    for spec in flags.values():
+        known.add(spec.get("flag"))
+        known.update(spec.get("aliases") or [])
+        if spec.get("action") == "BooleanOptionalAction" and spec.get("flag"):
+            known.add("--no-" + spec["flag"][2:])
+    version = (flag_table or {}).get("sglang_version", "this release")
+    problems = []
+    for item in extra:
+        name = item.split("=", 1)[0] if isinstance(item, str) else ""
+        if name.startswith("--") and name not in known:
+            close = difflib.get_close_matches(name, sorted(k for k in known if k), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            problems.append(f"extra_args names {name}, which SGLang {version} does not know{hint}")
     return problems
 
 

@@ -151,6 +151,24 @@ def test_preflight_refuses_a_misspelt_sglang_flag_before_anything_changes(tmp_pa
     assert not fact_file(tmp_path).exists()
 
 
+def test_an_extra_args_flag_the_release_does_not_know_is_refused_in_preflight(tmp_path):
+    """Issue 'nothing let in' (12): extra_args are judged against the release's flag table (SGLang's own
+    parser's flags) in preflight, before its fact is written - not only by the parser after the install."""
+    assert validate_settings(
+        {"model_path": "/m", "extra_args": ["--enable-metrics", "--chunked-prefil-size=8"]},
+        flag_table=TABLE_0523,
+    ) == [
+        "extra_args names --chunked-prefil-size, which SGLang 0.5.23 does not know "
+        "(did you mean --chunked-prefill-size?)"
+    ]
+    settings = {"model_path": "/m", "extra_args": ["--no-such-flag", "1"]}
+    rc, report = play(tmp_path, {"epforge_server": settings}, no_gpu_path())
+    assert rc != 0
+    _task, msg = failure(report)
+    assert "extra_args names --no-such-flag, which SGLang 0.5.23 does not know" in msg, msg
+    assert not fact_file(tmp_path).exists()
+
+
 TABLE_0510 = json.loads((ROOT / "data" / "sglang_flags" / "0.5.10.post1.json").read_text())
 
 
