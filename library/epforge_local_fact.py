@@ -65,6 +65,10 @@ def main() -> None:
         result = write_local_fact(p["facts_dir"], p["name"], p["content"], check_mode=module.check_mode)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(
+            msg=f"cannot write the local fact {p['name']}: {exc.strerror or exc} ({exc.filename})"
+        )
     module.exit_json(**result)
 
 

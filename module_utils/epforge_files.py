@@ -59,8 +59,15 @@ def write_atomic(
     """Write text or bytes to path atomically, with its final mode (and owner, as root) set before it
     appears."""
     payload = data.encode() if isinstance(data, str) else data
-    with atomic_output(path, mode, uid, gid) as tmp, open(tmp, "wb") as handle:
-        handle.write(payload)
+    try:
+        with atomic_output(path, mode, uid, gid) as tmp, open(tmp, "wb") as handle:
+            handle.write(payload)
+    except OSError as exc:
+        # A write or flush error (ENOSPC, EDQUOT, EIO) carries no file name: name the file it was for, so
+        # every message built from it says where (a module's traceback included).
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
+        raise
 
 
 def json_text(data, indent: int = 2, default=None) -> str:

@@ -4,8 +4,11 @@ not rewritten, stale temps cleared. Kill-safety under a writer process: tests/un
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
+import subprocess
 import threading
 
 import pytest
@@ -91,3 +94,35 @@ def test_stale_temps_are_removed_only_when_old(tmp_path):
     os.utime(other, (1, 1))
     assert remove_stale_temps(str(path)) == [str(old)]
     assert new.exists() and other.exists()
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A real 16 KiB tmpfs, filled up (root only, as in CI): writes there fail with ENOSPC."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], check=True)
+    try:
+        with open(mount / "filler", "wb") as handle, contextlib.suppress(OSError):
+            handle.write(b"\0" * 65536)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_names_the_file_it_was_for(full_fs, tmp_path):
+    """Issue 'nothing let in' (12): ENOSPC named no path; the error names the file, and so does a module."""
+    target = full_fs / "epforge_x.fact"
+    with pytest.raises(OSError) as failed:
+        write_atomic(str(target), "x" * 20000)
+    assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(target)
+    assert str(target) in str(failed.value)
+    assert not target.exists() and [p.name for p in full_fs.iterdir()] == ["filler"]
+    from moduletools import run_module_in  # noqa: PLC0415
+
+    result = run_module_in(
+        tmp_path,
+        "epforge_local_fact",
+        {"name": "epforge_x", "facts_dir": str(full_fs), "content": {"a": "b" * 20000}},
+    )
+    assert result["_rc"] != 0 and str(target) in result["msg"] and "No space left" in result["msg"], result
