@@ -19,14 +19,21 @@ description:
     in the directory (a trimmed vendor build, for example) is used when its name and version fit and is
     recorded with its hash.
   - "Every wheel is checked against the hashes the wheelhouse's manifests recorded before anything uses it
-    (a file is hashed again whenever its size, mtime, ctime or inode changed): a recorded wheel replaced by
-    other bytes fails the run with I(download=false), naming the file (returned in C(mismatched)), and is
-    removed to be downloaded again with I(download=true) (C(redownloaded)). A manifest naming anything but a
-    plain wheel file name (for example C(../outside/x.whl)) is refused."
+    (a file is hashed again whenever its size, mtime, ctime or inode differ from those in I(hash_cache)):
+    a recorded wheel replaced by other bytes fails the run with I(download=false), naming the file (returned
+    in C(mismatched)), and is removed to be downloaded again with I(download=true) (C(redownloaded)). A
+    manifest naming anything but a plain wheel file name (for example C(../outside/x.whl)) is refused."
+  - Writes C(DIRECTORY/manifests/DIGEST.json) (the inputs, every wheel's sha256 and which run needs it) and
+    returns the sha256 of that file's bytes (C(manifest_sha256)). A rerun with the same inputs and unchanged
+    files runs no pip at all (changed=false).
+  - "With I(download=false) the wheelhouse was carried in, and a manifest beside the wheels could have been
+    replaced together with them: the run uses it only when the sha256 of this host's manifest file equals
+    the one given in I(manifest_sha256) (the digest its build returned, carried apart from the wheelhouse).
+    Without that digest, without a manifest for this host, or with another digest, it fails naming the
+    manifest file (and both digests) before any pip run or write. Only that manifest's hashes count then,
+    and the manifest is never rewritten."
   - When it falls short and I(download=false) (a controller with no registry), fails naming the requirement
     pip could not find, before anything changes on any host.
-  - Writes C(DIRECTORY/manifests/DIGEST.json) (the inputs, every wheel's sha256 and which run needs it).
-    A rerun with the same inputs and unchanged files runs no pip at all (changed=false).
   - Distributions named in I(protect) (torch) that the env already holds must not be replaced by any run;
     the module fails naming what would replace them.
   - Check mode resolves (read-only) and reports what would be downloaded.
@@ -81,6 +88,20 @@ options:
     description: Seconds each pip run may take.
     type: int
     default: 3600
+  manifest_sha256:
+    description:
+      - The sha256 of the manifest file the build wrote for this host (its C(manifest_sha256)), as one
+        digest, or a mapping manifest file name (C(0123456789abcdef.json), C(.json) optional) -> digest for a
+        wheelhouse built for several kinds of hosts.
+      - Required with I(download=false); ignored otherwise.
+    type: raw
+  hash_cache:
+    description:
+      - Controller file that keeps each wheel's sha256 with its size, mtime, ctime and inode, so a rerun reads
+        no unchanged wheel. Keep it outside I(directory) (it is trusted; the wheelhouse is not).
+      - Empty, every wheel is hashed on every run.
+    type: path
+    default: ""
 author: epforge developers
 """
 
@@ -94,6 +115,20 @@ EXAMPLES = r"""
     machine: x86_64
     glibc: "2.39"
     installed: {torch: 2.11.0+cu130, numpy: 2.3.1}
+    log_path: /root/.cache/epforge/wheelhouse.log
+    hash_cache: /root/.cache/epforge/wheelhouse-hashes.json
+  delegate_to: localhost
+
+- name: The same wheelhouse carried to a controller with no registry
+  wheelhouse_build:
+    directory: /srv/epforge-wheelhouse
+    stack: "{{ epforge_stack_spec }}"
+    python_version: "3.12.3"
+    machine: x86_64
+    glibc: "2.39"
+    download: false
+    # The manifest_sha256 the build above returned, carried apart from the wheelhouse.
+    manifest_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
     log_path: /root/.cache/epforge/wheelhouse.log
   delegate_to: localhost
 """
@@ -112,6 +147,17 @@ groups:
 manifest:
   description: Path of the manifest for these inputs.
   returned: success
+  type: str
+manifest_sha256:
+  description:
+    - sha256 of the manifest file's bytes (the digest to carry apart from the wheelhouse and give as
+      I(manifest_sha256) where downloads are off). Empty in check mode while wheels are still to be fetched.
+    - On failure, the digest of the manifest found (empty when there is none).
+  returned: always
+  type: str
+expected_manifest_sha256:
+  description: The digest I(manifest_sha256) gave for this manifest, when the file's differs.
+  returned: failure
   type: str
 inputs_digest:
   description: sha256 of the inputs (groups, target python and platform, the env's distributions).
@@ -138,20 +184,25 @@ redownloaded:
   elements: str
 """
 
+import hashlib
+import json
 import os
 import re
 import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.epforge_build import file_sha256
 from ansible.module_utils.epforge_common import fail_cmd, tail
-from ansible.module_utils.epforge_files import read_json, write_json_atomic
+from ansible.module_utils.epforge_files import json_text, read_json, write_json_atomic
 from ansible.module_utils.epforge_process import run_bounded, run_logged
 from ansible.module_utils.epforge_wheelhouse import (
     MANIFEST_SCHEMA,
     bad_names,
     base_version,
+    given_manifest_digest,
     inputs_digest,
+    manifest_files,
     manifest_path,
     mismatched_files,
     missing_requirement,
@@ -410,10 +461,88 @@ def resolve_all(
     return details, files
 
 
-def refuse_untrusted(module, directory: str, old: dict | None, download: bool, result: dict) -> None:
+def read_hash_cache(path: str, directory: str) -> dict:
+    """{wheel file name: {sha256, size, mtime_ns, ctime_ns, inode}} the controller's cache holds for
+    directory (nothing without a cache, or for an unreadable one: then every wheel is hashed)."""
+    entries = ((read_json(path) if path else None) or {}).get(os.path.realpath(directory))
+    return entries if isinstance(entries, dict) else {}
+
+
+def write_hash_cache(module, directory: str, seen: dict) -> None:
+    """Merge what this run hashed into the cache (outside the wheelhouse), dropping wheels that are gone.
+    A cache, not managed state: it is written without reporting a change, and never in check mode."""
+    path = module.params["hash_cache"]
+    if not path or module.check_mode:
+        return
+    data = read_json(path) or {}
+    key = os.path.realpath(directory)
+    entries = {**read_hash_cache(path, directory), **seen}
+    data[key] = {n: e for n, e in sorted(entries.items()) if os.path.exists(os.path.join(directory, n))}
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    write_json_atomic(path, data)
+
+
+def read_manifest(mpath: str) -> bytes | None:
+    try:
+        with open(mpath, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def refuse_unanchored(module, mpath: str, text: bytes | None, result: dict) -> None:
+    """Downloads off: the wheelhouse was carried in, and a manifest beside the wheels can be replaced
+    together with them. Trust comes from outside it: this host's manifest must exist and its bytes must
+    have the sha256 the user carried apart (what the build returned). Fails before any pip run or write."""
+    p = module.params
+    name = os.path.basename(mpath)
+    try:
+        expected = given_manifest_digest(p["manifest_sha256"], name)
+    except ValueError as err:
+        module.fail_json(msg=f"wheelhouse_manifest_sha256 (option manifest_sha256): {err}", **result)
+    if text is None:
+        module.fail_json(
+            msg=f"the wheelhouse {p['directory']} has no manifest {name} for this host (python "
+            f"{p['python_version']}, {p['machine']}, glibc {p['glibc']} and the env's distributions; inputs "
+            f"digest {result['inputs_digest']}). Downloads are off, and wheels are trusted only through the "
+            "manifest their build wrote, so nothing was used or changed: build the wheelhouse on a connected "
+            "controller against a host like this one, and carry it with the manifest digest that run printed"
+            + ("" if expected else " (give it as wheelhouse_manifest_sha256)"),
+            **result,
+        )
+    if not expected:
+        listed = sorted(p["manifest_sha256"]) if isinstance(p["manifest_sha256"], dict) else []
+        module.fail_json(
+            msg=f"downloads are off, so {p['directory']} is a carried wheelhouse: it is used only with the "
+            f"sha256 of its manifest {name} given as wheelhouse_manifest_sha256 (module option "
+            "manifest_sha256), since a manifest beside the wheels can be replaced together with them"
+            + (f"; the mapping given names only {', '.join(listed)}" if listed else "")
+            + ". The build that wrote it printed it (task 'Show the manifest digest to carry apart from the "
+            "wheelhouse', and step 'wheelhouse' of the summary); it is also in local fact "
+            "epforge_wheelhouse, key manifest_sha256, on the hosts it was built for. Nothing was used or "
+            "changed",
+            **result,
+        )
+    if result["manifest_sha256"] != expected:
+        module.fail_json(
+            msg=f"the manifest {mpath} has sha256 {result['manifest_sha256']}, not {expected} as "
+            "wheelhouse_manifest_sha256 gives: it is not the manifest its build wrote (replaced or edited, "
+            "perhaps together with the wheels it lists), so none of its wheels is trusted. Nothing was used "
+            "or changed; carry the wheelhouse again from the connected controller, or give the digest that "
+            "build printed",
+            expected_manifest_sha256=expected,
+            **result,
+        )
+
+
+def refuse_untrusted(module, directory: str, old: dict | None, known: dict, result: dict) -> dict:
     """Before any pip run or write: a manifest naming anything but a plain wheel file of the wheelhouse is
-    refused; a wheel whose bytes no manifest recorded (replaced after the build) is refused offline, and
-    removed to be downloaded again online. Names the files."""
+    refused; a wheel whose bytes no trusted manifest recorded (replaced after the build) is refused offline,
+    and removed to be downloaded again online. Names the files. Returns what it hashed (for the cache).
+
+    Online every manifest of the wheelhouse counts (this controller wrote them); offline only this host's,
+    whose digest was checked: the others are as untrusted as the wheels."""
+    download = module.params["download"]
     names = bad_names(old or {})
     if names:
         module.fail_json(
@@ -422,12 +551,15 @@ def refuse_untrusted(module, directory: str, old: dict | None, download: bool, r
             "Rebuild the wheelhouse on a connected controller",
             **result,
         )
-    recorded = recorded_hashes(directory)
+    if download:
+        recorded = recorded_hashes(directory)
+    else:
+        recorded = {n: {i.get("sha256")} for n, i in (old or {}).get("files", {}).items()}
     present = {f: {"sha256": ""} for f in recorded if os.path.exists(os.path.join(directory, f))}
-    _, current = stale_files(directory, {"files": present}, known=(old or {}).get("files"))
+    _, current = stale_files(directory, {"files": present}, known=known)
     mismatched = mismatched_files(current, recorded)
     if not mismatched:
-        return
+        return current
     if not download:
         found = "; ".join(
             f"{f}: sha256 {current[f]['sha256'][:12]}..., recorded {', '.join(sorted(recorded[f]))[:12]}..."
@@ -435,8 +567,8 @@ def refuse_untrusted(module, directory: str, old: dict | None, download: bool, r
         )
         module.fail_json(
             msg=f"wheels of {directory} differ from what its manifests recorded (replaced after the build): "
-            f"{found}. Nothing was used or changed; put the recorded wheels back, or, to trust the new ones "
-            f"as they are, remove {os.path.join(directory, 'manifests')} and build again",
+            f"{found}. Nothing was used or changed; put the recorded wheels back, or carry the wheelhouse "
+            "again from the connected controller that built it",
             mismatched=mismatched,
             **result,
         )
@@ -444,6 +576,96 @@ def refuse_untrusted(module, directory: str, old: dict | None, download: bool, r
         for name in mismatched:
             os.unlink(os.path.join(directory, name))
     result["redownloaded"] = mismatched
+    return {f: v for f, v in current.items() if f not in mismatched}
+
+
+def fail_offline_incomplete(module, pip: list[str], groups: list[dict], *, target: list[str], result: dict):
+    """Offline, this host's manifest lists wheels the wheelhouse lacks: pip's offline check names the
+    requirement; should pip find other wheels for it, those are still not the manifest's, so refuse too.
+    Never a new manifest offline: the anchored one's digest is what the next run checks."""
+    p = module.params
+    installed = {normalize(k): str(v) for k, v in p["installed"].items()}
+    resolve_all(module, pip, groups, target=target, installed=installed, result=result)
+    module.fail_json(
+        msg=f"the wheelhouse {p['directory']} lacks {', '.join(result['stale'])}, which its manifest "
+        f"{result['manifest']} lists; other wheels there satisfy pip, but offline only the manifest's are "
+        "trusted. Nothing was used or changed: put the listed wheels back, or carry the wheelhouse again",
+        missing=result["stale"],
+        **result,
+    )
+
+
+def trusted_manifest(module, mpath: str, digest: str, result: dict) -> dict | None:
+    """This host's manifest (None when absent or unreadable online), its digest in the result; offline only
+    the anchored one, for these inputs."""
+    text = read_manifest(mpath)
+    if text is not None:
+        result["manifest_sha256"] = hashlib.sha256(text).hexdigest()
+    download = module.params["download"]
+    if not download:
+        refuse_unanchored(module, mpath, text, result)
+    try:
+        old = json.loads(text) if text is not None else None
+    except ValueError:
+        old = None
+    old = old if isinstance(old, dict) else None
+    if not download and (old or {}).get("inputs_digest") != digest:
+        # Its digest matched, so the build wrote it: yet not for these inputs (another epforge's layout).
+        module.fail_json(
+            msg=f"the manifest {mpath} does not record this host's inputs (digest {digest}); nothing was "
+            "used or changed: build the wheelhouse again on a connected controller with this epforge",
+            **result,
+        )
+    return old
+
+
+def exit_when_current(module, old: dict, known: dict, seen: dict, result: dict) -> None:
+    """Every wheel of this host's manifest present with its recorded hash: done, no pip run. Otherwise
+    result['stale'] names what is absent or changed."""
+    stale, current = stale_files(module.params["directory"], old, known)
+    seen.update(current)
+    if stale:
+        result["stale"] = stale
+        return
+    download = module.params["download"]
+    canonical = {**old, "files": manifest_files(current)}
+    if canonical != old and download:
+        # Written by an older epforge, with file identities inside (they differ on every copy): rewritten
+        # once without them, so its digest stays the same from now on. Never offline (anchored bytes).
+        if not module.check_mode:
+            write_json_atomic(result["manifest"], canonical)
+        result["manifest_sha256"] = hashlib.sha256(json_text(canonical).encode()).hexdigest()
+        result["changed"] = True
+    finish(
+        module,
+        seen,
+        files=sorted(old["files"]),
+        groups=old["groups_detail"],
+        hashes={f: v["sha256"] for f, v in current.items()},
+        reason="manifest matches"
+        + ("" if download else " its given digest")
+        + ", every wheel present with its recorded hash",
+        **result,
+    )
+
+
+def write_manifest(module, manifest: dict, complete: bool, result: dict) -> None:
+    """Write the manifest; the result's manifest_sha256 is the digest of the file's bytes (in check mode,
+    the digest it would have; unknown while wheels are still to be fetched)."""
+    if module.check_mode:
+        result["manifest_sha256"] = (
+            hashlib.sha256(json_text(manifest).encode()).hexdigest() if complete else ""
+        )
+        return
+    mpath = result["manifest"]
+    os.makedirs(os.path.dirname(mpath), exist_ok=True)
+    write_json_atomic(mpath, manifest)
+    result["manifest_sha256"] = file_sha256(mpath)
+
+
+def finish(module, seen: dict, **values) -> None:
+    write_hash_cache(module, module.params["directory"], seen)
+    module.exit_json(**values)
 
 
 def main() -> None:
@@ -461,6 +683,8 @@ def main() -> None:
             "pip": {"type": "list", "elements": "str", "default": []},
             "log_path": {"type": "path", "required": True},
             "timeout": {"type": "int", "default": 3600},
+            "manifest_sha256": {"type": "raw"},
+            "hash_cache": {"type": "path", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -482,7 +706,13 @@ def main() -> None:
     }
     digest = inputs_digest(inputs)
     mpath = manifest_path(directory, digest)
-    result = {"changed": False, "manifest": mpath, "inputs_digest": digest, "downloaded": []}
+    result = {
+        "changed": False,
+        "manifest": mpath,
+        "inputs_digest": digest,
+        "manifest_sha256": "",
+        "downloaded": [],
+    }
     if not os.path.isdir(directory) and not p["download"]:
         module.fail_json(
             msg=f"the wheelhouse {directory} does not exist and downloads are off: carry in a "
@@ -490,51 +720,38 @@ def main() -> None:
             **result,
         )
 
-    old = read_json(mpath)
-    refuse_untrusted(module, directory, old, p["download"], result)
+    old = trusted_manifest(module, mpath, digest, result)
+    known = read_hash_cache(p["hash_cache"], directory)
+    seen = refuse_untrusted(module, directory, old, known, result)
+    known = {**known, **seen}
     if old and old.get("inputs_digest") == digest:
-        stale, current = stale_files(directory, old)
-        if not stale and current != old["files"]:
-            # Same bytes, other file identities (a manifest written before they were recorded, or a copy
-            # with the same content): record them, so the next run hashes nothing.
-            if not module.check_mode:
-                write_json_atomic(mpath, {**old, "files": current})
-            result["changed"] = True
-        if not stale:
-            module.exit_json(
-                files=sorted(old["files"]),
-                groups=old["groups_detail"],
-                hashes={f: v["sha256"] for f, v in current.items()},
-                reason="manifest matches, every wheel present with its recorded hash",
-                **result,
-            )
-        result["stale"] = stale
+        exit_when_current(module, old, known, seen, result)
 
     pip_supports_target_dry_run(module, pip)
+    if not p["download"]:
+        fail_offline_incomplete(module, pip, groups, target=target, result=result)
     if not module.check_mode:
         os.makedirs(directory, exist_ok=True)
     details, files = resolve_all(module, pip, groups, target=target, installed=installed, result=result)
     result["changed"] = bool(result["downloaded"]) or not old or bool(result.get("stale"))
-    if module.check_mode:
-        present = {f: {"sha256": ""} for f in files if os.path.exists(os.path.join(directory, f))}
-        _, current = stale_files(directory, {"files": present}, known=(old or {}).get("files"))
-        module.exit_json(
-            files=sorted(files), groups=details, hashes={f: v["sha256"] for f, v in current.items()}, **result
-        )
-    _, current = stale_files(
-        directory, {"files": {f: {"sha256": ""} for f in files}}, known=(old or {}).get("files")
-    )
+    present = {f: {"sha256": ""} for f in files if os.path.exists(os.path.join(directory, f))}
+    _, current = stale_files(directory, {"files": present}, known=known)
+    seen.update(current)
     manifest = {
         "schema": MANIFEST_SCHEMA,
         "inputs_digest": digest,
         "inputs": inputs,
         "groups_detail": details,
-        "files": current,
+        "files": manifest_files(current),
     }
-    os.makedirs(os.path.dirname(mpath), exist_ok=True)
-    write_json_atomic(mpath, manifest)
-    module.exit_json(
-        files=sorted(files), groups=details, hashes={f: v["sha256"] for f, v in current.items()}, **result
+    write_manifest(module, manifest, len(current) == len(files), result)
+    finish(
+        module,
+        seen,
+        files=sorted(files),
+        groups=details,
+        hashes={f: v["sha256"] for f, v in current.items()},
+        **result,
     )
 
 

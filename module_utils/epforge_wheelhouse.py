@@ -308,10 +308,13 @@ def _identity(stat: os.stat_result) -> dict:
 
 
 def stale_files(directory: str, manifest: dict, known: dict | None = None) -> tuple[list[str], dict]:
-    """Files of a manifest that are absent or whose content changed; and the current {file: sha256, ...}.
+    """Files of a manifest that are absent or whose content changed; and the current {file: {sha256,
+    size, mtime_ns, ctime_ns, inode}, ...}.
 
-    A file whose size, mtime, ctime and inode equal the recorded ones keeps its recorded hash (no re-read of
-    5 GB of torch on every run); any other file is hashed again.
+    A file whose size, mtime, ctime and inode equal those `known` (the controller's hash cache, kept outside
+    the wheelhouse) holds keeps that hash (no re-read of 5 GB of torch on every run); any other file is
+    hashed again. Identities are never taken from the manifest: it sits beside the wheels, so whoever
+    replaces a wheel could also write the new file's identity next to the old hash there.
     """
     known = known or {}
     stale: list[str] = []
@@ -323,7 +326,7 @@ def stale_files(directory: str, manifest: dict, known: dict | None = None) -> tu
         except OSError:
             stale.append(filename)
             continue
-        seen = known.get(filename) or recorded
+        seen = known.get(filename) or {}
         identity = _identity(stat)
         same = all(seen.get(k) == identity[k] for k in _IDENTITY)
         sha = seen["sha256"] if same and seen.get("sha256") else file_sha256(path)
@@ -331,6 +334,38 @@ def stale_files(directory: str, manifest: dict, known: dict | None = None) -> tu
         if sha != recorded.get("sha256"):
             stale.append(filename)
     return stale, current
+
+
+def manifest_files(current: dict) -> dict:
+    """The manifest's files entry: each wheel's sha256 only. File identities (inode, ctime) differ on every
+    copy of the wheelhouse; kept out of the manifest, its bytes - and so its digest - stay the build's."""
+    return {name: {"sha256": item["sha256"]} for name, item in sorted(current.items())}
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _digest(value, where: str) -> str:
+    digest = str(value).strip().lower()
+    if not _SHA256.match(digest):
+        raise ValueError(f"{where} is {value!r}, not a sha256 (64 hex digits)")
+    return digest
+
+
+def given_manifest_digest(given, name: str) -> str:
+    """The sha256 given for the manifest file `name` (like '0123456789abcdef.json'), '' when none is given
+    for it. `given` is one digest, or a mapping manifest file name (with or without .json) -> digest for a
+    wheelhouse shared by several kinds of hosts. ValueError when it is neither or a digest is malformed."""
+    if given is None or given in ("", {}):
+        return ""
+    if isinstance(given, str):
+        return _digest(given, "the digest")
+    if not isinstance(given, dict):
+        raise ValueError(
+            f"expected a sha256 or a mapping manifest file name -> sha256, got {type(given).__name__}"
+        )
+    digests = {str(k).removesuffix(".json"): _digest(v, f"the digest for {k}") for k, v in given.items()}
+    return digests.get(name.removesuffix(".json"), "")
 
 
 def recorded_hashes(directory: str) -> dict[str, set[str]]:

@@ -1,8 +1,9 @@
 """Wheelhouse: the requirement computation from real stack files, and module wheelhouse_build with the real
-pip of this venv against real wheel files built here (tiny, valid wheels), with downloads off: a complete
-wheelhouse is accepted and recorded, a rerun runs no pip, a removed wheel is refused naming its requirement,
-a user-placed wheel of the same name and version is accepted with its new hash, what the env holds is not
-fetched, and a protected torch is never replaced."""
+pip of this venv against real wheel files built here (tiny, valid wheels). The build (downloads on, but every
+wheel is already here, so no registry is asked) records a complete wheelhouse and its manifest's digest; the
+same wheelhouse offline, with that digest given, runs no pip; a removed wheel is refused naming its
+requirement, a replaced one naming the file, a wheel replaced together with its manifest naming the manifest;
+what the env holds is not fetched, and a protected torch is never replaced."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import base64
 import hashlib
 import json
 import os
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -78,8 +82,10 @@ def args_for(directory: Path, tmp_path: Path, requirements: list[str], **over) -
         "machine": "x86_64",
         "glibc": "2.36",
         "installed": {},
-        "download": False,
+        "download": True,
         "log_path": str(tmp_path / "wheelhouse.log"),
+        # Outside the wheelhouse, as the role keeps it (epforge_controller_cache_dir).
+        "hash_cache": str(tmp_path / "hashes.json"),
     }
     args.update(over)
     return args
@@ -93,6 +99,38 @@ def house(tmp_path) -> Path:
     build_wheel(directory, "beta", "1.2")
     build_wheel(directory, "torch", "2.99.0")
     return directory
+
+
+def build(house: Path, tmp_path: Path, requirements: tuple[str, ...] = ("alpha",)) -> dict:
+    """The build on a connected controller (downloads on; every wheel is already here, so no registry is
+    asked): it writes the manifest and returns its digest."""
+    result = run_module_in(
+        tmp_path,
+        "wheelhouse_build",
+        args_for(house, tmp_path, list(requirements), download=True),
+        timeout=300,
+    )
+    assert result["_rc"] == 0, result
+    return result
+
+
+def offline(house: Path, tmp_path: Path, digest, requirements: tuple[str, ...] = ("alpha",)) -> dict:
+    """The carried wheelhouse on a controller with no registry, with the digest given (None: not given)."""
+    over = {"download": False} if digest is None else {"download": False, "manifest_sha256": digest}
+    return run_module_in(
+        tmp_path, "wheelhouse_build", args_for(house, tmp_path, list(requirements), **over), timeout=300
+    )
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    """Every file under directory with its bytes (what "nothing changed" compares)."""
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_groups_cu130_default_roles():
@@ -242,8 +280,7 @@ def test_sglang_install_server_profile_commands():
 
 
 def test_complete_wheelhouse_recorded_then_rerun_runs_no_pip(house, tmp_path):
-    first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
-    assert first["_rc"] == 0, first
+    first = build(house, tmp_path)
     assert first["changed"] and first["downloaded"] == []
     assert first["files"] == ["alpha-1.0-py3-none-any.whl", "beta-1.2-py3-none-any.whl"]
     manifest = json.loads(Path(first["manifest"]).read_text())
@@ -254,7 +291,7 @@ def test_complete_wheelhouse_recorded_then_rerun_runs_no_pip(house, tmp_path):
         == first["hashes"]["beta-1.2-py3-none-any.whl"]
     )
     log_size = (tmp_path / "wheelhouse.log").stat().st_size
-    again = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    again = offline(house, tmp_path, first["manifest_sha256"])
     assert again["_rc"] == 0 and not again["changed"], again
     assert again["files"] == first["files"]
     # No pip ran: nothing was appended to the log.
@@ -262,12 +299,9 @@ def test_complete_wheelhouse_recorded_then_rerun_runs_no_pip(house, tmp_path):
 
 
 def test_removed_wheel_fails_naming_the_requirement(house, tmp_path):
-    assert (
-        run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)["_rc"]
-        == 0
-    )
+    first = build(house, tmp_path)
     (house / "beta-1.2-py3-none-any.whl").unlink()
-    result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    result = offline(house, tmp_path, first["manifest_sha256"])
     assert result["_rc"] != 0
     assert result["missing"] == "beta>=1.0"
     assert "has no wheel for requirement beta>=1.0" in result["msg"]
@@ -279,12 +313,12 @@ def test_removed_wheel_fails_naming_the_requirement(house, tmp_path):
 def test_a_replaced_wheel_is_refused_naming_it(house, tmp_path):
     """Issue 'nothing let in' (1): a wheel replaced by another build of the same name (other content) is not
     installed and its manifest entry is not rewritten: the run fails before any change, naming the file."""
-    first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    first = build(house, tmp_path)
     old_sha = first["hashes"]["beta-1.2-py3-none-any.whl"]
     manifest = Path(first["manifest"]).read_bytes()
     (house / "beta-1.2-py3-none-any.whl").unlink()
     build_wheel(house, "beta", "1.2", payload="trimmed")
-    result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    result = offline(house, tmp_path, first["manifest_sha256"])
     assert result["_rc"] != 0, result
     assert "beta-1.2-py3-none-any.whl" in result["msg"] and old_sha[:12] in result["msg"], result["msg"]
     assert result["mismatched"] == ["beta-1.2-py3-none-any.whl"]
@@ -292,8 +326,9 @@ def test_a_replaced_wheel_is_refused_naming_it(house, tmp_path):
 
 
 def test_a_replacement_that_keeps_size_and_mtime_is_still_rehashed(house, tmp_path):
-    first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
-    assert first["_rc"] == 0, first
+    first = build(house, tmp_path)
+    # The hash cache (outside the wheelhouse) holds the wheel with its identity: only ctime and inode differ.
+    assert "beta-1.2-py3-none-any.whl" in json.loads((tmp_path / "hashes.json").read_text())[str(house)]
     wheel = house / "beta-1.2-py3-none-any.whl"
     before = wheel.stat()
     content = bytearray(wheel.read_bytes())
@@ -302,13 +337,14 @@ def test_a_replacement_that_keeps_size_and_mtime_is_still_rehashed(house, tmp_pa
     wheel.write_bytes(bytes(content))
     os.utime(wheel, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert wheel.stat().st_size == before.st_size and wheel.stat().st_mtime_ns == before.st_mtime_ns
-    result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    result = offline(house, tmp_path, first["manifest_sha256"])
     assert result["_rc"] != 0 and result["mismatched"] == ["beta-1.2-py3-none-any.whl"], result
 
 
 def test_a_manifest_naming_a_path_outside_the_wheelhouse_is_refused(house, tmp_path):
-    """Issue 'nothing let in' (2): manifest names are file names of the wheelhouse, nothing else."""
-    first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+    """Issue 'nothing let in' (2): manifest names are file names of the wheelhouse, nothing else: refused by
+    the build, and offline even with the edited manifest's own digest given."""
+    first = build(house, tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
     evil = build_wheel(outside, "evil", "1.0")
@@ -316,9 +352,14 @@ def test_a_manifest_naming_a_path_outside_the_wheelhouse_is_refused(house, tmp_p
     sha = hashlib.sha256(evil.read_bytes()).hexdigest()
     manifest["files"]["../outside/evil-1.0-py3-none-any.whl"] = {"sha256": sha, "size": evil.stat().st_size}
     Path(first["manifest"]).write_text(json.dumps(manifest))
-    result = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
-    assert result["_rc"] != 0, result
-    assert "'../outside/evil-1.0-py3-none-any.whl' is not a plain wheel file name" in result["msg"], result
+    for result in (
+        run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300),
+        offline(house, tmp_path, sha256_of(Path(first["manifest"]))),
+    ):
+        assert result["_rc"] != 0, result
+        assert "'../outside/evil-1.0-py3-none-any.whl' is not a plain wheel file name" in result["msg"], (
+            result
+        )
 
 
 def test_what_the_env_holds_is_not_needed(house, tmp_path):
@@ -401,16 +442,164 @@ def test_role_without_a_wheelhouse_is_one_skipped_include_and_one_step(tmp_path)
     assert not facts.exists() or not (facts / "epforge_wheelhouse.fact").exists()
 
 
-def test_a_manifest_without_file_identities_is_completed_once(house, tmp_path):
-    """A manifest written before inode/ctime were recorded: one run records them, the next hashes nothing."""
-    first = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
+def test_a_manifest_with_file_identities_is_rewritten_once_without_them(house, tmp_path):
+    """A manifest of an older epforge held each wheel's inode and ctime, which differ on every copy: the build
+    rewrites it once with hashes only (the identities stay in the hash cache, outside the wheelhouse), so its
+    digest holds from then on; the next run changes nothing."""
+    first = build(house, tmp_path)
     manifest = json.loads(Path(first["manifest"]).read_text())
-    for item in manifest["files"].values():
-        for key in ("mtime_ns", "ctime_ns", "inode"):
-            item.pop(key)
+    for name, item in manifest["files"].items():
+        stat = (house / name).stat()
+        item.update(
+            size=stat.st_size, mtime_ns=stat.st_mtime_ns, ctime_ns=stat.st_ctime_ns, inode=stat.st_ino
+        )
     Path(first["manifest"]).write_text(json.dumps(manifest))
-    completed = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
-    assert completed["_rc"] == 0 and completed["changed"], completed
-    assert all("inode" in i for i in json.loads(Path(first["manifest"]).read_text())["files"].values())
-    again = run_module_in(tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), timeout=300)
-    assert again["_rc"] == 0 and not again["changed"], again
+    completed = build(house, tmp_path)
+    assert completed["changed"] and completed["manifest_sha256"] == first["manifest_sha256"], completed
+    assert sha256_of(Path(first["manifest"])) == first["manifest_sha256"]
+    assert all(
+        set(i) == {"sha256"} for i in json.loads(Path(first["manifest"]).read_text())["files"].values()
+    )
+    again = build(house, tmp_path)
+    assert not again["changed"], again
+
+
+# Issue 20 "nothing let in" (3): a manifest beside the wheels can be replaced together with them, so an
+# offline run trusts only the manifest whose digest the build printed and the user carried apart from the
+# wheelhouse.
+
+
+def test_a_wheel_and_its_manifest_replaced_together_are_refused_offline(house, tmp_path):
+    """The wheel replaced by another build AND its manifest rewritten with that build's correct hash: the
+    wheel matches its manifest, but the manifest is not the one the build's digest names. Refused before any
+    pip run or write, naming the manifest file and both digests."""
+    first = build(house, tmp_path)
+    manifest_file = Path(first["manifest"])
+    (house / "beta-1.2-py3-none-any.whl").unlink()
+    forged = build_wheel(house, "beta", "1.2", payload="forged")
+    manifest = json.loads(manifest_file.read_text())
+    manifest["files"]["beta-1.2-py3-none-any.whl"] = {"sha256": sha256_of(forged)}
+    manifest_file.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    before = tree(house)
+    log_size = (tmp_path / "wheelhouse.log").stat().st_size
+    result = offline(house, tmp_path, first["manifest_sha256"])
+    assert result["_rc"] != 0, result
+    assert str(manifest_file) in result["msg"], result["msg"]
+    assert first["manifest_sha256"] in result["msg"] and sha256_of(manifest_file) in result["msg"], result[
+        "msg"
+    ]
+    assert "nothing was used or changed" in result["msg"].lower(), result["msg"]
+    assert result["manifest_sha256"] == sha256_of(manifest_file)
+    assert tree(house) == before
+    assert (tmp_path / "wheelhouse.log").stat().st_size == log_size
+
+
+def test_offline_without_the_manifest_digest_is_refused_saying_where_to_find_it(house, tmp_path):
+    first = build(house, tmp_path)
+    before = tree(house)
+    result = offline(house, tmp_path, None)
+    assert result["_rc"] != 0, result
+    msg = result["msg"]
+    assert "wheelhouse_manifest_sha256" in msg and Path(first["manifest"]).name in msg, msg
+    # Where the build recorded it, apart from the wheelhouse.
+    assert "local fact epforge_wheelhouse" in msg and "manifest_sha256" in msg, msg
+    assert "nothing was used or changed" in msg.lower(), msg
+    assert tree(house) == before
+    # A carried directory with wheels but no manifest for this host has nothing to trust, digest or not.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for wheel in house.glob("*.whl"):
+        (bare / wheel.name).write_bytes(wheel.read_bytes())
+    refused = offline(bare, tmp_path, first["manifest_sha256"])
+    assert refused["_rc"] != 0 and "has no manifest" in refused["msg"], refused
+    assert not (bare / "manifests").exists()
+
+
+def test_a_carried_wheelhouse_is_used_with_the_digest_its_build_printed(house, tmp_path):
+    first = build(house, tmp_path)
+    digest = sha256_of(Path(first["manifest"]))
+    assert first["manifest_sha256"] == digest
+    # Carried: a copy, so every wheel has a new inode and ctime and is hashed again.
+    carried = tmp_path / "carried"
+    shutil.copytree(house, carried)
+    manifest_file = carried / "manifests" / Path(first["manifest"]).name
+    ok = offline(carried, tmp_path, digest)
+    assert ok["_rc"] == 0 and not ok["changed"], ok
+    assert ok["files"] == first["files"] and ok["manifest_sha256"] == digest
+    # Used read-only: the manifest's bytes (and so its digest) stay what the build wrote.
+    assert sha256_of(manifest_file) == digest
+    # Several kinds of hosts share a wheelhouse: a mapping manifest file name -> digest.
+    mapped = offline(carried, tmp_path, {manifest_file.name: digest.upper(), "0" * 16 + ".json": "1" * 64})
+    assert mapped["_rc"] == 0, mapped
+    unlisted = offline(carried, tmp_path, {"0" * 16 + ".json": digest})
+    assert unlisted["_rc"] != 0 and manifest_file.name in unlisted["msg"], unlisted
+
+
+def test_role_offline_needs_the_digest_its_build_printed(house, tmp_path):
+    """The role end to end on localhost: the build prints and records the manifest's digest; the same run
+    with downloads off and no wheelhouse_manifest_sha256 fails in the build task, saying where the digest
+    is, before anything changes (the host's copy and facts as they were); with the recorded digest it runs
+    and changes nothing."""
+    (tmp_path / "play.yml").write_text(ROLE_PLAY)
+    facts, host_dir = tmp_path / "facts", tmp_path / "host-wheels"
+    base = {
+        "epforge_facts_dir": str(facts),
+        "epforge_log_dir": str(tmp_path / "log"),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "epforge_controller_cache_dir": str(tmp_path / "cache"),
+        "epforge_probe_cache": False,
+        "epforge_wheelhouse": str(house),
+        "epforge_wheelhouse_host_dir": str(host_dir),
+        "wheelhouse_env_python": sys.executable,
+        "wheelhouse_ml_env_method": "existing",
+        "wheelhouse_cuda_toolkit_method": "existing",
+        "wheelhouse_flashinfer": False,
+        "wheelhouse_sglang": False,
+        "wheelhouse_extra_requirements": [{"name": "app", "requirements": ["alpha"]}],
+    }
+
+    def play(name: str, **over) -> subprocess.CompletedProcess:
+        vars_file = write_vars(tmp_path / f"{name}.json", {**base, **over})
+        return run_playbook(tmp_path / "play.yml", vars_file=vars_file, env=JSON_CALLBACK)
+
+    built = play("build")
+    assert built.returncode == 0, built.stdout[-3000:]
+    tasks = [t for p in json_report(built)["plays"] for t in p["tasks"]]
+    (shown,) = [
+        t
+        for t in tasks
+        if t["task"]["name"].endswith("Show the manifest digest to carry apart from the wheelhouse")
+    ]
+    fact = json.loads((facts / "epforge_wheelhouse.fact").read_text())
+    digest = fact["manifest_sha256"]
+    assert digest == sha256_of(Path(fact["manifest"])) and digest in shown["hosts"]["localhost"]["msg"]
+    before = {**tree(host_dir), **{f"facts/{k}": v for k, v in tree(facts).items()}}
+
+    refused = play("offline", wheelhouse_download=False)
+    assert refused.returncode != 0, refused.stdout[-3000:]
+    tasks = [t for p in json_report(refused)["plays"] for t in p["tasks"]]
+    (failed,) = [t for t in tasks if t["hosts"]["localhost"].get("failed")]
+    assert failed["task"]["name"].startswith("wheelhouse : Ensure the wheelhouse covers the host"), failed
+    msg = failed["hosts"]["localhost"]["msg"]
+    assert "wheelhouse_manifest_sha256" in msg and "local fact epforge_wheelhouse" in msg, msg
+    assert {**tree(host_dir), **{f"facts/{k}": v for k, v in tree(facts).items()}} == before
+
+    used = play("anchored", wheelhouse_download=False, wheelhouse_manifest_sha256=digest)
+    assert used.returncode == 0, used.stdout[-3000:]
+    assert json_report(used)["stats"]["localhost"]["changed"] == 0, used.stdout[-3000:]
+
+
+def test_check_mode_reports_the_manifest_digest_and_writes_nothing(house, tmp_path):
+    """Check (and diff) mode: the build reports the digest its manifest will have, writing neither the
+    manifest nor the hash cache; offline, the digest check runs as in a real run."""
+    checked = run_module_in(
+        tmp_path, "wheelhouse_build", args_for(house, tmp_path, ["alpha"]), check=True, diff=True, timeout=300
+    )
+    assert checked["_rc"] == 0 and checked["changed"], checked
+    assert not (house / "manifests").exists() and not (tmp_path / "hashes.json").exists()
+    first = build(house, tmp_path)
+    assert checked["manifest_sha256"] == first["manifest_sha256"]
+    for digest, rc in ((first["manifest_sha256"], 0), ("0" * 64, 1)):
+        args = args_for(house, tmp_path, ["alpha"], download=False, manifest_sha256=digest)
+        result = run_module_in(tmp_path, "wheelhouse_build", args, check=True, diff=True, timeout=300)
+        assert result["_rc"] == rc and not result["changed"], result
