@@ -235,6 +235,33 @@ def test_role_derives_the_device_list_from_gpu_facts(tmp_path):
     hardened_unit(devices=found[0])
 
 
+def test_a_gpu_launch_without_gpu_facts_is_refused_before_anything_changes(tmp_path):
+    """With DevicePolicy=closed a unit without a device list lets in no GPU: the role refuses a systemd
+    launch that requires a GPU when preflight's GPU facts are not in the play (so the list is empty)."""
+    from playbooks import run_playbook, write_vars  # noqa: PLC0415
+
+    book = tmp_path / "serve.yml"
+    book.write_text(
+        "- name: Launch without preflight\n  hosts: localhost\n  gather_facts: false\n"
+        "  roles: [sglang_server]\n"
+    )
+    user = "epforge-nodevices"
+    extra = {
+        "epforge_facts_dir": str(tmp_path / "facts"),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "epforge_log_dir": str(tmp_path / "log"),
+        "sglang_server_manager": "systemd",
+        "sglang_server_user": user,
+        "sglang_server_group": user,
+        "sglang_server_object": {"schema": 1},
+    }
+    proc = run_playbook(book, vars_file=write_vars(tmp_path / "vars.json", extra), timeout=300)
+    assert proc.returncode != 0
+    assert "sglang_server_devices is empty" in proc.stdout, proc.stdout[-3000:]
+    assert subprocess.run(["getent", "passwd", user], capture_output=True, check=False).returncode != 0
+    assert not (tmp_path / "state").exists()
+
+
 def test_env_file_quoting_and_masking():
     text = render_env_file(
         {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple", "X": 'a "b" $c'},
