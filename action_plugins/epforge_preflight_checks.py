@@ -7,19 +7,43 @@ process that is (this worker's parent) and whether the run named by a lock file 
 - a lock that is busy is first asked for without waiting: when its holder is a run of this very controller
   whose ansible-playbook process is gone (killed with SIGKILL, say, on a host that cannot watch it), the
   module is called again to end that stale holder and take the lock; otherwise it waits run_lock.wait_s
-  (a holder that watches its controller ends by itself within a second of it).
+  (a holder that watches its controller ends by itself within a second of it);
+- on a podman host (which cannot see the controller's processes, and `podman exec` forwards no signal), a
+  watchdog process on the controller follows ansible-playbook: when it ends, however it ends (SIGKILL
+  included), the watchdog runs the reaper on the host through `podman exec`: every command group a module
+  registered is ended, then the run lock's holder (module_utils/epforge_run_lock.py REAP_SCRIPT).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import action_loader
 
 MODULE = "epforge_preflight_checks"
+PODMAN_TRANSPORTS = ("containers.podman.podman", "podman")
+
+# The controller's watchdog for one run on one podman host: wait until ansible-playbook (pid, start time) is
+# gone or the lease ends, then run the reaper command once (bounded). argv: pid, start, lease, reaper argv...
+WATCHDOG_SCRIPT = r"""
+import subprocess, sys, time
+pid, start, lease = sys.argv[1:4]
+def started():
+    try:
+        with open("/proc/%s/stat" % pid) as handle:
+            return handle.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+end = time.monotonic() + float(lease)
+while time.monotonic() < end and started() == start:
+    time.sleep(0.5)
+subprocess.run(sys.argv[4:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+               timeout=120, check=False)
+"""
 
 
 def project_module_utils():
@@ -65,6 +89,7 @@ class ActionModule(ActionBase):
         first = self.call(args, dict(lock, wait_s=0), task_vars)
         holder = (first.get("run_lock") or {}).get("holder") or {}
         if (first.get("run_lock") or {}).get("taken") != "refused":
+            self.watch_from_controller(first, lock, run_lock)
             return dict(result, **first)
         # A holder that watches its controller ends by itself within a second: waiting is enough.
         if not holder.get("watching") and self.stale(holder, lock["controller"], run_lock):
@@ -74,7 +99,48 @@ class ActionModule(ActionBase):
                 f"{run_lock.describe_holder(holder)}, whose ansible-playbook process is gone: that stale "
                 "lock is ended"
             )
-        return dict(result, **self.call(args, waited, task_vars))
+        second = self.call(args, waited, task_vars)
+        self.watch_from_controller(second, lock, run_lock)
+        return dict(result, **second)
+
+    def watch_from_controller(self, answer: dict, lock: dict, run_lock) -> None:
+        """A lock newly taken on a podman host: start the controller's watchdog for this run there."""
+        taken = answer.get("run_lock") or {}
+        transport = getattr(self._connection, "transport", "")
+        if taken.get("taken") != "new" or taken.get("watching") or transport not in PODMAN_TRANSPORTS:
+            return
+        podman = self._connection.get_option("podman_executable") or "podman"
+        reaper = [
+            podman,
+            "exec",
+            self._play_context.remote_addr,
+            taken.get("python") or "python3",
+            "-I",
+            "-S",
+            "-c",
+            run_lock.REAP_SCRIPT,
+            "/run/epforge/groups",
+            lock["path"],
+            run_lock.HOLDER_MARK,
+        ]
+        controller = lock["controller"]
+        argv = [
+            sys.executable,
+            "-c",
+            WATCHDOG_SCRIPT,
+            str(controller["pid"]),
+            controller["start"],
+            str(lock.get("lease_s") or 21600),
+        ]
+        # detached on purpose: it outlives this worker and follows the whole run
+        subprocess.Popen(
+            [*argv, *reaper],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            start_new_session=True,
+        )
 
     def call(self, args: dict, lock: dict, task_vars) -> dict:
         return self._execute_module(

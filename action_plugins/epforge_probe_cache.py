@@ -94,7 +94,8 @@ WRITE_SCRIPT = (
     + f"KEEP = {RECORDS_KEPT_PER_MODULE}\n"
     + r"""
 record_path = sys.argv[1]
-data = json.loads(base64.b64decode(sys.argv[2]))
+# the record comes on stdin: a watch list of thousands of paths is past the kernel's limit for one argument
+data = json.loads(base64.b64decode(sys.stdin.read()))
 os.makedirs(os.path.dirname(record_path), mode=0o700, exist_ok=True)
 data["watch"] = {p: state(p) for p in data["watch"]}
 tmp = "%s.%d.tmp" % (record_path, os.getpid())
@@ -244,8 +245,8 @@ class ActionModule(ActionBase):
         payload = {"key": key, "module": name, "watch": sorted(set(answer["watch"])), "result": kept}
         payload = json.loads(json.dumps(payload, default=str))  # sealed as the host will read it back
         payload["seal"] = seal_of(key, payload["result"], payload["watch"])
-        encoded = base64.b64encode(json.dumps(payload, default=str).encode()).decode()
-        return self.host_json(interpreter, WRITE_SCRIPT, [record, encoded]).get("pruned", [])
+        encoded = base64.b64encode(json.dumps(payload, default=str).encode())
+        return self.host_json(interpreter, WRITE_SCRIPT, [record], in_data=encoded).get("pruned", [])
 
     def why_off(self, task_vars: dict) -> str:
         """Why the cache does not apply to this task ('' when it does)."""
@@ -280,16 +281,16 @@ class ActionModule(ActionBase):
         state_dir = self._templar.template(task_vars["epforge_state_dir"])
         return (f"{state_dir}/probe-cache/{name.rsplit('.', 1)[-1]}-{key[:16]}.json", key), ""
 
-    def host_json(self, interpreter: str, script: str, argv: list[str]) -> dict:
+    def host_json(self, interpreter: str, script: str, argv: list[str], in_data: bytes | None = None) -> dict:
         """Run a short script with the host's Python (no site, isolated) and return its JSON answer.
 
         A failure is not the task's failure: the record cannot be used
         (the module then runs)."""
         cmd = shlex.join([interpreter, "-I", "-S", "-c", script, *argv])
         try:
-            out = self._low_level_execute_command(cmd, sudoable=True)
-        except AnsibleError as exc:
-            return {"hit": False, "error": f"probe cache not readable: {exc}"}
+            out = self._low_level_execute_command(cmd, sudoable=True, in_data=in_data)
+        except (AnsibleError, OSError) as exc:  # OSError: e.g. E2BIG from the local connection's exec
+            return {"hit": False, "error": f"probe cache not usable: {exc}"}
         stdout = to_text(out.get("stdout", ""))
         try:
             return json.loads(stdout.strip().splitlines()[-1])

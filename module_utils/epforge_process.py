@@ -15,7 +15,9 @@ Interrupts end the whole process group too (a build's pip, ninja and c++ include
 - while a command runs, the module watches the chain of processes from itself up to the controller's
   ansible-playbook (local runs: the controller's processes are this host's): when any of them is gone or
   was re-parented (ansible-playbook killed with SIGKILL, its worker ended), the group is stopped the same way.
-  On ssh or podman hosts the controller's processes are not visible and this watch is off.
+  On ssh or podman hosts the controller's processes are not visible and this watch is off; there each
+  running group is registered in REGISTRY (pid and start time), and the controller's watchdog for podman
+  hosts (action_plugins/epforge_preflight_checks.py) ends the registered groups when ansible-playbook ends.
 """
 
 from __future__ import annotations
@@ -37,6 +39,32 @@ INTERRUPT_GRACE_S = 3
 WATCH_INTERVAL_S = 0.5
 # Signals that end a module; each ends the command's process group first.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+# Where a running command's process group is registered while it runs (root only; a tmpfs on systemd hosts):
+# what a reaper ends when the run that started it is gone (module_utils/epforge_run_lock.py reap_script).
+REGISTRY = "/run/epforge/groups"
+
+
+def _register(proc: subprocess.Popen) -> str:
+    """Register the command's group ('' when it cannot be: not root, no /run): a reaper's list."""
+    if os.geteuid() != 0:
+        return ""
+    stat = _stat(proc.pid)
+    path = os.path.join(REGISTRY, str(proc.pid))
+    try:
+        os.makedirs(REGISTRY, mode=0o700, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(f"{proc.pid} {stat[1] if stat else ''}\n")
+    except OSError:
+        return ""
+    return path
+
+
+def _unregister(path: str) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 class Interrupted(Exception):
@@ -211,6 +239,7 @@ def run_bounded(
         text, pending[0] = pending[0], None
         return proc.communicate(text, timeout=seconds)
 
+    registered = _register(proc)
     try:
         with _stop_group_on_interrupt(proc):
             out, err = _wait_watching(proc, timeout, communicate)
@@ -220,6 +249,8 @@ def run_bounded(
         out, err = proc.communicate()
         err = f"{err or ''}\ntimed out after {timeout:g} s"
         rc = TIMED_OUT
+    finally:
+        _unregister(registered)
     return Completed(rc, out or "", err or "", time.monotonic() - started)
 
 
@@ -274,6 +305,7 @@ def run_logged(
         log.write(f"\n=== {stamp} {header or ''}\n$ {' '.join(argv)}\n".encode())
         log.flush()
         proc = _popen_to_log(argv, log, env=env, cwd=cwd)
+        registered = _register(proc)
         try:
             with _stop_group_on_interrupt(proc, log):
                 rc = _wait_watching(proc, timeout, lambda seconds: proc.wait(timeout=seconds))
@@ -282,4 +314,6 @@ def run_logged(
             proc.wait()
             log.write(f"\n=== timed out after {timeout} s\n".encode())
             rc = TIMED_OUT
+        finally:
+            _unregister(registered)
     return rc, time.monotonic() - started

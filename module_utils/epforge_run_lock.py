@@ -62,6 +62,67 @@ while time.monotonic() < end:
 """
 
 
+# Run on the host (python -I -S -c) when the controller's run is gone and the host cannot see that itself (a
+# podman host: action_plugins/epforge_preflight_checks.py's watchdog runs it through `podman exec`): end every
+# registered command group (module_utils/epforge_process.py REGISTRY) that is still the process it was, then
+# the lock's holder. argv: registry, lock path, holder mark.
+REAP_SCRIPT = r"""
+import json, os, signal, sys, time
+registry, lock_path, mark = sys.argv[1:4]
+def started(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as handle:
+            return handle.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except OSError:
+        return False
+groups = []
+for name in sorted(os.listdir(registry)) if os.path.isdir(registry) else []:
+    path = os.path.join(registry, name)
+    try:
+        with open(path) as handle:
+            pid, start = handle.read().split()
+    except (OSError, ValueError):
+        continue
+    if started(pid) == start:
+        try:
+            os.killpg(int(pid), signal.SIGTERM)
+            groups.append(int(pid))
+        except OSError:
+            pass
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline and any(group_alive(g) for g in groups):
+    time.sleep(0.1)
+for pgid in groups:
+    if group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+holder = 0
+try:
+    with open(lock_path) as handle:
+        holder = int(json.loads(handle.read() or "{}").get("holder_pid") or 0)
+    with open("/proc/%d/cmdline" % holder, "rb") as handle:
+        if mark.encode() in handle.read():
+            os.kill(holder, signal.SIGTERM)
+        else:
+            holder = 0
+except (OSError, ValueError):
+    holder = 0
+print(json.dumps({"groups": groups, "holder": holder}))
+"""
+
+
 class LockBusy(Exception):
     """Another run holds the lock; args[0] is the holder's record (or {})."""
 
@@ -212,7 +273,7 @@ def take_lock(
             proc.kill()
         proc.wait()
         raise LockBusy(read_holder(path))
-    return {"taken": "new", "watching": watching, "holder": read_holder(path)}
+    return {"taken": "new", "watching": watching, "holder": read_holder(path), "python": python}
 
 
 def _first_line(proc: subprocess.Popen, timeout: float) -> str:

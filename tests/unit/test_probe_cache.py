@@ -46,6 +46,7 @@ PROBE_DOUBLE = textwrap.dedent(
       fail: {description: Fail., type: bool, default: false}
       watch: {description: Name O(path) in the watch list., type: bool, default: true}
       token: {description: A secret., type: str, default: "", no_log: true}
+      extra_watch: {description: More paths to watch., type: list, elements: path, default: []}
     """
     import os
 
@@ -61,6 +62,7 @@ PROBE_DOUBLE = textwrap.dedent(
                 fail=dict(type="bool", default=False),
                 watch=dict(type="bool", default=True),
                 token=dict(type="str", default="", no_log=True),
+                extra_watch=dict(type="list", elements="path", default=[]),
             ),
             supports_check_mode=True,
         )
@@ -74,7 +76,7 @@ PROBE_DOUBLE = textwrap.dedent(
             changed=p["changed"],
             content=content,
             env_mark=os.environ.get("PROBE_MARK", ""),
-            watch=[p["path"]] if p["watch"] else [],
+            watch=([p["path"]] + p["extra_watch"]) if p["watch"] else [],
         )
 
 
@@ -364,3 +366,24 @@ def test_a_record_edited_on_the_host_is_not_replayed(probe):
     assert again["content"] == "one\n" and runs(probe) == ["run", "run"]
     # The module's answer was recorded again, sealed: the next run is a hit.
     assert play(probe)["probe_cache"]["hit"] is True and runs(probe) == ["run", "run"]
+
+
+def test_a_watch_list_of_thousands_of_paths_is_recorded_and_replayed(probe):
+    """A probe that watches a whole env (ml_env_torch: ~1,900 paths for torch) makes a record far past the
+    kernel's limit for one argument (128 KiB): the record travels on stdin, and a hit still works."""
+    many = probe["tmp"] / "many"
+    many.mkdir()
+    paths = []
+    for index in range(2500):
+        path = many / f"{index:05d}-{'x' * 60}.so"
+        path.write_text("")
+        paths.append(str(path))
+    first = play(probe, {"extra_watch": paths})
+    assert first["probe_cache"]["hit"] is False and not first.get("failed"), first
+    [record] = records(probe)
+    assert record.stat().st_size > 200_000 and len(json.loads(record.read_text())["watch"]) == 2501
+    second = play(probe, {"extra_watch": paths})
+    assert second["probe_cache"]["hit"] is True and runs(probe) == ["run"]
+    Path(paths[1234]).write_text("truncated, rewritten")
+    third = play(probe, {"extra_watch": paths})
+    assert third["probe_cache"]["hit"] is False and runs(probe) == ["run", "run"]

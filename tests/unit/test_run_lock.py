@@ -191,3 +191,113 @@ def test_two_playbook_runs_at_once_and_a_sigkilled_one(tmp_path):
             first.kill()
             first.wait()
         subprocess.run(["pkill", "-f", "sleep 117"], check=False)
+
+
+PODMAN_PLAY = """
+- name: A long module command on a podman host, started after preflight took the run lock
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Preflight's host call with the run lock
+      epforge_preflight_checks:
+        stack: "{{ stack }}"
+        gpu_facts: {}
+        python: /usr/bin/python3
+        disk_path: /var/lib/epforge
+        min_free_gib: 0.01
+        run_lock: {path: /var/lib/epforge/run.lock, wait_s: 5, playbook: reap-test}
+    - name: Make the slow package's directory
+      ansible.builtin.file:
+        path: /opt/slowpkg/slowpkg
+        state: directory
+        mode: "0755"
+    - name: Put the slow package in place
+      ansible.builtin.copy:
+        content: "import subprocess, time\\nsubprocess.Popen(['sleep', '3581'])\\ntime.sleep(3582)\\n"
+        dest: /opt/slowpkg/slowpkg/__init__.py
+        mode: "0644"
+    - name: Import it (a long command with a grandchild, like a JIT build)
+      python_import_check:
+        python: /usr/bin/python3
+        name: slowpkg
+        environment: {PYTHONPATH: /opt/slowpkg}
+        timeout: 600
+"""
+
+CONTAINER = "epforge-reap-test"
+IMAGE = "localhost/epforge-molecule-bookworm:latest"
+
+
+def in_container(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["podman", "exec", CONTAINER, *argv], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def container_commands() -> list[str]:
+    script = (
+        "import os\n"
+        "for p in os.listdir('/proc'):\n"
+        "    if p.isdigit():\n"
+        "        try: print(open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode())\n"
+        "        except OSError: pass\n"
+    )
+    return in_container("python3", "-c", script).stdout.splitlines()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
+def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_path, signum):
+    """A podman host cannot see the controller, and `podman exec` forwards no signal: the controller's
+    watchdog (started with the run lock) runs the reaper there when ansible-playbook is killed; the command's
+    whole group ends and the lock is free for the next run."""
+    subprocess.run(["podman", "rm", "-f", "-t", "0", CONTAINER], capture_output=True, check=False)
+    started = subprocess.run(
+        ["podman", "run", "-d", "--name", CONTAINER, "--entrypoint", "sleep", IMAGE, "3600"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        CONTAINER: {
+                            "ansible_connection": "containers.podman.podman",
+                            "ansible_python_interpreter": "/usr/bin/python3",
+                        }
+                    }
+                }
+            }
+        )
+    )
+    book = tmp_path / "reap.yml"
+    book.write_text(PODMAN_PLAY)
+    vars_file = write_vars(tmp_path / "vars.json", {"stack": CU130})
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(book)]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    try:
+        playbook = subprocess.Popen(
+            [*argv, "-e", f"@{vars_file}"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        assert wait_for(lambda: any(c.startswith("sleep 3581") for c in container_commands()), 120), (
+            "the command never started in the container"
+        )
+        playbook.send_signal(signum)
+        playbook.wait(timeout=60)
+        assert wait_for(lambda: not [c for c in container_commands() if "3581" in c or "slowpkg" in c], 10), (
+            container_commands()
+        )
+        lock_free = (
+            "import fcntl, os; fd = os.open('/var/lib/epforge/run.lock', os.O_RDONLY); "
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')"
+        )
+        assert wait_for(lambda: in_container("python3", "-c", lock_free).stdout.strip() == "free", 10)
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", CONTAINER], capture_output=True, check=False)
