@@ -4,10 +4,12 @@ A stamp that says "torch imports, CUDA 13.0, sm_120" stays true only while torch
 were imported. Hashing them (torch and its NVIDIA libraries: gigabytes) on every rerun costs too much, and
 their dist-info names say nothing about a deleted __init__.py or a truncated library. So the state (size,
 mtime_ns, ctime_ns, inode) of a few paths per distribution stands for its files:
-- every directory holding one of its files: a file deleted, added or renamed there changes it;
+- its top-level directories (torch/: its __init__.py deleted or renamed changes it) and each directory that
+  holds one of its native libraries;
 - every native library it ships (.so): one truncated or rewritten in place changes only itself;
 - its RECORD (a reinstall rewrites it).
-A .py file edited in place is not seen (its directory does not change): the docs say so.
+Not seen (the docs say so): a .py file edited in place, or one deleted below the top-level directories
+(torch/nn/...): about 200 paths instead of the ~1,900 directories of torch, for the no-op rerun's sake.
 
 Used by ml_env_torch (library/ml_env_torch.py): a changed digest makes it import torch again before it
 trusts its stamp; the same paths go into its probe-cache `watch` list.
@@ -51,7 +53,9 @@ def requirements(info_dir: str) -> list[str]:
 
 
 def _record_paths(site: str, info_dir: str) -> list[str]:
-    """Directories of the distribution's files, its native libraries, and its RECORD."""
+    """The distribution's top-level directories and the directories of its native libraries (a file deleted,
+    added or renamed there changes them), the native libraries themselves (one truncated or rewritten in
+    place changes only itself), and its RECORD."""
     record = os.path.join(info_dir, "RECORD")
     paths = {record}
     try:
@@ -61,10 +65,12 @@ def _record_paths(site: str, info_dir: str) -> list[str]:
                 if not rel:
                     continue
                 path = os.path.normpath(os.path.join(site, rel))
-                paths.add(os.path.dirname(path))
+                top = os.path.join(site, rel.split("/", 1)[0])
+                if top != path:
+                    paths.add(top)
                 name = os.path.basename(path)
                 if name.endswith(".so") or ".so." in name:
-                    paths.add(path)
+                    paths.update((path, os.path.dirname(path)))
     except OSError:
         pass
     return sorted(paths)
