@@ -35,7 +35,7 @@ NOT_STARTED = 127
 KILL_GRACE_S = 10
 # After an interrupt the group gets less time to end on SIGTERM: the user is waiting for the prompt.
 INTERRUPT_GRACE_S = 3
-# How often a running command's controller chain is looked at.
+# How often a running command's controller chain is looked at (by a thread: the wait itself never polls).
 WATCH_INTERVAL_S = 0.5
 # Signals that end a module; each ends the command's process group first.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -190,19 +190,30 @@ def _stop_group_on_interrupt(proc: subprocess.Popen, log=None):
 
 
 def _wait_watching(proc: subprocess.Popen, timeout: float | None, wait) -> object:
-    """wait(seconds) in slices until it returns; subprocess.TimeoutExpired when timeout passes; Interrupted
-    when the controller chain breaks meanwhile."""
+    """wait(timeout) as it is (no polling: a command that ends is seen at once), while a thread watches the
+    controller chain: when it breaks, the thread stops the command's group and Interrupted is raised here."""
     chain = controller_chain()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        left = WATCH_INTERVAL_S if deadline is None else min(WATCH_INTERVAL_S, deadline - time.monotonic())
-        try:
-            return wait(max(left, 0.01))
-        except subprocess.TimeoutExpired:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise
-        if chain and not chain_intact(chain):
-            raise Interrupted("the controller's ansible-playbook run that started this is gone")
+    if not chain:
+        return wait(timeout)
+    gone, done = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not done.wait(WATCH_INTERVAL_S):
+            if not chain_intact(chain):
+                gone.set()
+                _stop_group(proc, INTERRUPT_GRACE_S)
+                return
+
+    watcher = threading.Thread(target=watch, name="epforge-controller-watch", daemon=True)
+    watcher.start()
+    try:
+        answer = wait(timeout)
+    finally:
+        done.set()
+        watcher.join()
+    if gone.is_set():
+        raise Interrupted("the controller's ansible-playbook run that started this is gone")
+    return answer
 
 
 def run_bounded(
@@ -232,12 +243,9 @@ def run_bounded(
         )
     except OSError as exc:
         return Completed(NOT_STARTED, "", f"{argv[0]}: {exc}", time.monotonic() - started)
-    pending = [input_text]
 
-    def communicate(seconds: float):
-        # The input is given once; a retried communicate() goes on reading (subprocess allows the retry).
-        text, pending[0] = pending[0], None
-        return proc.communicate(text, timeout=seconds)
+    def communicate(seconds: float | None):
+        return proc.communicate(input_text, timeout=seconds)
 
     registered = _register(proc)
     try:

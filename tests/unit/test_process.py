@@ -176,7 +176,8 @@ def test_a_signal_to_the_module_ends_the_whole_group(tmp_path, func, signum, mar
     assert runner.wait(timeout=10) != 0
     assert not (tmp_path / "build.log.done").exists(), "the caller went on as if the command had finished"
     if func == "run_logged":
-        assert "=== interrupted (stopped by signal" in (tmp_path / "build.log").read_text()
+        log = tmp_path / "build.log"
+        assert wait_until(lambda: "=== interrupted (stopped by signal" in log.read_text(), 10)
 
 
 FAKE_PLAYBOOK = """
@@ -199,7 +200,8 @@ def test_sigkill_of_the_controller_ends_the_module_command_group(tmp_path):
     os.kill(main.pid, signal.SIGKILL)
     main.wait()
     assert wait_until(lambda: not group_pids(marks), 10), f"left running: {group_pids(marks)}"
-    assert "ansible-playbook run that started this is gone" in (tmp_path / "build.log").read_text()
+    log = tmp_path / "build.log"
+    assert wait_until(lambda: "ansible-playbook run that started this is gone" in log.read_text(), 10)
     assert not (tmp_path / "build.log.done").exists()
 
 
