@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import select
 import signal
 import subprocess
 import time
@@ -26,31 +25,14 @@ import time
 # The holder's own program (run by the host's python): wait for the lock, name the holder, watch, exit.
 HOLDER_MARK = "epforge-run-lock-holder"
 HOLDER_SCRIPT = r"""
-import fcntl, json, os, signal, sys, time
-mark, path, wait_s, lease_s, watch_pid, watch_start, info = sys.argv[1:8]
-fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-deadline = time.monotonic() + float(wait_s)
-while True:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        break
-    except BlockingIOError:
-        if time.monotonic() >= deadline:
-            print("busy", flush=True)
-            sys.exit(3)
-        time.sleep(0.2)
-record = dict(json.loads(info), holder_pid=os.getpid(), since=time.time())
-os.ftruncate(fd, 0)
-os.pwrite(fd, (json.dumps(record, sort_keys=True) + "\n").encode(), 0)
-os.fsync(fd)
-print("locked", flush=True)
-devnull = os.open(os.devnull, os.O_WRONLY)
-os.dup2(devnull, 1)
+import os, signal, sys, time
+mark, fd, lease_s, watch_pid, watch_start = sys.argv[1:6]
+# fd: the lock file, already locked by the module that started this process; the lock lives while it is open
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 def started(pid):
     try:
-        with open(f"/proc/{pid}/stat") as handle:
+        with open("/proc/%s/stat" % pid) as handle:
             return handle.read().rpartition(")")[2].split()[19]
     except (OSError, IndexError):
         return None
@@ -245,43 +227,49 @@ def take_lock(
         if break_stale and current.get("token") == break_stale:
             end_holder(current)
     watching = visible_here(controller)
-    record = dict(info, token=token, controller=controller, watching=watching)
-    argv = [
-        python,
-        "-c",
-        HOLDER_SCRIPT,
-        HOLDER_MARK,
-        path,
-        str(wait_s),
-        str(lease_s),
-        str(controller["pid"]) if watching else "0",
-        str(controller.get("start") or ""),
-        json.dumps(record, sort_keys=True),
-    ]
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        close_fds=True,
-        start_new_session=True,
-    )
-    answer = _first_line(proc, wait_s + 15)
-    proc.stdout.close()
-    if answer != "locked":
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        raise LockBusy(read_holder(path))
-    return {"taken": "new", "watching": watching, "holder": read_holder(path), "python": python}
+    fd = _lock_within(path, wait_s)
+    try:
+        # The holder inherits the locked descriptor: the lock is held from here on, without waiting for the
+        # holder's Python to start; the kernel drops it when the holder (the last one holding it) ends.
+        proc = subprocess.Popen(
+            [
+                python,
+                "-c",
+                HOLDER_SCRIPT,
+                HOLDER_MARK,
+                str(fd),
+                str(lease_s),
+                str(controller["pid"]) if watching else "0",
+                str(controller.get("start") or ""),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(fd,),
+            start_new_session=True,
+        )
+        record = dict(info, token=token, controller=controller, watching=watching, holder_pid=proc.pid)
+        record["since"] = time.time()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record, sort_keys=True) + "\n").encode(), 0)
+    finally:
+        os.close(fd)
+    return {"taken": "new", "watching": watching, "holder": record, "python": python}
 
 
-def _first_line(proc: subprocess.Popen, timeout: float) -> str:
-    """The holder's first line of output ('locked' or 'busy'); '' when it says nothing in time."""
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    if not ready:
-        return ""
-    return proc.stdout.readline().decode(errors="replace").strip()
+def _lock_within(path: str, wait_s: float) -> int:
+    """An open descriptor of the lock file, locked (flock, exclusive) within wait_s; LockBusy otherwise."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise LockBusy(read_holder(path)) from None
+            time.sleep(0.2)
 
 
 def release(path: str, controller: dict) -> bool:
