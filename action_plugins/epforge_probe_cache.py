@@ -83,6 +83,10 @@ print(json.dumps(answer))
 """
 )
 
+# The longest record passed as an argument (the shell command holding it is one argument of sh -c, and the
+# kernel's limit for one argument is 128 KiB); a longer one goes on stdin or in a file.
+ARG_LIMIT = 96 * 1024
+
 # Records kept per module: more than the argument sets one provision asks any probe with.
 RECORDS_KEPT_PER_MODULE = 8
 
@@ -94,8 +98,17 @@ WRITE_SCRIPT = (
     + f"KEEP = {RECORDS_KEPT_PER_MODULE}\n"
     + r"""
 record_path = sys.argv[1]
-# the record comes on stdin: a watch list of thousands of paths is past the kernel's limit for one argument
-data = json.loads(base64.b64decode(sys.stdin.read()))
+# The record comes as the argument, or (past the kernel's limit for one argument, 128 KiB: a watch list of
+# thousands of paths) on stdin ("-") or in a file the controller put on the host ("@PATH", removed here).
+source = sys.argv[2]
+if source == "-":
+    source = sys.stdin.read()
+elif source.startswith("@"):
+    with open(source[1:]) as f:
+        text = f.read()
+    os.unlink(source[1:])
+    source = text
+data = json.loads(base64.b64decode(source))
 os.makedirs(os.path.dirname(record_path), mode=0o700, exist_ok=True)
 data["watch"] = {p: state(p) for p in data["watch"]}
 tmp = "%s.%d.tmp" % (record_path, os.getpid())
@@ -245,8 +258,20 @@ class ActionModule(ActionBase):
         payload = {"key": key, "module": name, "watch": sorted(set(answer["watch"])), "result": kept}
         payload = json.loads(json.dumps(payload, default=str))  # sealed as the host will read it back
         payload["seal"] = seal_of(key, payload["result"], payload["watch"])
-        encoded = base64.b64encode(json.dumps(payload, default=str).encode())
-        return self.host_json(interpreter, WRITE_SCRIPT, [record], in_data=encoded).get("pruned", [])
+        encoded = base64.b64encode(json.dumps(payload, default=str).encode()).decode()
+        if len(encoded) <= ARG_LIMIT:
+            return self.host_json(interpreter, WRITE_SCRIPT, [record, encoded]).get("pruned", [])
+        if getattr(self._connection, "has_pipelining", False):  # its stdin reaches the host's command
+            answer = self.host_json(interpreter, WRITE_SCRIPT, [record, "-"], encoded.encode())
+            return answer.get("pruned", [])
+        # no stdin through this connection (podman exec has no -i): a file in the task's temp dir on the host
+        tmp = self._make_tmp_path()
+        try:
+            path = self._connection._shell.join_path(tmp, "probe-cache-record")
+            self._transfer_data(path, encoded)
+            return self.host_json(interpreter, WRITE_SCRIPT, [record, "@" + path]).get("pruned", [])
+        finally:
+            self._remove_tmp_path(tmp)
 
     def why_off(self, task_vars: dict) -> str:
         """Why the cache does not apply to this task ('' when it does)."""

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import stat
+import subprocess
 import sys
 import textwrap
 import time
@@ -387,3 +388,43 @@ def test_a_watch_list_of_thousands_of_paths_is_recorded_and_replayed(probe):
     Path(paths[1234]).write_text("truncated, rewritten")
     third = play(probe, {"extra_watch": paths})
     assert third["probe_cache"]["hit"] is False and runs(probe) == ["run", "run"]
+
+
+def test_a_long_record_reaches_a_podman_host_without_stdin(probe):
+    """Through the podman connection (podman exec without -i: no stdin) a record past one argument's limit
+    goes in a file the controller puts on the host; the next run there is a hit."""
+    container = "epforge-probe-cache-test"
+    subprocess.run(["podman", "rm", "-f", "-t", "0", container], capture_output=True, check=False)
+    image = "localhost/epforge-molecule-bookworm:latest"
+    started = subprocess.run(
+        ["podman", "run", "-d", "--name", container, "--entrypoint", "sleep", image, "600"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    try:
+        paths = [f"/opt/many/{index:05d}-{'x' * 60}.so" for index in range(2500)]
+        book = probe["tmp"] / "podman.yml"
+        task = {"probe_double": {"path": "/etc/hostname", "runs": "/tmp/runs.txt", "extra_watch": paths}}
+        play_vars = {
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "epforge_state_dir": "/var/lib/epforge",
+        }
+        book.write_text(
+            yaml.safe_dump([{"hosts": "all", "gather_facts": False, "vars": play_vars, "tasks": [task]}])
+        )
+        inventory = probe["tmp"] / "hosts.yml"
+        inventory.write_text(
+            yaml.safe_dump(
+                {"all": {"hosts": {container: {"ansible_connection": "containers.podman.podman"}}}}
+            )
+        )
+        answers = []
+        for _ in range(2):
+            proc = run_playbook(book, inventories=(inventory,), env=probe["env"], timeout=180)
+            answers.append(json_report(proc)["plays"][0]["tasks"][0]["hosts"][container])
+        assert answers[0]["probe_cache"]["hit"] is False and not answers[0].get("failed"), answers[0]
+        assert answers[1]["probe_cache"]["hit"] is True, answers[1]["probe_cache"]
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", container], capture_output=True, check=False)
