@@ -28,7 +28,8 @@ HOST_PYTHON = sys.executable
 OPTED_IN = sorted(
     p.stem
     for p in (ROOT / "action_plugins").glob("*.py")
-    if '"epforge_controller_side"' in p.read_text()  # the same-name opt-in files (not the probe cache's)
+    # the same-name opt-in files (not the probe cache's, nor preflight's, which only borrows a helper)
+    if 'ActionModule = action_loader.get("epforge_controller_side"' in p.read_text()
 )
 STACK = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
 # DeepEP on 2 sm_120 GPUs over PCIe: rows of data/known_issues.yml warn about it (and adjust nothing fatal).
