@@ -516,7 +516,9 @@ def assert_unjudged_relaunch_keeps_the_server(tmp_path, extra, env, base: Path, 
 
     fact = base / "facts" / "epforge_sglang_server.fact"
     before = fact.read_bytes()
-    changed = {**extra["epforge_server"], "extra_args": ["--no-such-flag", "1"]}
+    # A flag the release's table knows (an unknown one is refused even earlier, in preflight): a new argv
+    # that no parser has judged.
+    changed = {**extra["epforge_server"], "extra_args": ["--enable-metrics"]}
     relaunch = write_vars(tmp_path / "relaunch.json", {**extra, "epforge_server": changed})
     serve = tmp_path / "serve.yml"
     serve.write_text(OBJECT_PLAY.replace("    - role: sglang\n    - role: final_env\n", ""))
