@@ -508,14 +508,15 @@ class ProcessManager(ServerManager):
             write_atomic(self.stamp_path, json.dumps(stamp, indent=1, sort_keys=True) + "\n", 0o600)
             write_atomic(self.pidfile, "0".ljust(PIDFILE_WIDTH - 1) + "\n", 0o644)
         except OSError as exc:
-            remove_files(self.pidfile, self.stamp_path)
-            self.module.fail_json(
-                msg=f"cannot record the server's pid and launch stamp in {self.state_dir} "
-                f"({exc.strerror or exc}: {exc.filename or self.pidfile}); nothing was started: free space "
-                "there or set state_dir elsewhere",
-                cmd=self.argv,
-                rc=1,
+            self.fail_unrecorded(
+                f"cannot record the server's pid and launch stamp in {self.state_dir} "
+                f"({exc.strerror or exc}: {exc.filename or self.pidfile}); nothing was started"
             )
+
+    def fail_unrecorded(self, why: str) -> None:
+        """No record may name a server that does not run: drop both, then fail with why and the remedy."""
+        remove_files(self.pidfile, self.stamp_path)
+        self.module.fail_json(msg=f"{why}: free space there or set state_dir elsewhere", cmd=self.argv, rc=1)
 
     def record_pid(self, pid: int) -> None:
         """The pid into the reserved pidfile, in place (same size: no new block is needed)."""
@@ -548,13 +549,9 @@ class ProcessManager(ServerManager):
             # state absent cannot stop it): stop what was spawned, then say where and why.
             pid = self.proc.pid
             self.kill_group(pid)
-            remove_files(self.pidfile, self.stamp_path)
-            self.module.fail_json(
-                msg=f"cannot record the server's pid in {self.pidfile} ({exc.strerror or exc}); the server "
-                f"it started (pid {pid}) was stopped so that none runs unrecorded: free space there or set "
-                "state_dir elsewhere",
-                cmd=self.argv,
-                rc=1,
+            self.fail_unrecorded(
+                f"cannot record the server's pid in {self.pidfile} ({exc.strerror or exc}); the server it "
+                f"started (pid {pid}) was stopped so that none runs unrecorded"
             )
 
     def ensure_started(self, force_restart: bool) -> None:

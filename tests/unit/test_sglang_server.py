@@ -677,6 +677,18 @@ def test_stopping_or_removing_one_server_leaves_the_record_of_another(tmp_path, 
         assert not record_b.exists()
 
 
+def serve_vars(tmp_path: Path, user: str) -> dict:
+    """playbooks/serve.yml's variables for a run in tmp_path with its own service account."""
+    return {
+        "epforge_facts_dir": str(tmp_path / "facts"),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "epforge_log_dir": str(tmp_path / "log"),
+        "preflight_min_free_gib": 1,
+        "sglang_server_user": user,
+        "sglang_server_group": user,
+    }
+
+
 def test_serve_playbook_alone_skips_a_host_without_gpu_before_any_user_exists(tmp_path):
     """Issue 'nothing let in' (9): playbooks/serve.yml alone builds the settings object in preflight, so it
     consults the GPU facts itself: on this GPU-less machine the launch is skipped with the reason, and no
@@ -685,12 +697,7 @@ def test_serve_playbook_alone_skips_a_host_without_gpu_before_any_user_exists(tm
 
     user = "epforge-serve-nogpu"
     extra = {
-        "epforge_facts_dir": str(tmp_path / "facts"),
-        "epforge_state_dir": str(tmp_path / "state"),
-        "epforge_log_dir": str(tmp_path / "log"),
-        "preflight_min_free_gib": 1,
-        "sglang_server_user": user,
-        "sglang_server_group": user,
+        **serve_vars(tmp_path, user),
         "sglang_server_manager": "process",
     }
     proc = run_playbook(
@@ -830,12 +837,7 @@ def test_a_python_the_service_account_cannot_run_is_refused_before_the_account_e
     private.mkdir(parents=True)
     (private / "python").symlink_to(sys.executable)
     extra = {
-        "epforge_facts_dir": str(tmp_path / "facts"),
-        "epforge_state_dir": str(tmp_path / "state"),
-        "epforge_log_dir": str(tmp_path / "log"),
-        "preflight_min_free_gib": 1,
-        "sglang_server_user": user,
-        "sglang_server_group": user,
+        **serve_vars(tmp_path, user),
         "sglang_server_home": str(tmp_path / "home"),
         "sglang_server_manager": "process",
         "sglang_server_require_gpu": False,
