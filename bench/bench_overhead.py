@@ -25,9 +25,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
-sys.path.insert(0, str(ROOT / "module_utils"))
+sys.path.insert(0, str(ROOT / "collections"))
 import bench_env  # noqa: E402
-from epforge_bench import bench_argv, extract_figures, normalize_workload, parse_result_lines  # noqa: E402
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (  # noqa: E402
+    bench_argv,
+    extract_figures,
+    normalize_workload,
+    parse_result_lines,
+)
 
 DETERMINED = ("completed", "total_input_tokens", "total_output_tokens")
 
@@ -57,8 +63,6 @@ def run_module(python: Path, url: str, tok: Path, workload: dict, work: Path) ->
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_LIBRARY=str(ROOT / "library"),
-        ANSIBLE_MODULE_UTILS=str(ROOT / "module_utils"),
         ANSIBLE_STDOUT_CALLBACK="json",
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_NOCOLOR="1",
@@ -74,7 +78,7 @@ def run_module(python: Path, url: str, tok: Path, workload: dict, work: Path) ->
         "-e",
         f"ansible_python_interpreter={sys.executable}",
         "-m",
-        "sglang_bench",
+        "epforge.ep.sglang_bench",
         "-a",
         json.dumps(args),
     ]

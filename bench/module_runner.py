@@ -1,5 +1,6 @@
-"""Run an epforge module the way Ansible runs it (its JSON arguments in a file, module_utils importable as
-ansible.module_utils.NAME), for the bench scripts that time a module as a command."""
+"""Run an epforge module the way Ansible runs it (its JSON arguments in a file, the collection's
+module_utils importable from collections/ as ansible_collections.epforge.ep.plugins.module_utils.NAME), for
+the bench scripts that time a module as a command."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    f"import runpy, sys; sys.path.insert(0, {str(ROOT / 'collections')!r}); "
     "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 

@@ -6,9 +6,10 @@ Per variant, one after the other on the same port:
   module       library/sglang_server.py run the way Ansible runs it (JSON args file), manager `process`,
                as the unprivileged --user, through the role's launcher (roles/sglang_server/files)
   module-root  the same module without a user (runs as the current user): isolates the account switch
-The FLAGS are one list, rendered once by module_utils/epforge_sglang_args.py, so both sides run the same
+The FLAGS are one list, rendered once by plugins/module_utils/sglang_args.py, so both sides run the same
 server. Per variant: seconds to ready, then --warmups discarded and --runs measured bench_serving runs of the
-same workload (module_utils/epforge_bench.py builds the argv and parses the result), and what the server
+same workload (plugins/module_utils/sglang_bench/workload.py builds the argv and parses the result), and
+what the server
 processes run with (/proc: user, nice, CPU affinity, limits, cgroup, environment names and differing values).
 
 Triton's JIT cache lives in the launching user's HOME (~/.triton/cache). Before each launch the caches of the
@@ -28,7 +29,6 @@ Usage (on the GPU host, as root, with SGLang in PYTHON):
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pwd
@@ -44,7 +44,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import ansible.module_utils
 from module_runner import call_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,20 +67,10 @@ WATCHED_ENV = (
 )
 
 
-# module_utils import each other as ansible.module_utils.NAME (as Ansible loads them).
-ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
-
-
-def load_util(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "module_utils" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ARGS = load_util("epforge_sglang_args")
-BENCH = load_util("epforge_bench")
-
+# The collection's module_utils, importable from collections/ (the checkout as collection epforge.ep).
+sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.epforge.ep.plugins.module_utils import sglang_args as ARGS  # noqa: E402
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench import workload as BENCH  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ probes
 

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The module's imports resolve module_utils/ as ansible.module_utils, as with ansible.cfg's setting.
+# The module's imports resolve through collections/ (the checkout as collection epforge.ep), as in
+# ansible.cfg.
 RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    f"import runpy, sys; sys.path.insert(0, {str(ROOT / 'collections')!r}); "
     "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: measure per-call NCCL allreduce and all_to_all latency at decode-sized messages on the
 host's GPUs, and estimate per-step communication of TP allreduce versus EP all-to-all."""
 
@@ -122,7 +124,7 @@ options:
     type: str
     choices: [nccl, gloo]
     default: nccl
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -191,9 +193,10 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import tail_file
-from ansible.module_utils.epforge_files import json_text, read_json, write_atomic
-from ansible.module_utils.epforge_process import option_argv, run_logged
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
+from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.process import option_argv, run_logged
 
 NO_GPU_RC = 3
 MODEL_DEFAULTS = {
@@ -337,7 +340,7 @@ ARGUMENT_SPEC = {
     "gpu_count": {"type": "int", "default": -1},
     "gpus": {"type": "list", "elements": "dict", "default": []},
     "world_size": {"type": "int", "default": 0},
-    "tokens": {"type": "list", "elements": "int", "default": [1, 8, 64, 512]},
+    "tokens": {"type": "list", "elements": "int", "default": [1, 8, 64, 512], "no_log": False},
     "hidden": {"type": "int", "default": 7168},
     "dtype": {"type": "str", "default": "bfloat16", "choices": ["bfloat16", "float16", "float32"]},
     "iters": {"type": "int", "default": 200},

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: list the GPU archs (SASS and PTX) inside CUDA binaries and require some of them."""
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ options:
     description: Seconds allowed for each cuobjdump call.
     type: int
     default: 120
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -96,7 +98,9 @@ files:
     ptx: {description: PTX archs inside., type: list, elements: str, sample: [sm_120]}
     host_only: {description: The file has no device code., type: bool}
     missing: {description: Required archs this file lacks., type: list, elements: str}
-    covered: {description: For each required arch what covers it (C(sass sm_120), C(ptx sm_90))., type: dict}
+    covered:
+      description: For each required arch what covers it (C(sass sm_120), C(ptx sm_90)).
+      type: dict
   sample:
     - {path: /tmp/k/sm90.o, sass: [sm_90], ptx: [], host_only: false, missing: ["12.0"], covered: {}}
 sass_archs:
@@ -129,8 +133,9 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import arch_sort_key, check_required, parse_arch
-from ansible.module_utils.epforge_cuobjdump import CuobjdumpError, read_binary
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_key, check_required, parse_arch
+from ansible_collections.epforge.ep.plugins.module_utils.cuobjdump import CuobjdumpError, read_binary
 
 GLOB_CHARS = set("*?[")
 

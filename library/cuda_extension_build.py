@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: build a PyTorch CUDA extension wheel in a temp dir and publish it atomically."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ options:
     type: str
     required: true
   key:
-    description: The build key (from M(cuda_extension_plan)); names the output directory.
+    description: The build key (from M(epforge.ep.cuda_extension_plan)); names the output directory.
     type: str
     required: true
   inputs:
@@ -33,7 +35,9 @@ options:
     type: dict
     default: {}
   source:
-    description: Source directory, or a C(.tar.gz) made by M(cuda_extension_source) (its C(src/) is built).
+    description: >-
+      Source directory, or a C(.tar.gz) made by M(epforge.ep.cuda_extension_source) (its C(src/) is
+      built).
     type: path
     required: true
   subdir:
@@ -82,7 +86,7 @@ options:
     description: Seconds the build may take before it is killed.
     type: int
     default: 3600
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -139,7 +143,8 @@ import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.build import (
     MANIFEST,
     TREE_EXCLUDE_DIRS,
     auto_max_jobs,
@@ -153,9 +158,9 @@ from ansible.module_utils.epforge_build import (
     safe_extract,
     staging_dir,
 )
-from ansible.module_utils.epforge_common import fail_cmd, tail_file
-from ansible.module_utils.epforge_files import write_json_atomic
-from ansible.module_utils.epforge_process import run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail_file
+from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 
 
 def available_memory() -> int | None:

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: publish a fetched wheel build into the controller-side cache, atomically."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ options:
     description: The build key; the entry is C(cache_dir/key).
     type: str
     required: true
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -52,7 +54,8 @@ import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import cache_entry, publish_dir
+
+from ansible_collections.epforge.ep.plugins.module_utils.build import cache_entry, publish_dir
 
 
 def main() -> None:
@@ -60,7 +63,7 @@ def main() -> None:
         argument_spec={
             "src": {"type": "path", "required": True},
             "cache_dir": {"type": "path", "required": True},
-            "key": {"type": "str", "required": True},
+            "key": {"type": "str", "required": True, "no_log": False},  # a build key (a digest)
         },
         supports_check_mode=True,
     )

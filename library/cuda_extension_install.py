@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: install a built CUDA extension wheel into a venv and prove it imports."""
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ options:
     description: Seconds the pip run may take.
     type: int
     default: 600
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -68,9 +70,10 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import wheel_so_members
-from ansible.module_utils.epforge_common import fail_cmd, tail
-from ansible.module_utils.epforge_process import run_bounded, run_logged
+
+from ansible_collections.epforge.ep.plugins.module_utils.build import wheel_so_members
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 
 SITE_PROBE = "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['platlib']))"
 

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: the input key of a CUDA extension build on this host, and whether it is installed."""
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ options:
     type: str
     required: true
   source_kind:
-    description: C(git), C(dir) or C(archive) (from M(cuda_extension_source)).
+    description: C(git), C(dir) or C(archive) (from M(epforge.ep.cuda_extension_source)).
     type: str
     required: true
     choices: [git, dir, archive]
@@ -83,7 +85,7 @@ options:
         cuda_extension records its fact in this one call.
     type: bool
     default: false
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -172,20 +174,21 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import arch_list
-from ansible.module_utils.epforge_build import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_list
+from ansible_collections.epforge.ep.plugins.module_utils.build import (
     NAME_RE,
     dist_info_version,
     input_key,
     python_tag,
     stamp_matches,
 )
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_cuda import parse_nvcc_release
-from ansible.module_utils.epforge_files import read_json
-from ansible.module_utils.epforge_local_facts import write_local_fact
-from ansible.module_utils.epforge_process import run_bounded
-from ansible.module_utils.epforge_watch import binary_paths, watch_list
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.cuda import parse_nvcc_release
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, watch_list
 
 FACT_NAME = "epforge_cuda_extensions"
 
@@ -246,7 +249,7 @@ def main() -> None:
             "cuda_home": {"type": "path", "required": True},
             "build_env": {"type": "dict", "default": {}},
             "include_dirs": {"type": "list", "elements": "str", "default": []},
-            "key_extra": {"type": "raw", "default": {}},
+            "key_extra": {"type": "raw", "default": {}, "no_log": False},
             "state_dir": {"type": "path", "required": True},
             "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
             "record": {"type": "bool", "default": False},

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: write a CUDA extension's stamp and its entry in the local fact, in one call."""
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ options:
       so_files).
     type: dict
     required: true
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -67,8 +69,9 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import NAME_RE
-from ansible.module_utils.epforge_files import read_json, write_json_atomic
+
+from ansible_collections.epforge.ep.plugins.module_utils.build import NAME_RE
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_json_atomic
 
 
 def text(data) -> str:

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: resolve a CUDA extension's source (git, directory, archive) to a tree and a revision."""
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ options:
     description: Seconds a git command may take.
     type: int
     default: 600
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -102,10 +104,17 @@ import tempfile
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import file_sha256, safe_extract, source_kind, tree_files, tree_hash
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_files import atomic_output
-from ansible.module_utils.epforge_process import run_bounded
+
+from ansible_collections.epforge.ep.plugins.module_utils.build import (
+    file_sha256,
+    safe_extract,
+    source_kind,
+    tree_files,
+    tree_hash,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.files import atomic_output
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 
 
 def run_git(module, argv, timeout):

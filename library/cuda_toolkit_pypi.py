@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: assemble a versioned CUDA_HOME from NVIDIA's PyPI wheels (CUDA 13 and later)."""
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ options:
     description: Seconds allowed for the download (each external command).
     type: int
     default: 900
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -138,8 +140,9 @@ import time
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, tail
-from ansible.module_utils.epforge_cuda import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.cuda import (
     TOOLKIT_LINKS,
     driver_api_symbols,
     package_name,
@@ -149,9 +152,9 @@ from ansible.module_utils.epforge_cuda import (
     unversioned_links,
     wheel_root,
 )
-from ansible.module_utils.epforge_process import run_bounded, run_logged
-from ansible.module_utils.epforge_stack import version_tuple
-from ansible.module_utils.epforge_wheelhouse import wheel_name_version
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
+from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import wheel_name_version
 
 STAMP_NAME = ".epforge-cuda-toolkit.json"
 # Bump when the assembled layout changes, so existing prefixes are rebuilt.

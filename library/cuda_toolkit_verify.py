@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: prove that a CUDA_HOME is the stack's CUDA and record it as a local fact."""
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ options:
     description: Fail on problems and write the fact (true), or only report (false).
     type: bool
     default: true
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -128,12 +130,17 @@ import os
 from typing import NamedTuple
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import nvcc_missing_archs
-from ansible.module_utils.epforge_cuda import parse_gpu_list, parse_nvcc_release, stamp_of
-from ansible.module_utils.epforge_files import read_json, write_atomic
-from ansible.module_utils.epforge_process import run_bounded
-from ansible.module_utils.epforge_stack import version_tuple
-from ansible.module_utils.epforge_watch import binary_paths, watch_list
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import nvcc_missing_archs
+from ansible_collections.epforge.ep.plugins.module_utils.cuda import (
+    parse_gpu_list,
+    parse_nvcc_release,
+    stamp_of,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
+from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, watch_list
 
 
 def run(argv: list[str]) -> tuple[int, str]:

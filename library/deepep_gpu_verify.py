@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: run DeepEP's dispatch + combine round trip on this host's GPUs, check it and time it."""
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ options:
     description: The nvidia-smi to read the topology with.
     type: path
     default: nvidia-smi
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -94,9 +96,10 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, tail_file
-from ansible.module_utils.epforge_deepep import non_nvlink_pairs
-from ansible.module_utils.epforge_process import run_bounded, run_logged
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail_file
+from ansible_collections.epforge.ep.plugins.module_utils.deepep import non_nvlink_pairs
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 
 
 def main() -> None:

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: work out (and refuse early) everything a DeepEP v1.x build needs on this host."""
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ options:
     type: list
     elements: path
     default: [/usr/include, /usr/local/include]
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -108,15 +110,16 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import sass_name
-from ansible.module_utils.epforge_deepep import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import sass_name
+from ansible_collections.epforge.ep.plugins.module_utils.deepep import (
     RECIPE_VERSION,
     DeepEPError,
     build_flags,
     find_header,
     include_path,
 )
-from ansible.module_utils.epforge_process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 
 PROBE = r"""
 import importlib.util, json, site, sys, sysconfig

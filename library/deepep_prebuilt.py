@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: find the stack's prebuilt DeepEP wheel and say whether it carries every target arch."""
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ description:
     is refused (stale downloads).
   - Reads the SASS of the wheel's binaries (C(*.so), host-only ones left out) with C(cuobjdump), from a
     temporary copy of each binary, and judges them against O(required_archs) with the rule of
-    C(cuda_binary_archs) (module_utils/epforge_arch.py).
+    C(cuda_binary_archs) (plugins/module_utils/arch.py).
   - Keeps the reading in a stamp next to the wheel (C(WHEEL.archs.json)) keyed by the wheel file's sha256,
     the required archs and the reading rule; a rerun with the same wheel and archs answers from the stamp
     without running cuobjdump. A changed wheel or arch list reads the wheel again. A failed reading is not
@@ -47,7 +49,7 @@ options:
     description: Seconds allowed for each cuobjdump call.
     type: int
     default: 120
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -114,7 +116,7 @@ stamp:
   type: str
 watch:
   description:
-    - For the probe cache (module_utils/epforge_watch.py), on an answer from the stamp (RV(stamp) C(hit)),
+    - For the probe cache (plugins/module_utils/watch.py), on an answer from the stamp (RV(stamp) C(hit)),
       whether the wheel is usable or not - the sorted paths it depends on - O(folder) (a wheel added or
       removed), the wheel and its stamp. C(cuobjdump) is not among them - a hit does not run it.
     - Empty when there is no wheel (the role downloads one), the stamp was written, or the reading failed.
@@ -128,17 +130,18 @@ import os
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import arch_sort_key, check_required, parse_arch
-from ansible.module_utils.epforge_build import file_sha256
-from ansible.module_utils.epforge_cuobjdump import CuobjdumpError, read_wheel
-from ansible.module_utils.epforge_deepep import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_key, check_required, parse_arch
+from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
+from ansible_collections.epforge.ep.plugins.module_utils.cuobjdump import CuobjdumpError, read_wheel
+from ansible_collections.epforge.ep.plugins.module_utils.deepep import (
     PREBUILT_BINARY_PATTERNS,
     prebuilt_stamp_key,
     prebuilt_verdict,
     prebuilt_wheel_glob,
 )
-from ansible.module_utils.epforge_files import read_json, write_json_atomic
-from ansible.module_utils.epforge_watch import watch_list
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.watch import watch_list
 
 
 def find_wheels(folder: str, pattern: str) -> list[str]:

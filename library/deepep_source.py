@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: inspect a DeepEP source tree and refuse one whose build system the role cannot drive."""
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ options:
         C(cuda_extension_source) resolved). A tree with git data reports its own C(HEAD).
     type: str
     default: ""
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -69,14 +71,15 @@ reason:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_deepep import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.deepep import (
     SUPPORTED,
     UNSUPPORTED_V2,
     classify_source,
     setup_py_version,
     tree_hash,
 )
-from ansible.module_utils.epforge_process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 
 
 def git_commit(path: str) -> str:

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: evaluate the known-issues table against a host's GPUs, its stack and server settings."""
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ description:
     warning (reported, the play goes on) or an adjustment (the settings change that the row names, with
     the reason).
   - Adjustments apply until nothing changes; errors and warnings are then read from the adjusted settings.
-  - The table's condition grammar is documented in C(module_utils/epforge_known_issues.py); conditions are
+  - The table's condition grammar is documented in C(plugins/module_utils/known_issues.py); conditions are
     data, never templates or code.
   - Pure evaluation; it reads nothing on the host and changes nothing, so it behaves the same in check mode.
     Role C(preflight) evaluates the same table in its host call (C(epforge_preflight_checks)); the sweep
     runs this module for each configuration.
   - With O(sglang_version), it also builds that configuration's server settings object
-    (C(module_utils/epforge_server_object.py), returned as C(server_object)) - the adjusted settings rendered
+    (C(plugins/module_utils/server_object.py), returned as C(server_object)) - the adjusted settings rendered
     for that release to argv and environment, with their digest, as role C(sglang_server) launches them.
   - "Secrets never come back in results or messages: settings and env entries whose names end in api_key,
-    token, secret, password or another word of module_utils/epforge_secrets.py are left out. Apply the
+    token, secret, password or another word of plugins/module_utils/secrets.py are left out. Apply the
     adjustments with C(epforge_server | combine(result.settings_changes, recursive=true))."
 options:
   table:
@@ -66,7 +68,7 @@ options:
         flags are known. Empty knows only epforge's own settings.
     type: dict
     default: {}
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -147,14 +149,15 @@ server_object:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_known_issues import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     TableError,
     evaluate,
     format_adjustment,
     format_finding,
 )
-from ansible.module_utils.epforge_secrets import secret_values
-from ansible.module_utils.epforge_server_object import build as build_server_object
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 
 
 def main() -> None:

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: write one local fact file (JSON), only when its content changes, in one call."""
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ options:
     description: The whole fact.
     type: dict
     required: true
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -48,7 +50,8 @@ path:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_local_facts import write_local_fact
+
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
 
 
 def main() -> None:

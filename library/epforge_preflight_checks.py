@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: check a host against an epforge stack before anything changes."""
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ description:
     steps that need a GPU as skipped, unless C(require_gpu) is true, which fails.
   - Fails with one line per failed check, each naming the problem and the remedy.
   - With O(gather_gpu_facts) it first gathers the GPU facts itself with nvidia-smi, through the same code
-    as module C(nvidia_gpu_facts) (C(module_utils/epforge_gpu_facts.py)), and returns them as
+    as module C(nvidia_gpu_facts) (C(plugins/module_utils/gpu_facts.py)), and returns them as
     C(ansible_facts.epforge_gpu_facts).
   - With O(known_issues_table) it then evaluates the known-issues table against the GPUs, the stack and
-    O(server) (C(module_utils/epforge_known_issues.py), the code of module C(epforge_known_issues)). An error
+    O(server) (C(plugins/module_utils/known_issues.py), the code of module C(epforge_known_issues)). An error
     row fails with that module's message, warning rows are reported as Ansible warnings, adjust rows change
     the settings; and it returns C(preflight_result), role C(preflight)'s whole result.
   - With O(facts_dir) as well, it writes C(preflight_result) as the local fact O(fact_name) through
-    C(module_utils/epforge_local_facts.py) (the writer of module C(epforge_local_fact)), only when the
+    C(plugins/module_utils/local_facts.py) (the writer of module C(epforge_local_fact)), only when the
     content changes and never when a check or an error row failed. So role C(preflight) costs one module
     call on a no-op rerun.
   - Otherwise it reads only (runs the host's Python for its version, reads the filesystem's free space,
@@ -70,7 +72,7 @@ options:
         O(known_issues_table). Secret-named values are masked in the output and left out of
         C(preflight_result).
       - With O(known_issues_table), the one server settings object is built from them
-        (C(module_utils/epforge_server_object.py)) - the settings with the table's adjustments and their
+        (C(plugins/module_utils/server_object.py)) - the settings with the table's adjustments and their
         reasons, rendered for O(sglang_version) to argv and environment, with their digest;
         returned as C(preflight_result.server).
     type: dict
@@ -85,7 +87,7 @@ options:
     description:
       - The flag table of that release (C(data/sglang_flags/VERSION.json), written from the release's own
         parser by C(scripts/sglang_flag_data.py)); settings named after any of its flags are known.
-      - Empty knows only epforge's own settings (C(module_utils/epforge_sglang_args.py)).
+      - Empty knows only epforge's own settings (C(plugins/module_utils/sglang_args.py)).
     type: dict
     default: {}
   facts_dir:
@@ -132,8 +134,8 @@ options:
     description:
       - Take the host's run lock before anything else (one epforge run per host at a time), held by a small
         detached process through an flock(2) the kernel releases whenever that process ends
-        (C(module_utils/epforge_run_lock.py)). Not taken in check mode.
-      - The action plugin (C(action_plugins/epforge_preflight_checks.py)) fills in C(controller) and breaks a
+        (C(plugins/module_utils/epforge_preflight_checks/run_lock.py)). Not taken in check mode.
+      - The action plugin (C(plugins/action/epforge_preflight_checks.py)) fills in C(controller) and breaks a
         stale lock of an earlier run of the same controller whose ansible-playbook process is gone.
     type: dict
     suboptions:
@@ -163,7 +165,7 @@ options:
         description: The token of a stale holder to end first (set by the action plugin only).
         type: str
         default: ""
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -252,9 +254,15 @@ import shutil
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import base_arch
-from ansible.module_utils.epforge_gpu_facts import DEFAULT_TIMEOUT, gather_gpu_facts
-from ansible.module_utils.epforge_known_issues import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import base_arch
+from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks.run_lock import (
+    LockBusy,
+    describe_holder,
+    take_lock,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import DEFAULT_TIMEOUT, gather_gpu_facts
+from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     TableError,
     evaluate,
     format_adjustment,
@@ -262,11 +270,10 @@ from ansible.module_utils.epforge_known_issues import (
     stack_summary,
     version_tuple,
 )
-from ansible.module_utils.epforge_local_facts import write_local_fact
-from ansible.module_utils.epforge_process import run_bounded
-from ansible.module_utils.epforge_run_lock import LockBusy, describe_holder, take_lock
-from ansible.module_utils.epforge_secrets import secret_values
-from ansible.module_utils.epforge_server_object import build as build_server_object
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 
 GIB = 1024**3
 DEFAULT_GPU_STEPS = ("sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify")

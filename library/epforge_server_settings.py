@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: refuse malformed SGLang server settings (epforge_server) before anything changes."""
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ module: epforge_server_settings
 short_description: Check the shape and ranges of the requested SGLang server settings before anything changes
 description:
   - Checks the requested server settings (C(epforge_server)) against epforge's flag model
-    (C(module_utils/epforge_sglang_args.py), C(SETTINGS_SCHEMA)) - the one list of keys epforge knows with
+    (C(plugins/module_utils/sglang_args.py), C(SETTINGS_SCHEMA)) - the one list of keys epforge knows with
     their kinds, ranges and fixed choices.
   - "Refuses, naming the setting, the value and what would be accepted: a value that is not a mapping (for
     example the string C(tp=8)), unknown keys (with the closest known key, e.g. C(tpsize) -> C(tp_size)),
@@ -45,7 +47,7 @@ options:
       - Empty knows only epforge's own settings.
     type: dict
     default: {}
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -71,8 +73,9 @@ keys:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_secrets import secret_values
-from ansible.module_utils.epforge_sglang_args import validate_settings
+
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings
 
 
 def main() -> None:

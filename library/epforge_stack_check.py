@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: refuse an incoherent epforge stack before anything changes."""
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ DOCUMENTATION = r"""
 module: epforge_stack_check
 short_description: Check that an epforge stack (version set) is coherent
 description:
-  - Applies the coherence rules of C(module_utils/epforge_stack.py) to a stack loaded from C(stacks/NAME.yml).
+  - Applies the coherence rules of C(plugins/module_utils/stack.py) to a stack loaded from C(stacks/NAME.yml).
   - Fails with one line per conflict (for example torch built for another CUDA major than the toolkit, or
     an SGLang release that pins another torch), each naming the remedy.
   - Changes nothing on the host, so it behaves the same in check mode.
@@ -28,7 +30,7 @@ options:
     description: The stack name the inventory asked for; must equal C(spec.name).
     type: str
     required: true
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -64,7 +66,8 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.yaml import yaml_load
-from ansible.module_utils.epforge_stack import check_stack, summarize
+
+from ansible_collections.epforge.ep.plugins.module_utils.stack import check_stack, summarize
 
 SPEC_KEY = "epforge_stack_spec"
 

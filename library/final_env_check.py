@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: check the ML env the SGLang server will import, as a whole, after every role ran."""
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ options:
     type: list
     elements: str
     default: [torch, sgl_kernel, sgl_kernel.flash_ops, flashinfer, deep_ep]
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -183,7 +185,7 @@ fact_changed:
   type: bool
 watch:
   description:
-    - For the probe cache (module_utils/epforge_watch.py), on a verdict answered from O(stamp_path) that
+    - For the probe cache (plugins/module_utils/watch.py), on a verdict answered from O(stamp_path) that
       changed nothing - the sorted paths it depends on - the stamp's files (O(python) as given and resolved,
       O(cuobjdump), O(deepep_wheel), the site dirs and every distribution's RECORD in them, the binaries
       listed), O(stamp_path), O(fact_path), O(serving_fact) and the directory of O(log_path).
@@ -203,11 +205,17 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import parse_arch
-from ansible.module_utils.epforge_common import fail_cmd
-from ansible.module_utils.epforge_cuobjdump import CuobjdumpError, read_binary
-from ansible.module_utils.epforge_files import json_text, read_json, write_atomic, write_json_atomic
-from ansible.module_utils.epforge_final_env import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import parse_arch
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd
+from ansible_collections.epforge.ep.plugins.module_utils.cuobjdump import CuobjdumpError, read_binary
+from ansible_collections.epforge.ep.plugins.module_utils.files import (
+    json_text,
+    read_json,
+    write_atomic,
+    write_json_atomic,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_env import (
     COMPONENTS,
     FEATURES,
     INSPECT_SCRIPT,
@@ -219,8 +227,13 @@ from ansible.module_utils.epforge_final_env import (
     stamp_difference,
     wheel_distribution,
 )
-from ansible.module_utils.epforge_process import run_bounded, run_logged
-from ansible.module_utils.epforge_watch import binary_paths, file_states, record_files, watch_list
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.watch import (
+    binary_paths,
+    file_states,
+    record_files,
+    watch_list,
+)
 
 # The options a verdict depends on (serving is added as resolved from serving_fact).
 STAMPED_OPTIONS = (
@@ -273,7 +286,7 @@ class FinalEnv:
         return data
 
     def listing(self, path: str) -> dict:
-        """cuobjdump's SASS/PTX of one binary (module_utils/epforge_cuobjdump.py), remembered by path,
+        """cuobjdump's SASS/PTX of one binary (plugins/module_utils/cuobjdump.py), remembered by path,
         size and mtime."""
         stat = os.stat(path)
         key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"

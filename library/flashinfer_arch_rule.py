@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: decide FlashInfer's JIT arch list for this nvcc, refusing what would fail misleadingly."""
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ module: flashinfer_arch_rule
 short_description: FlashInfer JIT arch list for the host's nvcc, with the sm_12x rule applied
 description:
   - Reads the release of C(CUDA_HOME/bin/nvcc --version) and applies the sm_12x rule of
-    C(module_utils/epforge_flashinfer.py) - nvcc >= 12.9 as is, or the arch-specific C(12.0a) with nvcc 12.8,
+    C(plugins/module_utils/flashinfer.py) - nvcc >= 12.9 as is, or the arch-specific C(12.0a) with nvcc 12.8,
     else a clear error - instead of FlashInfer's misleading "FlashInfer requires GPUs with sm75 or higher".
   - Returns the value for C(FLASHINFER_CUDA_ARCH_LIST) and the SASS names a JIT-built kernel must carry.
   - Role flashinfer does not call it (module C(flashinfer_probe) applies the same rule in its one call); it
@@ -25,7 +27,7 @@ options:
     type: list
     elements: str
     required: true
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -56,7 +58,11 @@ nvcc_version:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_flashinfer import FlashInferRuleFailure, nvcc_arch_rule
+
+from ansible_collections.epforge.ep.plugins.module_utils.flashinfer import (
+    FlashInferRuleFailure,
+    nvcc_arch_rule,
+)
 
 
 def main() -> None:

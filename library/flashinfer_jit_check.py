@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: JIT-compile one real FlashInfer kernel for the target archs on this host (no GPU "
 "needed)."""
 
@@ -67,7 +69,7 @@ options:
     description: Seconds before the build is killed.
     type: int
     default: 1200
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -106,9 +108,10 @@ import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, tail_file
-from ansible.module_utils.epforge_flashinfer import classify_jit_error
-from ansible.module_utils.epforge_process import run_bounded, run_logged
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail_file
+from ansible_collections.epforge.ep.plugins.module_utils.flashinfer import classify_jit_error
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 
 MARK = "EPFORGE_FI_JIT "
 SCRIPT = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: one read of FlashInfer's state on the host (installed versions, JIT stamp, local fact);
 when everything is current it also records the local fact, so a no-op rerun is this one call."""
 
@@ -9,7 +11,7 @@ DOCUMENTATION = r"""
 module: flashinfer_probe
 short_description: Say whether FlashInfer is current in an env and record its local fact when it is
 description:
-  - First applies the sm_12x arch rule of C(module_utils/epforge_flashinfer.py) to O(arch_list) and the
+  - First applies the sm_12x arch rule of C(plugins/module_utils/flashinfer.py) to O(arch_list) and the
     release that C(bin/nvcc --version) in O(cuda_home) prints - the same code as module
     C(flashinfer_arch_rule), with the same failures (no nvcc, unreadable release, a refused arch list with
     its remedy) before anything is read or written - and returns its answer as RV(rule).
@@ -71,7 +73,7 @@ options:
     description: Seconds the version read may take.
     type: int
     default: 120
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -146,7 +148,7 @@ fact_changed:
   type: bool
 watch:
   description:
-    - For the probe cache (module_utils/epforge_watch.py), when the env is current and nothing changed - the
+    - For the probe cache (plugins/module_utils/watch.py), when the env is current and nothing changed - the
       sorted paths the answer depends on - C(bin/nvcc) of O(cuda_home) as given and resolved, O(python) as
       given and resolved, its C(pyvenv.cfg) and every C(sys.path) directory (the site dirs whose
       C(.dist-info) entries give the versions), O(stamp_path), the kernel library the stamp names and the
@@ -162,12 +164,16 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd
-from ansible.module_utils.epforge_files import read_json
-from ansible.module_utils.epforge_flashinfer import FlashInferRuleFailure, nvcc_arch_rule
-from ansible.module_utils.epforge_local_facts import fact_path, write_local_fact
-from ansible.module_utils.epforge_process import run_bounded
-from ansible.module_utils.epforge_watch import binary_paths, import_paths, watch_list
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+from ansible_collections.epforge.ep.plugins.module_utils.flashinfer import (
+    FlashInferRuleFailure,
+    nvcc_arch_rule,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, import_paths, watch_list
 
 FACT_NAME = "epforge_flashinfer"
 

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: adopt an existing python whose torch matches the stack (a GPU image's venv), read-only."""
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ options:
   facts_dir:
     description: When set, record the adopted env as the local fact C(epforge_ml_env) here (only on change).
     type: path
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -119,10 +121,15 @@ fact_changed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import torch_arch_missing
-from ansible.module_utils.epforge_build import cuda_major, input_key
-from ansible.module_utils.epforge_ml_env_fact import record_ml_env_fact
-from ansible.module_utils.epforge_torch_env import base_version, torch_evidence, torch_inputs
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_missing
+from ansible_collections.epforge.ep.plugins.module_utils.build import cuda_major, input_key
+from ansible_collections.epforge.ep.plugins.module_utils.ml_env_fact import record_ml_env_fact
+from ansible_collections.epforge.ep.plugins.module_utils.torch_env import (
+    base_version,
+    torch_evidence,
+    torch_inputs,
+)
 
 PROBE = (
     "import json, os, sys, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "

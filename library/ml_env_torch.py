@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: a venv with the stack's torch and build tools, verified once and stamped."""
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ description:
     and its packages are still there, nothing runs and torch is not imported again (a rerun is cheap and
     changed=false).
   - The stamp also records the state of torch's files (the directories of its files and of its direct
-    requirements' files, their native libraries, their RECORDs; C(module_utils/epforge_dist_files.py)). When
+    requirements' files, their native libraries, their RECORDs;
+    C(plugins/module_utils/ml_env_torch/dist_files.py)). When
     that changed (a deleted C(__init__.py), a truncated C(.so), a reinstall), torch is imported again before
     the stamp is trusted; torch that no longer imports is reinstalled (C(--force-reinstall --no-deps)). A
     C(.py) file edited in place is not seen.
@@ -91,7 +94,7 @@ options:
     description: Where pip takes packages from (a wheelhouse or the registry), recorded in the fact.
     type: str
     default: ""
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -173,19 +176,27 @@ import re
 from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_arch import torch_arch_missing
-from ansible.module_utils.epforge_build import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_missing
+from ansible_collections.epforge.ep.plugins.module_utils.build import (
     cuda_major,
     dist_info_version,
     input_key,
 )
-from ansible.module_utils.epforge_common import fail_cmd, tail
-from ansible.module_utils.epforge_dist_files import integrity_paths, states_digest
-from ansible.module_utils.epforge_files import read_json, write_json_atomic
-from ansible.module_utils.epforge_ml_env_fact import FACT_NAME, record_ml_env_fact
-from ansible.module_utils.epforge_process import run_bounded, run_logged
-from ansible.module_utils.epforge_torch_env import base_version, torch_evidence, torch_inputs
-from ansible.module_utils.epforge_watch import binary_paths, watch_list
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.ml_env_fact import FACT_NAME, record_ml_env_fact
+from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files import (
+    integrity_paths,
+    states_digest,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.torch_env import (
+    base_version,
+    torch_evidence,
+    torch_inputs,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, watch_list
 
 VERIFY_SCRIPT = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: gather facts about a host's NVIDIA GPUs, driver and GPU interconnect."""
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ options:
         reports C(available=false) instead of hanging the play.
     type: int
     default: 60
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -123,7 +125,8 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_gpu_facts import DEFAULT_TIMEOUT, gather_gpu_facts
+
+from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import DEFAULT_TIMEOUT, gather_gpu_facts
 
 
 def main() -> None:

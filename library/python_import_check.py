@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: import a Python module inside a given interpreter (argv, no shell quoting) and say
 precisely why it failed: missing, broken, or only 'no usable GPU on this host'."""
 
@@ -44,7 +46,7 @@ options:
     description: Seconds before the import is given up (a hung driver call, say).
     type: int
     default: 300
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -107,8 +109,9 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_process import run_bounded
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 
 MARK = "EPFORGE_IMPORT_CHECK "
 

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: can a service account reach these files? Checked before the account or its unit exists."""
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ options:
     description: What the account needs the paths for, worded into the failure message.
     type: str
     default: run the server
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -71,7 +73,8 @@ import pwd
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_watch import binary_paths
+
+from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths
 
 READ = 4
 WRITE = 2

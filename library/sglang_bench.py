@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: run SGLang's own bench_serving client against a server with a named workload, parse its
 result file, return the figures as facts and record the run in an append-only history."""
 
@@ -120,7 +122,7 @@ options:
         C(stack), C(server) (settings; secret-looking values are redacted), C(gpu) (GPU facts).
     type: dict
     default: {}
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -192,7 +194,11 @@ import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_bench import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
     BenchError,
     bench_argv,
     check_record_matches,
@@ -204,9 +210,6 @@ from ansible.module_utils.epforge_bench import (
     record_run,
     record_workload,
 )
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_process import run_logged
-from ansible.module_utils.epforge_secrets import redact
 
 LOG_TAIL_LINES = 30
 
@@ -227,7 +230,7 @@ ARGUMENT_SPEC = {
     "python": {"type": "path", "required": True},
     "base_url": {"type": "str", "required": True},
     "workload": {"type": "dict", "default": {}},
-    "tokenizer": {"type": "str", "default": ""},
+    "tokenizer": {"type": "str", "default": "", "no_log": False},  # a path or model name, not a token
     "model": {"type": "str", "default": ""},
     "backend": {
         "type": "str",

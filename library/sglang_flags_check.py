@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: validate SGLang server settings with the installed SGLang's own argument parser."""
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ module: sglang_flags_check
 short_description: Validate SGLang server flags with the installed SGLang's own parser
 description:
   - Renders epforge server settings (C(epforge_server)) to the argv of C(python -m sglang.launch_server)
-    with C(module_utils/epforge_sglang_args.py), after refusing shape errors (unknown keys, wrong types).
+    with C(plugins/module_utils/sglang_args.py), after refusing shape errors (unknown keys, wrong types).
   - Runs the parser of the SGLang installed in the ML env (C(ServerArgs.add_cli_args) on an
     C(argparse.ArgumentParser)) in that env's python, as an argv list with the argv passed as JSON on
     stdin. An unknown flag, a bad choice or a non-integer number fails with SGLang's own argparse message
@@ -34,7 +36,7 @@ options:
     type: dict
   server_object:
     description:
-      - A server settings object (C(module_utils/epforge_server_object.py); the sweep builds one per
+      - A server settings object (C(plugins/module_utils/server_object.py); the sweep builds one per
         configuration). Its argv is judged as it is, and a success is remembered in I(cache_path) under the
         object's digest, which role C(sglang_server) requires before it launches that object. Refused when
         edited after it was built or rendered for another release than the installed one.
@@ -77,7 +79,7 @@ options:
     description: Extra evidence the remembered outcome depends on (the install stamp's hash, for example).
     type: str
     default: ""
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -144,11 +146,15 @@ problems:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_secrets import redact
-from ansible.module_utils.epforge_server_object import problems as object_problems
-from ansible.module_utils.epforge_sglang_args import build_server_argv, validate_settings
-from ansible.module_utils.epforge_sglang_flags import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
+    build_server_argv,
+    validate_settings,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import (
     VERSION_SCRIPT,
     check_flags,
     hide_secrets,

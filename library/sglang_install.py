@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: install a pinned SGLang into the ML env, once, and prove that it imports."""
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ description:
     needed) and that C(sglang.__version__) is I(version), then writes the stamp.
   - With I(server_object), also the sglang role's other work, in this one call (a no-op rerun is one module
     call) - before anything changes, the object is refused when malformed, edited or rendered for another
-    release (C(module_utils/epforge_server_object.py)); the directories of I(log_path) and I(stamp_path) are
+    release (C(plugins/module_utils/server_object.py)); the directories of I(log_path) and I(stamp_path) are
     made; after the install (or finding it current) the object's argv is judged by the installed SGLang's
     own parser, or answered from I(flags_cache_path) when nothing they depend on changed (see module
     C(sglang_flags_check)); with I(facts_dir), the local fact C(epforge_sglang) is written, only when its
@@ -107,7 +109,7 @@ options:
   server_object:
     description:
       - The server settings object role C(preflight) built (C(preflight_server_object);
-        C(module_utils/epforge_server_object.py)) - its C(argv) is what SGLang's parser judges, exactly as
+        C(plugins/module_utils/server_object.py)) - its C(argv) is what SGLang's parser judges, exactly as
         role C(sglang_server) launches it, and its C(digest) is recorded with the verdict and in the fact. It
         holds no API key. Refused before anything changes when it is malformed, edited after it was built (its
         digest no longer names its argv) or rendered for another SGLang release than I(version).
@@ -132,7 +134,7 @@ options:
   facts_dir:
     description: Directory of local facts; when set, the fact C(epforge_sglang) is written there.
     type: path
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -210,7 +212,7 @@ created_dirs:
   elements: str
 watch:
   description:
-    - For the probe cache (module_utils/epforge_watch.py), when nothing changed and the flags were not
+    - For the probe cache (plugins/module_utils/watch.py), when nothing changed and the flags were not
       judged or came from I(flags_cache_path) - the sorted paths the answer depends on - I(python) as given
       and resolved, its C(pyvenv.cfg) and every C(sys.path) directory (the site dirs whose C(.dist-info)
       entries give the installed versions), I(stamp_path), the directories of I(log_path) and I(stamp_path),
@@ -228,16 +230,17 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import fail_cmd, tail
-from ansible.module_utils.epforge_files import ensure_directories, write_json_atomic
-from ansible.module_utils.epforge_local_facts import fact_path, write_local_fact
-from ansible.module_utils.epforge_pip_guard import refuse_replacing
-from ansible.module_utils.epforge_process import run_bounded, run_logged
-from ansible.module_utils.epforge_secrets import redact
-from ansible.module_utils.epforge_server_object import problems as object_problems
-from ansible.module_utils.epforge_sglang_flags import check_flags
-from ansible.module_utils.epforge_watch import import_paths, watch_list
-from ansible.module_utils.epforge_wheelhouse import pin_from_metadata
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import check_flags
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_install.pip_guard import refuse_replacing
+from ansible_collections.epforge.ep.plugins.module_utils.watch import import_paths, watch_list
+from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import pin_from_metadata
 
 # Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
 VERSIONS_SCRIPT = r"""

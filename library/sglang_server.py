@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: run an SGLang server as a systemd unit (or a daemonized process), wait until it is
 ready, and prove that it runs the requested settings."""
 
@@ -10,7 +12,7 @@ module: sglang_server
 short_description: Start, stop or remove an SGLang server and wait, bounded, until it is ready
 description:
   - Renders the argv of C(python -m sglang.launch_server) from structured settings
-    (C(module_utils/epforge_sglang_args.py); never a shell string) and runs it through epforge's launcher
+    (C(plugins/module_utils/sglang_args.py); never a shell string) and runs it through epforge's launcher
     (shipped by the C(sglang_server) role), which takes the API key from the environment, so the key is in
     no unit file, no command line and no log line.
   - With O(manager=systemd) it writes a unit (C(User=) an unprivileged user, C(EnvironmentFile=) a
@@ -22,7 +24,8 @@ description:
   - "Then it polls O(health_path) at a bounded rate until it answers 200, at most O(timeout) seconds. A
     server that exits, fails or enters an automatic restart ends the wait within one poll interval, with
     the log tail and, when the log matches a known failure signature
-    (C(module_utils/epforge_signatures.py)), its classification and remedy; a log that matches none is
+    (C(plugins/module_utils/sglang_server/signatures.py)), its classification and remedy; a log that matches
+    none is
     reported as C(unclassified) with its final exception line (for example
     C(ModuleNotFoundError: No module named 'flashinfer'))."
   - Finally it reads C(/get_server_info) (falling back to C(/server_info)) and compares the running
@@ -50,7 +53,7 @@ options:
     default: systemd
   settings:
     description:
-      - Server settings (the keys of C(epforge_server), see C(module_utils/epforge_sglang_args.py)), for
+      - Server settings (the keys of C(epforge_server), see C(plugins/module_utils/sglang_args.py)), for
         example C(model_path), C(tp_size), C(ep_size), C(moe_a2a_backend), C(speculative_algorithm),
         C(host), C(port), C(extra_args), C(env).
       - C(host) defaults to 127.0.0.1. An C(api_key) key here is refused; use O(api_key).
@@ -64,7 +67,7 @@ options:
   server_object:
     description:
       - The server settings object role C(preflight) built (C(preflight_server_object);
-        C(module_utils/epforge_server_object.py)). Its C(argv) and C(env) are launched exactly as they are
+        C(plugins/module_utils/server_object.py)). Its C(argv) and C(env) are launched exactly as they are
         (the launcher appends the API key from the environment file), its C(settings) are confirmed after
         launch, its C(digest) is returned as C(settings_digest). Refused before anything changes when it is
         malformed, edited after it was built, or rendered for another release than O(sglang_version).
@@ -73,7 +76,8 @@ options:
     type: dict
   verdicts_path:
     description:
-      - The verdicts of SGLang's parser (role C(sglang)'s flags cache, C(sglang_install) O(flags_cache_path)).
+      - The verdicts of SGLang's parser (role C(sglang)'s flags cache, C(sglang_install)
+        O(epforge.ep.sglang_install#module:flags_cache_path)).
         When set, a O(server_object) whose digest has no verdict there is refused before anything changes;
         only an argv SGLang's parser accepted is launched.
     type: path
@@ -188,7 +192,8 @@ options:
   unit_hardening:
     description:
       - "Overrides of the unit's sandbox (O(manager=systemd)), directive to value. A value replaces the
-        default of that directive (C(module_utils/epforge_unit.py) HARDENING), null drops it, a directive
+        default of that directive (C(plugins/module_utils/sglang_server/unit.py) HARDENING), null drops it,
+        a directive
         the defaults lack is added; true and false become yes and no, a list its items space-separated.
         For example C({PrivateUsers: null}) on a GPU host where that one option breaks the server."
       - Names must look like systemd's (C(^[A-Z][A-Za-z]+$)) and values hold no newline. Directives the unit
@@ -205,7 +210,7 @@ options:
     description: Lines of the server log returned on failure.
     type: int
     default: 40
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -346,23 +351,35 @@ import pwd
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_http import get_json, request, wait_until
-from ansible.module_utils.epforge_secrets import redact
-from ansible.module_utils.epforge_server_confirm import settings_verdict
-from ansible.module_utils.epforge_server_managers import KEY_VAR, MANAGERS, public_result
-from ansible.module_utils.epforge_server_object import problems as object_problems
-from ansible.module_utils.epforge_server_rollback import read as read_last_ready
-from ansible.module_utils.epforge_server_rollback import remove as forget_last_ready
-from ansible.module_utils.epforge_server_rollback import write as record_last_ready
-from ansible.module_utils.epforge_sglang_args import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.http import get_json, request, wait_until
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     build_server_argv,
     build_server_env,
     validate_settings,
     with_defaults,
 )
-from ansible.module_utils.epforge_sglang_flags import judged_digests
-from ansible.module_utils.epforge_signatures import describe, explain_failure
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import judged_digests
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.confirm import settings_verdict
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.managers import (
+    KEY_VAR,
+    MANAGERS,
+    public_result,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback import read as read_last_ready
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback import (
+    remove as forget_last_ready,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback import (
+    write as record_last_ready,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signatures import (
+    describe,
+    explain_failure,
+)
 
 # Addresses that bind every interface; the module connects to such a server on the loopback.
 BIND_ALL = ("0.0.0.0", "::", "")  # noqa: S104 - compared with, never bound to
@@ -370,7 +387,8 @@ BIND_ALL = ("0.0.0.0", "::", "")  # noqa: S104 - compared with, never bound to
 
 class Server:
     """The request (validated settings, argv, environment), the bounded wait for readiness and the settings
-    check; the manager (module_utils/epforge_server_managers.py) starts, stops and watches the server."""
+    check; the manager (plugins/module_utils/sglang_server/managers.py) starts, stops and watches the
+    server."""
 
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: prove that a running SGLang server generates text, through its native and its
 OpenAI-compatible API, and report latency and the speculative accept length."""
 
@@ -48,7 +50,7 @@ options:
     description: Seconds each request may take.
     type: float
     default: 120
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -84,8 +86,9 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_http import auth_headers, get_json, post_json
-from ansible.module_utils.epforge_secrets import redact
+
+from ansible_collections.epforge.ep.plugins.module_utils.http import auth_headers, get_json, post_json
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 
 TEXT_SHOWN = 200
 
@@ -265,10 +268,10 @@ def main() -> None:
             "url": {"type": "str", "default": "http://127.0.0.1:30000"},
             "api_key": {"type": "str", "no_log": True},
             "prompt": {"type": "str", "default": "The capital of France is"},
-            "max_new_tokens": {"type": "int", "default": 16},
+            "max_new_tokens": {"type": "int", "default": 16, "no_log": False},
             "openai_api": {"type": "str", "default": "chat", "choices": ["chat", "completions", "none"]},
             "model": {"type": "str"},
-            "min_tokens": {"type": "int", "default": 1},
+            "min_tokens": {"type": "int", "default": 1, "no_log": False},
             "timeout": {"type": "float", "default": 120},
         },
         supports_check_mode=True,

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: a deterministic random-weight MoE checkpoint (Hugging Face layout) and its tokenizer."""
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ options:
   facts_dir:
     description: Directory of local facts; when set, the fact C(epforge_smoke_model) is written there.
     type: path
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -165,12 +167,13 @@ import shutil
 import tempfile
 import time
 
-from ansible.module_utils import epforge_smoke_model as sm
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_files import read_json
-from ansible.module_utils.epforge_local_facts import write_local_fact
-from ansible.module_utils.epforge_process import run_bounded
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.smoke_model import model as sm
 
 SETTING_TYPES = {
     "architecture": {
@@ -179,7 +182,8 @@ SETTING_TYPES = {
         "choices": sorted(sm.ARCHITECTURES),
     },
     **{
-        key: {"type": "int", "default": value}
+        # no_log False: sanity reads "_key_" in num_key_value_heads as a secret's name; it is a head count
+        key: {"type": "int", "default": value, "no_log": False}
         for key, value in sm.DEFAULTS.items()
         if isinstance(value, int) and not isinstance(value, bool)
     },
@@ -311,7 +315,8 @@ def fail_writer(module: AnsibleModule, python: str, proc, argv: list[str], resul
 def write_model(
     module: AnsibleModule, p: dict, staging: str, settings: dict, result: dict
 ) -> tuple[dict, float]:
-    """Run the writer (module_utils/epforge_smoke_model.py fed on stdin) into staging: (manifest, seconds)."""
+    """Run the writer (plugins/module_utils/smoke_model/model.py fed on stdin) into staging: (manifest,
+    seconds)."""
     argv = [p["python"], "-", staging, json.dumps(settings, sort_keys=True)]
     started = time.monotonic()
     proc = run_bounded(argv, input_text=inspect.getsource(sm), timeout=p["timeout"])

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module (controller side): a wheelhouse that covers every pip run a host's roles make."""
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ module: wheelhouse_build
 short_description: Download once every wheel a host needs, for its python and platform, into a wheelhouse
 description:
   - Runs on the controller (delegate_to localhost). Computes the pip runs the roles will make on a host
-    (module_utils/epforge_wheelhouse.py requirement_groups, from the stack and I(choice)), in order.
+    (plugins/module_utils/wheelhouse.py requirement_groups, from the stack and I(choice)), in order.
   - For each run, first asks pip whether the wheelhouse alone satisfies it (C(pip install --dry-run --no-index
     --find-links DIRECTORY --report), for the host's python version, ABI and manylinux platforms, against
     what the host's env already holds, given as I(installed)). pip's configuration files and C(PIP_*)
@@ -102,7 +104,7 @@ options:
       - Empty, every wheel is hashed on every run.
     type: path
     default: ""
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -192,11 +194,12 @@ import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_build import file_sha256
-from ansible.module_utils.epforge_common import fail_cmd, tail
-from ansible.module_utils.epforge_files import json_text, read_json, write_json_atomic
-from ansible.module_utils.epforge_process import run_bounded, run_logged
-from ansible.module_utils.epforge_wheelhouse import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
+from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
     MANIFEST_SCHEMA,
     bad_names,
     base_version,

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module (host side, read-only): what a wheelhouse for this host must be built for."""
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ options:
     description: The host's wheelhouse copy; its wheel files are listed with their sha256 (nothing when it
       does not exist yet), so the controller copies only what is missing or different.
     type: path
-author: epforge developers
+author: epforge developers (@epforge)
 """
 
 EXAMPLES = r"""
@@ -85,9 +87,10 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.epforge_common import tail
-from ansible.module_utils.epforge_process import run_bounded
-from ansible.module_utils.epforge_wheelhouse import file_sha256
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import file_sha256
 
 # Listing an env's distributions takes a second or two; a hung interpreter must not hang the play.
 PROBE_TIMEOUT_S = 120

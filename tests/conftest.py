@@ -13,7 +13,6 @@ import os
 import sys
 from pathlib import Path
 
-import ansible.module_utils
 import pytest
 import yaml
 
@@ -22,11 +21,6 @@ FIXTURES = ROOT / "tests" / "fixtures"
 # Built test prerequisites that a fresh clone on the same machine may reuse.
 CACHE = ROOT / ".cache" / "epforge-tests"
 
-# `from ansible.module_utils.epforge_x import ...` resolves to module_utils/epforge_x.py, as with
-# ansible.cfg's module_utils setting; library/ modules import as plain modules.
-ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
-sys.path.insert(0, str(ROOT / "library"))
-sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
 
 SKIP_GPU = "GPU:"
 SKIP_GITHUB = "GitHub:"

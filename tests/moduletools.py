@@ -15,14 +15,15 @@ from unittest import mock
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.epforge_server_object import build as build_server_object
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
+
 ROOT = Path(__file__).resolve().parents[1]
-# The child Python finds module_utils/ as ansible.module_utils, as with ansible.cfg's module_utils setting.
+# The child Python finds the collection's module_utils through collections/, as with ansible.cfg's
+# collections_path.
 RUNNER = (
-    "import runpy, sys, ansible.module_utils as mu; "
-    f"mu.__path__.append({str(ROOT / 'module_utils')!r}); "
+    f"import runpy, sys; sys.path.insert(0, {str(ROOT / 'collections')!r}); "
     "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 
@@ -129,7 +130,7 @@ def run_main(module: ModuleType, args: dict, *, capture_warnings: bool = False) 
 
 
 def watched_states(paths) -> dict:
-    """What the probe cache (action_plugins/epforge_probe_cache.py) compares for each path of a module's
+    """What the probe cache (plugins/action/probe_cache.py) compares for each path of a module's
     `watch` list: (size, mtime_ns, ctime_ns, inode), or None when the path is missing."""
     states = {}
     for path in paths:
@@ -148,9 +149,9 @@ def changed_paths(before: dict, paths=None) -> list[str]:
 
 
 def clear_import_path_variables(monkeypatch) -> None:
-    """A module's watch list is empty while PYTHONPATH & co. are set (module_utils/epforge_watch.py): tests of
+    """A module's watch list is empty while PYTHONPATH & co. are set (plugins/module_utils/watch.py): tests of
     the list run the module without them, whatever the shell running pytest sets."""
-    from ansible.module_utils.epforge_watch import IMPORT_PATH_VARIABLES  # noqa: PLC0415
+    from ansible_collections.epforge.ep.plugins.module_utils.watch import IMPORT_PATH_VARIABLES  # noqa: PLC0415
 
     for name in IMPORT_PATH_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -158,6 +159,6 @@ def clear_import_path_variables(monkeypatch) -> None:
 
 def server_object(settings: dict, sglang_version: str, flag_table: dict | None = None) -> dict:
     """The server settings object role preflight would build for these settings on a host where no known
-    issue adjusts them (module_utils/epforge_server_object.py; the API key is left out as there)."""
+    issue adjusts them (plugins/module_utils/server_object.py; the API key is left out as there)."""
     verdict = {"adjusted_settings": settings, "findings": {"adjustments": []}}
     return build_server_object(verdict, sglang_version, flag_table)

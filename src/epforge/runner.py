@@ -199,8 +199,6 @@ def run_playbook(
     envvars = {
         "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(root / "roles"),
-        "ANSIBLE_LIBRARY": str(root / "library"),
-        "ANSIBLE_MODULE_UTILS": str(root / "module_utils"),
         "ANSIBLE_NOCOLOR": "1",
     }
     # the ansible-playbook of this environment, also when the environment is not activated

@@ -1,4 +1,4 @@
-"""The one arch parser and rule set (module_utils/epforge_arch.py): spellings (12.0 / 12.0a / 12.0f / sm_120
+"""The one arch parser and rule set (plugins/module_utils/arch.py): spellings (12.0 / 12.0a / 12.0f / sm_120
 accepted, a bare "120" refused), the SASS name cuobjdump prints for a target, build-tool arch lists, and
 which SASS/PTX covers which target. The same rules on real nvcc/cuobjdump output:
 tests/unit/test_cuda_binary_archs.py (captured listings, including sm120f.o.txt and sm120a.o.txt)."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.epforge_arch import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import (
     ArchError,
     arch_list,
     base_arch,
@@ -22,7 +23,7 @@ from ansible.module_utils.epforge_arch import (
     sm_name,
     torch_arch_list,
 )
-from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
+from ansible_collections.epforge.ep.plugins.module_utils.cuda import parse_cuobjdump_listing
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 

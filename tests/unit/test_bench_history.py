@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.epforge_bench import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
     BenchError,
     append_entry,
     bench_argv,
@@ -198,9 +199,9 @@ def test_append_entry_sanitizes_non_finite_numbers():
 
 
 WRITER = r"""
-import sys, ansible.module_utils as mu
-mu.__path__.append(sys.argv[1])
-from ansible.module_utils.epforge_bench import record_run
+import sys
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import record_run
 path = sys.argv[2]
 blob = "x" * 400_000  # large entries make each write take long enough to be interrupted
 i = 0
@@ -219,7 +220,7 @@ def test_history_survives_writers_killed_mid_write(tmp_path):
     kills = 0
     for round_no in range(12):
         proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(ROOT / "module_utils"), str(path)],
+            [sys.executable, "-c", WRITER, str(ROOT / "collections"), str(path)],
             stdout=subprocess.PIPE,
             text=True,
         )

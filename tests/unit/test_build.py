@@ -1,4 +1,4 @@
-"""Build evidence (module_utils/epforge_build.py) and the cuda_extension modules, on real files and processes.
+"""Build evidence (plugins/module_utils/build.py) and the cuda_extension modules, on real files and processes.
 
 The compiler is the only test double here: `fake_python` stands in for a venv interpreter whose `-m pip wheel`
 writes a wheel (with a .so member) or fails/hangs on request, so the build module's temp dir, atomic publish,
@@ -21,11 +21,12 @@ from pathlib import Path
 
 import moduletools
 import pytest
-from ansible.module_utils import epforge_build as eb
-from ansible.module_utils.epforge_arch import torch_arch_missing
-from ansible.module_utils.epforge_cuda import parse_nvcc_release
-from ansible.module_utils.epforge_files import write_json_atomic
 from moduletools import module_argv
+
+from ansible_collections.epforge.ep.plugins.module_utils import build as eb
+from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_missing
+from ansible_collections.epforge.ep.plugins.module_utils.cuda import parse_nvcc_release
+from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "build"

@@ -1,6 +1,6 @@
 """Modules that only judge their arguments run in the controller's worker.
 
-action_plugins/epforge_controller_side.py runs them there.
+plugins/action/controller_side.py runs them there.
 
 Each test runs a real playbook through the project's ansible.cfg. The host's interpreter is set to a path
 that does not exist: a module shipped to the host could not start there, so a task that succeeds proves it
@@ -25,12 +25,15 @@ from playbooks import JSON_CALLBACK, json_report, run_playbook
 
 NO_INTERPRETER = "/nonexistent/python3"
 HOST_PYTHON = sys.executable
+# The modules meta/runtime.yml routes to the controller-side action plugin.
 OPTED_IN = sorted(
-    p.stem
-    for p in (ROOT / "action_plugins").glob("*.py")
-    # the same-name opt-in files (not the probe cache's, nor preflight's, which only borrows a helper)
-    if 'ActionModule = action_loader.get("epforge_controller_side"' in p.read_text()
+    name
+    for name, routing in yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["plugin_routing"][
+        "modules"
+    ].items()
+    if routing.get("action_plugin") == "epforge.ep.controller_side"
 )
+CHECK = "epforge.ep.epforge_stack_check"
 STACK = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
 # DeepEP on 2 sm_120 GPUs over PCIe: rows of data/known_issues.yml warn about it (and adjust nothing fatal).
 SM120_DEEPEP = {
@@ -93,7 +96,7 @@ def test_the_host_interpreter_is_really_unusable(tmp_path):
 
 
 def test_a_coherent_stack_passes_without_the_host(tmp_path):
-    (result,) = play(tmp_path, [{"name": "Check", "epforge_stack_check": {"spec": STACK, "name": "cu130"}}])
+    (result,) = play(tmp_path, [{"name": "Check", CHECK: {"spec": STACK, "name": "cu130"}}])
     assert not result.get("failed"), result
     _, on_host = run_module("epforge_stack_check", {"spec": STACK, "name": "cu130"})
     assert result["stack"] == on_host["stack"] and result["problems"] == [] and result["changed"] is False
@@ -102,43 +105,52 @@ def test_a_coherent_stack_passes_without_the_host(tmp_path):
 def test_an_incoherent_stack_fails_with_the_modules_message(tmp_path):
     spec = json.loads(json.dumps(STACK))
     spec["sglang"]["requires_torch"] = "2.13.0"
-    (result,) = play(tmp_path, [{"name": "Check", "epforge_stack_check": {"spec": spec, "name": "cu130"}}])
+    (result,) = play(tmp_path, [{"name": "Check", CHECK: {"spec": spec, "name": "cu130"}}])
     rc, on_host = run_module("epforge_stack_check", {"spec": spec, "name": "cu130"})
     assert result["failed"] is True and on_host["failed"] is True and rc == 1
     assert result["msg"] == on_host["msg"] and "pins torch==2.13.0" in result["msg"]
 
 
 def test_argument_spec_errors_are_the_modules(tmp_path):
-    (result,) = play(tmp_path, [{"name": "Check", "epforge_stack_check": {"name": "cu130"}}])
+    (result,) = play(tmp_path, [{"name": "Check", CHECK: {"name": "cu130"}}])
     assert result["failed"] is True and "one of the following is required: spec, path" in result["msg"]
 
 
+# The same module file run the classic way: a library/ module by its legacy name has no routing, so the
+# task ships the module to the host (the interpreter given), with its module_utils from the collection.
+HOST_ENV = {"ANSIBLE_LIBRARY": str(ROOT / "library")}
+
+
+def shipped_to_host(tasks: list[dict]) -> list[dict]:
+    return [{k.replace("epforge.ep.", "ansible.legacy."): v for k, v in task.items()} for task in tasks]
+
+
 def without_timing(report: dict) -> dict:
-    """The report of a run less what differs between two runs of the same tasks (times, ids)."""
+    """A run's report less what differs between two runs of the same tasks (times, ids, the name used)."""
     text = json.dumps(report, sort_keys=True)
     text = re.sub(r'"(start|end)": "[^"]*"', '"t": ""', text)
+    # the two names of one module file
+    text = re.sub(r'"action": "(epforge\.ep|ansible\.legacy)\.', '"action": "', text)
     return json.loads(re.sub(r'"id": "[^"]*"', '"id": ""', text))
 
 
 def test_results_equal_a_host_run_in_check_mode_and_loops(tmp_path):
     """The same tasks shipped to the host (real interpreter, no action plugins) report the same results."""
     tasks = [
-        {"name": "Judge twice", "epforge_known_issues": SM120_DEEPEP, "loop": [1, 2]},
-        {"name": "Check", "epforge_stack_check": {"spec": STACK, "name": "cu130"}},
+        {"name": "Judge twice", "epforge.ep.epforge_known_issues": SM120_DEEPEP, "loop": [1, 2]},
+        {"name": "Check", CHECK: {"spec": STACK, "name": "cu130"}},
     ]
     on_controller = play(tmp_path, tasks, "--check")
-    host_env = dict(ANSIBLE_ACTION_PLUGINS=str(tmp_path / "none"))
-    on_host = play(tmp_path, tasks, "--check", interpreter=HOST_PYTHON, env=host_env)
+    on_host = play(tmp_path, shipped_to_host(tasks), "--check", interpreter=HOST_PYTHON, env=HOST_ENV)
     assert without_timing(on_controller) == without_timing(on_host)
     assert on_controller[0]["results"][1]["findings"]["warnings"], "the case must produce warnings"
     assert "sk-9" not in json.dumps(on_controller)  # the module's no_log values hold in the controller too
 
 
 def test_module_warnings_are_shown_once_per_item_as_from_a_host(tmp_path):
-    task = {"name": "Judge twice", "epforge_known_issues": SM120_DEEPEP, "loop": [1, 2]}
+    task = {"name": "Judge twice", "epforge.ep.epforge_known_issues": SM120_DEEPEP, "loop": [1, 2]}
     shown = play_output(tmp_path, [task])
-    host_env = dict(ANSIBLE_ACTION_PLUGINS=str(tmp_path / "none"))
-    from_host = play_output(tmp_path, [task], interpreter=HOST_PYTHON, env=host_env)
+    from_host = play_output(tmp_path, shipped_to_host([task]), interpreter=HOST_PYTHON, env=HOST_ENV)
     marker = "[WARNING]: [deepep_deepgemm_disabled_sm120]"
     assert shown.count(marker) == from_host.count(marker) >= 1
 
@@ -146,6 +158,6 @@ def test_module_warnings_are_shown_once_per_item_as_from_a_host(tmp_path):
 @pytest.mark.parametrize("name", OPTED_IN)
 def test_each_opted_in_action_loads(name, tmp_path):
     """A bad call still reaches the module's own argument checking on the controller, not the host."""
-    (result,) = play(tmp_path, [{"name": "Bad call", name: {"no_such_option": 1}}])
+    (result,) = play(tmp_path, [{"name": "Bad call", f"epforge.ep.{name}": {"no_such_option": 1}}])
     assert result["failed"] is True
     assert "Unsupported parameters" in result["msg"] or "missing required arguments" in result["msg"], result

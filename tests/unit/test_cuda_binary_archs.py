@@ -18,7 +18,8 @@ from pathlib import Path
 import moduletools
 import pytest
 import yaml
-from ansible.module_utils.epforge_cuda import parse_cuobjdump_listing
+
+from ansible_collections.epforge.ep.plugins.module_utils.cuda import parse_cuobjdump_listing
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "cuobjdump"

@@ -23,8 +23,9 @@ import cuda_toolkit_pypi
 import moduletools
 import pytest
 import yaml
-from ansible.module_utils.epforge_arch import nvcc_missing_archs
-from ansible.module_utils.epforge_cuda import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import nvcc_missing_archs
+from ansible_collections.epforge.ep.plugins.module_utils.cuda import (
     driver_api_symbols,
     package_name,
     parse_gpu_list,

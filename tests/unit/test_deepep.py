@@ -1,4 +1,4 @@
-"""deepep: the build rules of module_utils/epforge_deepep.py, and the modules deepep_source, deepep_plan and
+"""deepep: the build rules of plugins/module_utils/deepep.py, and the modules deepep_source, deepep_plan and
 deepep_gpu_verify run the way Ansible runs them, on real trees (the stand-in repository of
 tests/deepep_fake_src, a real git), real interpreters and real processes."""
 
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import moduletools
 import pytest
-from ansible.module_utils.epforge_arch import check_required
-from ansible.module_utils.epforge_deepep import (
+from test_cuda_binary_archs import KERNEL, ensure_cuobjdump
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import check_required
+from ansible_collections.epforge.ep.plugins.module_utils.deepep import (
     SUPPORTED,
     UNKNOWN,
     UNSUPPORTED_V2,
@@ -30,7 +32,6 @@ from ansible.module_utils.epforge_deepep import (
     setup_py_version,
     tree_hash,
 )
-from test_cuda_binary_archs import KERNEL, ensure_cuobjdump
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "deepep"
@@ -86,7 +87,7 @@ def test_prebuilt_wheel_acceptance_from_captured_sass_lists():
 
     sgl = sass("cuobjdump-list-elf-sgl-deep-ep-0.1.2.post1.txt")
     assert sgl == ["sm_100", "sm_103", "sm_90"]
-    # the one coverage rule (module_utils/epforge_arch.py), as cuda_binary_archs applies it to a wheel
+    # the one coverage rule (plugins/module_utils/arch.py), as cuda_binary_archs applies it to a wheel
     assert check_required(sgl, [], ["12.0"])["missing"] == ["12.0"]
     assert check_required(sgl, [], ["9.0", "10.0"])["missing"] == []
     built = sass("cuobjdump-list-elf-deep_ep_cpp-v1.2.1-sm120.txt")
@@ -539,7 +540,7 @@ def test_prebuilt_no_wheel_one_wheel_or_stale_ones(tmp_path):
 def test_prebuilt_watch_names_folder_wheel_and_stamp_and_a_change_there_changes_the_answer(
     extension_builds, tmp_path
 ):
-    """The probe cache's contract (module_utils/epforge_watch.py): an answer from the stamp names the folder,
+    """The probe cache's contract (plugins/module_utils/watch.py): an answer from the stamp names the folder,
     the wheel and the stamp; a stale wheel beside it, an edited stamp or a re-downloaded wheel changes a
     watched path's state and the real rerun's answer."""
     cuobjdump = ensure_cuobjdump()

@@ -1,4 +1,4 @@
-"""Coherence rules of stacks (module_utils/epforge_stack.py) on the real stack files and on broken copies."""
+"""Coherence rules of stacks (plugins/module_utils/stack.py) on the real stack files and on broken copies."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import copy
 
 import pytest
 import yaml
-from ansible.module_utils.epforge_stack import check_stack, version_tuple
 from conftest import ROOT
+
+from ansible_collections.epforge.ep.plugins.module_utils.stack import check_stack, version_tuple
 
 
 def load(name: str) -> dict:

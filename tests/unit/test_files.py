@@ -1,4 +1,4 @@
-"""The one atomic write (module_utils/epforge_files.py) on real files: the mode set before the file appears,
+"""The one atomic write (plugins/module_utils/files.py) on real files: the mode set before the file appears,
 unique temp names (concurrent writers never share one), no partial file after a failed write, equal content
 not rewritten, stale temps cleared. Kill-safety under a writer process: tests/unit/test_bench_history.py."""
 
@@ -12,7 +12,8 @@ import subprocess
 import threading
 
 import pytest
-from ansible.module_utils.epforge_files import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.files import (
     atomic_output,
     read_json,
     remove_stale_temps,

@@ -20,8 +20,13 @@ from pathlib import Path
 
 import moduletools
 import pytest
-from ansible.module_utils.epforge_final_env import requested_features, setting_values, wheel_distribution
 from test_cuda_binary_archs import KERNEL, ensure_cuobjdump
+
+from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_env import (
+    requested_features,
+    setting_values,
+    wheel_distribution,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -240,7 +245,7 @@ def test_requested_features_without_kernels_fail_on_a_serving_env_only(tmp_path,
 
 
 def test_a_cuobjdump_that_cannot_read_fails_with_command_rc_and_tail(tmp_path, kit):
-    """The listing goes through module_utils/epforge_cuobjdump.py: its failure fields reach fail_json."""
+    """The listing goes through plugins/module_utils/cuobjdump.py: its failure fields reach fail_json."""
     python = make_env(tmp_path, kit, "torch", "flashinfer")
     broken = tmp_path / "cuobjdump"
     broken.write_text("#!/bin/sh\necho 'cuobjdump fatal   : Could not open input file' >&2\nexit 255\n")

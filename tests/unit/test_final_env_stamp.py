@@ -98,7 +98,7 @@ def test_a_verdict_from_the_stamp_names_what_it_depends_on_and_a_change_there_ch
     tmp_path,
     kit,  # noqa: F811
 ):
-    """The probe cache's contract (module_utils/epforge_watch.py): the watch list of a no-op answer names the
+    """The probe cache's contract (plugins/module_utils/watch.py): the watch list of a no-op answer names the
     stamp, the facts, the python, cuobjdump, the site dir and its RECORDs; removing a distribution or the fact
     changes a watched path's state, and the real rerun answers differently."""
     python = make_env(tmp_path, kit, "torch", "flashinfer", "sglang_kernel")

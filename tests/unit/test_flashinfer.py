@@ -1,4 +1,4 @@
-"""flashinfer: the sm_12x arch rule (module_utils/epforge_flashinfer.py) and the module flashinfer_arch_rule
+"""flashinfer: the sm_12x arch rule (plugins/module_utils/flashinfer.py) and the module flashinfer_arch_rule
 against real nvcc --version outputs: a captured 13.0 one and a stand-in nvcc script printing a 12.8
 release; the module flashinfer_probe against a real venv holding FlashInfer's distribution metadata and the
 same nvcc outputs (it applies the same rule, with the same answers and refusals)."""
@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.epforge_flashinfer import (
+from moduletools import changed_paths, clear_import_path_variables, run_module, watched_states
+
+from ansible_collections.epforge.ep.plugins.module_utils.flashinfer import (
     FlashInferArchError,
     classify_jit_error,
     flashinfer_arch_list,
     parse_nvcc_version,
 )
-from moduletools import changed_paths, clear_import_path_variables, run_module, watched_states
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "flashinfer"
@@ -234,7 +235,7 @@ def test_probe_refuses_as_the_arch_rule_before_writing(probe_env, tmp_path):
 def test_probe_watch_names_what_a_current_answer_depends_on_and_a_change_there_changes_it(
     probe_env, tmp_path, monkeypatch
 ):
-    """The probe cache's contract (module_utils/epforge_watch.py): a current, unchanged answer names the nvcc,
+    """The probe cache's contract (plugins/module_utils/watch.py): a current, unchanged answer names the nvcc,
     the python, its site dir, the stamp, the kernel and the fact; changing any of them changes a watched
     path's state and the real rerun's answer."""
     clear_import_path_variables(monkeypatch)

@@ -14,7 +14,11 @@ from pathlib import Path
 import epforge_known_issues as module_under_test
 import pytest
 import yaml
-from ansible.module_utils.epforge_known_issues import (
+from ansible.module_utils.testing import patch_module_args
+from gpu_fact_samples import GPU_NAMES, NO_GPU, gpu_facts
+from moduletools import run_main
+
+from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     TableError,
     build_context,
     evaluate,
@@ -23,9 +27,6 @@ from ansible.module_utils.epforge_known_issues import (
     matches,
     validate_table,
 )
-from ansible.module_utils.testing import patch_module_args
-from gpu_fact_samples import GPU_NAMES, NO_GPU, gpu_facts
-from moduletools import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text())

@@ -11,9 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.epforge_dist_files import integrity_paths, states_digest
-from ansible.module_utils.epforge_files import write_json_atomic
 from moduletools import changed_paths, run_module, watched_states
+
+from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files import (
+    integrity_paths,
+    states_digest,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ["setuptools", "wheel", "ninja", "packaging"]

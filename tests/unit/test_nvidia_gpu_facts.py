@@ -1,5 +1,5 @@
-"""nvidia_gpu_facts: the nvidia-smi parsers (module_utils/epforge_nvidia.py) on real captured outputs and
-on broken copies of them, the module with run_bounded patched in module_utils/epforge_gpu_facts.py (the one
+"""nvidia_gpu_facts: the nvidia-smi parsers (plugins/module_utils/nvidia.py) on real captured outputs and
+on broken copies of them, the module with run_bounded patched in plugins/module_utils/gpu_facts.py (the one
 gatherer; community.general style), and the module run for real by `ansible` on this machine (no
 nvidia-smi here) and with a fake nvidia-smi on PATH that prints the captures."""
 
@@ -14,8 +14,13 @@ from unittest import mock
 
 import nvidia_gpu_facts
 import pytest
-from ansible.module_utils import basic, epforge_gpu_facts
-from ansible.module_utils.epforge_nvidia import (
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from conftest import FIXTURES, ROOT
+from gpu_fact_samples import NO_GPU
+
+from ansible_collections.epforge.ep.plugins.module_utils import gpu_facts as epforge_gpu_facts
+from ansible_collections.epforge.ep.plugins.module_utils.nvidia import (
     LINK_CLASSES,
     classify_interconnect,
     parse_cuda_version,
@@ -23,10 +28,7 @@ from ansible.module_utils.epforge_nvidia import (
     parse_query_csv,
     parse_topology,
 )
-from ansible.module_utils.epforge_process import Completed
-from ansible.module_utils.testing import patch_module_args
-from conftest import FIXTURES, ROOT
-from gpu_fact_samples import NO_GPU
+from ansible_collections.epforge.ep.plugins.module_utils.process import Completed
 
 SMI = FIXTURES / "nvidia-smi"
 VENV_BIN = os.path.dirname(sys.executable)

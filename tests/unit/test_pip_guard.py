@@ -1,4 +1,5 @@
-"""module_utils/epforge_pip_guard.py with real pip (its --dry-run --report plan) against a venv that holds
+"""plugins/module_utils/sglang_install/pip_guard.py with real pip (its --dry-run --report plan) against a
+venv that holds
 torch 2.11.0+cu130 (a fake torch package with real dist-info: tests/fixtures/fake_torch), and tiny wheels
 built here in a local find-links directory (no index): a plan that would replace the kept torch is refused
 naming it, a harmless plan passes, nothing is ever installed; and module sglang_install refuses, before
@@ -14,8 +15,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import epforge_pip_guard as guard
 from moduletools import run_module
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_install import pip_guard as guard
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "fake_torch"))

@@ -16,7 +16,6 @@ from unittest import mock
 import epforge_preflight_checks as checks_module
 import pytest
 import yaml
-from ansible.module_utils.epforge_server_object import digest_of
 from epforge_preflight_checks import (
     GIB,
     disk_check,
@@ -30,6 +29,7 @@ from gpu_fact_samples import NO_GPU, gpu_facts
 from moduletools import run_main
 from moduletools import run_module as run_module_file
 
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import digest_of
 from playbooks import JSON_CALLBACK, json_report, run_playbook, write_vars
 
 ROOT = Path(__file__).resolve().parents[2]

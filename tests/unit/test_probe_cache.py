@@ -1,4 +1,4 @@
-"""A probe's answer is reused while nothing it depends on changed (action_plugins/epforge_probe_cache.py).
+"""A probe's answer is reused while nothing it depends on changed (plugins/action/probe_cache.py).
 
 Each test runs real playbooks through the project's ansible.cfg against localhost. The probe is a test double
 module written into the test's own library folder (with its same-name action file, as the project's probes
@@ -25,7 +25,7 @@ from conftest import ROOT
 from playbooks import JSON_CALLBACK, json_report, run_playbook
 
 _SPEC = importlib.util.spec_from_file_location(
-    "epforge_probe_cache", ROOT / "action_plugins" / "epforge_probe_cache.py"
+    "epforge_probe_cache", ROOT / "plugins" / "action" / "probe_cache.py"
 )
 probe_cache_plugin = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(probe_cache_plugin)
@@ -86,7 +86,12 @@ PROBE_DOUBLE = textwrap.dedent(
     '''
 )
 
-OPT_IN = (ROOT / "action_plugins" / "cuda_toolkit_verify.py").read_text()  # the project's opt-in file
+# How a module outside the collection opts in: a same-name action plugin that is the probe cache's class
+# (the collection's own modules opt in through meta/runtime.yml instead).
+OPT_IN = (
+    "from ansible.plugins.loader import action_loader\n\n"
+    'ActionModule = action_loader.get("epforge.ep.probe_cache", class_only=True)\n'
+)
 
 
 @pytest.fixture
@@ -106,7 +111,7 @@ def probe(tmp_path):
         "env": {
             **JSON_CALLBACK,
             "ANSIBLE_LIBRARY": f"{library}:{ROOT / 'library'}",
-            "ANSIBLE_ACTION_PLUGINS": f"{actions}:{ROOT / 'action_plugins'}",
+            "ANSIBLE_ACTION_PLUGINS": str(actions),
         },
         "watched": watched,
         "runs": tmp_path / "runs.txt",
@@ -272,12 +277,9 @@ def test_a_broken_record_only_costs_a_module_run(probe):
 
 
 def test_every_probe_of_the_project_opts_in_and_documents_watch():
-    """The same-name action files name existing modules, and each module documents its watch list."""
-    opted = sorted(
-        p.stem
-        for p in (ROOT / "action_plugins").glob("*.py")
-        if p.stem != "epforge_probe_cache" and '"epforge_probe_cache"' in p.read_text()
-    )
+    """meta/runtime.yml routes existing modules to the probe cache; each module documents its watch list."""
+    routing = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["plugin_routing"]["modules"]
+    opted = sorted(name for name, r in routing.items() if r.get("action_plugin") == "epforge.ep.probe_cache")
     assert {
         "cuda_toolkit_verify",
         "ml_env_torch",

@@ -1,4 +1,4 @@
-"""The one way modules run commands (module_utils/epforge_process.py), on real processes: argv only, the
+"""The one way modules run commands (plugins/module_utils/process.py), on real processes: argv only, the
 timeout ends the whole process group (a grandchild too), rc 124 / 127 conventions, input and environment,
 and run_logged's log that users tail."""
 
@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.epforge_process import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.process import (
     NOT_STARTED,
     TIMED_OUT,
     option_argv,
@@ -113,9 +114,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RUNNER = """
 import sys
 sys.path.insert(0, {root!r})
-import ansible.module_utils
-ansible.module_utils.__path__.append({root!r} + "/module_utils")
-from ansible.module_utils.epforge_process import {func}
+sys.path.insert(0, {root!r} + "/collections")
+from ansible_collections.epforge.ep.plugins.module_utils.process import {func}
 marks = sys.argv[1]
 argv = ["sh", "-c", f"sleep 3{{marks}}1 & sleep 3{{marks}}2 & wait"]
 if "{func}" == "run_logged":
@@ -211,7 +211,7 @@ SLOW_IMPORT_PLAY = """
   gather_facts: false
   tasks:
     - name: Import the slow package
-      python_import_check:
+      epforge.ep.python_import_check:
         python: "{{ ansible_playbook_python }}"
         name: slowpkg
         environment: {PYTHONPATH: "{{ pkg_dir }}"}

@@ -14,18 +14,22 @@ import urllib.error
 import urllib.request
 
 import pytest
-from ansible.module_utils.epforge_bench import (
+from conftest import FIXTURES
+from sglang_verify import accept_length, check_generate, check_openai
+from test_sglang_server import STANDIN, free_port
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
     check_record_matches,
     extract_figures,
     normalize_workload,
     parse_result_lines,
     sanitize,
 )
-from ansible.module_utils.epforge_server_confirm import confirm_settings
-from ansible.module_utils.epforge_signatures import classify, explain_failure
-from conftest import FIXTURES
-from sglang_verify import accept_length, check_generate, check_openai
-from test_sglang_server import STANDIN, free_port
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.confirm import confirm_settings
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signatures import (
+    classify,
+    explain_failure,
+)
 
 REAL = FIXTURES / "sglang_h200"
 # The workload scripts/gpu/capture_sglang_by_hand.sh ran (bench_serving flags in the README).

@@ -1,6 +1,7 @@
 """Issue 'nothing let in' (8): one epforge run per host at a time. Preflight's host call takes a lock the
-kernel releases (module_utils/epforge_run_lock.py): real holder processes, real flock, real ansible-playbook
-runs through the action plugin (action_plugins/epforge_preflight_checks.py); nothing is faked."""
+kernel releases (plugins/module_utils/epforge_preflight_checks/run_lock.py): real holder processes, real
+flock, real ansible-playbook
+runs through the action plugin (plugins/action/epforge_preflight_checks.py); nothing is faked."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils import epforge_run_lock as run_lock
 
+from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks import run_lock
 from playbooks import ROOT, run_playbook, write_vars
 
 CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
@@ -130,7 +131,7 @@ LOCKING_PLAY = """
   gather_facts: false
   tasks:
     - name: Preflight's host call with the run lock
-      epforge_preflight_checks:
+      epforge.ep.epforge_preflight_checks:
         stack: "{{ stack }}"
         gpu_facts: {}
         python: "{{ ansible_playbook_python }}"
@@ -199,7 +200,7 @@ PODMAN_PLAY = """
   gather_facts: false
   tasks:
     - name: Preflight's host call with the run lock
-      epforge_preflight_checks:
+      epforge.ep.epforge_preflight_checks:
         stack: "{{ stack }}"
         gpu_facts: {}
         python: /usr/bin/python3
@@ -217,7 +218,7 @@ PODMAN_PLAY = """
         dest: /opt/slowpkg/slowpkg/__init__.py
         mode: "0644"
     - name: Import it (a long command with a grandchild, like a JIT build)
-      python_import_check:
+      epforge.ep.python_import_check:
         python: /usr/bin/python3
         name: slowpkg
         environment: {PYTHONPATH: /opt/slowpkg}

@@ -1,4 +1,5 @@
-"""Settings confirmation (module_utils/epforge_server_confirm.py): requested settings + a server_info dict in,
+"""Settings confirmation (plugins/module_utils/sglang_server/confirm.py): requested settings + a server_info
+dict in,
 a report out in which every requested setting is confirmed, mismatched or unconfirmed with the reason.
 
 The server_info answers are REAL: SGLang 0.5.16 on a lent H200 (tests/fixtures/sglang_h200/README.md). The
@@ -10,14 +11,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.epforge_server_confirm import (
+from conftest import FIXTURES
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.confirm import (
     CRITICAL,
     confirm_settings,
     describe_entry,
     extra_arg_settings,
     unconfirmed_critical,
 )
-from conftest import FIXTURES
 
 REAL = FIXTURES / "sglang_h200"
 COMMON = {

@@ -1,5 +1,5 @@
-"""The one server settings object (module_utils/epforge_server_object.py) and every flag of a release by name
-(data/sglang_flags/VERSION.json through module_utils/epforge_sglang_args.py).
+"""The one server settings object (plugins/module_utils/server_object.py) and every flag of a release by name
+(data/sglang_flags/VERSION.json through plugins/module_utils/sglang_args.py).
 
 Pure tests first (the object, its digest and its refusals; flag-table settings checked and rendered), then
 role preflight refusing a misspelt SGLang flag before anything changes (a real ansible-playbook run).
@@ -12,9 +12,14 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.epforge_server_object import build, digest_of, problems
-from ansible.module_utils.epforge_sglang_args import RENAMED_DESTS, build_server_argv, validate_settings
 from test_preflight_checks import fact_file, failure, no_gpu_path, play
+
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import build, digest_of, problems
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
+    RENAMED_DESTS,
+    build_server_argv,
+    validate_settings,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE_0523 = json.loads((ROOT / "data" / "sglang_flags" / "0.5.23.json").read_text())

@@ -1,4 +1,4 @@
-"""The SGLang flag model (module_utils/epforge_sglang_args.py): settings -> launch_server argv, shape checks.
+"""The SGLang flag model (plugins/module_utils/sglang_args.py): settings -> launch_server argv, shape checks.
 
 Flag names are checked against the option strings of real SGLang releases (tests/fixtures/sglang/README.md).
 The parser of the installed SGLang itself is exercised in test_sglang_flags_real.py.
@@ -12,9 +12,11 @@ import sys
 import moduletools
 import pytest
 import sglang_install
-from ansible.module_utils import epforge_sglang_flags
-from ansible.module_utils.epforge_secrets import redact
-from ansible.module_utils.epforge_sglang_args import (
+from conftest import FIXTURES
+
+from ansible_collections.epforge.ep.plugins.module_utils import sglang_flags as epforge_sglang_flags
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     FLAG_ORDER,
     SETTINGS_KINDS,
     SETTINGS_SCHEMA,
@@ -24,8 +26,7 @@ from ansible.module_utils.epforge_sglang_args import (
     validate_settings,
     with_defaults,
 )
-from ansible.module_utils.epforge_version import version_tuple
-from conftest import FIXTURES
+from ansible_collections.epforge.ep.plugins.module_utils.version import version_tuple
 
 SGLANG_FIX = FIXTURES / "sglang"
 OPTIONS_0523 = json.loads((SGLANG_FIX / "sglang-0.5.23-options.json").read_text())

@@ -11,8 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.epforge_bench import check_validity, normalize_workload
 from moduletools import run_module_in
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
+    check_validity,
+    normalize_workload,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "sglang_bench.py"

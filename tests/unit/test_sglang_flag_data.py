@@ -17,9 +17,15 @@ from pathlib import Path
 import pytest
 import sglang_parser_env
 import yaml
-from ansible.module_utils.epforge_sglang_args import FLAG_ORDER, FLAG_RENAMES, SETTINGS_KINDS, flag_name
-from ansible.module_utils.epforge_version import version_tuple
 from sglang_parser_env import parser_python
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
+    FLAG_ORDER,
+    FLAG_RENAMES,
+    SETTINGS_KINDS,
+    flag_name,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.version import version_tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "sglang_flags"

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import sglang_parser_env
 import yaml
-from ansible.module_utils import epforge_sglang_flags
-from ansible.module_utils.epforge_sglang_args import build_server_argv, flag_name
 from sglang_parser_env import ROOT, SGLANG_VERSION, STACK, TORCH_PIN, install_args, run_module
+
+from ansible_collections.epforge.ep.plugins.module_utils import sglang_flags as epforge_sglang_flags
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import build_server_argv, flag_name
 
 # The cached venv's session fixture, shared with test_sglang_flag_data.py: pytest finds it by this name.
 sglang_env = sglang_parser_env.sglang_env

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ansible.module_utils import epforge_sglang_flags
 from moduletools import (
     changed_paths,
     clear_import_path_variables,
@@ -21,6 +20,8 @@ from moduletools import (
     watched_states,
 )
 from test_pip_guard import make_wheel
+
+from ansible_collections.epforge.ep.plugins.module_utils import sglang_flags as epforge_sglang_flags
 
 
 def sglang_wheel(wheels: Path, version: str, imports_as: str, requires: list[str]) -> Path:
@@ -186,7 +187,7 @@ def assert_bad_objects_change_nothing(tmp_path: Path, args: dict, obj: dict, set
 
 
 def test_watch_names_what_a_noop_depends_on_and_a_change_there_changes_the_answer(tmp_path, monkeypatch):
-    """The probe cache's contract (module_utils/epforge_watch.py): a no-op answer (installed, flags from the
+    """The probe cache's contract (plugins/module_utils/watch.py): a no-op answer (installed, flags from the
     cache, fact current) names the python, its site dir, the stamp, the directories it makes, the flags'
     cache and the fact; uninstalling SGLang, deleting the cache, the fact or the log dir changes a watched
     path's state and the real rerun's answer."""

@@ -18,8 +18,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.epforge_server_managers import SERVICE_ENV_NAMES, SERVICE_PATH
-from ansible.module_utils.epforge_unit import (
+from gpu_fact_samples import NO_GPU, gpu_facts
+from moduletools import run_module_in
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.managers import (
+    SERVICE_ENV_NAMES,
+    SERVICE_PATH,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.unit import (
     UnitError,
     mask_secrets,
     quote_exec_word,
@@ -28,8 +34,6 @@ from ansible.module_utils.epforge_unit import (
     render_unit,
     split_exec_start,
 )
-from gpu_fact_samples import NO_GPU, gpu_facts
-from moduletools import run_module_in
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "sglang_server.py"
@@ -723,8 +727,9 @@ def test_a_pid_that_cannot_be_recorded_stops_the_server_it_belongs_to(server, mo
     import errno  # noqa: PLC0415
 
     import sglang_server as module  # noqa: PLC0415 - library/ is on sys.path (tests/conftest.py)
-    from ansible.module_utils import epforge_server_managers as managers  # noqa: PLC0415
     from moduletools import run_main  # noqa: PLC0415
+
+    from ansible_collections.epforge.ep.plugins.module_utils.sglang_server import managers  # noqa: PLC0415
 
     real_write = managers.write_atomic
 

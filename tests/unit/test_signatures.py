@@ -1,5 +1,6 @@
-"""Known failure signatures -> classification (module_utils/epforge_signatures.py), and the bounded
-readiness wait of module_utils/epforge_http.py.
+"""Known failure signatures -> classification (plugins/module_utils/sglang_server/signatures.py), and the
+bounded
+readiness wait of plugins/module_utils/http.py.
 
 The log lines below are the error texts named in each signature's `source` (SGLang, FlashInfer, torch,
 NCCL, argparse), set inside the noise of a real launch log; they are not captured from a GPU host."""
@@ -7,8 +8,9 @@ NCCL, argparse), set inside the noise of a real launch log; they are not capture
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.epforge_http import MIN_POLL_INTERVAL, wait_until
-from ansible.module_utils.epforge_signatures import (
+
+from ansible_collections.epforge.ep.plugins.module_utils.http import MIN_POLL_INTERVAL, wait_until
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signatures import (
     SIGNATURES,
     classify,
     describe,

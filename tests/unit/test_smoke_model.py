@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import safetensors
-from ansible.module_utils import epforge_smoke_model as sm
 from moduletools import run_module
 from smoke_model_sizes import TINY_MODEL as TINY
 from transformers import AutoConfig, AutoTokenizer  # the test extra (pyproject.toml) brings it
+
+from ansible_collections.epforge.ep.plugins.module_utils.smoke_model import model as sm
 
 
 def write(tmp_path: Path, name: str = "model", check: bool = False, **settings) -> tuple[int, dict]:

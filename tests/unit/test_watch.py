@@ -1,4 +1,4 @@
-"""module_utils/epforge_watch.py: what a probe's watch list is made of, against a real venv and real files."""
+"""plugins/module_utils/watch.py: what a probe's watch list is made of, against a real venv and real files."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 
-from ansible.module_utils.epforge_watch import binary_paths, import_paths, watch_list
 from moduletools import clear_import_path_variables
+
+from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, import_paths, watch_list
 
 
 def test_import_paths_of_a_real_venv(tmp_path, monkeypatch):

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 import sglang_install
 import yaml
-from ansible.module_utils.epforge_wheelhouse import (
+from moduletools import run_module_in
+
+from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
     pin_from_metadata,
     requirement_groups,
     target_args,
     wheel_requires_dist,
 )
-from moduletools import run_module_in
-
 from playbooks import JSON_CALLBACK, json_report, run_playbook, write_vars
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,318 @@
+"""Build evidence for epforge: input keys, stamps, content hashes and an atomic wheel cache.
+
+Pure functions (plus small file helpers) shared by the ml_env and cuda_extension modules and unit-tested
+directly. The rule they implement: a build or install is skipped only when a stamp of *every* input
+matches, and a build that dies half-way leaves neither a stamp nor a wheel behind.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import tempfile
+import zipfile
+
+from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_list
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+
+KEY_LENGTH = 20
+# Paths that never belong to a source's identity: build products, VCS metadata, caches.
+TREE_EXCLUDE_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    "build",
+    "dist",
+    "__pycache__",
+    ".eggs",
+    ".pytest_cache",
+    ".tox",
+    ".venv",
+}
+TREE_EXCLUDE_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".egg-info")
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar", ".zip")
+GIT_URL_RE = re.compile(r"^(https?://|git://|ssh://|git@|file://).+|.+\.git/?$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+# ---------------------------------------------------------------- keys and canonical forms
+
+
+def canonical_json(data) -> str:
+    """JSON with sorted keys and no whitespace: equal data gives equal text, hence equal keys."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def input_key(inputs: dict, length: int = KEY_LENGTH) -> str:
+    """The cache key of a build: sha256 of the canonical JSON of every input, shortened."""
+    return hashlib.sha256(canonical_json(inputs).encode()).hexdigest()[:length]
+
+
+def cuda_major(version: str) -> int | None:
+    match = re.match(r"\s*(\d+)", str(version or ""))
+    return int(match.group(1)) if match else None
+
+
+def python_tag(major: int, minor: int, implementation: str = "cpython") -> str:
+    prefix = {"cpython": "cp", "pypy": "pp"}.get(implementation, implementation[:2])
+    return f"{prefix}{major}{minor}"
+
+
+# ---------------------------------------------------------------- sources
+
+
+def source_kind(source: str) -> str:
+    """'git', 'archive' or 'dir' for a cuda_extension source."""
+    text = str(source).strip()
+    if text.lower().endswith(ARCHIVE_SUFFIXES) and not text.startswith(("http://", "https://")):
+        return "archive"
+    if GIT_URL_RE.match(text):
+        return "git"
+    return "dir"
+
+
+def file_sha256(path: str, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(chunk)
+            if not block:
+                break
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_files(root: str) -> list[str]:
+    """Relative paths of the files that make up a source tree (sorted; build products excluded)."""
+    found = []
+    for current, dirs, files in os.walk(root):
+        dirs[:] = sorted(
+            d for d in dirs if d not in TREE_EXCLUDE_DIRS and not d.endswith(TREE_EXCLUDE_SUFFIXES)
+        )
+        for name in files:
+            if name.endswith(TREE_EXCLUDE_SUFFIXES):
+                continue
+            full = os.path.join(current, name)
+            if os.path.islink(full) or os.path.isfile(full):
+                found.append(os.path.relpath(full, root))
+    return sorted(found)
+
+
+def tree_hash(root: str) -> str:
+    """sha256 over (path, executable bit, content hash) of every source file: a directory's revision."""
+    digest = hashlib.sha256()
+    for rel in tree_files(root):
+        full = os.path.join(root, rel)
+        if os.path.islink(full):
+            content = "link:" + os.readlink(full)
+            mode = "l"
+        else:
+            content = file_sha256(full)
+            mode = "x" if os.stat(full).st_mode & stat.S_IXUSR else "-"
+        digest.update(f"{rel}\0{mode}\0{content}\n".encode())
+    return digest.hexdigest()
+
+
+def safe_extract(archive_path: str, dest: str) -> None:
+    """Unpack a tar archive refusing members that escape dest (absolute paths, '..', links out of it).
+
+    Uses tarfile's 'data' filter where the Python has it (3.11.4+, 3.12); Debian bookworm's 3.11.2 does not,
+    so the same checks are made here first.
+    """
+    root = os.path.realpath(dest)
+    with tarfile.open(archive_path) as archive:
+        members = archive.getmembers()
+        for member in members:
+            target = os.path.realpath(os.path.join(root, member.name))
+            if target != root and not target.startswith(root + os.sep):
+                raise ValueError(f"archive member {member.name} lies outside the destination")
+            if member.issym() or member.islnk():
+                link_base = os.path.dirname(target) if member.issym() else root
+                link = os.path.realpath(os.path.join(link_base, member.linkname))
+                if not link.startswith(root + os.sep):
+                    raise ValueError(f"archive member {member.name} links outside the destination")
+            if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+                raise ValueError(f"archive member {member.name} is a device or fifo")
+        if hasattr(tarfile, "data_filter"):
+            archive.extractall(dest, members=members, filter="data")
+        else:
+            archive.extractall(dest, members=members)  # noqa: S202  (every member checked above)
+
+
+# ---------------------------------------------------------------- stamps and atomic files
+
+
+def stamp_matches(stamp: dict | None, key: str, required_files=()) -> tuple[bool, str]:
+    """Whether a stamp proves the work with this key is done; the reason when it does not."""
+    if not stamp:
+        return False, "no stamp"
+    if stamp.get("key") != key:
+        return False, f"inputs changed (stamp key {stamp.get('key')}, wanted {key})"
+    for path in required_files:
+        if not os.path.exists(path):
+            return False, f"{path} is missing"
+    return True, "stamp matches"
+
+
+# ---------------------------------------------------------------- the wheel cache
+
+MANIFEST = "manifest.json"
+
+
+def cache_entry(entry_dir: str, verify_hash: bool = True) -> dict | None:
+    """The manifest of a complete cache entry (wheel present, hash right), else None."""
+    manifest = read_json(os.path.join(entry_dir, MANIFEST))
+    if not manifest or not manifest.get("wheel"):
+        return None
+    wheel = os.path.join(entry_dir, manifest["wheel"])
+    if not os.path.isfile(wheel):
+        return None
+    if verify_hash and file_sha256(wheel) != manifest.get("sha256"):
+        return None
+    return manifest
+
+
+def make_manifest(wheel_path: str, key: str, inputs: dict, extra: dict | None = None) -> dict:
+    manifest = {
+        "key": key,
+        "wheel": os.path.basename(wheel_path),
+        "sha256": file_sha256(wheel_path),
+        "inputs": inputs,
+        "so_members": wheel_so_members(wheel_path),
+    }
+    manifest.update(extra or {})
+    return manifest
+
+
+def staging_dir(parent: str, key: str) -> str:
+    """A fresh temp directory next to the final one (same file system, so rename is atomic)."""
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=parent)
+
+
+def publish_dir(tmp_dir: str, final_dir: str) -> bool:
+    """Atomically move a complete staging dir into place. Return True when this call published it.
+
+    When another run published the same key first, the staging dir is discarded (same inputs, same wheel).
+    """
+    if cache_entry(final_dir, verify_hash=False):
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        return False
+    if os.path.isdir(final_dir):
+        # an incomplete entry from an older, non-atomic writer: replace it
+        shutil.rmtree(final_dir)
+    try:
+        os.rename(tmp_dir, final_dir)
+    except OSError:
+        if cache_entry(final_dir, verify_hash=False):
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            return False
+        raise
+    return True
+
+
+def clean_stale_staging(parent: str) -> list[str]:
+    """Remove staging dirs left by killed builds; return what was removed."""
+    removed = []
+    for path in glob.glob(os.path.join(parent, ".tmp-*")):
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+# ---------------------------------------------------------------- wheels
+
+
+def wheel_so_members(wheel_path: str) -> list[str]:
+    """Paths (relative to site-packages) of the shared objects inside a wheel."""
+    with zipfile.ZipFile(wheel_path) as archive:
+        names = archive.namelist()
+    return sorted(n for n in names if re.search(r"\.so(\.\d+)*$", n) and ".data/" not in n.split("/")[0])
+
+
+def wheel_dist_name(wheel_path: str) -> str:
+    """'deep_ep-1.2.1+abc-cp311-cp311-linux_x86_64.whl' -> 'deep_ep'."""
+    return os.path.basename(wheel_path).split("-")[0]
+
+
+def find_wheels(directory: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(directory, "*.whl")))
+
+
+def dist_info_version(site_dir: str, dist: str) -> str | None:
+    """The version of an installed distribution read from its dist-info directory name (no import)."""
+    norm = re.sub(r"[-_.]+", "_", dist).lower()
+    for path in glob.glob(os.path.join(site_dir, "*.dist-info")):
+        base = os.path.basename(path)[: -len(".dist-info")]
+        name, _, version = base.partition("-")
+        if re.sub(r"[-_.]+", "_", name).lower() == norm and version:
+            return version
+    return None
+
+
+# ---------------------------------------------------------------- build failures
+
+ERROR_LINE_RE = re.compile(
+    r"(\berror\b|\bfatal\b|not found|No such file|undefined reference|Killed signal|out of memory|"
+    r"Unsupported gpu architecture|requires|refuses|mismatch)",
+    re.IGNORECASE,
+)
+# pip -v prints its setup.py shim (which mentions errors) and its own summary: not the cause.
+ERROR_NOISE_RE = re.compile(
+    r"(ImportError as error|ERROR: Can not execute|subprocess-exited-with-error|Failed building wheel|"
+    r"Failed to build|originates from a subprocess|error: command .* failed with exit code|"
+    r"^\s*(raise|File \"|subprocess\.CalledProcessError)|Running setup\.py clean)",
+    re.IGNORECASE,
+)
+
+
+def error_lines(log_text: str, limit: int = 15) -> list[str]:
+    """The lines of a build log that name the cause (compiler errors, missing tools), first ones first.
+
+    Only the last build in the log counts (after its last '=== ' header line).
+    """
+    marker = log_text.rfind("\n=== ")
+    section = log_text[marker + 1 :] if marker >= 0 else log_text
+    found = []
+    for line in section.splitlines():
+        text = line.strip()
+        if text and ERROR_LINE_RE.search(text) and not ERROR_NOISE_RE.search(text) and text not in found:
+            found.append(text[:400])
+            if len(found) >= limit:
+                break
+    return found
+
+
+# ---------------------------------------------------------------- build settings
+
+
+def auto_max_jobs(cpus: int | None, mem_bytes: int | None, cap: int = 16, gib_per_job: float = 3.0) -> int:
+    """MAX_JOBS bounded by CPUs, memory (nvcc jobs of torch extensions take 2-3 GiB each) and a cap."""
+    bound = [cap, max(1, cpus or 1)]
+    if mem_bytes:
+        bound.append(max(1, int(mem_bytes / (gib_per_job * 1024**3))))
+    return max(1, min(bound))
+
+
+def build_env(
+    base: dict, *, cuda_home: str, archs, max_jobs: int, extra_env: dict | None = None, include_dirs=()
+) -> dict:
+    """The environment of an extension build: toolchain, arch list, job bound, then the caller's extras."""
+    env = dict(base)
+    env["CUDA_HOME"] = cuda_home
+    env["CUDA_PATH"] = cuda_home
+    env["PATH"] = os.pathsep.join([os.path.join(cuda_home, "bin"), env.get("PATH", "/usr/bin:/bin")])
+    env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(archs)
+    env["MAX_JOBS"] = str(max_jobs)
+    if include_dirs:
+        parts = [str(d) for d in include_dirs] + ([env["CPATH"]] if env.get("CPATH") else [])
+        env["CPATH"] = os.pathsep.join(parts)
+    for name, value in (extra_env or {}).items():
+        env[str(name)] = str(value)
+    return env

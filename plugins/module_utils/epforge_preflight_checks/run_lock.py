@@ -1,0 +1,281 @@
+"""One epforge run per host at a time: a lock the kernel releases, held by a small process on the host.
+
+Two runs at once on one host build the same cache key twice and the last writer wins the records. Preflight's
+host call takes this lock before anything changes. A lock must outlive the module call that takes it (the
+run goes on for many tasks), so a detached holder process owns it: an flock(2) on a file in the state dir,
+which the kernel drops whenever the holder ends, however it ends. The holder ends when:
+- the controller's ansible-playbook process it watches is gone (local runs: the controller's process is
+  visible from the host - same boot id and the same process start time), SIGKILL included;
+- its lease runs out (hosts that cannot see the controller: ssh, podman), or it is told to end
+  (state released at the end of a run, or a stale holder broken by a later run of the same controller that
+  saw the previous controller process gone: plugins/action/epforge_preflight_checks.py).
+A run already holding the lock (same controller process) takes it again at once (re-entrant). The lock file
+names its holder (controller host and pid, user, since), which a refused run quotes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+
+# The holder's own program (run by the host's python): wait for the lock, name the holder, watch, exit.
+HOLDER_MARK = "epforge-run-lock-holder"
+HOLDER_SCRIPT = r"""
+import os, signal, sys, time
+mark, fd, lease_s, watch_pid, watch_start = sys.argv[1:6]
+# fd: the lock file, already locked by the module that started this process; the lock lives while it is open
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+def started(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as handle:
+            return handle.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+end = time.monotonic() + float(lease_s)
+while time.monotonic() < end:
+    if watch_pid != "0" and started(watch_pid) != watch_start:
+        break
+    time.sleep(0.5)
+"""
+
+
+# Run on the host (python -I -S -c) when the controller's run is gone and the host cannot see that itself (a
+# podman host: plugins/action/epforge_preflight_checks.py's watchdog runs it through `podman exec`): end every
+# registered command group (plugins/module_utils/process.py REGISTRY) that is still the process it was, then
+# the lock's holder. argv: registry, lock path, holder mark.
+REAP_SCRIPT = r"""
+import json, os, signal, sys, time
+registry, lock_path, mark = sys.argv[1:4]
+def started(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as handle:
+            return handle.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except OSError:
+        return False
+groups = []
+for name in sorted(os.listdir(registry)) if os.path.isdir(registry) else []:
+    path = os.path.join(registry, name)
+    try:
+        with open(path) as handle:
+            pid, start = handle.read().split()
+    except (OSError, ValueError):
+        continue
+    if started(pid) == start:
+        try:
+            os.killpg(int(pid), signal.SIGTERM)
+            groups.append(int(pid))
+        except OSError:
+            pass
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline and any(group_alive(g) for g in groups):
+    time.sleep(0.1)
+for pgid in groups:
+    if group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+holder = 0
+try:
+    with open(lock_path) as handle:
+        holder = int(json.loads(handle.read() or "{}").get("holder_pid") or 0)
+    with open("/proc/%d/cmdline" % holder, "rb") as handle:
+        if mark.encode() in handle.read():
+            os.kill(holder, signal.SIGTERM)
+        else:
+            holder = 0
+except (OSError, ValueError):
+    holder = 0
+print(json.dumps({"groups": groups, "holder": holder}))
+"""
+
+
+class LockBusy(Exception):
+    """Another run holds the lock; args[0] is the holder's record (or {})."""
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot (/proc/PID/stat field 22), None when it is gone."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="utf-8") as handle:
+            return handle.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def controller_identity(pid: int, host: str) -> dict:
+    """Who runs: the controller's ansible-playbook process (pid, start time), its host and boot id."""
+    return {"host": host, "boot_id": boot_id(), "pid": int(pid), "start": process_start(pid) or ""}
+
+
+def token_of(controller: dict) -> str:
+    """One token per controller run: the same ansible-playbook process always gets the same one."""
+    return "/".join(str(controller.get(key)) for key in ("host", "boot_id", "pid", "start"))
+
+
+def visible_here(controller: dict) -> bool:
+    """Whether this host can watch the controller's process: the same kernel and the very same process."""
+    start = controller.get("start")
+    return (
+        bool(start) and controller.get("boot_id") == boot_id() and process_start(controller["pid"]) == start
+    )
+
+
+def read_holder(path: str) -> dict:
+    """The record of whoever holds (or last held) the lock; {} when there is none or it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.loads(handle.read() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def is_held(path: str) -> bool:
+    """Whether some process holds the lock now (a test lock taken and dropped at once)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def holder_alive(record: dict) -> bool:
+    """Whether the record's holder process still runs (and is a holder, not a reused pid)."""
+    pid = int(record.get("holder_pid") or 0)
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return HOLDER_MARK.encode() in handle.read()
+    except OSError:
+        return False
+
+
+def end_holder(record: dict, timeout: float = 10) -> None:
+    """Stop the holder the record names (SIGTERM) and wait until the kernel has dropped its lock."""
+    if not holder_alive(record):
+        return
+    pid = int(record["holder_pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while holder_alive(record) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def describe_holder(record: dict) -> str:
+    """The holder in words, for a refused run."""
+    if not record:
+        return "an unknown process (the lock file names no holder)"
+    controller = record.get("controller") or {}
+    since = record.get("since")
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else "an unknown time"
+    return (
+        f"the run of ansible-playbook pid {controller.get('pid')} on controller {controller.get('host')} "
+        f"(user {record.get('user')}, playbook {record.get('playbook') or '?'}; holder pid "
+        f"{record.get('holder_pid')}) since {when}"
+    )
+
+
+def take_lock(
+    path: str,
+    *,
+    controller: dict,
+    python: str,
+    wait_s: float,
+    lease_s: float,
+    info: dict,
+    break_stale: str = "",
+) -> dict:
+    """Hold the lock for this run; returns {'taken': 'new'|'already', 'watching': bool, 'holder': record}.
+    Raises LockBusy(record) when another run holds it past wait_s."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    token = token_of(controller)
+    current = read_holder(path)
+    if is_held(path):
+        if current.get("token") == token and holder_alive(current):
+            return {"taken": "already", "watching": bool(current.get("watching")), "holder": current}
+        if break_stale and current.get("token") == break_stale:
+            end_holder(current)
+    watching = visible_here(controller)
+    fd = _lock_within(path, wait_s)
+    try:
+        # The holder inherits the locked descriptor: the lock is held from here on, without waiting for the
+        # holder's Python to start; the kernel drops it when the holder (the last one holding it) ends.
+        proc = subprocess.Popen(
+            [
+                python,
+                "-c",
+                HOLDER_SCRIPT,
+                HOLDER_MARK,
+                str(fd),
+                str(lease_s),
+                str(controller["pid"]) if watching else "0",
+                str(controller.get("start") or ""),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(fd,),
+            start_new_session=True,
+        )
+        record = dict(info, token=token, controller=controller, watching=watching, holder_pid=proc.pid)
+        record["since"] = time.time()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record, sort_keys=True) + "\n").encode(), 0)
+    finally:
+        os.close(fd)
+    return {"taken": "new", "watching": watching, "holder": record, "python": python}
+
+
+def _lock_within(path: str, wait_s: float) -> int:
+    """An open descriptor of the lock file, locked (flock, exclusive) within wait_s; LockBusy otherwise."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise LockBusy(read_holder(path)) from None
+            time.sleep(0.2)
+
+
+def release(path: str, controller: dict) -> bool:
+    """End this run's holder (state released); whether there was one to end."""
+    current = read_holder(path)
+    if current.get("token") != token_of(controller) or not holder_alive(current):
+        return False
+    end_holder(current)
+    return True

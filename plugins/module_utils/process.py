@@ -1,0 +1,328 @@
+"""Processes: the one way an epforge module runs a command. argv lists only (never a shell string), every
+run bounded by a timeout that ends the command's whole process group, and long work logged to a file users
+can tail. Unit-tested in tests/unit/test_process.py.
+
+- run_bounded(): a short command whose output the module reads (nvcc --version, git rev-parse, a probe).
+- run_logged(): long work (pip, builds) with stdout+stderr appended to a log, for `tail -f`.
+- start_detached(): a daemon (a server) in its own session, its output appended to a log; the caller
+  bounds the wait for it (its readiness probe) and stops its process group.
+Both return rc 124 when the timeout ended the command (coreutils' timeout convention); run_bounded returns
+rc 127 with the reason in err when the command could not be started.
+
+Interrupts end the whole process group too (a build's pip, ninja and c++ included), never only the module:
+- a signal to the module (SIGINT, SIGTERM, SIGHUP) stops the group, notes it in the log and raises
+  Interrupted, so no caller goes on to write a stamp or cache entry that claims success;
+- while a command runs, the module watches the chain of processes from itself up to the controller's
+  ansible-playbook (local runs: the controller's processes are this host's): when any of them is gone or
+  was re-parented (ansible-playbook killed with SIGKILL, its worker ended), the group is stopped the same way.
+  On ssh or podman hosts the controller's processes are not visible and this watch is off; there each
+  running group is registered in REGISTRY (pid and start time), and the controller's watchdog for podman
+  hosts (plugins/action/epforge_preflight_checks.py) ends the registered groups when ansible-playbook ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import NamedTuple
+
+TIMED_OUT = 124
+NOT_STARTED = 127
+KILL_GRACE_S = 10
+# After an interrupt the group gets less time to end on SIGTERM: the user is waiting for the prompt.
+INTERRUPT_GRACE_S = 3
+# How often a running command's controller chain is looked at (by a thread: the wait itself never polls).
+WATCH_INTERVAL_S = 0.5
+# Signals that end a module; each ends the command's process group first.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+# Where a running command's process group is registered while it runs (root only; a tmpfs on systemd hosts):
+# what a reaper ends when the run that started it is gone
+# (plugins/module_utils/epforge_preflight_checks/run_lock.py reap_script).
+REGISTRY = "/run/epforge/groups"
+
+
+def _register(proc: subprocess.Popen) -> str:
+    """Register the command's group ('' when it cannot be: not root, no /run): a reaper's list."""
+    if os.geteuid() != 0:
+        return ""
+    stat = _stat(proc.pid)
+    path = os.path.join(REGISTRY, str(proc.pid))
+    try:
+        os.makedirs(REGISTRY, mode=0o700, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(f"{proc.pid} {stat[1] if stat else ''}\n")
+    except OSError:
+        return ""
+    return path
+
+
+def _unregister(path: str) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+class Interrupted(Exception):
+    """The module was told to stop (a signal), or the controller's run that started it is gone."""
+
+
+class Completed(NamedTuple):
+    rc: int
+    out: str
+    err: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.out + self.err
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc == TIMED_OUT
+
+
+def _argv(argv) -> list[str]:
+    if isinstance(argv, str | bytes) or not argv:
+        raise TypeError(f"a command is a non-empty argv list, not {argv!r}")
+    return [str(a) for a in argv]
+
+
+def option_argv(options) -> list[str]:
+    """argv words of (flag, value) pairs: [("--seed", 1), ("--out", "x")] -> ["--seed", "1", "--out", "x"]."""
+    return [word for flag, value in options for word in (flag, str(value))]
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the command's process group, then SIGKILL what is left after a grace period (also when the
+    leader already exited and left children behind in its group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time in ticks since boot) of a live process, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    if not fields or fields[0] == "Z":
+        return None
+    return int(fields[1]), fields[19]
+
+
+def _names_ansible(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"ansible" in handle.read()
+    except OSError:
+        return False
+
+
+def controller_chain(max_hops: int = 32) -> list[tuple[int, int, str]]:
+    """This process and its ancestors up to the topmost ansible process above it (the controller's
+    ansible-playbook: its worker, then itself), as (pid, parent pid, start); [] when no ansible process is
+    an ancestor (the module runs on another machine than the controller, or outside Ansible)."""
+    chain: list[tuple[int, int, str]] = []
+    pid, in_ansible = os.getpid(), False
+    while pid > 1 and len(chain) < max_hops:
+        stat = _stat(pid)
+        names_ansible = _names_ansible(pid)
+        if stat is None or (in_ansible and not names_ansible):
+            break
+        chain.append((pid, *stat))
+        in_ansible = in_ansible or names_ansible
+        pid = stat[0]
+    return chain if in_ansible else []
+
+
+def chain_intact(chain: list[tuple[int, int, str]]) -> bool:
+    """Whether every process of the chain lives, and all but the topmost one under the same parent (the
+    topmost is ansible-playbook itself: who started it does not matter)."""
+    for index, (pid, parent, start) in enumerate(chain):
+        stat = _stat(pid)
+        if stat is None or stat[1] != start:
+            return False
+        if index < len(chain) - 1 and stat[0] != parent:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _stop_group_on_interrupt(proc: subprocess.Popen, log=None):
+    """While the block runs: SIGINT, SIGTERM or SIGHUP to this process, or an Interrupted raised in it, ends
+    the command's process group (and notes it in the log) before the interrupt goes on."""
+
+    def raise_interrupted(signum, _frame):
+        raise Interrupted(f"stopped by signal {signal.Signals(signum).name}")
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, raise_interrupted)
+    try:
+        yield
+    except (Interrupted, KeyboardInterrupt) as exc:
+        _stop_group(proc, INTERRUPT_GRACE_S)
+        if log is not None:
+            log.write(
+                f"\n=== interrupted ({exc or 'SIGINT'}): the command's process group was stopped\n".encode()
+            )
+            log.flush()
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _wait_watching(proc: subprocess.Popen, timeout: float | None, wait) -> object:
+    """wait(timeout) as it is (no polling: a command that ends is seen at once), while a thread watches the
+    controller chain: when it breaks, the thread stops the command's group and Interrupted is raised here."""
+    chain = controller_chain()
+    if not chain:
+        return wait(timeout)
+    gone, done = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not done.wait(WATCH_INTERVAL_S):
+            if not chain_intact(chain):
+                gone.set()
+                _stop_group(proc, INTERRUPT_GRACE_S)
+                return
+
+    watcher = threading.Thread(target=watch, name="epforge-controller-watch", daemon=True)
+    watcher.start()
+    try:
+        answer = wait(timeout)
+    finally:
+        done.set()
+        watcher.join()
+    if gone.is_set():
+        raise Interrupted("the controller's ansible-playbook run that started this is gone")
+    return answer
+
+
+def run_bounded(
+    argv,
+    *,
+    timeout: float,
+    env: dict | None = None,
+    env_update: dict | None = None,
+    cwd: str | None = None,
+    input_text: str | None = None,
+) -> Completed:
+    """Run argv (its own process group) with captured text output; never longer than timeout seconds."""
+    argv = _argv(argv)
+    if env_update:
+        env = {**(os.environ if env is None else env), **env_update}
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return Completed(NOT_STARTED, "", f"{argv[0]}: {exc}", time.monotonic() - started)
+
+    def communicate(seconds: float | None):
+        return proc.communicate(input_text, timeout=seconds)
+
+    registered = _register(proc)
+    try:
+        with _stop_group_on_interrupt(proc):
+            out, err = _wait_watching(proc, timeout, communicate)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        out, err = proc.communicate()
+        err = f"{err or ''}\ntimed out after {timeout:g} s"
+        rc = TIMED_OUT
+    finally:
+        _unregister(registered)
+    return Completed(rc, out or "", err or "", time.monotonic() - started)
+
+
+def _popen_to_log(argv: list[str], log, *, env: dict | None, cwd: str | None, **extra) -> subprocess.Popen:
+    """Start argv in its own process group with stdout+stderr going to the open binary file log."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        **extra,
+    )
+
+
+def start_detached(
+    argv,
+    log_path: str | None,
+    *,
+    env: dict | None = None,
+    cwd: str | None = None,
+    user: int | None = None,
+    group: int | None = None,
+) -> subprocess.Popen:
+    """Start argv as a daemon (its own session; output appended to log_path, or discarded when None),
+    as user/group when given (root only; no supplementary groups). Raises OSError when it cannot start."""
+    extra = {} if user is None else {"user": user, "group": group, "extra_groups": []}
+    with open(log_path or os.devnull, "ab") as log:  # the child keeps its own copy of the descriptor
+        return _popen_to_log(_argv(argv), log, env=env, cwd=cwd, close_fds=True, **extra)
+
+
+def run_logged(
+    argv,
+    log_path: str,
+    *,
+    env: dict | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+    header: str | None = None,
+) -> tuple[int, float]:
+    """Run argv with stdout+stderr appended to log_path; return (rc, seconds).
+
+    The log is appended to, with a header line, so one log can tell a whole build's story.
+    """
+    argv = _argv(argv)
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "ab") as log:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        log.write(f"\n=== {stamp} {header or ''}\n$ {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = _popen_to_log(argv, log, env=env, cwd=cwd)
+        registered = _register(proc)
+        try:
+            with _stop_group_on_interrupt(proc, log):
+                rc = _wait_watching(proc, timeout, lambda seconds: proc.wait(timeout=seconds))
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            proc.wait()
+            log.write(f"\n=== timed out after {timeout} s\n".encode())
+            rc = TIMED_OUT
+        finally:
+            _unregister(registered)
+    return rc, time.monotonic() - started

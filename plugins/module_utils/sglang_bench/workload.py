@@ -1,0 +1,499 @@
+"""Benchmark helpers shared by the sglang_bench module, the benchmark role's tests and the report:
+the argv of SGLang's own `bench_serving` client, the parser of its --output-file JSON lines, and the
+append-only benchmark history kept as a local fact (atomic writes, bounded length).
+
+Pure functions except the history file functions, which touch only the paths they are given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import json
+import math
+import os
+import re
+
+from ansible_collections.epforge.ep.plugins.module_utils.files import (
+    json_text,
+    remove_stale_temps,
+    write_atomic,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.process import option_argv
+
+HISTORY_SCHEMA = 1
+
+# Figures epforge reports, each read from one key of bench_serving's result JSON line
+# (sglang/benchmark/serving.py, 0.5.23: the `result` dict written to --output-file).
+FIGURE_KEYS = {
+    "completed": "completed",
+    "duration_s": "duration",
+    "total_input_tokens": "total_input_tokens",
+    "total_output_tokens": "total_output_tokens",
+    "request_throughput": "request_throughput",
+    "input_throughput": "input_throughput",
+    "output_throughput": "output_throughput",
+    "total_throughput": "total_throughput",
+    "ttft_mean_ms": "mean_ttft_ms",
+    "ttft_median_ms": "median_ttft_ms",
+    "ttft_p99_ms": "p99_ttft_ms",
+    "tpot_mean_ms": "mean_tpot_ms",
+    "tpot_median_ms": "median_tpot_ms",
+    "tpot_p99_ms": "p99_tpot_ms",
+    "itl_mean_ms": "mean_itl_ms",
+    "itl_median_ms": "median_itl_ms",
+    "itl_p99_ms": "p99_itl_ms",
+    "e2e_mean_ms": "mean_e2e_latency_ms",
+    "e2e_median_ms": "median_e2e_latency_ms",
+    "e2e_p99_ms": "p99_e2e_latency_ms",
+    "concurrency": "concurrency",
+    "accept_length": "accept_length",
+    "max_output_tokens_per_s": "max_output_tokens_per_s",
+}
+
+# A result line without these is incomplete: the report would have holes where the figures people
+# compare should be. (accept_length is None without speculative decoding; max_output_tokens_per_s is
+# missing in older releases.)
+REQUIRED_FIGURES = (
+    "completed",
+    "duration_s",
+    "request_throughput",
+    "output_throughput",
+    "total_throughput",
+    "ttft_median_ms",
+    "ttft_p99_ms",
+    "tpot_median_ms",
+    "tpot_p99_ms",
+    "itl_median_ms",
+    "itl_p99_ms",
+    "e2e_median_ms",
+    "e2e_p99_ms",
+)
+
+# Workload keys, their types and bounds. A workload is a named, reproducible load: a dataset that needs no
+# download (random-ids draws token ids from the tokenizer's vocabulary), fixed lengths, a seed.
+WORKLOAD_DEFAULTS = {
+    "name": "decode-heavy",
+    "dataset": "random-ids",
+    "input_len": 1024,
+    "output_len": 256,
+    "range_ratio": 1.0,
+    "num_prompts": 64,
+    "max_concurrency": 16,
+    "request_rate": "inf",
+    "seed": 42,
+    "warmup_requests": 1,
+}
+DATASETS_WITHOUT_DOWNLOAD = ("random-ids",)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class BenchError(Exception):
+    """A benchmark input, output or history problem, with a message that names the remedy."""
+
+
+# --------------------------------------------------------------------------------------------- workload
+
+
+def _integer_problems(merged: dict) -> list[str]:
+    """Turn the integer keys into ints (in place); the problems of those that are not, or too small."""
+    problems = []
+    for key in ("input_len", "output_len", "num_prompts", "max_concurrency", "seed", "warmup_requests"):
+        value = merged[key]
+        try:
+            merged[key] = int(value)
+            if isinstance(value, bool) or float(value) != merged[key]:
+                raise ValueError
+        except (TypeError, ValueError):
+            problems.append(f"workload {key} must be an integer, got {value!r}")
+            continue
+        low = 0 if key in ("seed", "warmup_requests") else 1
+        if merged[key] < low:
+            problems.append(f"workload {key} must be >= {low}, got {merged[key]}")
+    return problems
+
+
+def _range_ratio_problems(merged: dict) -> list[str]:
+    try:
+        merged["range_ratio"] = float(merged["range_ratio"])
+    except (TypeError, ValueError):
+        return [f"workload range_ratio must be a number, got {merged['range_ratio']!r}"]
+    if not 0.0 <= merged["range_ratio"] <= 1.0:
+        return [
+            f"workload range_ratio must be within 0..1, got {merged['range_ratio']} "
+            "(1.0 gives every request exactly input_len/output_len tokens)"
+        ]
+    return []
+
+
+def _request_rate_problems(merged: dict) -> list[str]:
+    """request_rate as a positive float, or 'inf' (all at once)."""
+    rate = merged["request_rate"]
+    try:
+        value = float(rate)
+        if isinstance(rate, bool) or math.isnan(value):
+            raise ValueError
+    except (TypeError, ValueError):
+        return [f"workload request_rate must be a number of requests/s or 'inf', got {rate!r}"]
+    if math.isinf(value) and value > 0:
+        merged["request_rate"] = "inf"
+    elif value <= 0:
+        return [
+            "workload request_rate must be > 0 requests/s or 'inf' (all at once, bounded by max_concurrency)"
+        ]
+    else:
+        merged["request_rate"] = value
+    return []
+
+
+def normalize_workload(workload: dict | None) -> dict:
+    """Defaults merged under `workload`, validated; raises BenchError naming every problem."""
+    merged = dict(WORKLOAD_DEFAULTS)
+    unknown = sorted(set(workload or {}) - set(WORKLOAD_DEFAULTS))
+    merged.update({k: v for k, v in (workload or {}).items() if v is not None})
+    problems = [
+        f"unknown workload key '{k}' (known: {', '.join(sorted(WORKLOAD_DEFAULTS))})" for k in unknown
+    ]
+    if not isinstance(merged["name"], str) or not _NAME_RE.match(merged["name"]):
+        problems.append(f"workload name {merged['name']!r} must be 1-64 letters, digits, '.', '_' or '-'")
+    if merged["dataset"] not in DATASETS_WITHOUT_DOWNLOAD:
+        problems.append(
+            f"dataset {merged['dataset']!r} is not supported: use one of "
+            f"{', '.join(DATASETS_WITHOUT_DOWNLOAD)} (other bench_serving datasets download data)"
+        )
+    problems += _integer_problems(merged)
+    problems += _range_ratio_problems(merged)
+    problems += _request_rate_problems(merged)
+    if problems:
+        raise BenchError("bad benchmark workload: " + "; ".join(problems))
+    return merged
+
+
+def bench_argv(
+    python: str,
+    base_url: str,
+    workload: dict,
+    output_file: str,
+    *,
+    tokenizer: str = "",
+    model: str = "",
+    backend: str = "sglang",
+    module: str = "sglang.bench_serving",
+    ready_check_timeout: int = 60,
+    extra_args: list[str] | None = None,
+) -> list[str]:
+    """argv of `python -m sglang.bench_serving` for a normalized workload (never a shell string)."""
+    w = workload
+    options = [
+        ("--backend", backend),
+        ("--base-url", base_url),
+        ("--dataset-name", w["dataset"]),
+        ("--random-input-len", w["input_len"]),
+        ("--random-output-len", w["output_len"]),
+        ("--random-range-ratio", _num(w["range_ratio"])),
+        ("--num-prompts", w["num_prompts"]),
+        ("--max-concurrency", w["max_concurrency"]),
+        ("--request-rate", _num(w["request_rate"])),
+        ("--seed", w["seed"]),
+        ("--warmup-requests", w["warmup_requests"]),
+        ("--ready-check-timeout-sec", int(ready_check_timeout)),
+        ("--output-file", output_file),
+        ("--tag", w["name"]),
+    ]
+    argv = [python, "-m", module, *option_argv(options), "--disable-tqdm"]
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
+    if model:
+        argv += ["--model", model]
+    return argv + list(extra_args or [])
+
+
+def _num(value) -> str:
+    if value == "inf":
+        return "inf"
+    value = float(value)
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def parse_result_lines(text: str) -> list[dict]:
+    """Every JSON object of a bench_serving --output-file (one per line).
+
+    Raises BenchError when the file is empty or a line is not a complete JSON object (a client killed
+    mid-write leaves a truncated last line): such a file proves nothing.
+    """
+    records = []
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise BenchError("bench_serving wrote no result line (empty --output-file)")
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise BenchError(
+                f"result line {number} of {len(lines)} is not complete JSON ({exc.msg} at column "
+                f"{exc.colno}): the client was cut off while writing; line starts {line[:80]!r}"
+            ) from exc
+        if not isinstance(record, dict):
+            raise BenchError(f"result line {number} is JSON but not an object: {line[:80]!r}")
+        records.append(record)
+    return records
+
+
+def extract_figures(record: dict) -> dict:
+    """The figures epforge reports, from one bench_serving result record.
+
+    Raises BenchError listing the missing or non-numeric required figures (an incomplete run).
+    Non-finite numbers (request_rate inf) become strings so the facts stay strict JSON.
+    """
+    figures = {}
+    for name, key in FIGURE_KEYS.items():
+        value = record.get(key)
+        if isinstance(value, bool) or (value is not None and not isinstance(value, int | float)):
+            value = None
+        figures[name] = value
+    missing = [n for n in REQUIRED_FIGURES if figures.get(n) is None]
+    if missing:
+        raise BenchError(
+            "result record is incomplete: missing or non-numeric "
+            + ", ".join(f"{n} ({FIGURE_KEYS[n]})" for n in missing)
+        )
+    if figures["accept_length"] is not None and figures["accept_length"] <= 0:
+        figures["accept_length"] = None
+    return {k: _finite(v) for k, v in figures.items()}
+
+
+def record_workload(record: dict) -> dict:
+    """The workload as the client itself recorded it (to check it ran what was asked)."""
+    return {
+        "tag": record.get("tag"),
+        "dataset": record.get("dataset_name"),
+        "input_len": record.get("random_input_len"),
+        "output_len": record.get("random_output_len"),
+        "range_ratio": _finite(record.get("random_range_ratio")),
+        "max_concurrency": record.get("max_concurrency"),
+        "request_rate": _finite(record.get("request_rate")),
+    }
+
+
+def check_record_matches(record: dict, workload: dict) -> list[str]:
+    """Differences between the workload asked for and the one the client recorded."""
+    seen = record_workload(record)
+    problems = []
+    for key in ("dataset", "input_len", "output_len", "max_concurrency"):
+        if seen[key] is not None and seen[key] != workload[key]:
+            problems.append(f"{key}: asked {workload[key]!r}, client ran {seen[key]!r}")
+    if seen["tag"] is not None and seen["tag"] != workload["name"]:
+        problems.append(f"tag: asked {workload['name']!r}, client recorded {seen['tag']!r}")
+    return problems
+
+
+def expected_output(workload: dict, extra_args=()) -> dict:
+    """What a run of this workload must produce: every request completed and, because bench_serving sends
+    its random datasets with ignore_eos (unless --disable-ignore-eos), at least
+    num_prompts x output_len x range_ratio generated tokens (exactly num_prompts x output_len at ratio 1.0,
+    sglang/bench_serving.py: output lengths are drawn from [output_len x ratio, output_len])."""
+    ignores_eos = "--disable-ignore-eos" not in [str(a).split("=", 1)[0] for a in extra_args or ()]
+    per_request = max(1, int(workload["output_len"] * float(workload["range_ratio"])))
+    return {
+        "completed": int(workload["num_prompts"]),
+        "min_output_tokens": int(workload["num_prompts"]) * (per_request if ignores_eos else 1),
+        "ignores_eos": ignores_eos,
+    }
+
+
+def check_validity(figures: dict, workload: dict, extra_args=()) -> tuple[str, list[str], dict]:
+    """(status, reasons, expected) of a run that wrote a complete result line.
+
+    status: 'failed' when no token was generated (never a measurement), 'invalid' when fewer requests
+    completed or fewer tokens came back than the workload asked for (the figures then describe another,
+    smaller load), else 'ok'. Each reason names the figure, what was asked and what came back.
+    """
+    expected = expected_output(workload, extra_args)
+    completed = figures.get("completed")
+    tokens = figures.get("total_output_tokens")
+    if not tokens:
+        return (
+            "failed",
+            [
+                f"no output tokens were generated (total_output_tokens {tokens!r}, "
+                f"{completed!r} of {expected['completed']} requests completed)"
+            ],
+            expected,
+        )
+    reasons = []
+    if completed is None or completed < expected["completed"]:
+        reasons.append(f"completed {completed} of {expected['completed']} requests")
+    if tokens < expected["min_output_tokens"]:
+        how = (
+            f"num_prompts {workload['num_prompts']} x output_len {workload['output_len']}"
+            + (f" x range_ratio {workload['range_ratio']}" if float(workload["range_ratio"]) < 1 else "")
+            if expected["ignores_eos"]
+            else f"one per request ({workload['num_prompts']})"
+        )
+        reasons.append(
+            f"generated {tokens} output tokens, fewer than the {expected['min_output_tokens']} "
+            f"asked for ({how})"
+        )
+    return ("invalid" if reasons else "ok"), reasons, expected
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else ("-inf" if value < 0 else None)
+    return value
+
+
+def sanitize(value):
+    """A JSON-safe deep copy: non-finite floats become strings, unknown objects their str()."""
+    if isinstance(value, dict):
+        return {str(k): sanitize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [sanitize(v) for v in value]
+    if isinstance(value, float):
+        return _finite(value)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------- history
+
+
+def empty_fact(history_max: int) -> dict:
+    return {
+        "schema": HISTORY_SCHEMA,
+        "runs": 0,
+        "failures": 0,
+        "history_max": history_max,
+        "last": None,
+        "last_ok": None,
+        "history": [],
+    }
+
+
+def load_fact(path: str, history_max: int) -> dict:
+    """The benchmark fact at path, or an empty one when the file does not exist.
+
+    Raises BenchError (and leaves the file alone) when it exists but is not an epforge_bench fact:
+    overwriting it would lose the history it may hold.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return empty_fact(history_max)
+    except OSError as exc:
+        raise BenchError(f"cannot read the benchmark fact {path}: {exc}") from exc
+    try:
+        fact = json.loads(text) if text.strip() else None
+    except ValueError as exc:
+        raise BenchError(
+            f"{path} is not valid JSON ({exc.msg}); it was left untouched: move it aside to "
+            "start a new history, or repair it"
+        ) from exc
+    if not isinstance(fact, dict) or not isinstance(fact.get("history"), list):
+        raise BenchError(
+            f"{path} is not an epforge benchmark fact (no 'history' list); it was left "
+            "untouched: move it aside to start a new history"
+        )
+    return fact
+
+
+def append_entry(fact: dict, entry: dict, history_max: int) -> dict:
+    """A new fact: entry appended to the history (oldest entries beyond history_max dropped), as `last`,
+    and as `last_ok` when it succeeded. Earlier entries are never changed."""
+    if history_max < 1:
+        raise BenchError(f"history_max must be >= 1, got {history_max}")
+    new = copy.deepcopy(fact)
+    entry = sanitize(entry)
+    new["schema"] = HISTORY_SCHEMA
+    new["runs"] = int(new.get("runs") or len(new["history"])) + 1
+    new["failures"] = int(new.get("failures") or 0) + (0 if entry.get("status") == "ok" else 1)
+    new["history_max"] = history_max
+    new["history"] = ([*new["history"], entry])[-history_max:]
+    new["last"] = entry
+    if entry.get("status") == "ok":
+        new["last_ok"] = entry
+    return new
+
+
+@contextlib.contextmanager
+def locked(path: str):
+    """An exclusive lock beside path, so two runs on one host append one after the other."""
+    lock_path = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.lock")
+    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def record_run(path: str, entry: dict, history_max: int) -> dict:
+    """Append entry to the history fact at path (locked, atomic); return the new fact."""
+    with locked(path):
+        remove_stale_temps(path)
+        fact = load_fact(path, history_max)
+        new = append_entry(fact, entry, history_max)
+        write_atomic(path, json_text(new, indent=1))
+    return new
+
+
+# -------------------------------------------------------------------------------------- failure classes
+
+# (class, regex, plain explanation) checked in order against the client's output.
+FAILURE_SIGNATURES = (
+    (
+        "client_not_installed",
+        re.compile(r"No module named '?(sglang|aiohttp|transformers|torch|triton)"),
+        "the bench client's environment lacks SGLang or one of the packages bench_serving imports",
+    ),
+    (
+        "tokenizer_missing",
+        re.compile(
+            r"(Can't load tokenizer|Repository Not Found|is not a local folder and "
+            r"is not a valid model identifier|We couldn't connect to)"
+        ),
+        "bench_serving could not load a tokenizer offline: pass a local tokenizer directory",
+    ),
+    (
+        "server_not_ready",
+        re.compile(r"Server at \S+ is not ready"),
+        "the server did not answer /v1/models within the ready-check timeout",
+    ),
+    (
+        "connection_refused",
+        re.compile(r"(Connection refused|ClientConnectorError|Cannot connect to host)"),
+        "nothing listens at the server URL (server stopped or crashed)",
+    ),
+    (
+        "warmup_failed",
+        re.compile(r"(Warmup failed|Initial test run failed)"),
+        "the warm-up request failed: the server rejects or cannot serve the workload",
+    ),
+    (
+        "unauthorized",
+        re.compile(r"(401|403)\b.*(Unauthorized|Forbidden)|Invalid API key", re.IGNORECASE),
+        "the server requires an API key the client did not send",
+    ),
+    (
+        "server_error",
+        re.compile(r"(Internal Server Error|\b500\b|CUDA out of memory|NCCL error)"),
+        "the server failed while serving requests",
+    ),
+)
+
+
+def classify_failure(output: str, rc: int | None) -> tuple[str, str]:
+    """(class, explanation) of a failed benchmark from the client's output and exit code."""
+    if rc == 124:
+        return "timeout", "the client did not finish within the timeout (server hung or too slow)"
+    for name, pattern, explanation in FAILURE_SIGNATURES:
+        if pattern.search(output or ""):
+            return name, explanation
+    return "client_failed", "bench_serving failed; see the log tail"

@@ -1,0 +1,389 @@
+"""Wheelhouse: what a host needs from pip, resolved for that host's python and platform, as wheel files.
+
+One concept: turning the stack and the roles' choices into ordered requirement groups (the pip runs the
+roles will make on the host, in order), the pip arguments that resolve them for another machine's python
+tag and platform, and the manifest that proves a wheelhouse covers them (file name -> sha256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import zipfile
+
+from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
+
+MANIFEST_SCHEMA = 1
+LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+# pip's message when a requirement has no file in the places it may look (offline: the wheelhouse).
+_NOT_FOUND = re.compile(r"No matching distribution found for ([^\s]+)")
+_NO_VERSION = re.compile(r"Could not find a version that satisfies the requirement ([^\s]+)")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalization ('Flashinfer_Python' -> 'flashinfer-python')."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(requirement: str) -> str:
+    """The distribution name of a requirement ('sglang-kernel==0.4.10' -> 'sglang-kernel')."""
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement or "")
+    return match.group(1) if match else ""
+
+
+def base_version(version: str) -> str:
+    """A version without its local label ('2.11.0+cu130' -> '2.11.0')."""
+    return str(version or "").split("+", 1)[0]
+
+
+def pin_from_metadata(requires_dist: list[str], names: list[str]) -> list[str]:
+    """Each name as SGLang's own Requires-Dist spells it (version specifier, no extras, no markers).
+
+    Entries that only apply to an extra are ignored; a name SGLang does not declare (a transitive import
+    such as starlette) or an item that already carries a specifier is used as given.
+    """
+    declared: dict[str, str] = {}
+    for entry in requires_dist or []:
+        requirement, _, marker = entry.partition(";")
+        if "extra" in marker:
+            continue
+        match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*)$", requirement)
+        if match:
+            declared.setdefault(normalize(match.group(1)), match.group(2).strip().replace(" ", ""))
+    pinned = []
+    for name in names:
+        if requirement_name(name) != name.strip():
+            pinned.append(name)
+            continue
+        spec = declared.get(normalize(name), "")
+        pinned.append(f"{name}{spec}")
+    return pinned
+
+
+def _group(
+    name: str,
+    requirements: list[str],
+    *,
+    no_deps: bool = False,
+    index_url: str = "",
+    env: str = "ml",
+    pin_from: str = "",
+) -> dict:
+    return {
+        "name": name,
+        "requirements": [r for r in requirements if r],
+        "no_deps": no_deps,
+        "index_url": index_url,
+        "env": env,
+        "pin_from": pin_from,
+    }
+
+
+def _cuda_toolkit_groups(stack: dict, choice: dict) -> list[dict]:
+    cuda = stack.get("cuda", {})
+    if choice.get("cuda_toolkit_method", cuda.get("default_method")) != "pypi":
+        return []
+    return [_group("cuda_toolkit", list(cuda.get("pypi_packages", [])), no_deps=True, env="download")]
+
+
+def _ml_env_groups(stack: dict, choice: dict) -> list[dict]:
+    # An adopted env (method existing) is used as it is: no torch, no build tools installed into it.
+    if choice.get("ml_env_method", "venv") != "venv":
+        return []
+    torch = stack.get("torch", {})
+    return [
+        _group("ml_env torch", [f"torch=={torch.get('version')}"], index_url=torch.get("index_url") or ""),
+        _group("ml_env build tools", list(choice.get("ml_env_build_packages") or [])),
+    ]
+
+
+def _flashinfer_groups(stack: dict, choice: dict) -> list[dict]:
+    flashinfer = stack.get("flashinfer", {})
+    if not choice.get("flashinfer", True) or not flashinfer.get("version"):
+        return []
+    return [
+        _group("flashinfer", [f"{flashinfer.get('package', 'flashinfer-python')}=={flashinfer['version']}"])
+    ]
+
+
+def _deepep_groups(stack: dict, choice: dict) -> list[dict]:
+    if not choice.get("deepep", False):
+        return []
+    groups = []
+    nvshmem = stack.get("nvshmem", {})
+    if nvshmem.get("package"):
+        groups.append(_group("deepep nvshmem", [f"{nvshmem['package']}=={nvshmem['version']}"]))
+    prebuilt = stack.get("deepep", {}).get("prebuilt_wheel")
+    if prebuilt:
+        groups.append(_group("deepep prebuilt", [prebuilt], no_deps=True, env="download"))
+    return groups
+
+
+def _sglang_groups(stack: dict, choice: dict, keep: list[str]) -> list[dict]:
+    """SGLang as its profile installs it (full, server or parser), then any overrides of its pins."""
+    if not choice.get("sglang", True):
+        return []
+    sglang = stack.get("sglang", {})
+    profile = choice.get("sglang_profile", "full")
+    release = f"sglang=={sglang.get('version')}"
+    kernel = sglang.get("kernel_package", "")
+    if profile == "full":
+        groups = [_group("sglang full", [release, kernel, *keep])]
+    elif profile == "server":
+        # As role sglang does: SGLang + kernel --no-deps, then its imports pinned from its Requires-Dist.
+        groups = [
+            _group("sglang", [release, kernel], no_deps=True),
+            _group("sglang server deps", [*choice.get("sglang_deps", []), *keep], pin_from="sglang"),
+        ]
+    else:
+        groups = [
+            _group("sglang", [release], no_deps=True),
+            _group(f"sglang {profile} deps", [*choice.get("sglang_deps", []), *keep]),
+        ]
+    overrides = list(choice.get("sglang_overrides") or [])
+    if overrides:
+        groups.append(_group("sglang overrides", [*overrides, *keep]))
+    return groups
+
+
+def _extra_groups(choice: dict) -> list[dict]:
+    return [
+        _group(
+            extra["name"],
+            list(extra["requirements"]),
+            no_deps=bool(extra.get("no_deps")),
+            index_url=extra.get("index_url", ""),
+            env=extra.get("env", "ml"),
+        )
+        for extra in choice.get("extra") or []
+    ]
+
+
+def requirement_groups(stack: dict, choice: dict) -> list[dict]:
+    """The pip runs the roles make on a host, in the order they make them.
+
+    choice holds the roles' settings that change what they install: cuda_toolkit_method, ml_env_method,
+    ml_env_build_packages, flashinfer (bool), deepep (bool), sglang (bool), sglang_profile (full | parser |
+    server), sglang_deps (the profile's list), sglang_keep, sglang_overrides, extra (list of groups).
+    env 'ml' groups install into the ML env (resolved against what it already holds, in this order);
+    env 'download' groups are fetched with --no-deps and unpacked or inspected by a role, not installed.
+    """
+    keep = list(choice.get("sglang_keep") or [f"torch=={stack.get('torch', {}).get('version')}"])
+    groups = [
+        *_cuda_toolkit_groups(stack, choice),
+        *_ml_env_groups(stack, choice),
+        *_flashinfer_groups(stack, choice),
+        *_deepep_groups(stack, choice),
+        *_sglang_groups(stack, choice, keep),
+        *_extra_groups(choice),
+    ]
+    # A run with nothing to install (no build tools asked for, say) is no pip run at all.
+    return [group for group in groups if group["requirements"]]
+
+
+def manylinux_platforms(machine: str, glibc: str) -> list[str]:
+    """The platform tags pip may pick wheels for on a glibc host, newest first (as packaging.tags does)."""
+    match = re.match(r"^(\d+)\.(\d+)", glibc or "")
+    platforms: list[str] = []
+    if match and int(match.group(1)) == 2:
+        for minor in range(int(match.group(2)), 4, -1):
+            platforms.append(f"manylinux_2_{minor}_{machine}")
+            # Older wheels carry only the legacy alias of the same glibc level (PEP 600).
+            legacy = LEGACY_MANYLINUX.get(minor)
+            if legacy and (minor == 17 or machine in ("x86_64", "i686")):
+                platforms.append(f"{legacy}_{machine}")
+    platforms.append(f"linux_{machine}")
+    return platforms
+
+
+def target_args(python_version: str, machine: str, glibc: str) -> list[str]:
+    """pip arguments that select wheels for another interpreter and platform (binary wheels only)."""
+    match = re.match(r"^(\d+)\.(\d+)", python_version or "")
+    if not match:
+        raise ValueError(f"python version {python_version!r} is not MAJOR.MINOR[.PATCH]")
+    tag = f"cp{match.group(1)}{match.group(2)}"
+    args = [
+        "--only-binary=:all:",
+        "--python-version",
+        f"{match.group(1)}.{match.group(2)}",
+        "--implementation",
+        "cp",
+        "--abi",
+        tag,
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+    ]
+    for platform in manylinux_platforms(machine, glibc):
+        args += ["--platform", platform]
+    return args
+
+
+def write_installed_stubs(directory: str, installed: dict[str, str]) -> None:
+    """dist-info stubs (name + version only) that make pip treat these distributions as installed."""
+    os.makedirs(directory, exist_ok=True)
+    for name, version in sorted(installed.items()):
+        safe = re.sub(r"[^A-Za-z0-9.+]+", "_", name)
+        info = os.path.join(directory, f"{safe}-{version}.dist-info")
+        os.makedirs(info, exist_ok=True)
+        with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as handle:
+            handle.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def report_items(report: dict) -> list[dict]:
+    """pip's --report install list -> [{name, version, filename}] (the wheel each would install)."""
+    items = []
+    for entry in report.get("install", []):
+        url = entry.get("download_info", {}).get("url", "")
+        items.append(
+            {
+                "name": normalize(entry["metadata"]["name"]),
+                "version": entry["metadata"]["version"],
+                "filename": os.path.basename(url.split("#", 1)[0]),
+            }
+        )
+    return items
+
+
+def missing_requirement(pip_output: str) -> str:
+    """The requirement pip could not find (offline: the wheel missing from the wheelhouse), or ''."""
+    for pattern in (_NOT_FOUND, _NO_VERSION):
+        found = pattern.findall(pip_output or "")
+        if found:
+            return found[-1]
+    return ""
+
+
+def wheel_requires_dist(path: str) -> list[str]:
+    """Requires-Dist entries of a wheel's METADATA (read from the zip, nothing installed)."""
+    with zipfile.ZipFile(path) as wheel:
+        names = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if not names:
+            return []
+        text = wheel.read(names[0]).decode("utf-8", "replace")
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def wheel_name_version(filename: str) -> tuple[str, str] | None:
+    """'fastapi-0.115.0-py3-none-any.whl' -> ('fastapi', '0.115.0'); None for a file that is no wheel."""
+    if not filename.endswith(".whl"):
+        return None
+    parts = filename[:-4].split("-")
+    if len(parts) < 5:
+        return None
+    return normalize(parts[0]), parts[1]
+
+
+def inputs_digest(inputs: dict) -> str:
+    """sha256 of the canonical JSON of what decides the wheel set (groups, target, env contents)."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def manifest_path(directory: str, digest: str) -> str:
+    return os.path.join(directory, "manifests", f"{digest[:16]}.json")
+
+
+# A manifest names files of its wheelhouse: plain wheel file names, never a path.
+_PLAIN_WHEEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$")
+# What identifies a file's bytes without reading them: a replacement (even one that keeps size and mtime)
+# gets a new inode or ctime.
+_IDENTITY = ("size", "mtime_ns", "ctime_ns", "inode")
+
+
+def bad_names(manifest: dict) -> list[str]:
+    """The manifest's file names that are not plain wheel file names of the wheelhouse (e.g. ../x.whl)."""
+    return sorted(name for name in manifest.get("files", {}) if not _PLAIN_WHEEL.match(str(name)))
+
+
+def _identity(stat: os.stat_result) -> dict:
+    return {
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,
+        "inode": stat.st_ino,
+    }
+
+
+def stale_files(directory: str, manifest: dict, known: dict | None = None) -> tuple[list[str], dict]:
+    """Files of a manifest that are absent or whose content changed; and the current {file: {sha256,
+    size, mtime_ns, ctime_ns, inode}, ...}.
+
+    A file whose size, mtime, ctime and inode equal those `known` (the controller's hash cache, kept outside
+    the wheelhouse) holds keeps that hash (no re-read of 5 GB of torch on every run); any other file is
+    hashed again. Identities are never taken from the manifest: it sits beside the wheels, so whoever
+    replaces a wheel could also write the new file's identity next to the old hash there.
+    """
+    known = known or {}
+    stale: list[str] = []
+    current: dict = {}
+    for filename, recorded in sorted(manifest.get("files", {}).items()):
+        path = os.path.join(directory, filename)
+        try:
+            stat = os.stat(path)
+        except OSError:
+            stale.append(filename)
+            continue
+        seen = known.get(filename) or {}
+        identity = _identity(stat)
+        same = all(seen.get(k) == identity[k] for k in _IDENTITY)
+        sha = seen["sha256"] if same and seen.get("sha256") else file_sha256(path)
+        current[filename] = {"sha256": sha, **identity}
+        if sha != recorded.get("sha256"):
+            stale.append(filename)
+    return stale, current
+
+
+def manifest_files(current: dict) -> dict:
+    """The manifest's files entry: each wheel's sha256 only. File identities (inode, ctime) differ on every
+    copy of the wheelhouse; kept out of the manifest, its bytes - and so its digest - stay the build's."""
+    return {name: {"sha256": item["sha256"]} for name, item in sorted(current.items())}
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _digest(value, where: str) -> str:
+    digest = str(value).strip().lower()
+    if not _SHA256.match(digest):
+        raise ValueError(f"{where} is {value!r}, not a sha256 (64 hex digits)")
+    return digest
+
+
+def given_manifest_digest(given, name: str) -> str:
+    """The sha256 given for the manifest file `name` (like '0123456789abcdef.json'), '' when none is given
+    for it. `given` is one digest, or a mapping manifest file name (with or without .json) -> digest for a
+    wheelhouse shared by several kinds of hosts. ValueError when it is neither or a digest is malformed."""
+    if given is None or given in ("", {}):
+        return ""
+    if isinstance(given, str):
+        return _digest(given, "the digest")
+    if not isinstance(given, dict):
+        raise ValueError(
+            f"expected a sha256 or a mapping manifest file name -> sha256, got {type(given).__name__}"
+        )
+    digests = {str(k).removesuffix(".json"): _digest(v, f"the digest for {k}") for k, v in given.items()}
+    return digests.get(name.removesuffix(".json"), "")
+
+
+def recorded_hashes(directory: str) -> dict[str, set[str]]:
+    """Every hash the wheelhouse's manifests record per wheel file name (plain names only)."""
+    hashes: dict[str, set[str]] = {}
+    folder = os.path.join(directory, "manifests")
+    for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            with open(os.path.join(folder, entry), encoding="utf-8") as handle:
+                files = json.load(handle).get("files", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        for name, item in files.items() if isinstance(files, dict) else []:
+            if _PLAIN_WHEEL.match(str(name)) and isinstance(item, dict) and item.get("sha256"):
+                hashes.setdefault(name, set()).add(item["sha256"])
+    return hashes
+
+
+def mismatched_files(current: dict, recorded: dict[str, set[str]]) -> list[str]:
+    """Present wheels whose content no manifest of the wheelhouse recorded (a replaced build)."""
+    return sorted(f for f, item in current.items() if f in recorded and item["sha256"] not in recorded[f])
