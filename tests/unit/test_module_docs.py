@@ -22,7 +22,7 @@ def test_there_are_modules_to_check():
 def test_ansible_doc_renders(name):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(
-        [str(ANSIBLE_DOC), "-M", str(ROOT / "library"), name],
+        [str(ANSIBLE_DOC), f"epforge.ep.{name}"],  # by FQCN, through the checkout's collections path
         capture_output=True,
         text=True,
         timeout=120,
@@ -32,7 +32,7 @@ def test_ansible_doc_renders(name):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout
-    assert f"({ROOT / 'library' / name}.py)" in text or name in text.splitlines()[0]
+    assert f"epforge.ep.{name}" in text.splitlines()[0]
     for section in ("OPTIONS", "EXAMPLES", "RETURN VALUES"):
         assert section in text, f"{name}: ansible-doc shows no {section}"
     assert "[WARNING]" not in proc.stderr, proc.stderr[-2000:]
