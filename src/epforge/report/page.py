@@ -1,0 +1,138 @@
+"""Assemble report.md and report.html, section by section in report order (fleet overview, coverage
+matrix, configurations, history, probes, plots), and write them with the plots into the output directory."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from epforge.report.overview import (
+    MATRIX_TEXT,
+    MATRIX_TITLE,
+    OVERVIEW_COLUMNS,
+    coverage_matrix,
+    overview_rows,
+)
+from epforge.report.plots import all_plots
+from epforge.report.tables import config_table, configuration_rows, history_table, probe_tables
+from epforge.report.to_html import CSS, html_table, matrix_html
+from epforge.report.to_markdown import matrix_md, md_table
+
+NO_FACTS_TEXT = "No epforge provisioning, benchmark, sweep or probe facts were found on these hosts."
+
+
+def _sections(hosts: dict[str, dict], rows: list[dict], overview: list[dict]) -> list[tuple]:
+    """(heading, text, [(head, body), ...]) of each table section there is data for, in report order."""
+    sections = []
+    if overview:
+        sections.append(
+            (
+                "Fleet overview",
+                "What provisioning did on each host (epforge_preflight, _cuda_toolkit, _ml_env, "
+                "_cuda_extensions, _deepep, _flashinfer, _sglang and _steps facts).",
+                [([t for _, t in OVERVIEW_COLUMNS], [[r[k] for k, _ in OVERVIEW_COLUMNS] for r in overview])],
+            )
+        )
+    if rows:
+        sections.append(
+            (
+                "Configurations",
+                "Outcome and figures per configuration (the sweep's outcomes where a "
+                "sweep ran, else the last benchmark of each label).",
+                [config_table(rows)],
+            )
+        )
+    history = history_table(hosts)
+    if history[1]:
+        sections.append(
+            ("Benchmark history", "The most recent entries of each host's epforge_bench history.", [history])
+        )
+    for probe_title, head, body, est_head, est_body in probe_tables(hosts):
+        sections.append(
+            (
+                f"Collective probe: {probe_title}",
+                "Mean latency per call; the estimate multiplies "
+                "by the model's layer counts (TP: allreduces; EP: all-to-alls + attention allreduces).",
+                [(head, body), (est_head, est_body)],
+            )
+        )
+    return sections
+
+
+def _page_start(title: str, generated: str, hosts: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """The Markdown and HTML lines before the first section."""
+    md = [f"# {title}", ""]
+    html_parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+    ]
+    if generated:
+        md += [f"Generated {generated} from the local facts of {len(hosts)} host(s): {', '.join(hosts)}.", ""]
+        html_parts.append(
+            f"<p>Generated {html.escape(generated)} from the local facts of {len(hosts)} host(s): "
+            f"{html.escape(', '.join(hosts))}.</p>"
+        )
+    return md, html_parts
+
+
+def _add_section(md: list[str], html_parts: list[str], heading: str, text: str, tables: list) -> None:
+    md += [f"## {heading}", "", text, ""]
+    html_parts.append(f"<h2>{html.escape(heading)}</h2><p>{html.escape(text)}</p>")
+    for head, body in tables:
+        md += [md_table(head, body), ""]
+        table = html_table(head, body)
+        if heading == "Fleet overview":
+            table = table.replace("<table>", "<table class='overview'>", 1)
+        html_parts.append(table)
+
+
+def _add_matrix(md: list[str], html_parts: list[str], matrix: tuple) -> None:
+    md += [f"## {MATRIX_TITLE}", "", MATRIX_TEXT, "", matrix_md(*matrix), ""]
+    html_parts.append(f"<h2>{html.escape(MATRIX_TITLE)}</h2><p>{html.escape(MATRIX_TEXT)}</p>")
+    html_parts.append(matrix_html(*matrix))
+
+
+def _add_plots(md: list[str], html_parts: list[str], images: list[tuple[str, Path]]) -> None:
+    md += ["## Plots", ""]
+    html_parts.append("<h2>Plots</h2>")
+    for caption, path in images:
+        md += [f"![{caption}]({path.name})", ""]
+        html_parts.append(
+            f"<h3>{html.escape(caption)}</h3><img src='{html.escape(path.name)}' "
+            f"alt='{html.escape(caption)}'>"
+        )
+
+
+def render(
+    hosts: dict[str, dict], out_dir: str | Path, title: str = "epforge report", generated: str = ""
+) -> dict:
+    """Write report.md, report.html and PNG plots into out_dir; return what was written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = configuration_rows(hosts)
+    images = all_plots(hosts, rows, out)
+    overview = overview_rows(hosts)
+    matrix = coverage_matrix(hosts)
+    sections = _sections(hosts, rows, overview)
+    md, html_parts = _page_start(title, generated, hosts)
+    for index, section in enumerate(sections):
+        _add_section(md, html_parts, *section)
+        # The coverage matrix reads with the fleet overview, so it follows that first section.
+        if index == 0 and overview and matrix[1]:
+            _add_matrix(md, html_parts, matrix)
+    if images:
+        _add_plots(md, html_parts, images)
+    if not sections:
+        md += [NO_FACTS_TEXT, ""]
+        html_parts.append(f"<p>{NO_FACTS_TEXT}</p>")
+    html_parts.append("</body></html>")
+    (out / "report.md").write_text("\n".join(md))
+    (out / "report.html").write_text("\n".join(html_parts))
+    return {
+        "markdown": str(out / "report.md"),
+        "html": str(out / "report.html"),
+        "images": [str(p) for _, p in images],
+        "configurations": len(rows),
+        "overview_hosts": [r["host"] for r in overview],
+        "hosts": list(hosts),
+    }

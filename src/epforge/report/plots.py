@@ -1,0 +1,158 @@
+"""PNG plots with matplotlib (Agg, no display): throughput and latency per configuration, throughput over
+the history, and each host's collective probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from epforge.report.tables import LATENCIES
+
+
+def plot_throughput(rows: list[dict], path: Path) -> Path | None:
+    if not rows:
+        return None
+    labels = [
+        f"{r['name']}\n({r['host']})" if len({x["host"] for x in rows}) > 1 else r["name"] for r in rows
+    ]
+    values = [float(r["figures"].get("output_throughput") or 0.0) for r in rows]
+    colors = {"ok": "#2e7d32", "failed": "#c62828", "refused": "#ef6c00", "invalid": "#f9a825"}
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4.2))
+    top = max([*values, 1.0])
+    # a configuration without valid figures (failed, refused, invalid) gets a short stub in its colour,
+    # labelled
+    heights = [v if r["outcome"] == "ok" else top * 0.03 for r, v in zip(rows, values, strict=True)]
+    bars = ax.bar(range(len(rows)), heights, color=[colors.get(r["outcome"], "#757575") for r in rows])
+    for bar, r, v in zip(bars, rows, values, strict=True):
+        text = f"{v:.0f}" if r["outcome"] == "ok" else r["outcome"]
+        ax.text(
+            bar.get_x() + bar.get_width() / 2,
+            bar.get_height() + top * 0.02,
+            text,
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            rotation=0,
+        )
+    ax.set_xticks(range(len(rows)), labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("output tokens/s")
+    ax.set_ylim(0, top * 1.18)
+    ax.set_title("Output throughput per configuration (red: failed, orange: refused, amber: invalid)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_latency(rows: list[dict], path: Path) -> Path | None:
+    ok = [r for r in rows if r["outcome"] == "ok" and r["figures"]]
+    if not ok:
+        return None
+    fig, axes = plt.subplots(1, len(LATENCIES), figsize=(4.0 * len(LATENCIES), 4.0))
+    width = 0.38
+    for ax, (key, title) in zip(axes, LATENCIES, strict=True):
+        med = [float(r["figures"].get(f"{key}_median_ms") or 0) for r in ok]
+        p99 = [float(r["figures"].get(f"{key}_p99_ms") or 0) for r in ok]
+        xs = range(len(ok))
+        ax.bar([x - width / 2 for x in xs], med, width, label="median", color="#1565c0")
+        ax.bar([x + width / 2 for x in xs], p99, width, label="p99", color="#90caf9")
+        ax.set_xticks(list(xs), [r["name"] for r in ok], rotation=30, ha="right", fontsize=7)
+        ax.set_title(f"{title} (ms)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Latency per configuration: median vs p99")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_history(hosts: dict[str, dict], path: Path) -> Path | None:
+    series: dict[str, list[tuple[int, float]]] = {}
+    for host, facts in hosts.items():
+        for i, e in enumerate((facts.get("bench") or {}).get("history") or []):
+            if e.get("status") == "ok" and (e.get("figures") or {}).get("output_throughput") is not None:
+                key = f"{e.get('label', '?')}" + (f" @{host}" if len(hosts) > 1 else "")
+                series.setdefault(key, []).append((i, float(e["figures"]["output_throughput"])))
+    if not series or max(len(v) for v in series.values()) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for key, points in sorted(series.items()):
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=key)
+    ax.set_xlabel("history entry")
+    ax.set_ylabel("output tokens/s")
+    ax.set_title("Throughput over the recorded history")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_probe(probe: dict, path: Path, title: str) -> Path | None:
+    table = probe.get("table") or []
+    if not table:
+        return None
+    modes = sorted({r["mode"] for r in table})
+    fig, axes = plt.subplots(1, len(modes), figsize=(6.0 * len(modes), 4.2), squeeze=False)
+    styles = {"allreduce": "-", "all_to_all": "--"}
+    markers = {"allreduce": "o", "all_to_all": "s"}
+    variants = sorted({r["variant"] for r in table})
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    tokens = sorted({r["tokens"] for r in table})
+    for ax, mode in zip(axes[0], modes, strict=True):
+        for i, variant in enumerate(variants):
+            for op in ("allreduce", "all_to_all"):
+                pts = sorted(
+                    (r["tokens"], r["mean_us"])
+                    for r in table
+                    if r["mode"] == mode and r["variant"] == variant and r["op"] == op
+                )
+                if pts:
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        styles[op],
+                        marker=markers[op],
+                        color=palette[i % len(palette)],
+                        label=f"{op}, {variant}",
+                    )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(tokens, [str(t) for t in tokens])
+        ax.minorticks_off()
+        ax.set_xlabel("tokens per message ([tokens x hidden] bf16)")
+        ax.set_ylabel("mean latency per call (us)")
+        ax.set_title(f"{mode}")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def all_plots(hosts: dict[str, dict], rows: list[dict], out: Path) -> list[tuple[str, Path]]:
+    """(caption, PNG) of every plot there is data for."""
+    images: list[tuple[str, Path]] = []
+    for caption, made in (
+        ("Output throughput per configuration", plot_throughput(rows, out / "throughput.png")),
+        ("Latency per configuration (median and p99)", plot_latency(rows, out / "latency.png")),
+        ("Throughput over the history", plot_history(hosts, out / "history.png")),
+    ):
+        if made:
+            images.append((caption, made))
+    for host, facts in hosts.items():
+        if (facts.get("collective") or {}).get("table"):
+            made = plot_probe(
+                facts["collective"], out / f"collective-{host}.png", f"NCCL per-call latency on {host}"
+            )
+            if made:
+                images.append((f"Collective probe on {host}", made))
+    return images
