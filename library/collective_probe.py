@@ -102,10 +102,6 @@ options:
     description: Seconds one variant may take.
     type: float
     default: 300
-  log_path:
-    description: Log file the probe's output is appended to.
-    type: path
-    required: true
   output_dir:
     description: Directory for each variant's raw JSON (C(collective-probe-NAME.json)); empty keeps none.
     type: path
@@ -124,6 +120,8 @@ options:
     type: str
     choices: [nccl, gloo]
     default: nccl
+extends_documentation_fragment:
+  - epforge.ep.log_path
 author: epforge developers (@epforge)
 """
 

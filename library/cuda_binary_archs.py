@@ -64,10 +64,8 @@ options:
   cuda_home:
     description: A CUDA_HOME whose C(bin/cuobjdump) is used when O(cuobjdump) is not given.
     type: path
-  timeout:
-    description: Seconds allowed for each cuobjdump call.
-    type: int
-    default: 120
+extends_documentation_fragment:
+  - epforge.ep.timeout.cuobjdump
 author: epforge developers (@epforge)
 """
 

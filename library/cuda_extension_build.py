@@ -78,14 +78,12 @@ options:
     description: Parent of the C(KEY/) output directory (a wheel cache).
     type: path
     required: true
-  log_path:
-    description: Build log.
-    type: path
-    required: true
   timeout:
     description: Seconds the build may take before it is killed.
     type: int
     default: 3600
+extends_documentation_fragment:
+  - epforge.ep.log_path
 author: epforge developers (@epforge)
 """
 

@@ -20,10 +20,6 @@ options:
     description: The wheel file on the host.
     type: path
     required: true
-  python:
-    description: Interpreter of the venv.
-    type: path
-    required: true
   imports:
     description: Python modules that must import after the install (empty = no import check).
     type: list
@@ -33,14 +29,13 @@ options:
     description: Extra environment for the import check (e.g. C(LD_LIBRARY_PATH)).
     type: dict
     default: {}
-  log_path:
-    description: Log of the pip run.
-    type: path
-    required: true
   timeout:
     description: Seconds the pip run may take.
     type: int
     default: 600
+extends_documentation_fragment:
+  - epforge.ep.log_path
+  - epforge.ep.python
 author: epforge developers (@epforge)
 """
 

@@ -48,10 +48,6 @@ options:
     type: list
     elements: str
     required: true
-  python:
-    description: Interpreter of the venv that builds and runs the extension.
-    type: path
-    required: true
   cuda_home:
     description: CUDA_HOME of the toolchain.
     type: path
@@ -85,6 +81,8 @@ options:
         cuda_extension records its fact in this one call.
     type: bool
     default: false
+extends_documentation_fragment:
+  - epforge.ep.python
 author: epforge developers (@epforge)
 """
 

@@ -28,15 +28,13 @@ options:
   stamp:
     description: The stamp to write (inputs and evidence of the installed key); omit to leave the stamp alone.
     type: dict
-  facts_dir:
-    description: Directory of local facts.
-    type: path
-    required: true
   entry:
     description: This extension's entry in the fact (name, key, source, revision, archs, archs_found, wheel,
       so_files).
     type: dict
     required: true
+extends_documentation_fragment:
+  - epforge.ep.facts_dir
 author: epforge developers (@epforge)
 """
 

@@ -73,14 +73,12 @@ options:
     description: C compiler for the link stub.
     type: str
     default: gcc
-  log_path:
-    description: Log of pip and the stub build (appended), for C(tail -f).
-    type: path
-    required: true
   timeout:
     description: Seconds allowed for the download (each external command).
     type: int
     default: 900
+extends_documentation_fragment:
+  - epforge.ep.log_path
 author: epforge developers (@epforge)
 """
 

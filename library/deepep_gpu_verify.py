@@ -21,10 +21,6 @@ description:
     letting it hang; C(low_latency) works over PCIe peer access.
   - A measurement changes nothing on the host (changed is always false); in check mode it does not run.
 options:
-  python:
-    description: Python of the env where deep_ep is installed.
-    type: path
-    required: true
   script:
     description: Path of the round-trip script on the host.
     type: path
@@ -43,10 +39,6 @@ options:
     description: Where the script writes its JSON result.
     type: path
     required: true
-  log_path:
-    description: Log of the run (stdout and stderr).
-    type: path
-    required: true
   environment:
     description: Extra environment for the run (NCCL/NVSHMEM variables).
     type: dict
@@ -63,6 +55,9 @@ options:
     description: The nvidia-smi to read the topology with.
     type: path
     default: nvidia-smi
+extends_documentation_fragment:
+  - epforge.ep.log_path
+  - epforge.ep.python
 author: epforge developers (@epforge)
 """
 

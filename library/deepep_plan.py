@@ -19,10 +19,6 @@ description:
     material (NVSHMEM version, flags) that must make a different build a different wheel.
   - Reads only; runs the same in check mode.
 options:
-  python:
-    description: Python of the env DeepEP is built against.
-    type: path
-    required: true
   cuda_home:
     description: CUDA_HOME of the build (its C(include/cccl) is added for CUDA 13).
     type: path
@@ -63,6 +59,8 @@ options:
     type: list
     elements: path
     default: [/usr/include, /usr/local/include]
+extends_documentation_fragment:
+  - epforge.ep.python
 author: epforge developers (@epforge)
 """
 

@@ -45,10 +45,8 @@ options:
     description: Fail when no wheel is in O(folder) (after the download that should have put it there).
     type: bool
     default: false
-  timeout:
-    description: Seconds allowed for each cuobjdump call.
-    type: int
-    default: 120
+extends_documentation_fragment:
+  - epforge.ep.timeout.cuobjdump
 author: epforge developers (@epforge)
 """
 

@@ -21,14 +21,12 @@ options:
     description: Fact name (the file name without C(.fact)); letters, digits and C(_) only.
     type: str
     required: true
-  facts_dir:
-    description: Directory of local facts.
-    type: path
-    required: true
   content:
     description: The whole fact.
     type: dict
     required: true
+extends_documentation_fragment:
+  - epforge.ep.facts_dir
 author: epforge developers (@epforge)
 """
 

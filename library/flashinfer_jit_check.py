@@ -23,10 +23,6 @@ description:
   - FlashInfer caches the kernel in O(workspace); an up-to-date kernel is not rebuilt (changed=false).
   - In check mode nothing is compiled.
 options:
-  python:
-    description: Python of the env with flashinfer-python.
-    type: path
-    required: true
   cuda_home:
     description: CUDA_HOME for the JIT (its nvcc).
     type: path
@@ -61,14 +57,13 @@ options:
     description: MAX_JOBS for FlashInfer's ninja.
     type: int
     default: 2
-  log_path:
-    description: Log of the JIT build.
-    type: path
-    required: true
   timeout:
     description: Seconds before the build is killed.
     type: int
     default: 1200
+extends_documentation_fragment:
+  - epforge.ep.log_path
+  - epforge.ep.python
 author: epforge developers (@epforge)
 """
 

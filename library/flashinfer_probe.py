@@ -37,10 +37,6 @@ options:
     type: list
     elements: str
     required: true
-  python:
-    description: Interpreter of the env FlashInfer belongs to.
-    type: path
-    required: true
   requirements:
     description: Requirements (C(name==version) or C(name)) the env must hold.
     type: list
@@ -59,10 +55,6 @@ options:
     description: Whether the role proves the install with a JIT-compiled kernel (then the stamp must hold).
     type: bool
     default: true
-  facts_dir:
-    description: Directory of local facts; the fact is C(epforge_flashinfer.fact) there.
-    type: path
-    required: true
   fact:
     description: The fact's fields the role knows (package, version, python, arch_list, ...); the module adds
       C(nvcc) and C(jit_arch_list) from the rule and C(jit_library), C(jit_sass_archs) and C(jit_seconds)
@@ -73,6 +65,9 @@ options:
     description: Seconds the version read may take.
     type: int
     default: 120
+extends_documentation_fragment:
+  - epforge.ep.facts_dir
+  - epforge.ep.python
 author: epforge developers (@epforge)
 """
 

@@ -50,9 +50,8 @@ options:
     description: Seconds the torch import may take.
     type: int
     default: 300
-  facts_dir:
-    description: When set, record the adopted env as the local fact C(epforge_ml_env) here (only on change).
-    type: path
+extends_documentation_fragment:
+  - epforge.ep.facts_dir.optional
 author: epforge developers (@epforge)
 """
 

@@ -73,14 +73,6 @@ options:
   stamp_path:
     description: Stamp file; default C(PATH/.epforge-ml-env.json).
     type: path
-  log_path:
-    description: Log of venv creation and pip runs.
-    type: path
-    required: true
-  timeout:
-    description: Seconds each pip run may take before it is killed.
-    type: int
-    default: 1800
   facts_dir:
     description:
       - When set, the same call records the venv as the local fact C(epforge_ml_env) (JSON in
@@ -94,6 +86,9 @@ options:
     description: Where pip takes packages from (a wheelhouse or the registry), recorded in the fact.
     type: str
     default: ""
+extends_documentation_fragment:
+  - epforge.ep.log_path
+  - epforge.ep.timeout.pip
 author: epforge developers (@epforge)
 """
 

@@ -21,10 +21,6 @@ description:
     signature B(and) the host must show no usable GPU (no C(/dev/nvidiactl), or torch reports no device).
   - Changes nothing, so it runs the same in check mode.
 options:
-  python:
-    description: Interpreter of the environment to check (for example C(/opt/venv/bin/python)).
-    type: path
-    required: true
   name:
     description: Import name, such as C(deep_ep) or C(flashinfer) (dotted names are allowed).
     type: str
@@ -46,6 +42,8 @@ options:
     description: Seconds before the import is given up (a hung driver call, say).
     type: int
     default: 300
+extends_documentation_fragment:
+  - epforge.ep.python
 author: epforge developers (@epforge)
 """
 

@@ -94,18 +94,10 @@ options:
     type: list
     elements: str
     default: []
-  log_path:
-    description: Log file that pip's output is appended to.
-    type: path
-    required: true
   stamp_path:
     description: JSON stamp of the installed inputs.
     type: path
     required: true
-  timeout:
-    description: Seconds each pip run may take.
-    type: int
-    default: 1800
   server_object:
     description:
       - The server settings object role C(preflight) built (C(preflight_server_object);
@@ -131,9 +123,10 @@ options:
         unchanged rerun imports nothing, and role C(sglang_server) launches only a digest judged here.
       - Not written in check mode; a failed check is never remembered.
     type: path
-  facts_dir:
-    description: Directory of local facts; when set, the fact C(epforge_sglang) is written there.
-    type: path
+extends_documentation_fragment:
+  - epforge.ep.facts_dir.optional
+  - epforge.ep.log_path
+  - epforge.ep.timeout.pip
 author: epforge developers (@epforge)
 """
 

@@ -97,9 +97,8 @@ options:
     description: Seconds the writer may take.
     type: int
     default: 600
-  facts_dir:
-    description: Directory of local facts; when set, the fact C(epforge_smoke_model) is written there.
-    type: path
+extends_documentation_fragment:
+  - epforge.ep.facts_dir.optional
 author: epforge developers (@epforge)
 """
 

@@ -82,10 +82,6 @@ options:
     type: list
     elements: str
     default: []
-  log_path:
-    description: Log of every pip run (appended).
-    type: path
-    required: true
   timeout:
     description: Seconds each pip run may take.
     type: int
@@ -104,6 +100,8 @@ options:
       - Empty, every wheel is hashed on every run.
     type: path
     default: ""
+extends_documentation_fragment:
+  - epforge.ep.log_path
 author: epforge developers (@epforge)
 """
 
