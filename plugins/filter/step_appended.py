@@ -1,8 +1,10 @@
-"""Filter epforge_step_appended: the run summary's steps with one more, its arguments checked.
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filter epforge.ep.step_appended: the run summary's steps with one more, its arguments checked.
 
-tasks/record_step.yml is the one task that records a step; this filter is its rule. Checking the arguments
-here, in the same task, costs nothing where an argument-spec entry point would add a validation task to every
-step of every run (ten per provision).
+roles/epforge/tasks/record_step.yml is the one task that records a step; this filter is its rule. Checking
+the arguments here, in the same task, costs nothing where an argument-spec entry point would add a validation
+task to every step of every run (ten per provision).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from ansible.errors import AnsibleFilterError
 STATUSES = ("done", "skipped", "failed")
 
 
-def epforge_step_appended(steps, name, status, detail):
+def step_appended(steps, name, status, detail):
     """steps + [{step, status, detail}] with the detail's whitespace folded; a clear error on bad input."""
     if steps is None:
         steps = []
@@ -33,4 +35,4 @@ def epforge_step_appended(steps, name, status, detail):
 
 class FilterModule:
     def filters(self):
-        return {"epforge_step_appended": epforge_step_appended}
+        return {"step_appended": step_appended}
