@@ -28,7 +28,8 @@ options:
     type: path
     required: true
   arch_list:
-    description: Value of C(FLASHINFER_CUDA_ARCH_LIST) (from C(flashinfer_arch_rule)).
+    description: Value of C(FLASHINFER_CUDA_ARCH_LIST), the arch rule's answer (C(rule.arch_list) of module
+      C(flashinfer_probe)).
     type: str
     required: true
   activation:

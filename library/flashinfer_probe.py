@@ -12,9 +12,9 @@ module: flashinfer_probe
 short_description: Say whether FlashInfer is current in an env and record its local fact when it is
 description:
   - First applies the sm_12x arch rule of C(plugins/module_utils/flashinfer.py) to O(arch_list) and the
-    release that C(bin/nvcc --version) in O(cuda_home) prints - the same code as module
-    C(flashinfer_arch_rule), with the same failures (no nvcc, unreadable release, a refused arch list with
-    its remedy) before anything is read or written - and returns its answer as RV(rule).
+    release that C(bin/nvcc --version) in O(cuda_home) prints - failing as the rule does (no nvcc,
+    unreadable release, a refused arch list with its remedy) before anything is read or written - and
+    returns its answer as RV(rule).
   - Reads, with the env's O(python) (C(importlib.metadata), FlashInfer is not imported), which of
     O(requirements) are missing or at another version.
   - Reads the JIT stamp O(stamp_path) and says whether it holds the JIT inputs (O(inputs) plus the rule's
@@ -86,7 +86,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 rule:
-  description: The arch rule's answer, as module C(flashinfer_arch_rule) returns it.
+  description: The arch rule's answer (C(nvcc_arch_rule) of C(plugins/module_utils/flashinfer.py)).
   returned: success
   type: dict
   contains:

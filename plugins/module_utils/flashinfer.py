@@ -91,8 +91,8 @@ class FlashInferRuleFailure(Exception):
 def nvcc_arch_rule(cuda_home: str, archs: list[str], timeout: int = 60) -> dict:
     """The sm_12x rule for the nvcc in CUDA_HOME: runs `CUDA_HOME/bin/nvcc --version` (read only) and answers
     {arch_list (FLASHINFER_CUDA_ARCH_LIST), sass_archs, nvcc_version}; raises FlashInferRuleFailure when there
-    is no nvcc, its release is unreadable, or flashinfer_arch_list refuses the targets. Shared by the modules
-    flashinfer_arch_rule and flashinfer_probe."""
+    is no nvcc, its release is unreadable, or flashinfer_arch_list refuses the targets. Applied by module
+    flashinfer_probe (role flashinfer's rule step)."""
     nvcc = os.path.join(cuda_home, "bin", "nvcc")
     argv = [nvcc, "--version"]
     if not os.access(nvcc, os.X_OK):

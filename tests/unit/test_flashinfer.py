@@ -1,7 +1,7 @@
-"""flashinfer: the sm_12x arch rule (plugins/module_utils/flashinfer.py) and the module flashinfer_arch_rule
+"""flashinfer: the sm_12x arch rule (plugins/module_utils/flashinfer.py), on the host through nvcc_arch_rule,
 against real nvcc --version outputs: a captured 13.0 one and a stand-in nvcc script printing a 12.8
-release; the module flashinfer_probe against a real venv holding FlashInfer's distribution metadata and the
-same nvcc outputs (it applies the same rule, with the same answers and refusals)."""
+release; the module flashinfer_probe (role flashinfer's one call that applies the rule) against a real venv
+holding FlashInfer's distribution metadata and the same nvcc outputs, with the same answers and refusals."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from moduletools import changed_paths, clear_import_path_variables, run_module, 
 
 from ansible_collections.epforge.ep.plugins.module_utils.flashinfer import (
     FlashInferArchError,
+    FlashInferRuleFailure,
     classify_jit_error,
     flashinfer_arch_list,
+    nvcc_arch_rule,
     parse_nvcc_version,
 )
 
@@ -25,7 +27,12 @@ FIX = ROOT / "tests" / "fixtures" / "flashinfer"
 
 
 def run(args: dict) -> tuple[int, dict]:
-    return run_module("flashinfer_arch_rule", args)
+    """The rule on the host for these arguments, as (rc, result): its answer, or the fields a module fails
+    with (nvcc_arch_rule is what flashinfer_probe applies first)."""
+    try:
+        return 0, nvcc_arch_rule(args["cuda_home"], args["arch_list"])
+    except FlashInferRuleFailure as exc:
+        return 1, exc.fields
 
 
 def fake_cuda(tmp_path: Path, release: str) -> Path:
@@ -83,7 +90,7 @@ def test_jit_error_diagnosis():
     assert classify_jit_error("ok") is None
 
 
-def test_module_with_a_12_8_nvcc_refuses_plain_12_0(tmp_path):
+def test_host_rule_with_a_12_8_nvcc_refuses_plain_12_0(tmp_path):
     home = fake_cuda(tmp_path, "12.8")
     rc, res = run({"cuda_home": str(home), "arch_list": ["12.0"]})
     assert rc != 0 and res["nvcc_version"] == "12.8" and "sm75" in res["msg"] and "12.0a" in res["msg"]
@@ -91,17 +98,18 @@ def test_module_with_a_12_8_nvcc_refuses_plain_12_0(tmp_path):
     assert rc == 0 and res["arch_list"] == "12.0a" and res["sass_archs"] == ["sm_120a"]
 
 
-def test_module_with_a_13_0_nvcc(tmp_path):
+def test_host_rule_with_a_13_0_nvcc(tmp_path):
     rc, res = run({"cuda_home": str(fake_cuda(tmp_path, "13.0")), "arch_list": ["12.0"]})
-    assert rc == 0 and res == {**res, "arch_list": "12.0", "nvcc_version": "13.0", "changed": False}
+    assert rc == 0 and res == {"arch_list": "12.0", "sass_archs": ["sm_120"], "nvcc_version": "13.0"}
 
 
-def test_module_without_nvcc(tmp_path):
+def test_host_rule_without_nvcc(tmp_path):
     rc, res = run({"cuda_home": str(tmp_path), "arch_list": ["12.0"]})
     assert rc != 0 and "no nvcc" in res["msg"]
+    assert res["cmd"] == [str(tmp_path / "bin" / "nvcc"), "--version"] and res["nvcc_version"] == ""
 
 
-def test_module_with_the_real_nvcc(cuda13_home):
+def test_host_rule_with_the_real_nvcc(cuda13_home):
     rc, res = run({"cuda_home": str(cuda13_home), "arch_list": ["12.0"]})
     assert rc == 0 and res["nvcc_version"] == "13.0"
 
@@ -195,7 +203,7 @@ def test_probe_reports_work_and_writes_nothing_when_not_current(probe_env, tmp_p
 
 
 def test_probe_answers_as_the_arch_rule_with_the_real_nvcc(probe_env, cuda13_home):
-    """The probe's rule and the module flashinfer_arch_rule agree on the real CUDA 13.0 nvcc; the probe's
+    """The probe answers as the rule on the host (nvcc_arch_rule) with the real CUDA 13.0 nvcc; the probe's
     inputs (what the stamp must hold) carry the rule's arch list and nvcc release."""
     args, _ = probe_env
     rc, rule = run({"cuda_home": str(cuda13_home), "arch_list": ["12.0"]})
