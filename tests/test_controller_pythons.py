@@ -4,7 +4,8 @@ debootstrap image built locally (molecule/_podman/build-image.sh with EPFORGE_DE
 checkout (tracked and untracked-but-not-ignored files), `scripts/bootstrap.sh` (its controller profile, as
 the README's first command: apt + the venv from PyPI, so the container needs the network), then
 `ansible-playbook site.yml --check` against the embedded localhost inventory. The play must end with
-failed=0 and print the per-host summary.
+failed=0 and print the per-host summary. On Debian 13 the container then runs ansible-test sanity on the
+collection built from that copy (scripts/collection_sanity.py) with Python 3.13 and ansible-core 2.20.
 
 CI cost (measured 2026-12-01 on the 2-core machine, the suites one after the other, images already built:
 trixie's image build takes about 5 min once per recipe; bookworm's is the Molecule image): both suites in
@@ -33,6 +34,10 @@ HARNESS = ROOT / "molecule" / "_podman"
 LOG_DIR = ROOT / ".cache" / "controller-logs"
 TIMEOUT = int(os.environ.get("EPFORGE_CONTROLLER_TIMEOUT", "1500"))
 SUITES = {"bookworm": ("3.11", "2.19"), "trixie": ("3.13", "2.20")}
+# Where ansible-test sanity also runs on the built collection (scripts/collection_sanity.py): the newest
+# Python and ansible-core users run; the test command runs it with this machine's Python too
+# (tests/test_collection.py).
+SANITY_SUITES = ("trixie",)
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
 
@@ -49,6 +54,11 @@ print("EPFORGE_VERSIONS", sys.version.split()[0], v)'
 start=$(date +%s)
 .venv/bin/ansible-playbook site.yml --check
 echo "EPFORGE_CHECK_SECONDS $(( $(date +%s) - start ))"
+if [ "${EPFORGE_SANITY:-0}" = 1 ]; then
+  start=$(date +%s)
+  .venv/bin/python scripts/collection_sanity.py
+  echo "EPFORGE_SANITY_SECONDS $(( $(date +%s) - start ))"
+fi
 """
 
 
@@ -105,6 +115,8 @@ def test_readme_first_command_on_a_clean_controller(suite_image, record_property
             "-e",
             "REQUESTS_CA_BUNDLE=/etc/epforge-ca.crt",
         ]
+    if suite in SANITY_SUITES:
+        argv += ["-e", "EPFORGE_SANITY=1"]
     argv += [image, "bash", "-c", SCRIPT]
     started = time.monotonic()
     log = LOG_DIR / f"{suite}.log"
@@ -132,4 +144,8 @@ def test_readme_first_command_on_a_clean_controller(suite_image, record_property
     assert recap, tail
     assert all(int(failed) == 0 and int(unreachable) == 0 for _h, _o, _c, unreachable, failed in recap), tail
     assert "EPFORGE_CHECK_SECONDS" in out
+    if suite in SANITY_SUITES:
+        assert (
+            "EPFORGE_SANITY_SECONDS" in out and f'Running sanity test "import" on Python {python}' in out
+        ), tail
     print(f"{suite}: python {versions.group(1)}, ansible-core {versions.group(2)}, {seconds:.0f} s")
