@@ -56,6 +56,8 @@ start=$(date +%s)
 echo "EPFORGE_CHECK_SECONDS $(( $(date +%s) - start ))"
 if [ "${EPFORGE_SANITY:-0}" = 1 ]; then
   start=$(date +%s)
+  # ansible-test runs pip with an environment of its own (no PIP_CERT): the CA bundle goes in pip's config
+  if [ -n "${PIP_CERT:-}" ]; then printf '[global]\ncert = %s\n' "$PIP_CERT" > /etc/pip.conf; fi
   .venv/bin/python scripts/collection_sanity.py
   echo "EPFORGE_SANITY_SECONDS $(( $(date +%s) - start ))"
 fi
