@@ -193,6 +193,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest, digest_matches
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.process import option_argv, run_logged
 
@@ -266,7 +267,9 @@ def estimate(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict
     return rows
 
 
-def inputs_hash(params: dict, script_sha: str) -> str:
+def probe_inputs(params: dict, script_sha: str) -> dict:
+    """What a measurement depends on: the options that shape it and the probe script's sha256. Its digest
+    (plugins/module_utils/digests.py) is the record's inputs_sha256."""
     keys = (
         "backend",
         "gpus",
@@ -282,9 +285,9 @@ def inputs_hash(params: dict, script_sha: str) -> str:
         "env",
         "python",
     )
-    stamp = {k: params[k] for k in keys}
-    stamp["script_sha256"] = script_sha
-    return hashlib.sha256(json.dumps(stamp, sort_keys=True, default=str).encode()).hexdigest()
+    inputs = {k: params[k] for k in keys}
+    inputs["script_sha256"] = script_sha
+    return inputs
 
 
 def probe_argv(params: dict, out_file: str) -> list[str]:
@@ -405,10 +408,10 @@ def script_sha256(module: AnsibleModule) -> str:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def new_record(p: dict, digest: str, model: dict) -> dict:
+def new_record(p: dict, inputs_sha256: str, model: dict) -> dict:
     return {
         "status": "ok",
-        "inputs_sha256": digest,
+        "inputs_sha256": inputs_sha256,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "hidden": p["hidden"],
         "dtype": p["dtype"],
@@ -494,9 +497,11 @@ def main() -> None:
     skip_reason = too_few_gpus(p)
     if skip_reason:
         module.exit_json(changed=False, skipped=True, measured=False, msg=skip_reason)
-    digest = inputs_hash(dict(p, variants=variants), script_sha256(module))
+    inputs = probe_inputs(dict(p, variants=variants), script_sha256(module))
     previous = read_fact(p["fact_path"])
-    if not p["force"] and previous.get("inputs_sha256") == digest and previous.get("status") == "ok":
+    # A record written before the canonical digest (sorted JSON with spaces) still matches its inputs.
+    recorded = digest_matches(previous.get("inputs_sha256"), inputs) and previous.get("status") == "ok"
+    if recorded and not p["force"]:
         module.exit_json(
             changed=False,
             skipped=False,
@@ -511,7 +516,7 @@ def main() -> None:
             measured=False,
             msg="would measure " + ", ".join(v["name"] for v in variants),
         )
-    record = new_record(p, digest, model)
+    record = new_record(p, digest(inputs), model)
     measure(module, variants, record)
     record["estimate"] = estimate(record["table"], model)
     if p["fact_path"]:

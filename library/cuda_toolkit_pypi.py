@@ -145,10 +145,15 @@ from ansible_collections.epforge.ep.plugins.module_utils.cuda import (
     driver_api_symbols,
     package_name,
     parse_nvcc_release,
-    stamp_of,
     stub_source,
     unversioned_links,
     wheel_root,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.digests import (
+    held_stamp,
+    read_stamp,
+    stamp_holds,
+    write_stamp,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
@@ -170,14 +175,6 @@ def pinned(requirement: str) -> tuple[str, str] | None:
     if not match:
         return None
     return package_name(match.group(1)), match.group(2)
-
-
-def read_stamp(prefix: str) -> dict | None:
-    try:
-        with open(os.path.join(prefix, STAMP_NAME), encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
 
 
 def nvcc_release(nvcc: str) -> tuple[str, str] | None:
@@ -398,9 +395,7 @@ def assemble(p: dict, staging: str, wheels: list[str], *, version: str, prefix: 
             "changed"
         )
     symbols = build_stub(staging, p["cc"], p["log_path"], p["timeout"]) if p["link_stub"] else 0
-    with open(os.path.join(staging, STAMP_NAME), "w", encoding="utf-8") as handle:
-        json.dump(stamp, handle, indent=2, sort_keys=True)
-        handle.write("\n")
+    write_stamp(os.path.join(staging, STAMP_NAME), stamp)
     return found, symbols
 
 
@@ -451,12 +446,12 @@ def main() -> None:
         "link_stub": p["link_stub"],
         "layout": LAYOUT_VERSION,
     }
-    stamp = stamp_of(inputs)
+    old = read_stamp(os.path.join(prefix, STAMP_NAME))
+    stamp = held_stamp(old, inputs)
     nvcc = os.path.join(prefix, "bin", "nvcc")
     cuobjdump = os.path.join(prefix, "bin", "cuobjdump")
     result = {"home": prefix, "nvcc": nvcc, "stamp": stamp, "changed": False}
-    old = read_stamp(prefix)
-    if old and old.get("digest") == stamp["digest"] and os.access(nvcc, os.X_OK):
+    if stamp_holds(old, inputs) and os.access(nvcc, os.X_OK):
         module.exit_json(cuobjdump=cuobjdump if os.access(cuobjdump, os.X_OK) else "", **result)
     problem = existing_prefix_problem(prefix, old, version)
     if problem:

@@ -132,11 +132,8 @@ from typing import NamedTuple
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import nvcc_missing_archs
-from ansible_collections.epforge.ep.plugins.module_utils.cuda import (
-    parse_gpu_list,
-    parse_nvcc_release,
-    stamp_of,
-)
+from ansible_collections.epforge.ep.plugins.module_utils.cuda import parse_gpu_list, parse_nvcc_release
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
@@ -228,7 +225,7 @@ def toolkit_fact(p: dict, *, home: str, want: str, nvcc: str, release: str, cuob
         "archs": list(p["archs"]),
         "include_dirs": include_dirs_of(home),
         "link_stub": stub if os.path.exists(stub) else "",
-        "inputs_digest": stamp_of(p["inputs"])["digest"],
+        "inputs_digest": digest(p["inputs"]),
     }
 
 

@@ -209,6 +209,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.arch import parse_arch
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd
 from ansible_collections.epforge.ep.plugins.module_utils.cuobjdump import CuobjdumpError, read_binary
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import (
     json_text,
     read_json,
@@ -221,7 +222,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_e
     INSPECT_SCRIPT,
     component_binaries,
     coverage,
-    inputs_key,
     normalize,
     requested_features,
     stamp_difference,
@@ -467,8 +467,8 @@ class FinalEnv:
         return bool((read_json(self.p["serving_fact"]) or {}).get("can_serve", False))
 
     # ------------------------------------------------------------------ the stamp (fast path)
-    def stamp_inputs(self) -> tuple[str, list[str]]:
-        """(key of the options, files whose state the verdict depends on, besides the listed binaries)."""
+    def stamp_inputs(self) -> tuple[dict, list[str]]:
+        """(the options, files whose state the verdict depends on, besides the listed binaries)."""
         p = self.p
         options = {k: p[k] for k in STAMPED_OPTIONS}
         options["serving"] = self.serving()
@@ -477,24 +477,24 @@ class FinalEnv:
         fixed = [os.path.realpath(p["python"]), p["cuobjdump"]] + (
             [p["deepep_wheel"]] if p["deepep_wheel"] else []
         )
-        return inputs_key(options), fixed + record_files(site)
+        return options, fixed + record_files(site)
 
-    def from_stamp(self, key: str, files: list[str]) -> tuple[dict | None, str]:
+    def from_stamp(self, options: dict, files: list[str]) -> tuple[dict | None, str]:
         """(the stored verdict, '') when nothing it depends on changed, else (None, why)."""
         stamp = read_json(self.p["stamp_path"]) if self.p["stamp_path"] else None
         binaries = listed_binaries((stamp or {}).get("result") or {})
         why = (
-            stamp_difference(stamp, key, file_states(files + binaries))
+            stamp_difference(stamp, options, file_states(files + binaries))
             if self.p["stamp_path"]
             else "no stamp_path"
         )
         return (None, why) if why else (stamp["result"], "")
 
-    def store_stamp(self, key: str, files: list[str], result: dict) -> None:
+    def store_stamp(self, options: dict, files: list[str], result: dict) -> None:
         binaries = listed_binaries(result)
         write_json_atomic(
             self.p["stamp_path"],
-            {"key": key, "files": file_states(files + binaries), "result": result},
+            {"key": digest(options), "files": file_states(files + binaries), "result": result},
         )
 
     # ------------------------------------------------------------------ the full check (slow path)
@@ -629,8 +629,8 @@ class FinalEnv:
                 env_missing=True,
                 msg=f"check mode: {self.p['python']} does not exist yet (role ml_env creates it)",
             )
-        key, files = self.stamp_inputs()
-        result, why = self.from_stamp(key, files)
+        options, files = self.stamp_inputs()
+        result, why = self.from_stamp(options, files)
         if result is not None:
             result = dict(result, check="stamp", stamp_reason="")
             self.log(f"env unchanged since the stamp {self.p['stamp_path']}: verdict reused, nothing hashed")
@@ -649,7 +649,7 @@ class FinalEnv:
                 with contextlib.suppress(OSError):
                     os.unlink(self.p["stamp_path"])
             else:
-                self.store_stamp(key, files, {k: v for k, v in result.items() if k not in STAMP_EXCLUDED})
+                self.store_stamp(options, files, {k: v for k, v in result.items() if k not in STAMP_EXCLUDED})
         result["fact_changed"] = bool(self.p["fact_path"]) and self.record_fact(result)
         result["changed"] = bool(result["actions"]) or result["fact_changed"]
         result["watch"] = self.watch(result, files)

@@ -217,7 +217,6 @@ watch:
   elements: str
 """
 
-import hashlib
 import json
 import os
 import re
@@ -225,7 +224,14 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
-from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.digests import (
+    held_stamp,
+    read_stamp,
+    stamp_digest,
+    stamp_holds,
+    write_stamp,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
@@ -301,19 +307,6 @@ def desired_inputs(params: dict) -> dict:
     if params.get("overrides"):
         inputs["overrides"] = list(params["overrides"])
     return inputs
-
-
-def stamp_of(inputs: dict) -> dict:
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-    return {"inputs": inputs, "sha256": digest}
-
-
-def read_stamp(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
 
 
 def pinned_checks(inputs: dict) -> dict[str, str]:
@@ -586,16 +579,15 @@ def flags_argv(module) -> list[str] | None:
     return list(server["argv"])
 
 
-def install(module, inputs: dict) -> dict:
+def install(module, inputs: dict, stamp: dict) -> dict:
     """Install unless the stamp and the installed versions match: changed, version, installed, actions
-    (and diff, commands)."""
+    (and diff, commands). stamp: the one in force for inputs (held_stamp)."""
     params = module.params
     wanted = pinned_checks(inputs)
     before_versions = installed_versions(module, params["python"], sorted(wanted))
-    stamp = stamp_of(inputs)
     old_stamp = read_stamp(params["stamp_path"])
     versions_ok = all(version_matches(before_versions.get(name), version) for name, version in wanted.items())
-    stamp_ok = bool(old_stamp) and old_stamp.get("sha256") == stamp["sha256"]
+    stamp_ok = stamp_holds(old_stamp, inputs)
     if versions_ok and stamp_ok:
         return {
             "changed": False,
@@ -617,7 +609,7 @@ def install(module, inputs: dict) -> dict:
     imported = verify_import(module, inputs["mode"])
     after_versions = require_installed(module, wanted)
     actions.append(f"verified: import sglang {imported} and sglang.srt.server_args")
-    write_json_atomic(params["stamp_path"], stamp)
+    write_stamp(params["stamp_path"], stamp)
     return {**done, "version": imported, "installed": after_versions}
 
 
@@ -633,7 +625,7 @@ def judge_flags(module, argv: list[str] | None, installed: dict, stamp: dict) ->
         params["version"],
         timeout=params["flags_timeout"],
         cache_path=params["flags_cache_path"],
-        evidence=stamp["sha256"],
+        evidence=stamp_digest(stamp),
         digest=params["server_object"]["digest"],
     )
     return {"validated": True, "argv": redact(argv), "digest": params["server_object"]["digest"], **outcome}
@@ -651,7 +643,7 @@ def fact_of(params: dict, inputs: dict, installed: dict, stamp: dict, flags: dic
         "python": params["python"],
         "kernel_package": inputs["kernel_package"],
         "installed": installed["installed"],
-        "stamp_sha256": stamp["sha256"],
+        "stamp_sha256": stamp_digest(stamp),
         "server_flags": {
             "validated": flags["validated"],
             "argv": flags["argv"],
@@ -689,7 +681,9 @@ def main() -> None:
         module.fail_json(msg=problem)
     argv = flags_argv(module)
     inputs = desired_inputs(params)
-    stamp = stamp_of(inputs)
+    # The stamp on disk when it records these inputs (one written before the canonical digest included, so
+    # the flags' cache and the fact that derive from its digest stay as they are), else a new one.
+    stamp = held_stamp(read_stamp(params["stamp_path"]), inputs)
     # A missing python is refused (or, in check mode, answered) before the directories are made.
     fresh_host = require_python(module, inputs)
     directories = [os.path.dirname(params["log_path"]), os.path.dirname(params["stamp_path"])]
@@ -697,7 +691,7 @@ def main() -> None:
         created = ensure_directories([d for d in directories if d], check_mode=module.check_mode)
     except OSError as exc:
         module.fail_json(msg=f"cannot make the log and state directories {directories}: {exc}")
-    installed = fresh_host or install(module, inputs)
+    installed = fresh_host or install(module, inputs, stamp)
     flags = judge_flags(module, argv, installed, stamp)
     diffs = [installed.pop("diff")] if "diff" in installed else []
     result = {

@@ -48,6 +48,8 @@ from ansible.plugins.loader import module_loader
 from ansible.release import __version__ as ansible_version
 from ansible.vars.clean import remove_internal_keys
 
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
+
 # Both host scripts (run with no site packages) compare a path by this state: a rewrite, a touch, a rename
 # over it or its removal shows.
 STATE_FUNCTION = r"""
@@ -163,7 +165,7 @@ def probe_key(name: str, module_path: str, args: dict, environment: str) -> str:
         "code": code_digest(module_path),
         "ansible": ansible_version,
     }
-    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+    return digest(material)
 
 
 # The controller's secret for sealing records (created on first use, 0600; never sent to a host).

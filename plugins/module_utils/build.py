@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -19,6 +18,7 @@ import tempfile
 import zipfile
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_list
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
 
 KEY_LENGTH = 20
@@ -44,14 +44,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # ---------------------------------------------------------------- keys and canonical forms
 
 
-def canonical_json(data) -> str:
-    """JSON with sorted keys and no whitespace: equal data gives equal text, hence equal keys."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def input_key(inputs: dict, length: int = KEY_LENGTH) -> str:
-    """The cache key of a build: sha256 of the canonical JSON of every input, shortened."""
-    return hashlib.sha256(canonical_json(inputs).encode()).hexdigest()[:length]
+    """The cache key of a build: the digest of every input (plugins/module_utils/digests.py), shortened."""
+    return digest(inputs)[:length]
 
 
 def cuda_major(version: str) -> int | None:

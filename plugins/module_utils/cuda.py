@@ -1,6 +1,6 @@
 """CUDA toolchain facts as pure functions: nvcc and cuobjdump output parsers, the layout of a CUDA_HOME
-assembled from NVIDIA's PyPI wheels, the libcuda link stub, and input stamps. Arch names and which SASS/PTX
-covers which target: plugins/module_utils/arch.py.
+assembled from NVIDIA's PyPI wheels and the libcuda link stub. Input stamps: plugins/module_utils/digests.py;
+arch names and which SASS/PTX covers which target: plugins/module_utils/arch.py.
 
 Used by library/cuda_binary_archs.py, library/cuda_toolkit_pypi.py and library/cuda_toolkit_verify.py;
 unit-tested in tests/unit/test_cuda_binary_archs.py and tests/unit/test_cuda_toolkit.py.
@@ -8,8 +8,6 @@ unit-tested in tests/unit/test_cuda_binary_archs.py and tests/unit/test_cuda_too
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import ARCH_SM_RE, arch_sort_key, parse_arch
@@ -126,13 +124,3 @@ def stub_source(symbols: list[str]) -> str:
     ]
     lines += [f"int {name}(void) {{ return {STUB_RESULT}; }}" for name in symbols]
     return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Stamps: the inputs that decide whether work is redone.
-
-
-def stamp_of(inputs: dict) -> dict:
-    """{'inputs': ..., 'digest': sha256 of the canonical JSON of inputs}."""
-    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
-    return {"inputs": inputs, "digest": hashlib.sha256(canonical.encode()).hexdigest()}

@@ -7,11 +7,11 @@ Pure functions: no Ansible, no subprocess. Each rule names the DeepEP v1.x setup
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import ArchError, torch_arch_list
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.nvidia import parse_topology
 
 # Bumped when the role's build recipe changes in a way that changes the wheel: every cached wheel rebuilds.
@@ -124,9 +124,9 @@ def tree_hash(root: str) -> str:
 
 
 def build_key(inputs: dict) -> str:
-    """The cache key of a build: sha256 of its inputs as canonical JSON, first 16 hex digits."""
-    blob = json.dumps({"recipe": RECIPE_VERSION, **inputs}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """The cache key of a build: the digest of its inputs (plugins/module_utils/digests.py), first 16 hex
+    digits."""
+    return digest({"recipe": RECIPE_VERSION, **inputs})[:16]
 
 
 def include_path(cuda_home: str, site_packages: list[str], extra: list[str]) -> list[str]:
@@ -236,17 +236,14 @@ def prebuilt_wheel_glob(requirement: str) -> str:
 def prebuilt_stamp_key(wheel_sha256: str, required_archs: list[str]) -> str:
     """What a prebuilt wheel's arch verdict depends on: the wheel's bytes and the requested archs (in order:
     the verdict message lists them so), plus the reading rule."""
-    blob = json.dumps(
+    return digest(
         {
             "stamp": PREBUILT_STAMP_VERSION,
             "wheel_sha256": wheel_sha256,
             "required_archs": [str(a) for a in required_archs],
             "patterns": PREBUILT_BINARY_PATTERNS,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
+        }
     )
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def prebuilt_verdict(requirement: str, archs: list[str], reading: dict, error: str) -> tuple[bool, str]:

@@ -7,13 +7,13 @@ tag and platform, and the manifest that proves a wheelhouse covers them (file na
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import zipfile
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 
 MANIFEST_SCHEMA = 1
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
@@ -278,8 +278,9 @@ def wheel_name_version(filename: str) -> tuple[str, str] | None:
 
 
 def inputs_digest(inputs: dict) -> str:
-    """sha256 of the canonical JSON of what decides the wheel set (groups, target, env contents)."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """The digest (plugins/module_utils/digests.py) of what decides the wheel set (groups, target, env
+    contents); a manifest's file name is made from it."""
+    return digest(inputs)
 
 
 def manifest_path(directory: str, digest: str) -> str:

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from collective_probe import estimate, inputs_hash, model_spec, validate_variants
+from collective_probe import estimate, model_spec, probe_inputs, validate_variants
 from moduletools import run_module_in
+
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "collective_probe.py"
@@ -98,9 +100,10 @@ def test_variants_and_hash():
         "env": {},
         "python": "/p",
     }
-    assert inputs_hash(base, "s") == inputs_hash(dict(base), "s")
-    assert inputs_hash(base, "s") != inputs_hash({**base, "tokens": [1, 8]}, "s")
-    assert inputs_hash(base, "s") != inputs_hash(base, "other-script")
+    key = digest(probe_inputs(base, "s"))
+    assert key == digest(probe_inputs(dict(reversed(base.items())), "s"))
+    assert key != digest(probe_inputs({**base, "tokens": [1, 8]}, "s"))
+    assert key != digest(probe_inputs(base, "other-script"))
 
 
 def test_no_gpu_is_a_skip_not_a_failure(tmp_path):

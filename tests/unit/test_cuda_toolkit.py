@@ -30,10 +30,10 @@ from ansible_collections.epforge.ep.plugins.module_utils.cuda import (
     package_name,
     parse_gpu_list,
     parse_nvcc_release,
-    stamp_of,
     stub_source,
     unversioned_links,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.digests import stamp_of
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "cuobjdump"

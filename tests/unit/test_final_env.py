@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import subprocess
 import sys
 import zipfile
@@ -22,9 +23,11 @@ import moduletools
 import pytest
 from test_cuda_binary_archs import KERNEL, ensure_cuobjdump
 
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_env import (
     requested_features,
     setting_values,
+    stamp_difference,
     wheel_distribution,
 )
 
@@ -295,6 +298,21 @@ def test_settings_and_features():
     names = [f["feature"] for f in requested_features({"moe_a2a_backend": "deepep"}, serving=False)]
     assert names == ["moe_a2a_backend deepep"]
     assert len(requested_features({}, serving=True)) == 3  # torch, sgl_kernel common ops, flashinfer
+
+
+def test_the_stamp_key_is_the_digest_of_the_options_in_either_layout():
+    """A stamp an older epforge wrote (key: sha256 of sorted JSON with spaces) still answers."""
+    options = {"archs": ["10.0"], "serving": True, "settings": {}}
+    files = {"/env/RECORD": [1, 2, 3, 4]}
+    spaced = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
+    for key in (digest(options), spaced):
+        assert stamp_difference({"key": key, "files": files, "result": {}}, options, files) == ""
+    other = {"key": digest({**options, "serving": False}), "files": files, "result": {}}
+    assert stamp_difference(other, options, files) == "inputs changed"
+    assert stamp_difference({"key": digest(options), "files": files}, options, files) == "no stamp"
+    moved = {"/env/RECORD": [1, 2, 3, 5]}
+    stamp = {"key": digest(options), "files": files, "result": {}}
+    assert stamp_difference(stamp, options, moved) == "env files changed: /env/RECORD"
 
 
 @pytest.mark.build

@@ -15,6 +15,7 @@ import sglang_install
 from conftest import FIXTURES
 
 from ansible_collections.epforge.ep.plugins.module_utils import sglang_flags as epforge_sglang_flags
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest, stamp_of
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     FLAG_ORDER,
@@ -381,7 +382,7 @@ def test_install_parser_only_mode_no_deps_then_parser_deps():
 
 
 def test_install_stamp_changes_with_every_input():
-    base = sglang_install.stamp_of(sglang_install.desired_inputs(_params()))["sha256"]
+    base = digest(sglang_install.desired_inputs(_params()))
     for change in (
         {"version": "0.5.22"},
         {"install_deps": False},
@@ -390,13 +391,13 @@ def test_install_stamp_changes_with_every_input():
         {"pip_args": ["--pre"]},
         {"python": "/other/bin/python"},
     ):
-        assert sglang_install.stamp_of(sglang_install.desired_inputs(_params(**change)))["sha256"] != base
+        assert digest(sglang_install.desired_inputs(_params(**change))) != base
     # parser_deps only matter in parser-only mode; their order never matters.
     same = sglang_install.desired_inputs(_params(parser_deps=["x"]))
-    assert sglang_install.stamp_of(same)["sha256"] == base
+    assert digest(same) == base
     one = sglang_install.desired_inputs(_params(install_deps=False, parser_deps=["a", "b"]))
     two = sglang_install.desired_inputs(_params(install_deps=False, parser_deps=["b", "a"]))
-    assert sglang_install.stamp_of(one) == sglang_install.stamp_of(two)
+    assert stamp_of(one) == stamp_of(two)
 
 
 def test_requirement_helpers():

@@ -6,6 +6,7 @@ one call (directories, install, flags, local fact written only on change, check 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -78,6 +79,22 @@ def test_server_profile_pins_server_deps_from_sglang_metadata_and_reruns_as_a_no
     rc, again = run_module("sglang_install", args, timeout=300)
     assert rc == 0 and again["changed"] is False and again["actions"] == []
 
+    # A stamp an older epforge wrote (digest of sorted JSON with spaces, under "sha256") still holds: no pip
+    # run, and the stamp in force (its digest: the fact's stamp_sha256, the flags' evidence) is that one.
+    stamp_file = tmp_path / "state" / "sglang.json"
+    inputs = json.loads(stamp_file.read_text())["inputs"]
+    spaced = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    stamp_file.write_text(json.dumps({"inputs": inputs, "sha256": spaced}))
+    rc, old = run_module("sglang_install", args, timeout=300)
+    assert rc == 0 and old["changed"] is False and old["actions"] == [], old
+    assert old["stamp"] == {"inputs": inputs, "sha256": spaced}
+    assert json.loads(stamp_file.read_text()) == {"inputs": inputs, "sha256": spaced}
+    # ... while one that records other inputs does not.
+    stamp_file.write_text(json.dumps({"inputs": inputs, "sha256": "0" * 64}))
+    rc, rerun = run_module("sglang_install", args, timeout=300)
+    assert rc == 0 and rerun["changed"] is True and rerun["actions"][0].startswith("re-run pip"), rerun
+    assert json.loads(stamp_file.read_text()) == {"inputs": inputs, "digest": again["stamp"]["digest"]}
+
 
 def test_an_sglang_that_imports_as_another_version_fails_and_writes_no_stamp(tmp_path):
     wheels = tmp_path / "wheels"
@@ -127,7 +144,7 @@ def test_one_call_makes_the_dirs_judges_the_flags_and_writes_the_fact_once(tmp_p
     assert (tmp_path / "log").stat().st_mode & 0o777 == 0o755
     fact = json.loads(fact_file.read_text())
     assert fact == first["fact"] and fact["version"] == "0.5.99" and fact["mode"] == "server"
-    assert fact["installed"]["sglang"] == "0.5.99" and fact["stamp_sha256"] == first["stamp"]["sha256"]
+    assert fact["installed"]["sglang"] == "0.5.99" and fact["stamp_sha256"] == first["stamp"]["digest"]
     written = fact_file.stat().st_mtime_ns
 
     rc, again = run_module("sglang_install", args, timeout=300)
@@ -139,7 +156,7 @@ def test_one_call_makes_the_dirs_judges_the_flags_and_writes_the_fact_once(tmp_p
     settings.update(dist_init_addr="10.0.0.1:25000", api_key="TOPSECRET")
     obj = server_object(settings, "0.5.99")
     argv = obj["argv"]
-    key = epforge_sglang_flags.cache_key_of(argv, "0.5.99", str(python), True, first["stamp"]["sha256"])
+    key = epforge_sglang_flags.cache_key_of(argv, "0.5.99", str(python), True, first["stamp"]["digest"])
     outcome = {"sglang_version": "0.5.99", "parsed": {"tp_size": 2}, "constructed": True}
     epforge_sglang_flags.write_cache(
         args["flags_cache_path"], key, {**outcome, "notes": [], "warnings_sglang": []}
@@ -210,7 +227,7 @@ def test_watch_names_what_a_noop_depends_on_and_a_change_there_changes_the_answe
     assert rc == 0 and first["changed"] and first["watch"] == [], first.get("msg")
     # the tiny sglang has no parser: the remembered outcome of these flags judges them
     argv = args["server_object"]["argv"]
-    key = epforge_sglang_flags.cache_key_of(argv, "0.5.99", str(python), True, first["stamp"]["sha256"])
+    key = epforge_sglang_flags.cache_key_of(argv, "0.5.99", str(python), True, first["stamp"]["digest"])
     outcome = {"sglang_version": "0.5.99", "parsed": {"tp_size": 2}, "constructed": True}
     epforge_sglang_flags.write_cache(str(cache), key, {**outcome, "notes": [], "warnings_sglang": []})
     rc, res = run_module("sglang_install", args, timeout=300)

@@ -11,11 +11,10 @@ unit-tested in tests/unit/test_final_env.py.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_key, check_required
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest_matches
 
 # Runs inside the env's python: for each import name, where it would load from (importlib's spec, which does
 # not execute a top-level package), every distribution whose RECORD claims it (importlib.metadata's
@@ -215,16 +214,12 @@ def coverage(listings: dict[str, dict], archs: list[str], accept_ptx: bool) -> d
 # Which files those are and their states: plugins/module_utils/watch.py (record_files, file_states).
 
 
-def inputs_key(inputs: dict) -> str:
-    """sha256 of the options the verdict depends on."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def stamp_difference(stamp: dict | None, key: str, files: dict[str, list[int]]) -> str:
-    """Why the stored verdict does not stand ('' when it does)."""
+def stamp_difference(stamp: dict | None, options: dict, files: dict[str, list[int]]) -> str:
+    """Why the stored verdict does not stand ('' when it does). The stamp's key is the digest of the options
+    (plugins/module_utils/digests.py; a key written in the older spaced layout still matches)."""
     if not stamp or "result" not in stamp:
         return "no stamp"
-    if stamp.get("key") != key:
+    if not digest_matches(stamp.get("key"), options):
         return "inputs changed"
     before = stamp.get("files") or {}
     changed = sorted(p for p in set(before) | set(files) if before.get(p) != files.get(p))
