@@ -26,7 +26,6 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks import run_lock
 
-MODULE = "epforge_preflight_checks"
 PODMAN_TRANSPORTS = ("containers.podman.podman", "podman")
 
 # The controller's watchdog for one run on one podman host: wait until ansible-playbook (pid, start time) is
@@ -74,7 +73,9 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         lock = args.get("run_lock")
         if not lock:
-            result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
+            result.update(
+                self._execute_module(module_name=self._task.action, module_args=args, task_vars=task_vars)
+            )
             return result
         lock = dict(lock, controller=run_lock.controller_identity(playbook_process(), socket.gethostname()))
         waited = dict(lock)
@@ -136,7 +137,7 @@ class ActionModule(ActionBase):
 
     def call(self, args: dict, lock: dict, task_vars) -> dict:
         return self._execute_module(
-            module_name=MODULE, module_args=dict(args, run_lock=lock), task_vars=task_vars
+            module_name=self._task.action, module_args=dict(args, run_lock=lock), task_vars=task_vars
         )
 
     @staticmethod
