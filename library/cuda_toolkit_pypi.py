@@ -143,7 +143,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd,
 from ansible_collections.epforge.ep.plugins.module_utils.cuda import (
     TOOLKIT_LINKS,
     driver_api_symbols,
-    package_name,
     parse_nvcc_release,
     stub_source,
     unversioned_links,
@@ -156,6 +155,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
     write_stamp,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
 from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import wheel_name_version
 
@@ -174,7 +174,7 @@ def pinned(requirement: str) -> tuple[str, str] | None:
     match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.+!]+)\s*$", requirement)
     if not match:
         return None
-    return package_name(match.group(1)), match.group(2)
+    return normalize(match.group(1)), match.group(2)
 
 
 def nvcc_release(nvcc: str) -> tuple[str, str] | None:

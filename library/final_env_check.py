@@ -222,12 +222,12 @@ from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_e
     INSPECT_SCRIPT,
     component_binaries,
     coverage,
-    normalize,
     requested_features,
     stamp_difference,
     wheel_distribution,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.watch import (
     binary_paths,
     file_states,

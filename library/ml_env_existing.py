@@ -124,11 +124,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_missing
 from ansible_collections.epforge.ep.plugins.module_utils.build import cuda_major, input_key
 from ansible_collections.epforge.ep.plugins.module_utils.ml_env_fact import record_ml_env_fact
-from ansible_collections.epforge.ep.plugins.module_utils.torch_env import (
-    base_version,
-    torch_evidence,
-    torch_inputs,
-)
+from ansible_collections.epforge.ep.plugins.module_utils.torch_env import torch_evidence, torch_inputs
+from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 
 PROBE = (
     "import json, os, sys, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "

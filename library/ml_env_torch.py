@@ -186,21 +186,15 @@ from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files
     states_digest,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
-from ansible_collections.epforge.ep.plugins.module_utils.torch_env import (
-    base_version,
-    torch_evidence,
-    torch_inputs,
-)
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_name
+from ansible_collections.epforge.ep.plugins.module_utils.torch_env import torch_evidence, torch_inputs
+from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, watch_list
 
 VERIFY_SCRIPT = (
     "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
     "'archs': torch.cuda.get_arch_list()}))"
 )
-
-
-def requirement_name(req: str) -> str:
-    return re.split(r"[<>=!~\[; ]", req.strip(), maxsplit=1)[0]
 
 
 def site_packages(venv: str) -> str | None:

@@ -234,10 +234,12 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
 from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_key, requirement_name
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import check_flags
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_install.pip_guard import refuse_replacing
+from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 from ansible_collections.epforge.ep.plugins.module_utils.watch import import_paths, watch_list
 from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import pin_from_metadata
 
@@ -263,22 +265,11 @@ print("EPFORGE_SGLANG_VERIFY " + json.dumps({"version": sglang.__version__}))
 STAMP_SCHEMA = 1
 
 
-def requirement_name(requirement: str) -> str:
-    """The distribution name of a requirement ('sglang-kernel==0.4.10' -> 'sglang-kernel')."""
-    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement or "")
-    return match.group(1) if match else ""
-
-
 def requirement_pin(requirement: str) -> str | None:
     """The exact version of an '=='-pinned requirement, else None."""
     pattern = r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?\s*==\s*([^\s;,]+)\s*$"
     match = re.match(pattern, requirement or "")
     return match.group(1) if match else None
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name normalization."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def profile_of(params: dict) -> str:
@@ -315,7 +306,7 @@ def pinned_checks(inputs: dict) -> dict[str, str]:
     for requirement in [inputs["kernel_package"], *inputs["keep"], *inputs.get("overrides", [])]:
         pin = requirement_pin(requirement)
         if pin:
-            wanted[normalize(requirement_name(requirement))] = pin
+            wanted[requirement_key(requirement)] = pin
     return wanted
 
 
@@ -323,7 +314,7 @@ def version_matches(installed: str | None, pin: str) -> bool:
     """PEP 440 '==': a pin without a local label matches any local build (torch==2.11.0 is 2.11.0+cu130)."""
     if installed is None:
         return False
-    return installed == pin or ("+" not in pin and installed.split("+", 1)[0] == pin)
+    return installed == pin or ("+" not in pin and base_version(installed) == pin)
 
 
 def pip_commands(python: str, inputs: dict, server_deps: list[str] | None = None) -> list[list[str]]:

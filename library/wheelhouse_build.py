@@ -197,17 +197,17 @@ from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha25
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_key
+from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
     MANIFEST_SCHEMA,
     bad_names,
-    base_version,
     given_manifest_digest,
     inputs_digest,
     manifest_files,
     manifest_path,
     mismatched_files,
     missing_requirement,
-    normalize,
     pin_from_metadata,
     recorded_hashes,
     report_items,
@@ -355,7 +355,7 @@ def fail_offline_missing(module, group: dict, attempt: tuple, result: dict) -> N
     p = module.params
     rc, _items, output, argv = attempt
     wanted = missing_requirement(output) or "(see the log)"
-    wanted_name = normalize(re.split(r"[<>=!~;\[ ]", wanted)[0])
+    wanted_name = requirement_key(wanted)
     expected = [f for f in result.get("stale", []) if (wheel_name_version(f) or ("",))[0] == wanted_name]
     module.fail_json(
         msg=(

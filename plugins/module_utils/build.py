@@ -20,6 +20,7 @@ import zipfile
 from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_list
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 
 KEY_LENGTH = 20
 # Paths that never belong to a source's identity: build products, VCS metadata, caches.
@@ -242,11 +243,11 @@ def find_wheels(directory: str) -> list[str]:
 
 def dist_info_version(site_dir: str, dist: str) -> str | None:
     """The version of an installed distribution read from its dist-info directory name (no import)."""
-    norm = re.sub(r"[-_.]+", "_", dist).lower()
+    norm = normalize(dist)
     for path in glob.glob(os.path.join(site_dir, "*.dist-info")):
         base = os.path.basename(path)[: -len(".dist-info")]
         name, _, version = base.partition("-")
-        if re.sub(r"[-_.]+", "_", name).lower() == norm and version:
+        if normalize(name) == norm and version:
             return version
     return None
 

@@ -96,12 +96,6 @@ def unversioned_links(lib_names: list[str]) -> dict[str, str]:
     return links
 
 
-def package_name(requirement: str) -> str:
-    """'nvidia-cuda-nvcc==13.0.88' -> 'nvidia-cuda-nvcc' (PEP 503 normalised)."""
-    name = re.split(r"[<>=!~;\[\s]", requirement.strip(), maxsplit=1)[0]
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 # ---------------------------------------------------------------------------------------------------------
 # libcuda link stub (a full toolkit ships lib64/stubs/libcuda.so; the wheels do not)
 

@@ -8,7 +8,7 @@ is written only when its content changes, through the one writer (epforge_local_
 from __future__ import annotations
 
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
-from ansible_collections.epforge.ep.plugins.module_utils.torch_env import base_version
+from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 
 FACT_NAME = "epforge_ml_env"
 

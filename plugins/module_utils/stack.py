@@ -15,6 +15,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.arch import (
     base_arch,
     require_arch,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.version import (
     version_tuple,  # also imported from here by modules
 )
@@ -206,7 +207,7 @@ def check_package_overrides(sglang: dict) -> list[str]:
                 f"sglang.package_overrides entry '{req}' is not an exact pin NAME==VERSION: an override "
                 "replaces SGLang's own pin, so it must name one version"
             )
-        elif re.sub(r"[-_.]+", "-", match.group(1)).lower() in TORCH_DISTS:
+        elif normalize(match.group(1)) in TORCH_DISTS:
             problems.append(
                 f"sglang.package_overrides entry '{req}' would replace the stack's torch: change "
                 "torch.version (and sglang.requires_torch) instead"

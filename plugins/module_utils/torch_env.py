@@ -3,7 +3,7 @@
 - torch_inputs(): refuse, before anything changes, a torch/toolkit pair of different CUDA majors (torch
   will not build extensions with an nvcc of another major) and an arch list that does not parse.
 - torch_evidence(): run a probe script in the env and read its last stdout line as JSON, or fail.
-- base_version(): a torch version without its local part (2.14.1+cu130 -> 2.14.1).
+A torch version without its local part (2.14.1+cu130 -> 2.14.1): version.base_version().
 """
 
 from __future__ import annotations
@@ -15,10 +15,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_list
 from ansible_collections.epforge.ep.plugins.module_utils.build import cuda_major
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.process import TIMED_OUT, run_bounded
-
-
-def base_version(version: str | None) -> str:
-    return str(version or "").split("+", 1)[0]
 
 
 def torch_inputs(module, p: dict, result: dict, mismatch_msg: Callable[[int, int], str]) -> tuple[int, list]:

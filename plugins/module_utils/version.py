@@ -1,5 +1,6 @@
-"""Version strings as comparable tuples: the one parser the stack rules, the known-issue rules and the
-SGLang flag renames share."""
+"""Version strings: as comparable tuples (the one parser the stack rules, the known-issue rules and the SGLang
+flag renames share), and without their local label (the one rule for 'the same release' of a local build).
+Unit-tested in tests/unit/test_version.py."""
 
 from __future__ import annotations
 
@@ -22,3 +23,9 @@ def version_tuple(text) -> tuple[int, ...]:
         if match.group(0) != piece:
             break
     return tuple(parts)
+
+
+def base_version(version) -> str:
+    """A version without its PEP 440 local label: '2.14.1+cu130' -> '2.14.1', '2.14.1' -> '2.14.1',
+    None or '' -> ''. A pin without a local label matches any local build of that release."""
+    return str(version or "").split("+", 1)[0]

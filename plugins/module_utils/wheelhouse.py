@@ -14,28 +14,13 @@ import zipfile
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_name
 
 MANIFEST_SCHEMA = 1
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 # pip's message when a requirement has no file in the places it may look (offline: the wheelhouse).
 _NOT_FOUND = re.compile(r"No matching distribution found for ([^\s]+)")
 _NO_VERSION = re.compile(r"Could not find a version that satisfies the requirement ([^\s]+)")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name normalization ('Flashinfer_Python' -> 'flashinfer-python')."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def requirement_name(requirement: str) -> str:
-    """The distribution name of a requirement ('sglang-kernel==0.4.10' -> 'sglang-kernel')."""
-    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement or "")
-    return match.group(1) if match else ""
-
-
-def base_version(version: str) -> str:
-    """A version without its local label ('2.11.0+cu130' -> '2.11.0')."""
-    return str(version or "").split("+", 1)[0]
 
 
 def pin_from_metadata(requires_dist: list[str], names: list[str]) -> list[str]:
@@ -49,9 +34,10 @@ def pin_from_metadata(requires_dist: list[str], names: list[str]) -> list[str]:
         requirement, _, marker = entry.partition(";")
         if "extra" in marker:
             continue
-        match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*)$", requirement)
-        if match:
-            declared.setdefault(normalize(match.group(1)), match.group(2).strip().replace(" ", ""))
+        name = requirement_name(requirement)
+        if name:
+            spec = re.sub(r"^\s*\[[^\]]*\]", "", requirement.strip()[len(name) :])
+            declared.setdefault(normalize(name), spec.strip().replace(" ", ""))
     pinned = []
     for name in names:
         if requirement_name(name) != name.strip():

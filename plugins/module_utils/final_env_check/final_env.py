@@ -11,10 +11,10 @@ unit-tested in tests/unit/test_final_env.py.
 from __future__ import annotations
 
 import fnmatch
-import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_key, check_required
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest_matches
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 
 # Runs inside the env's python: for each import name, where it would load from (importlib's spec, which does
 # not execute a top-level package), every distribution whose RECORD claims it (importlib.metadata's
@@ -111,11 +111,6 @@ FEATURES: list[dict] = [
 ]
 
 ATTENTION_KEYS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name normalization ('sgl_deep_ep' -> 'sgl-deep-ep')."""
-    return re.sub(r"[-_.]+", "-", str(name)).lower()
 
 
 def wheel_distribution(wheel_name: str) -> tuple[str, str]:

@@ -21,18 +21,15 @@ import glob
 import hashlib
 import json
 import os
-import re
 
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_name
 
 
 def dist_info(site: str, name: str) -> str | None:
     """The .dist-info directory of distribution `name` in site, or None."""
-    wanted = _normal(name)
+    wanted = normalize(name)
     for path in sorted(glob.glob(os.path.join(site, "*.dist-info"))):
-        if _normal(os.path.basename(path)[: -len(".dist-info")].split("-", 1)[0]) == wanted:
+        if normalize(os.path.basename(path)[: -len(".dist-info")].split("-", 1)[0]) == wanted:
             return path
     return None
 
@@ -46,7 +43,7 @@ def requirements(info_dir: str) -> list[str]:
                 if not line.strip():
                     break  # the headers end at the first blank line
                 if line.startswith("Requires-Dist:") and "extra ==" not in line:
-                    names.append(re.split(r"[<>=!~\[;( ]", line.split(":", 1)[1].strip(), maxsplit=1)[0])
+                    names.append(requirement_name(line.split(":", 1)[1]))
     except OSError:
         pass
     return names
@@ -82,7 +79,7 @@ def integrity_paths(site: str, name: str) -> list[str]:
     seen: set[str] = set()
     queue = [name]
     while queue:
-        current = _normal(queue.pop())
+        current = normalize(queue.pop())
         if current in seen:
             continue
         seen.add(current)
@@ -90,7 +87,7 @@ def integrity_paths(site: str, name: str) -> list[str]:
         if info_dir is None:
             continue
         paths.update(_record_paths(site, info_dir))
-        if current == _normal(name):
+        if current == normalize(name):
             queue.extend(requirements(info_dir))  # direct requirements only: torch's NVIDIA libs, triton
     return sorted(paths)
 

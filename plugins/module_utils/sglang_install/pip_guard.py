@@ -17,6 +17,7 @@ import tempfile
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_key
 
 PROBE = (
     "import json, sys, importlib.metadata as m\n"
@@ -30,20 +31,12 @@ PROBE = (
 )
 
 
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def requirement_name(requirement: str) -> str:
-    return normalize(re.split(r"[<>=!~\[; @]", requirement.strip(), maxsplit=1)[0])
-
-
 def replacements(report: dict, installed: dict[str, str], keep: list[str]) -> list[str]:
     """'torch 2.11.0+cu130 -> 2.14.1' for every kept distribution the plan would install over the one there.
 
     installed: normalized name -> version as installed now. A kept distribution not installed yet is no
     replacement (the first install of the stack's torch is the plan's job)."""
-    kept = {requirement_name(req) for req in keep}
+    kept = {requirement_key(req) for req in keep}
     found = []
     for entry in report.get("install", []):
         meta = entry.get("metadata", {})
@@ -93,7 +86,7 @@ def refuse_replacing(
     if not keep:
         return
     result = result or {}
-    installed = installed_versions(python, sorted({requirement_name(req) for req in keep}), env)
+    installed = installed_versions(python, sorted({requirement_key(req) for req in keep}), env)
     fd, report_path = tempfile.mkstemp(prefix="epforge-pip-plan-", suffix=".json")
     os.close(fd)
     argv = dry_run_argv(install_argv, report_path)
