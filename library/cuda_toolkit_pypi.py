@@ -154,6 +154,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
     stamp_holds,
     write_stamp,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.files import replace_dir
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
@@ -399,19 +400,6 @@ def assemble(p: dict, staging: str, wheels: list[str], *, version: str, prefix: 
     return found, symbols
 
 
-def swap_into_place(staging: str, prefix: str) -> None:
-    """The old prefix (same version, other inputs) is retired only once the new one is complete."""
-    retired = prefix + ".epforge-old"
-    if os.path.lexists(retired):
-        shutil.rmtree(retired)
-    if os.path.lexists(prefix):
-        os.rename(prefix, retired)
-    os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    os.rename(staging, prefix)
-    if os.path.lexists(retired):
-        shutil.rmtree(retired)
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -474,7 +462,8 @@ def main() -> None:
     try:
         wheels = download_wheels(p, pins, version)
         found, symbols = assemble(p, staging, wheels, version=version, prefix=prefix, stamp=stamp)
-        swap_into_place(staging, prefix)
+        # The old prefix (same version, other inputs) is retired only once the new one is complete.
+        replace_dir(staging, prefix, retired=prefix + ".epforge-old")
     except InstallError as exc:
         if os.path.lexists(staging):
             shutil.rmtree(staging, ignore_errors=True)

@@ -169,7 +169,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
-from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, replace_dir
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.smoke_model import model as sm
@@ -198,17 +198,6 @@ FACT_NAME = "epforge_smoke_model"
 
 def read_manifest(path: str) -> dict:
     return read_json(os.path.join(path, sm.MANIFEST)) or {}
-
-
-def publish(staging: str, path: str) -> None:
-    """Rename the complete staging dir into place; an older smoke model there is moved aside, then removed."""
-    old = None
-    if os.path.exists(path):
-        old = staging + ".old"
-        os.rename(path, old)
-    os.rename(staging, path)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def refuse_foreign_path(module: AnsibleModule, path: str, result: dict) -> None:
@@ -391,7 +380,7 @@ def main() -> None:
     require_python(module, p["python"], result)
     staging = new_staging_dir(path)
     manifest, seconds = write_model(module, p, staging, settings, result)
-    publish(staging, path)
+    replace_dir(staging, path)  # an older smoke model there is moved aside, then removed
     result.update(
         changed=True,
         seconds=seconds,

@@ -19,7 +19,7 @@ import zipfile
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_list
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
-from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, replace_dir
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 
 KEY_LENGTH = 20
@@ -200,15 +200,12 @@ def publish_dir(tmp_dir: str, final_dir: str) -> bool:
     if cache_entry(final_dir, verify_hash=False):
         shutil.rmtree(tmp_dir, ignore_errors=True)
         return False
-    if os.path.isdir(final_dir):
-        # an incomplete entry from an older, non-atomic writer: replace it
-        shutil.rmtree(final_dir)
     try:
-        os.rename(tmp_dir, final_dir)
+        # an incomplete entry there (from an older, non-atomic writer) is replaced
+        replace_dir(tmp_dir, final_dir)
     except OSError:
         if cache_entry(final_dir, verify_hash=False):
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-            return False
+            return False  # another run published it meanwhile (replace_dir removed tmp_dir)
         raise
     return True
 

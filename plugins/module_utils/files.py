@@ -1,10 +1,13 @@
-"""Files that readers must see whole: the one atomic write in epforge.
+"""Files that readers must see whole: the one atomic write in epforge, and the one swap of a directory.
 
 The rule: write to a temp file with a unique name beside the target (two writers never share one), set its
 final mode (and owner) before it holds data, fsync it, rename it over the target, fsync the directory. A
 reader sees the old file or the new one, never a part; an interrupted writer leaves only a temp file named
 `.<target>.tmp-*`, which remove_stale_temps() clears. Used for facts, stamps, caches, unit files and the
-server's 0600 env file. Unit-tested in tests/unit/test_files.py.
+server's 0600 env file.
+
+A directory (a CUDA_HOME, a build cache entry, the smoke model) is written whole into a staging directory
+beside it, then replace_dir() swaps it into place. Unit-tested in tests/unit/test_files.py.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -83,6 +87,42 @@ def write_json_atomic(path: str, data, mode: int = 0o644, indent: int = 2, defau
             return False
     write_atomic(path, text, mode)
     return True
+
+
+def _remove(path: str) -> None:
+    """Remove what is at path (a directory tree, a file or a link), ignoring errors; nothing when absent."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def replace_dir(staging: str, target: str, retired: str | None = None) -> None:
+    """Put the complete directory `staging` (written beside target: same file system) at `target`,
+    replacing what is there.
+
+    What is at target is renamed aside to `retired`, staging is renamed onto target, then the old one is
+    removed. `retired` defaults to staging + '.old', so the caller's clean-up of stale staging dirs also
+    removes one a killed run left; one left there is removed first. A reader sees the old directory or the
+    new one, except between the two renames, when target is absent. On failure the old one is put back,
+    staging is removed, and the error is raised."""
+    retired = retired or staging + ".old"
+    _remove(retired)
+    moved = False
+    try:
+        if os.path.lexists(target):
+            os.rename(target, retired)
+            moved = True
+        os.rename(staging, target)
+    except BaseException:
+        if moved and not os.path.lexists(target):
+            with contextlib.suppress(OSError):
+                os.rename(retired, target)
+        _remove(staging)
+        raise
+    if moved:
+        _remove(retired)
 
 
 def ensure_directories(paths, mode: int = 0o755, check_mode: bool = False) -> list[str]:

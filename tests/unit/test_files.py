@@ -17,6 +17,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.files import (
     atomic_output,
     read_json,
     remove_stale_temps,
+    replace_dir,
     write_atomic,
     write_json_atomic,
 )
@@ -95,6 +96,70 @@ def test_stale_temps_are_removed_only_when_old(tmp_path):
     os.utime(other, (1, 1))
     assert remove_stale_temps(str(path)) == [str(old)]
     assert new.exists() and other.exists()
+
+
+def staged(parent, name: str, content: str):
+    """A complete directory written beside its target, as the three swaps write theirs."""
+    staging = parent / name
+    staging.mkdir()
+    (staging / "manifest.json").write_text(content)
+    return staging
+
+
+def test_replace_dir_puts_a_staging_dir_in_place_and_removes_the_old_one(tmp_path):
+    target = tmp_path / "model"
+    first = staged(tmp_path, ".model.tmp-1", "one")
+    replace_dir(str(first), str(target))  # nothing there yet: a plain rename
+    assert (target / "manifest.json").read_text() == "one" and not first.exists()
+    second = staged(tmp_path, ".model.tmp-2", "two")
+    (target / "extra").mkdir()
+    replace_dir(str(second), str(target))
+    assert sorted(p.name for p in target.iterdir()) == ["manifest.json"]
+    assert (target / "manifest.json").read_text() == "two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no staging, no retired dir left
+
+
+def test_replace_dir_retires_under_the_name_given_and_clears_one_a_killed_run_left(tmp_path):
+    prefix = tmp_path / "cuda-13.0"
+    staged(tmp_path, "cuda-13.0", "old")
+    retired = tmp_path / "cuda-13.0.epforge-old"
+    (retired / "bin").mkdir(parents=True)  # a run killed between the two renames left it
+    staging = staged(tmp_path, "cuda-13.0.epforge-new", "new")
+    replace_dir(str(staging), str(prefix), retired=str(retired))
+    assert (prefix / "manifest.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cuda-13.0"]
+
+
+def test_replace_dir_replaces_a_link_or_a_file_without_following_it(tmp_path):
+    elsewhere = staged(tmp_path, "elsewhere", "kept")
+    target = tmp_path / "entry"
+    target.symlink_to(elsewhere)
+    replace_dir(str(staged(tmp_path, ".tmp-a", "new")), str(target))
+    assert not target.is_symlink() and (target / "manifest.json").read_text() == "new"
+    assert (elsewhere / "manifest.json").read_text() == "kept"  # the link went, not what it pointed to
+    broken = tmp_path / "broken"
+    broken.symlink_to(tmp_path / "missing")
+    replace_dir(str(staged(tmp_path, ".tmp-b", "new")), str(broken))
+    assert (broken / "manifest.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "elsewhere", "entry"]
+
+
+def test_a_failed_swap_puts_the_old_dir_back_and_removes_staging(tmp_path, monkeypatch):
+    target = staged(tmp_path, "entry", "old")
+    staging = staged(tmp_path, ".tmp-x", "new")
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if src == str(staging):
+            raise OSError(errno.EXDEV, "Invalid cross-device link", src)
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError) as failed:
+        replace_dir(str(staging), str(target))
+    assert failed.value.errno == errno.EXDEV
+    assert (target / "manifest.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]
 
 
 @pytest.fixture
