@@ -355,6 +355,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.http import get_json, request, wait_until
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.server_address import (
+    BIND_ALL,
+    DEFAULT_HOST,
+    connect_host,
+    server_url,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     build_server_argv,
@@ -380,9 +386,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signature
     describe,
     explain_failure,
 )
-
-# Addresses that bind every interface; the module connects to such a server on the loopback.
-BIND_ALL = ("0.0.0.0", "::", "")  # noqa: S104 - compared with, never bound to
 
 
 class Server:
@@ -486,11 +489,10 @@ class Server:
         if host in BIND_ALL and not self.api_key:
             self.module.warn(
                 f"the server binds every interface (host {host!r}) without an API key: anyone who reaches "
-                "this host can use it; set an API key (sglang_server_api_key) or bind 127.0.0.1"
+                f"this host can use it; set an API key (sglang_server_api_key) or bind {DEFAULT_HOST}"
             )
-        connect = "127.0.0.1" if host in BIND_ALL else host
-        shown = f"[{connect}]" if ":" in connect and not connect.startswith("[") else connect
-        self.url = f"http://{shown}:{self.settings['port']}"
+        connect = connect_host(host)  # a server bound to every interface is reached on the loopback
+        self.url = server_url(connect, self.settings["port"])
         self.result.update(url=self.url, argv=self.argv)
         self.uid, self.gid = self.resolve_user()
         self.launch = {

@@ -89,6 +89,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.http import auth_headers, get_json, post_json
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_URL
 
 TEXT_SHOWN = 200
 
@@ -265,7 +266,7 @@ class Verifier:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "url": {"type": "str", "default": "http://127.0.0.1:30000"},
+            "url": {"type": "str", "default": DEFAULT_URL},
             "api_key": {"type": "str", "no_log": True},
             "prompt": {"type": "str", "default": "The capital of France is"},
             "max_new_tokens": {"type": "int", "default": 16, "no_log": False},

@@ -22,10 +22,8 @@ import difflib
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import is_secret_name
+from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST, DEFAULT_PORT
 from ansible_collections.epforge.ep.plugins.module_utils.version import version_tuple
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 30000
 
 # The schema of the settings: the one list of keys epforge knows, each with its value kind and, where
 # SGLang's own parser or launch code would refuse or misuse a value, its range or choices.

@@ -22,6 +22,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.process import Completed, run_bounded, start_detached
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.unit import (
     UnitError,
     mask_secrets,
@@ -103,7 +104,7 @@ class ServerManager:
         self.argv: list[str] = []
         self.env: dict = {}
         self.secrets: dict = {}
-        self.host = "127.0.0.1"
+        self.host = DEFAULT_HOST
         self.port = 0
         self.uid = self.gid = -1
 
