@@ -221,13 +221,18 @@ gpu_runtime:
   type: dict
   sample: {available: false, reason: "nvidia-smi not found on PATH", skipped_steps: [sglang_server]}
 ansible_facts:
-  description: The gathered GPU facts, as module C(nvidia_gpu_facts) sets them.
+  description: >-
+    The gathered GPU facts, as module C(nvidia_gpu_facts) sets them, and whether systemd runs the host
+    (role C(sglang_server) picks its manager from it without another host call).
   returned: when gather_gpu_facts is true
   type: dict
   contains:
     epforge_gpu_facts:
-      description: The schema of module C(nvidia_gpu_facts) (C(ansible-doc -M library nvidia_gpu_facts)).
+      description: The schema of module M(epforge.ep.nvidia_gpu_facts).
       type: dict
+    epforge_systemd_running:
+      description: Whether C(/run/systemd/system) is a directory (systemd is the host's init, running).
+      type: bool
 known_issues:
   description: >-
     The known-issues verdict, in the keys of module C(epforge_known_issues) (findings, matched,
@@ -683,7 +688,10 @@ def main() -> None:
     if lock:
         result["run_lock"] = lock
     if params["gather_gpu_facts"]:
-        result["ansible_facts"] = {"epforge_gpu_facts": gpu_facts}
+        result["ansible_facts"] = {
+            "epforge_gpu_facts": gpu_facts,
+            "epforge_systemd_running": os.path.isdir("/run/systemd/system"),
+        }
     if result["failed"] and params["fail_on_error"]:
         module.fail_json(
             msg=f"preflight: host does not fit stack '{stack_summary(stack)['name']}': "

@@ -126,7 +126,7 @@ def run_role(tmp_path: Path, role_vars: dict, *, check: bool = False, name: str 
             res = task["hosts"].get("localhost", {})
             if task["task"]["name"] == "Expose the outputs":
                 outputs = res.get("msg", {})
-            action = res.get("action", "")
+            action = res.get("action", "").removeprefix("epforge.ep.")  # the module, by its short name
             if task["task"]["name"].startswith("cuda_toolkit : ") or "cuda_toolkit" in task["task"].get(
                 "path", ""
             ):

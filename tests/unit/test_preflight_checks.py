@@ -308,7 +308,9 @@ def test_probe_gathers_the_gpu_facts_nvidia_gpu_facts_reports(tmp_path, host):
     rc, alone = run_module_file("nvidia_gpu_facts", {"nvidia_smi_path": smi})
     assert rc == 0
     _, probe = run_module_file("epforge_preflight_checks", probe_args(tmp_path, smi, fail_on_error=False))
-    assert probe["ansible_facts"] == alone["ansible_facts"]
+    assert probe["ansible_facts"]["epforge_gpu_facts"] == alone["ansible_facts"]["epforge_gpu_facts"]
+    # and whether systemd runs the host, for sglang_server's choice of manager
+    assert probe["ansible_facts"]["epforge_systemd_running"] is Path("/run/systemd/system").is_dir()
     facts = probe["ansible_facts"]["epforge_gpu_facts"]
     assert facts["gpu_count"] == GATHER_HOSTS[host] and facts["available"] is (host != "no-smi")
 
