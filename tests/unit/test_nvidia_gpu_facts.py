@@ -600,7 +600,7 @@ def ansible_adhoc(args: str = "", path: str | None = None) -> dict:
     )
     if path is not None:
         env["PATH"] = path
-    argv = [os.path.join(VENV_BIN, "ansible"), "localhost", "-m", "nvidia_gpu_facts"]
+    argv = [os.path.join(VENV_BIN, "ansible"), "localhost", "-m", "epforge.ep.nvidia_gpu_facts"]
     if args:
         argv += ["-a", args]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
