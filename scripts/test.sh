@@ -8,4 +8,4 @@ export PATH="$PWD/.venv/bin:$PATH"
 export CONTAINERS_CONF="$PWD/molecule/_podman/containers.conf"
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== ansible-lint"; ansible-lint --offline -q
-echo "== pytest"; pytest -ra --durations=40 "$@"
+echo "== pytest"; pytest -ra --durations=25 "$@"
