@@ -125,6 +125,47 @@ def test_an_unwatchable_controller_holds_until_its_lease_or_a_stale_break(lock_p
         local.wait()
 
 
+# A holder caught between fork and exec: it holds the locked descriptor, but its cmdline is not yet a
+# holder's (here: for 0.5 s), then it becomes the real holder with a long lease.
+LATE_EXEC = r"""
+import fcntl, os, sys, time
+from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks import run_lock
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(int(sys.argv[2]), b"locked")
+time.sleep(0.5)
+holder = [run_lock.HOLDER_SCRIPT, run_lock.HOLDER_MARK, str(fd), "600", "0", ""]
+os.execv(sys.executable, [sys.executable, "-c", *holder])
+"""
+
+
+def test_a_stale_holder_not_yet_exec_d_is_broken_too(lock_path, tmp_path):
+    """CI caught it: the stale break signalled nothing because the holder it named had not exec'd yet."""
+    remote = {"host": "controller-b", "boot_id": "another-machine", "pid": 4242, "start": "17"}
+    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
+    ready_r, ready_w = os.pipe()
+    child = subprocess.Popen(
+        [sys.executable, "-c", LATE_EXEC, lock_path, str(ready_w)],
+        pass_fds=(ready_w,),
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "collections")),
+    )
+    os.close(ready_w)
+    local = sleeper()
+    try:
+        assert os.read(ready_r, 16) == b"locked"
+        record = {"token": run_lock.token_of(remote), "controller": remote, "holder_pid": child.pid}
+        Path(lock_path).write_text(json.dumps(record) + "\n")
+        assert not run_lock.holder_alive(record)  # what the old break went by: "gone", so it did nothing
+        broken = take(lock_path, controller_of(local), break_stale=run_lock.token_of(remote))
+        assert broken["taken"] == "new"
+        assert run_lock.read_holder(lock_path)["controller"]["pid"] == local.pid
+    finally:
+        os.close(ready_r)
+        for proc in (local, child):
+            proc.kill()
+            proc.wait()
+
+
 LOCKING_PLAY = """
 - name: Take the run lock through preflight's host call, then keep the run going
   hosts: localhost

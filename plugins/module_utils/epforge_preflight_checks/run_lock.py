@@ -192,6 +192,23 @@ def end_holder(record: dict, timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
+def end_stale_holder(path: str, record: dict, token: str, timeout: float = 10) -> None:
+    """End the holder of a stale run (its token) until the lock is free, bounded.
+
+    A holder spawned an instant ago may not have exec'd yet: its /proc cmdline is still its parent's, so
+    holder_alive cannot tell it from a reused pid and end_holder leaves it; a moment later it is the holder
+    and keeps the lock for its lease. So: end it, look at the lock, and again while the same run holds it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        end_holder(record)
+        if not is_held(path) or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+        record = read_holder(path)
+        if record.get("token") != token:
+            return  # another run holds it now: not ours to break
+
+
 def describe_holder(record: dict) -> str:
     """The holder in words, for a refused run."""
     if not record:
@@ -225,7 +242,7 @@ def take_lock(
         if current.get("token") == token and holder_alive(current):
             return {"taken": "already", "watching": bool(current.get("watching")), "holder": current}
         if break_stale and current.get("token") == break_stale:
-            end_holder(current)
+            end_stale_holder(path, current, break_stale)
     watching = visible_here(controller)
     fd = _lock_within(path, wait_s)
     try:
