@@ -30,21 +30,18 @@ PODMAN_TRANSPORTS = ("containers.podman.podman", "podman")
 
 # The controller's watchdog for one run on one podman host: wait until ansible-playbook (pid, start time) is
 # gone or the lease ends, then run the reaper command once (bounded). argv: pid, start, lease, reaper argv...
-WATCHDOG_SCRIPT = r"""
+WATCHDOG_SCRIPT = (
+    run_lock.STARTED_FUNCTION
+    + r"""
 import subprocess, sys, time
 pid, start, lease = sys.argv[1:4]
-def started():
-    try:
-        with open("/proc/%s/stat" % pid) as handle:
-            return handle.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
 end = time.monotonic() + float(lease)
-while time.monotonic() < end and started() == start:
+while time.monotonic() < end and started(pid) == start:
     time.sleep(0.5)
 subprocess.run(sys.argv[4:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                timeout=120, check=False)
 """
+)
 
 
 def playbook_process() -> int:

@@ -24,39 +24,42 @@ import time
 
 # The holder's own program (run by the host's python): wait for the lock, name the holder, watch, exit.
 HOLDER_MARK = "epforge-run-lock-holder"
-HOLDER_SCRIPT = r"""
-import os, signal, sys, time
-mark, fd, lease_s, watch_pid, watch_start = sys.argv[1:6]
-# fd: the lock file, already locked by the module that started this process; the lock lives while it is open
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-signal.signal(signal.SIGHUP, signal.SIG_IGN)
+# The start time (clock ticks since boot, /proc/PID/stat field 22) of a process, None when it is gone: with
+# the pid it names one process, not a later one reusing the pid. Host-side scripts (stdlib only) use it.
+STARTED_FUNCTION = r"""
 def started(pid):
     try:
         with open("/proc/%s/stat" % pid) as handle:
             return handle.read().rpartition(")")[2].split()[19]
     except (OSError, IndexError):
         return None
+"""
+HOLDER_SCRIPT = (
+    STARTED_FUNCTION
+    + r"""
+import os, signal, sys, time
+mark, fd, lease_s, watch_pid, watch_start = sys.argv[1:6]
+# fd: the lock file, already locked by the module that started this process; the lock lives while it is open
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
 end = time.monotonic() + float(lease_s)
 while time.monotonic() < end:
     if watch_pid != "0" and started(watch_pid) != watch_start:
         break
     time.sleep(0.5)
 """
+)
 
 
 # Run on the host (python -I -S -c) when the controller's run is gone and the host cannot see that itself (a
 # podman host: plugins/action/epforge_preflight_checks.py's watchdog runs it through `podman exec`): end every
 # registered command group (plugins/module_utils/process.py REGISTRY) that is still the process it was, then
 # the lock's holder. argv: registry, lock path, holder mark.
-REAP_SCRIPT = r"""
+REAP_SCRIPT = (
+    STARTED_FUNCTION
+    + r"""
 import json, os, signal, sys, time
 registry, lock_path, mark = sys.argv[1:4]
-def started(pid):
-    try:
-        with open("/proc/%s/stat" % pid) as handle:
-            return handle.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
 def group_alive(pgid):
     try:
         os.killpg(pgid, 0)
@@ -103,6 +106,7 @@ except (OSError, ValueError):
     holder = 0
 print(json.dumps({"groups": groups, "holder": holder}))
 """
+)
 
 
 class LockBusy(Exception):
