@@ -16,6 +16,9 @@ description:
     reports changed=false. One module call instead of a directory task and a copy task keeps a no-op rerun
     short.
   - Supports check mode and diff mode.
+  - Runs through the action plugin C(epforge.ep.probe_cache) (meta/runtime.yml) - an unchanged fact is
+    answered from the host's probe-cache record while the file is as this module last found it, without
+    shipping the module again.
 options:
   name:
     description: Fact name (the file name without C(.fact)); letters, digits and C(_) only.
@@ -45,6 +48,11 @@ path:
   description: The local fact file.
   returned: always
   type: str
+watch:
+  description: The paths the verdict depends on (the fact file), for the probe cache.
+  returned: always
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -70,7 +78,8 @@ def main() -> None:
         module.fail_json(
             msg=f"cannot write the local fact {p['name']}: {exc.strerror or exc} ({exc.filename})"
         )
-    module.exit_json(**result)
+    # The verdict "the file holds this content" stands while the file is unchanged.
+    module.exit_json(watch=[result["path"]], **result)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ description:
   - Changes nothing on the host, so it behaves the same in check mode.
   - With O(path), it reads the stack file itself (on the controller) and returns its C(spec) - a file that is
     not YAML, is empty or does not define C(epforge_stack_spec) as a mapping is refused naming the file and
-    the fault.
+    the fault; a file that does not exist is an unknown stack name, refused with the names of the stacks its
+    directory holds.
 options:
   spec:
     description:
@@ -64,12 +65,29 @@ problems:
   elements: str
 """
 
+import os
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.yaml import yaml_load
 
 from ansible_collections.epforge.ep.plugins.module_utils.stack import check_stack, summarize
 
 SPEC_KEY = "epforge_stack_spec"
+STACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def unknown_stack(path: str, name: str) -> str:
+    """The refusal of a stack name that has no file, with the names that have one."""
+    folder = os.path.dirname(path) or "."
+    try:
+        known = sorted(entry[: -len(".yml")] for entry in os.listdir(folder) if entry.endswith(".yml"))
+    except OSError:
+        known = []
+    return (
+        f"unknown stack '{name}': choose one of {', '.join(known) or '(none)'} (files in {folder}) "
+        f"or add {os.path.join(folder, name + '.yml')}"
+    )
 
 
 def read_stack_file(module: AnsibleModule, path: str) -> dict:
@@ -77,6 +95,8 @@ def read_stack_file(module: AnsibleModule, path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
+    except FileNotFoundError:
+        module.fail_json(msg=unknown_stack(path, module.params["name"]))
     except OSError as exc:
         module.fail_json(msg=f"cannot read the stack file {path}: {exc.strerror or exc}")
     try:
@@ -108,6 +128,9 @@ def main() -> None:
     )
     spec = module.params["spec"]
     if module.params["path"]:
+        if not STACK_NAME.fullmatch(module.params["name"]):
+            # a name is a file name in the stacks directory, never a path out of it
+            module.fail_json(msg=unknown_stack(module.params["path"], module.params["name"]))
         spec = read_stack_file(module, module.params["path"])
     problems = check_stack(spec, module.params["name"])
     if problems:

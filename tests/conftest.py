@@ -9,8 +9,11 @@ torch, SGLang's bench client) a fixture below builds when it is absent.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +51,24 @@ def pytest_runtest_makereport(item, call):
                 f"need a GPU or GitHub may skip (reason starting {SKIP_GPU!r} or {SKIP_GITHUB!r}); give the "
                 "test what it needs through a fixture in tests/conftest.py (docs/testing.md)."
             )
+
+
+@contextlib.contextmanager
+def cache_lock(name: str, timeout: float = 3600):
+    """Hold the lock of one test-cache entry while it is checked and built: parallel builders (pytest-xdist
+    workers, two test runs on one machine) take turns, and the later one finds the entry ready. Bounded."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".{name}.lock", "w") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the test cache entry {name} stayed locked for {timeout:.0f} s")
+                time.sleep(1)
+        yield
 
 
 def cu130_spec() -> dict:
@@ -123,6 +144,11 @@ def torch_venv() -> Path:
     torch = cu130_spec()["torch"]
     if has_torch(MOLECULE_ML_ENV, torch["version"]):
         return MOLECULE_ML_ENV
+    with cache_lock("ml-env"):
+        return _build_torch_venv(torch)
+
+
+def _build_torch_venv(torch: dict) -> Path:
     venv = CACHE / "ml-env"
     args = {
         "path": str(venv),
@@ -162,12 +188,41 @@ def torch_cpu_python() -> str:
         return override
     venv = CACHE / "torch-cpu-transformers"
     python = venv / "bin" / "python"
-    if not (
-        python.exists()
-        and subprocess.run([str(python), "-c", probe], capture_output=True, check=False).returncode == 0
-    ):
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", *TORCH_CPU_NEEDS], check=True, timeout=3600
-        )
+    with cache_lock("torch-cpu-transformers"):
+        if not (
+            python.exists()
+            and subprocess.run([str(python), "-c", probe], capture_output=True, check=False).returncode == 0
+        ):
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", *TORCH_CPU_NEEDS], check=True, timeout=3600
+            )
     return str(python)
+
+
+MOLECULE_IMAGE = "localhost/epforge-molecule-bookworm:latest"
+# Seconds: the image build takes about 1-2 minutes (debootstrap over the network).
+IMAGE_TIMEOUT = int(os.environ.get("EPFORGE_IMAGE_TIMEOUT", "900"))
+
+
+@pytest.fixture(scope="session")
+def molecule_image() -> str:
+    """The test-host image (Debian bookworm, systemd as PID 1) that Molecule scenarios and every podman test
+    start containers from: built, or found up to date, once per session by molecule/_podman/build-image.sh
+    (log .cache/molecule-logs/build-image.log). Returns the image name."""
+    import subprocess  # noqa: PLC0415 - only the fixtures that run commands need it
+
+    script = ROOT / "molecule" / "_podman" / "build-image.sh"
+    log = ROOT / ".cache" / "molecule-logs" / "build-image.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        try:
+            built = subprocess.run(
+                [str(script)], stdout=out, stderr=subprocess.STDOUT, timeout=IMAGE_TIMEOUT + 60, check=False
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{script.relative_to(ROOT)} timed out after {IMAGE_TIMEOUT + 60} s (log {log})")
+    if built.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+        pytest.fail(f"{script.relative_to(ROOT)} failed (rc {built.returncode}), log {log}:\n{tail}")
+    return MOLECULE_IMAGE

@@ -29,7 +29,6 @@ sglang_env = sglang_parser_env.sglang_env
 pytestmark = pytest.mark.molecule
 
 BIN = Path(sys.executable).parent
-IMAGE = "localhost/epforge-molecule-bookworm:latest"
 HOST = "epforge-collection-host"
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -181,16 +180,8 @@ def host_vars(parser_python: str) -> dict:
 
 
 @pytest.fixture
-def podman_host(sglang_env):
+def podman_host(sglang_env, molecule_image):
     """A Debian bookworm container with systemd as PID 1 (the Molecule image), the parser env mounted."""
-    built = subprocess.run(
-        [str(ROOT / "molecule" / "_podman" / "build-image.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
     venv = Path(sglang_env["python"]).parent.parent
     base = Path(venv.joinpath("pyvenv.cfg").read_text().split("home = ", 1)[1].splitlines()[0]).parent
     subprocess.run(["podman", "rm", "-f", "-t", "0", HOST], capture_output=True, check=False)
@@ -199,7 +190,7 @@ def podman_host(sglang_env):
             "podman", "run", "-d", "--name", HOST, "--hostname", HOST, "--systemd", "always",
             # the env is written to by nothing it needs; an overlay keeps the cached env untouched anyway
             "-v", f"{venv}:{venv}:O", "-v", f"{base}:{base}:ro",
-            IMAGE, "/sbin/init",
+            molecule_image, "/sbin/init",
         ],
         capture_output=True,
         text=True,

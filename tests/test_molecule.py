@@ -29,9 +29,8 @@ SCENARIOS = sorted(
     for path in (ROOT / "molecule").glob("*/molecule.yml")
     if not path.parent.name.startswith("_")
 )
-# Seconds: a scenario should take a few minutes; the image build about 1-2 (debootstrap over the network).
+# Seconds: a scenario should take a few minutes.
 SCENARIO_TIMEOUT = int(os.environ.get("EPFORGE_MOLECULE_TIMEOUT", "900"))
-IMAGE_TIMEOUT = int(os.environ.get("EPFORGE_IMAGE_TIMEOUT", "900"))
 TAIL_LINES = 120
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -86,18 +85,6 @@ def tail(text: str, lines: int = TAIL_LINES) -> str:
     if first_failure is not None and first_failure < start:
         head = [*all_lines[first_failure : min(first_failure + 20, start)], "[...]"]
     return "\n".join(head + all_lines[start:])
-
-
-@pytest.fixture(scope="session")
-def molecule_image() -> str:
-    """Build (or find up to date) the test-host image once per session."""
-    rc, text, seconds = run_bounded([str(BUILD_IMAGE)], IMAGE_TIMEOUT + 60, LOG_DIR / "build-image.log")
-    if rc != 0:
-        pytest.fail(
-            f"{BUILD_IMAGE.relative_to(ROOT)} "
-            f"{'timed out' if rc is None else f'failed (rc {rc})'} after {seconds:.0f} s:\n{tail(text)}"
-        )
-    return text
 
 
 def scenario_config(scenario: str) -> dict:

@@ -392,14 +392,13 @@ def test_a_watch_list_of_thousands_of_paths_is_recorded_and_replayed(probe):
     assert third["probe_cache"]["hit"] is False and runs(probe) == ["run", "run"]
 
 
-def test_a_long_record_reaches_a_podman_host_without_stdin(probe):
+def test_a_long_record_reaches_a_podman_host_without_stdin(probe, molecule_image):
     """Through the podman connection (podman exec without -i: no stdin) a record past one argument's limit
     goes in a file the controller puts on the host; the next run there is a hit."""
     container = "epforge-probe-cache-test"
     subprocess.run(["podman", "rm", "-f", "-t", "0", container], capture_output=True, check=False)
-    image = "localhost/epforge-molecule-bookworm:latest"
     started = subprocess.run(
-        ["podman", "run", "-d", "--name", container, "--entrypoint", "sleep", image, "600"],
+        ["podman", "run", "-d", "--name", container, "--entrypoint", "sleep", molecule_image, "600"],
         capture_output=True,
         text=True,
         check=False,

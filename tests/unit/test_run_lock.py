@@ -267,7 +267,6 @@ PODMAN_PLAY = """
 """
 
 CONTAINER = "epforge-reap-test"
-IMAGE = "localhost/epforge-molecule-bookworm:latest"
 
 
 def in_container(*argv: str) -> subprocess.CompletedProcess:
@@ -288,13 +287,13 @@ def container_commands() -> list[str]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
-def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_path, signum):
+def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_path, signum, molecule_image):
     """A podman host cannot see the controller, and `podman exec` forwards no signal: the controller's
     watchdog (started with the run lock) runs the reaper there when ansible-playbook is killed; the command's
     whole group ends and the lock is free for the next run."""
     subprocess.run(["podman", "rm", "-f", "-t", "0", CONTAINER], capture_output=True, check=False)
     started = subprocess.run(
-        ["podman", "run", "-d", "--name", CONTAINER, "--entrypoint", "sleep", IMAGE, "3600"],
+        ["podman", "run", "-d", "--name", CONTAINER, "--entrypoint", "sleep", molecule_image, "3600"],
         capture_output=True,
         text=True,
         check=False,
