@@ -8,4 +8,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 export CONTAINERS_CONF="$PWD/molecule/_podman/containers.conf"
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== ansible-lint"; ansible-lint --offline -q
-echo "== pytest"; pytest -ra --durations=25 "$@"
+# Two workers: the Molecule scenarios in podman containers and the other tests that need nothing of this
+# machine's own state run beside the tests that do (one group, one worker: tests/conftest.py THIS_MACHINE_FILES).
+# EPFORGE_TEST_WORKERS=0 runs everything in this process, in order.
+echo "== pytest"; pytest -ra --durations=25 -n "${EPFORGE_TEST_WORKERS:-2}" --dist loadgroup "$@"

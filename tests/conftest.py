@@ -37,6 +37,47 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return str(longrepr)
 
 
+# Tests that use this machine's own state run in ONE pytest-xdist group (scripts/test.sh runs two workers with
+# --dist loadgroup): one worker runs them in collection order, as a serial run would. That state is what
+# playbooks against localhost hold or write (the run lock, /var/lib/epforge, /etc/ansible/facts.d, service
+# accounts, /opt/epforge), the localhost Molecule scenarios (tests/test_molecule.py marks those) and the
+# toolchain scenario's env that torch_venv reuses. Every other test (tmp dirs, podman containers, locked test
+# caches) runs on whichever worker is free. docs/testing.md, "Parallel runs".
+THIS_MACHINE_GROUP = "this_machine"
+THIS_MACHINE_FILES = frozenset(
+    {
+        "test_controller_side.py",
+        "test_cuda_toolkit.py",
+        "test_ml_env.py",
+        "test_ml_env_existing.py",
+        "test_pip_guard.py",
+        "test_preflight_checks.py",
+        "test_probe_cache.py",
+        "test_process.py",
+        "test_record_step.py",
+        "test_report.py",
+        "test_run_lock.py",
+        "test_server_object.py",
+        "test_server_settings_preflight.py",
+        "test_sglang_bench_role.py",
+        "test_sglang_flags_real.py",
+        "test_sglang_server.py",
+        "test_smoke_model_role.py",
+        "test_sweep.py",
+        "test_wheelhouse.py",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Put the tests of THIS_MACHINE_FILES in the one group (before xdist reads the groups)."""
+    del config
+    for item in items:
+        if item.path.name in THIS_MACHINE_FILES:
+            item.add_marker(pytest.mark.xdist_group(THIS_MACHINE_GROUP))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A skip whose reason is not a GPU's or GitHub's is a failure: the test lacked a fixture."""

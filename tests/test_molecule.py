@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import THIS_MACHINE_GROUP
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "molecule" / "_podman"
@@ -127,7 +128,14 @@ def test_image_build_is_idempotent(molecule_image):
 
 
 @pytest.mark.molecule
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        # a scenario on this machine itself shares its state with the other such tests (conftest.py)
+        s if uses_podman(s) else pytest.param(s, marks=pytest.mark.xdist_group(THIS_MACHINE_GROUP))
+        for s in SCENARIOS
+    ],
+)
 def test_molecule_scenario(scenario, request, record_property, tmp_path):
     if uses_podman(scenario):
         request.getfixturevalue("molecule_image")  # localhost scenarios need no image
