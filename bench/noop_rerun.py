@@ -4,9 +4,9 @@ Runs the full provision (playbooks/provision.yml with the default inventory of a
 to converge (not timed; it may install and build), then, in the same run, alternates timed repetitions of
   - the same playbook again (must report changed=0: the no-op rerun), and
   - a setup-only play (hosts: localhost, gather_facts: true, no tasks),
-and prints the median of each, their ratio (target: no-op rerun <= 3x setup-only, issue 21) and the number of tasks the
-no-op rerun ran (ok + skipped of its PLAY RECAP). --playbook times another playbook; --extra-vars passes vars
-to it. localhost is a provisioned host: hold the lock that every run against it holds.
+and prints the median of each, their ratio (target: no-op rerun <= 3x setup-only, issue 21) and the number of
+tasks the no-op rerun ran (ok + skipped of its PLAY RECAP). --playbook times another playbook; --extra-vars
+passes vars to it. localhost is a provisioned host: hold the lock that every run against it holds.
 
     flock /tmp/epforge-localhost.lock .venv/bin/python bench/noop_rerun.py [--repeat 5] [-e k=v ...]
 """

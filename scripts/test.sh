@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --test
 export PATH="$PWD/.venv/bin:$PATH"
 export CONTAINERS_CONF="$PWD/molecule/_podman/containers.conf"
-echo "== ruff"; ruff check . && ruff format --check .
+# One command per line: under `set -e` a failure before the last command of an && list would not stop the script.
+echo "== ruff"
+ruff check .
+ruff format --check .
 echo "== ansible-lint"; ansible-lint --offline -q
 # Two workers: the Molecule scenarios in podman containers and the other tests that need nothing of this
 # machine's own state run beside the tests that do (one group, one worker: tests/conftest.py THIS_MACHINE_FILES).
