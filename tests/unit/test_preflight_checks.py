@@ -513,6 +513,7 @@ def fact_file(tmp_path: Path) -> Path:
 NO_SERVER = {"epforge_server": {}}
 # The role's one host call (a no-op rerun costs just this module call).
 PROBE = "Check the host and the known dead ends against the stack, then write the preflight local fact"
+PUBLISH = "Publish the preflight result and the server settings object as play facts, and record the step"
 
 
 def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
@@ -551,13 +552,14 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
     ]
     assert fact["known_issues"] == {"matched": [], "errors": [], "warnings": [], "adjustments": []}
     results = host_results(report)
-    assert results["Publish the preflight result and the server settings object as play facts"][
-        "ansible_facts"
-    ] == {"preflight_result": fact, "preflight_server_object": {}}
+    # One task publishes the play facts and appends the run-summary step.
+    published = results[PUBLISH]["ansible_facts"]
+    assert set(published) == {"preflight_result", "preflight_server_object", "epforge_steps"}
+    assert published["preflight_result"] == fact and published["preflight_server_object"] == {}
     # One module call gathered the GPU facts, checked the host and wrote the fact.
     probe = results[PROBE]
     assert probe["changed"] is True and probe["ansible_facts"]["epforge_gpu_facts"]["available"] is False
-    [step] = results["Record the run-summary step preflight"]["ansible_facts"]["epforge_steps"]
+    [step] = published["epforge_steps"]
     assert step["step"] == "preflight" and step["status"] == "done"
     assert "no GPU (nvidia-smi not found on PATH), so sglang_server, sglang_benchmark" in step["detail"]
     assert_rerun_changes_nothing(tmp_path, NO_SERVER, path)
