@@ -9,11 +9,8 @@ torch, SGLang's bench client) a fixture below builds when it is absent.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -94,22 +91,12 @@ def pytest_runtest_makereport(item, call):
             )
 
 
-@contextlib.contextmanager
 def cache_lock(name: str, timeout: float = 3600):
-    """Hold the lock of one test-cache entry while it is checked and built: parallel builders (pytest-xdist
+    """The lock of one test-cache entry, held while it is checked and built: parallel builders (pytest-xdist
     workers, two test runs on one machine) take turns, and the later one finds the entry ready. Bounded."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f".{name}.lock", "w") as handle:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the test cache entry {name} stayed locked for {timeout:.0f} s")
-                time.sleep(1)
-        yield
+    import bench_env  # noqa: PLC0415 - tests/fixtures/bench_serving, put on sys.path by pytest's pythonpath
+
+    return bench_env.locked(CACHE / f".{name}.lock", timeout)
 
 
 def cu130_spec() -> dict:
