@@ -22,6 +22,11 @@ Behaviour knobs (environment variables, all optional):
   SGLANG_STANDIN_CRASH_AFTER   seconds after start to crash: print SGLANG_STANDIN_CRASH_LINE (default a
                                RuntimeError) to stderr and exit SGLANG_STANDIN_CRASH_RC (default 1)
   SGLANG_STANDIN_TOKEN_DELAY_MS  milliseconds per generated token (default 2)
+  SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS  milliseconds before the first token of every generation, as a
+                               prefill (time to first token; default 0)
+  SGLANG_STANDIN_COLD_REQUESTS  how many generations after ready are cold (JIT compiles, CUDA-graph capture:
+                               default 0); each of them takes SGLANG_STANDIN_COLD_FACTOR times as long
+                               (default 1: first-token and per-token delays multiplied)
   SGLANG_STANDIN_ACCEPT_LENGTH   avg_spec_accept_length reported when speculative (default 2.5)
   SGLANG_STANDIN_READY_FILE    path: written with the epoch time the server became ready
   SGLANG_STANDIN_MAX_NEW_TOKENS  cap on the tokens of every generation, whatever the request asks (as a
@@ -146,6 +151,9 @@ class State:
             self.ready_at = self.started + float(os.environ.get("SGLANG_STANDIN_LOAD_SECONDS", "1.0"))
         self.hang = os.environ.get("SGLANG_STANDIN_HANG", "") == "1"
         self.token_delay = float(os.environ.get("SGLANG_STANDIN_TOKEN_DELAY_MS", "2")) / 1000.0
+        self.first_token_delay = float(os.environ.get("SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS", "0")) / 1000.0
+        self.cold_left = int(os.environ.get("SGLANG_STANDIN_COLD_REQUESTS", "0"))
+        self.cold_factor = float(os.environ.get("SGLANG_STANDIN_COLD_FACTOR", "1"))
         self.accept_length = float(os.environ.get("SGLANG_STANDIN_ACCEPT_LENGTH", "2.5"))
         self.served_name = args.served_model_name or args.model_path
         self.announced = False
@@ -163,6 +171,15 @@ class State:
                     with open(ready_file, "w", encoding="utf-8") as handle:
                         handle.write(f"{time.time():.6f}\n")
         return True
+
+    def delays(self) -> tuple[float, float]:
+        """(seconds before the first token, seconds per token) for one generation: a cold one (the first
+        SGLANG_STANDIN_COLD_REQUESTS after ready) is SGLANG_STANDIN_COLD_FACTOR times slower."""
+        with self.lock:
+            cold = self.cold_left > 0
+            self.cold_left -= 1 if cold else 0
+        factor = self.cold_factor if cold else 1.0
+        return self.first_token_delay * factor, self.token_delay * factor
 
     @property
     def speculative(self) -> bool:
@@ -374,10 +391,12 @@ class Handler(BaseHTTPRequestHandler):
         count = capped(max(1, int(params.get("max_new_tokens", 16))))
         tokens = make_tokens(prompt, count)
         rid = body.get("rid") or uuid.uuid4().hex
+        first, per_token = self.state.delays()
         if body.get("stream"):
             self.start_stream()
+            time.sleep(first)
             for i in range(1, count + 1):
-                time.sleep(self.state.token_delay)
+                time.sleep(per_token)
                 self.sse(
                     {
                         "text": " ".join(tokens[:i]),
@@ -386,7 +405,7 @@ class Handler(BaseHTTPRequestHandler):
                 )
             self.sse("[DONE]")
             return
-        time.sleep(self.state.token_delay * count)
+        time.sleep(first + per_token * count)
         self.send_json(
             200, {"text": " ".join(tokens), "meta_info": self.meta(rid, prompt_tokens, count, started, True)}
         )
@@ -404,10 +423,12 @@ class Handler(BaseHTTPRequestHandler):
             "completion_tokens": count,
             "total_tokens": prompt_tokens + count,
         }
+        first, per_token = self.state.delays()
         if body.get("stream"):
             self.start_stream()
+            time.sleep(first)
             for i, token in enumerate(tokens):
-                time.sleep(self.state.token_delay)
+                time.sleep(per_token)
                 piece = token if i == 0 else " " + token
                 last = i == count - 1
                 choice = (
@@ -441,7 +462,7 @@ class Handler(BaseHTTPRequestHandler):
                 )
             self.sse("[DONE]")
             return
-        time.sleep(self.state.token_delay * count)
+        time.sleep(first + per_token * count)
         text = " ".join(tokens)
         choice = (
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}

@@ -1,0 +1,95 @@
+"""The stand-in server's (a TEST DOUBLE of SGLang's launch_server) latency knobs behave as documented, so
+tests that rank configurations by their latencies (the tuner's) know the right answer in advance.
+
+Each case starts the stand-in on a free loopback port and times streaming generations as bench_serving
+reads them: time to the first `data:` chunk (TTFT) and to the end of the stream."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import bench_env
+import pytest
+
+
+def generate(url: str, tokens: int, *, stream: bool) -> urllib.request.Request:
+    body = {"text": "w1 w2", "sampling_params": {"max_new_tokens": tokens}, "stream": stream}
+    return urllib.request.Request(
+        url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+
+
+def stream_times(url: str, tokens: int) -> tuple[float, float]:
+    """(seconds to the first data chunk, seconds to [DONE]) of one streaming /generate."""
+    request = generate(url, tokens, stream=True)
+    started = time.monotonic()
+    first = None
+    with urllib.request.urlopen(request, timeout=30) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            if first is None:
+                first = time.monotonic() - started
+            if line == "data: [DONE]":
+                break
+    assert first is not None, "no data chunk came back"
+    return first, time.monotonic() - started
+
+
+@pytest.fixture
+def standin(tmp_path):
+    servers = []
+
+    def start(**env):
+        proc, url = bench_env.start_standin(
+            "/models/none", env={k: str(v) for k, v in env.items()}, log_path=tmp_path / "standin.log"
+        )
+        servers.append(proc)
+        return url
+
+    yield start
+    for proc in servers:
+        bench_env.stop(proc)
+
+
+def test_the_first_token_waits_for_the_prefill_delay(standin):
+    url = standin(SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS=1000, SGLANG_STANDIN_TOKEN_DELAY_MS=5)
+    ttft, total = stream_times(url, 8)
+    assert ttft >= 1.0 and total >= 1.0 + 8 * 0.005, (ttft, total)
+
+
+def test_without_the_knob_the_first_token_is_one_token_delay_away(standin):
+    url = standin(SGLANG_STANDIN_TOKEN_DELAY_MS=5)
+    ttft, _total = stream_times(url, 4)
+    assert ttft < 0.5, ttft  # (far below the 1 s prefill of the test above, with room for a loaded machine)
+
+
+def test_the_cold_generations_are_slower_and_the_steady_ones_are_not(standin):
+    """The first two generations after ready are 4x slower (JIT, graph capture); the third is steady."""
+    url = standin(
+        SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS=250,
+        SGLANG_STANDIN_TOKEN_DELAY_MS=10,
+        SGLANG_STANDIN_COLD_REQUESTS=2,
+        SGLANG_STANDIN_COLD_FACTOR=4,
+    )
+    cold = [stream_times(url, 10) for _ in range(2)]
+    steady = [stream_times(url, 10) for _ in range(2)]
+    for ttft, total in cold:
+        assert ttft >= 1.0 and total >= 1.0 + 10 * 0.04, (ttft, total)
+    for ttft, total in steady:
+        # steady: the plain delays, 0.25 s prefill and 0.1 s of tokens (room for a loaded machine)
+        assert 0.25 <= ttft < 0.9 and total < 1.0 + 10 * 0.04, (ttft, total)
+
+
+def test_a_non_streaming_generation_pays_the_same_delays(standin):
+    url = standin(SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS=200, SGLANG_STANDIN_TOKEN_DELAY_MS=10)
+    # 0.2 s prefill + 10 tokens of 10 ms
+    request = generate(url, 10, stream=False)
+    started = time.monotonic()
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.loads(response.read())
+    assert time.monotonic() - started >= 0.3
+    assert answer["meta_info"]["completion_tokens"] == 10
