@@ -1,0 +1,264 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: the tuner's plan for one host - its candidates, each judged before any launch."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: tune_plan
+short_description: Plan a tuning run - the candidate server settings of one host, judged before any launch
+description:
+  - Builds the search space of one host (issue 22, the tuner) - by default from its GPU facts and the
+    requested settings (tensor parallel over every GPU; with two GPUs or more expert parallel with each
+    all-to-all backend the installed SGLang offers of C(none) and C(deepep); speculative decoding on and off
+    when O(draft_model) is given; CUDA graphs up to SGLang's default and up to the workload's largest
+    concurrency; on PCIe hosts NCCL as it is and with C(NCCL_P2P_LEVEL=SYS NCCL_PROTO=LL,LL128,Simple)), or
+    the grid or list given in O(space).
+  - Every candidate is the request with its changes over it, checked against the settings schema and the
+    release's flag table (a malformed space fails here, naming each problem, before anything changes), then
+    judged by the known-issues table - a known dead end is listed as refused with the rule and never
+    launched - and rendered as its server settings object (argv, environment, digest) for the stack's
+    SGLang. Two candidates that render the same argv and environment are one launch.
+  - Where the collective probe measured the host (O(estimate)), the parallelism it found cheaper per decode
+    step is tried first.
+  - Runs in the controller's worker (meta/runtime.yml routes it through C(epforge.ep.controller_side));
+    changes nothing, so check mode gives the same plan.
+options:
+  server:
+    description: The requested settings the candidates change (C(epforge_server_request)).
+    type: dict
+    required: true
+  gpu_facts:
+    description: The host's GPU facts (C(epforge_gpu_facts) - C(gpu_count), C(archs), C(interconnect)).
+    type: dict
+    default: {}
+  stack:
+    description: The stack (C(epforge_stack_spec)).
+    type: dict
+    required: true
+  table:
+    description: The known-issues table (C(data/known_issues.yml)).
+    type: dict
+    required: true
+  sglang_version:
+    description: The stack's SGLang release; each planned candidate's object is rendered for it.
+    type: str
+    required: true
+  flag_table:
+    description: That release's flag table (C(data/sglang_flags/VERSION.json)); its C(moe_a2a_backend) choices
+      bound the default space's backends.
+    type: dict
+    default: {}
+  space:
+    description:
+      - The search space instead of the default - C(grid), a mapping of settings to the lists of values to try
+        (every combination; the key C(env) lists environment sets), or C(list), candidates as
+        C({name, server, env}).
+    type: dict
+    default: {}
+  draft_model:
+    description: >-
+      A draft model for speculative decoding (EAGLE3); empty leaves speculative decoding out of the space.
+    type: str
+    default: ""
+  concurrencies:
+    description: The workload's concurrencies; the largest sets the bigger CUDA-graph batch size tried.
+    type: list
+    elements: int
+    default: []
+  estimate:
+    description: The collective probe's TP-vs-EP estimate rows (C(epforge_collective_probe.estimate)).
+    type: list
+    elements: dict
+    default: []
+  max_candidates:
+    description: The most candidates a space may hold (a larger one is refused before anything is judged).
+    type: int
+    default: 64
+author: epforge developers (@epforge)
+"""
+
+EXAMPLES = r"""
+- name: Plan the tuning run of this host
+  epforge.ep.tune_plan:
+    server: "{{ epforge_server_request }}"
+    gpu_facts: "{{ ansible_facts['epforge_gpu_facts'] }}"
+    stack: "{{ epforge_stack_spec }}"
+    table: "{{ lookup('ansible.builtin.file', epforge_data_dir ~ '/known_issues.yml') | from_yaml }}"
+    sglang_version: "{{ epforge_stack_spec.sglang.version }}"
+    flag_table: "{{ epforge_sglang_flag_table }}"
+    concurrencies: [1, 16, 64]
+    space:
+      grid:
+        cuda_graph_max_bs: [32, 64]
+        env: [{}, {NCCL_P2P_LEVEL: SYS}]
+"""
+
+RETURN = r"""
+candidates:
+  description:
+    - Every candidate in the order the tuner tries them - planned ones first (the cheaper parallelism first
+      where the probe measured), then duplicates and refused ones.
+    - Each has C(name), C(status) (C(planned), C(duplicate) or C(refused)), C(changes) and C(env) (what it
+      lays over the request), C(settings) (the request with them), C(reason); a planned one its
+      C(server_object) and C(adjustments); a duplicate the C(same_as) candidate; a refused one the known
+      issues it hit (C(refused_by), each with C(id), C(consequence), C(remedy)).
+  returned: always
+  type: list
+  elements: dict
+space:
+  description: How the space was made - C(kind) (default, grid or list) and its C(dimensions).
+  returned: always
+  type: dict
+order:
+  description: Why the candidates are in this order.
+  returned: always
+  type: str
+counts:
+  description: How many candidates are planned, duplicate and refused.
+  returned: always
+  type: dict
+plan:
+  description: The plan as lines to print (check mode shows it and launches nothing).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.epforge.ep.plugins.module_utils.known_issues import TableError, evaluate
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings
+from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import (
+    check_names,
+    ep_first,
+    ordered,
+    settings_of,
+    space_candidates,
+)
+
+ARGUMENT_SPEC = {
+    "server": {"type": "dict", "required": True},
+    "gpu_facts": {"type": "dict", "default": {}},
+    "stack": {"type": "dict", "required": True},
+    "table": {"type": "dict", "required": True},
+    "sglang_version": {"type": "str", "required": True},
+    "flag_table": {"type": "dict", "default": {}},
+    "space": {"type": "dict", "default": {}},
+    "draft_model": {"type": "str", "default": ""},
+    "concurrencies": {"type": "list", "elements": "int", "default": []},
+    "estimate": {"type": "list", "elements": "dict", "default": []},
+    "max_candidates": {"type": "int", "default": 64},
+}
+
+
+class Planner:
+    """Builds, checks, judges and orders the candidates of one host."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.params = module.params
+
+    def space(self) -> tuple[str, list[dict], list[str]]:
+        p = self.params
+        try:
+            kind, candidates, dimensions = space_candidates(
+                p["space"],
+                p["gpu_facts"],
+                flag_table=p["flag_table"],
+                draft_model=p["draft_model"],
+                concurrencies=p["concurrencies"],
+            )
+        except ValueError as exc:
+            self.module.fail_json(msg=f"the search space is malformed: {exc}")
+        if len(candidates) > p["max_candidates"]:
+            self.module.fail_json(
+                msg=f"the search space holds {len(candidates)} candidates, more than max_candidates "
+                f"({p['max_candidates']}): narrow the grid or raise the limit"
+            )
+        problems = check_names(candidates)
+        if problems:
+            self.module.fail_json(msg="the search space is malformed: " + "; ".join(problems))
+        return kind, candidates, dimensions
+
+    def checked(self, candidates: list[dict]) -> list[dict]:
+        """Each candidate with its settings; fails naming every schema problem (bad input, nothing judged)."""
+        problems = []
+        for candidate in candidates:
+            candidate["settings"] = settings_of(self.params["server"], candidate)
+            for problem in validate_settings(candidate["settings"], flag_table=self.params["flag_table"]):
+                problems.append(f"{candidate['name']}: {problem}")
+        if problems:
+            self.module.fail_json(
+                msg=f"{len(problems)} problem(s) in the candidates' settings: " + " | ".join(problems),
+                problems=problems,
+            )
+        return candidates
+
+    def judged(self, candidate: dict, digests: dict) -> dict:
+        p = self.params
+        try:
+            verdict = evaluate(p["table"], p["gpu_facts"], p["stack"], candidate["settings"])
+        except TableError as exc:
+            self.module.fail_json(
+                msg=f"the known-issues table is malformed: {exc}; fix data/known_issues.yml"
+            )
+        errors = verdict["findings"]["errors"]
+        if errors:
+            refused_by = [{k: f.get(k, "") for k in ("id", "consequence", "remedy")} for f in errors]
+            reason = "refused by the known issues: " + ", ".join(f["id"] for f in refused_by)
+            return dict(candidate, status="refused", refused_by=refused_by, reason=reason)
+        try:
+            server_object = build_server_object(verdict, p["sglang_version"], p["flag_table"])
+        except ValueError as exc:
+            self.module.fail_json(msg=f"candidate {candidate['name']} cannot be rendered for SGLang: {exc}")
+        adjustments = [a["id"] for a in verdict["findings"]["adjustments"]]
+        same = digests.get(server_object["digest"])
+        if same:
+            return dict(
+                candidate, status="duplicate", same_as=same, reason=f"renders the same launch as {same}"
+            )
+        digests[server_object["digest"]] = candidate["name"]
+        reason = "planned" + (f" (adjusted: {', '.join(adjustments)})" if adjustments else "")
+        return dict(
+            candidate, status="planned", server_object=server_object, adjustments=adjustments, reason=reason
+        )
+
+    def run(self) -> dict:
+        kind, candidates, dimensions = self.space()
+        digests: dict = {}
+        judged = [self.judged(c, digests) for c in self.checked(candidates)]
+        ep_cheaper, order = ep_first(self.params["estimate"])
+        planned = ordered([c for c in judged if c["status"] == "planned"], ep_cheaper)
+        rest = [c for c in judged if c["status"] == "duplicate"] + [
+            c for c in judged if c["status"] == "refused"
+        ]
+        counts = {
+            status: sum(1 for c in judged if c["status"] == status)
+            for status in ("planned", "duplicate", "refused")
+        }
+        tally = ", ".join(f"{number} {status}" for status, number in counts.items())
+        plan = [f"{kind} space, {len(judged)} candidates ({tally}); {order}"]
+        plan += [f"{i + 1:>3}. {c['name']}: {c['reason']}" for i, c in enumerate(planned)]
+        plan += [f"  -  {c['name']}: {c['reason']}" for c in rest]
+        return {
+            "candidates": planned + rest,
+            "space": {"kind": kind, "dimensions": dimensions},
+            "order": order,
+            "counts": counts,
+            "plan": plan,
+        }
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.no_log_values.update(secret_values(module.params["server"] or {}))
+    module.exit_json(changed=False, **Planner(module).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""The tuner's search space (issue 22): the candidate server settings one host tries.
+
+A candidate is {name, changes, env}: `changes` are settings laid over the requested settings (a value of
+None removes that setting), `env` environment variables laid over the request's `env`. The default space is
+derived from the host's GPU facts and the request:
+
+- parallelism: tensor parallel over every GPU; with two GPUs or more also expert parallel (ep_size = the GPU
+  count) with each all-to-all backend of EP_BACKENDS that the installed SGLang's parser offers;
+- speculative decoding off, and on (EAGLE3 with the draft model) when a draft model is given;
+- CUDA graphs up to SGLang's own default batch size, and up to the workload's largest concurrency (rounded up
+  to a multiple of 8) when that is larger;
+- on PCIe hosts with two GPUs or more, NCCL as it is and with PCIE_NCCL (NCCL_P2P_LEVEL=SYS with the
+  LL, LL128 and Simple protocols: on 8x RTX PRO 6000 it raised speculative throughput from about 1003 to
+  1131 tok/s, local-inference-lab's rtx6kpro wiki, NCCL tuning page).
+
+A space given by the user replaces it: a grid ({setting: [values, ...], ..., env: [{...}, ...]}, every
+combination) or a list of candidates. Pure functions: no Ansible, no I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+
+# The all-to-all backends the default space tries for expert parallelism, where the installed SGLang offers
+# them (its flag table's choices for moe_a2a_backend); "none" is EP over the usual collectives.
+EP_BACKENDS = ("none", "deepep")
+PCIE_NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple"}
+SPECULATIVE_KEYS = (
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
+
+
+def offered_backends(flag_table: dict | None) -> list[str]:
+    """EP_BACKENDS that the release's parser accepts for moe_a2a_backend (only "none" without a table)."""
+    spec = ((flag_table or {}).get("flags") or {}).get("moe_a2a_backend") or {}
+    choices = spec.get("choices") or ["none"]
+    return [backend for backend in EP_BACKENDS if backend in choices]
+
+
+def graph_batch_size(concurrencies: list[int]) -> int:
+    """The workload's largest concurrency rounded up to a multiple of 8 (0 without a concurrency)."""
+    top = max((int(c) for c in concurrencies or []), default=0)
+    return -(-top // 8) * 8
+
+
+def default_dimensions(
+    gpu_facts: dict,
+    *,
+    flag_table: dict | None = None,
+    draft_model: str = "",
+    concurrencies: list[int] | None = None,
+) -> list[tuple[str, list[tuple[str, dict, dict]]]]:
+    """[(dimension, [(label, changes, env), ...]), ...]: the default space, one option list per dimension."""
+    gpus = max(1, int(gpu_facts.get("gpu_count") or 0))
+    parallel = [(f"tp{gpus}", {"tp_size": gpus, "ep_size": 1}, {})]
+    if gpus >= 2:
+        parallel += [
+            (
+                f"tp{gpus}-ep{gpus}-{backend}",
+                {"tp_size": gpus, "ep_size": gpus, "moe_a2a_backend": backend},
+                {},
+            )
+            for backend in offered_backends(flag_table)
+        ]
+    dimensions = [("parallel", parallel)]
+    if draft_model:
+        eagle = {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": draft_model}
+        dimensions.append(
+            ("speculative", [("nospec", dict.fromkeys(SPECULATIVE_KEYS), {}), ("eagle3", eagle, {})])
+        )
+    graph = [("graph-default", {}, {})]
+    size = graph_batch_size(concurrencies or [])
+    if size > 0:
+        graph.append((f"graph-bs{size}", {"cuda_graph_max_bs": size}, {}))
+    dimensions.append(("cuda_graph", graph))
+    if gpus >= 2 and gpu_facts.get("interconnect") == "pcie":
+        dimensions.append(("nccl", [("nccl-default", {}, {}), ("nccl-pcie", {}, dict(PCIE_NCCL))]))
+    return dimensions
+
+
+def _value_label(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return re.sub(r"[^A-Za-z0-9._+,-]", "", text)[:40] or "none"
+
+
+def grid_dimensions(grid: dict) -> list[tuple[str, list[tuple[str, dict, dict]]]]:
+    """The dimensions of a user's grid: every key a setting (its values tried in turn), `env` a list of
+    environment sets. Raises ValueError naming what is malformed."""
+    if not isinstance(grid, dict) or not grid:
+        raise ValueError(
+            "a grid is a mapping of settings to the lists of values to try, e.g. {tp_size: [4, 8]}"
+        )
+    dimensions = []
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"grid entry {key!r} must be a non-empty list of values, got {values!r}")
+        if key == "env":
+            if not all(isinstance(env, dict) for env in values):
+                raise ValueError("grid entry 'env' must be a list of mappings of environment variables")
+            options = [
+                ("env-" + (",".join(f"{k}={v}" for k, v in sorted(env.items())) or "default"), {}, dict(env))
+                for env in values
+            ]
+        else:
+            options = [(f"{key}={_value_label(value)}", {key: value}, {}) for value in values]
+        dimensions.append((key, options))
+    return dimensions
+
+
+def candidates_of(dimensions: list[tuple[str, list[tuple[str, dict, dict]]]]) -> list[dict]:
+    """Every combination of one option per dimension, in order, named by its options' labels."""
+    found = []
+    for combination in itertools.product(*(options for _name, options in dimensions)):
+        changes: dict = {}
+        env: dict = {}
+        for _label, option_changes, option_env in combination:
+            changes.update(option_changes)
+            env.update(option_env)
+        name = "+".join(label for label, _changes, _env in combination)
+        found.append({"name": name, "changes": changes, "env": env})
+    return found
+
+
+def listed_candidates(entries: list) -> list[dict]:
+    """A user's list of candidates ({name, server, env}). Raises ValueError naming what is malformed."""
+    if not isinstance(entries, list) or not entries:
+        raise ValueError("a candidate list is a non-empty list of {name, server, env} mappings")
+    found = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ValueError(f"candidate {index + 1} needs a name (a string), got {entry!r}")
+        unknown = sorted(set(entry) - {"name", "server", "env"})
+        if unknown:
+            raise ValueError(f"candidate {entry['name']!r} has unknown keys {unknown}: use name, server, env")
+        for key in ("server", "env"):
+            if not isinstance(entry.get(key, {}), dict):
+                raise ValueError(f"candidate {entry['name']!r}: {key} must be a mapping")
+        found.append(
+            {
+                "name": entry["name"],
+                "changes": dict(entry.get("server", {})),
+                "env": dict(entry.get("env", {})),
+            }
+        )
+    return found
+
+
+def space_candidates(space: dict | None, gpu_facts: dict, **defaults) -> tuple[str, list[dict], list[str]]:
+    """(kind: default|grid|list, candidates, dimension names): the space the user gave, else the default."""
+    space = space or {}
+    unknown = sorted(set(space) - {"grid", "list"})
+    if unknown or len(space) > 1:
+        raise ValueError(
+            "a search space is either {grid: {setting: [values]}} or {list: [candidates]}, "
+            f"got keys {sorted(space)}"
+        )
+    if "list" in space:
+        return "list", listed_candidates(space["list"]), []
+    dimensions = (
+        grid_dimensions(space["grid"]) if "grid" in space else default_dimensions(gpu_facts, **defaults)
+    )
+    return (
+        ("grid" if "grid" in space else "default"),
+        candidates_of(dimensions),
+        [name for name, _o in dimensions],
+    )
+
+
+def check_names(candidates: list[dict]) -> list[str]:
+    """Problems with the candidates' names: each names a result file and a report row, so unique and plain."""
+    problems = []
+    seen = set()
+    for candidate in candidates:
+        name = candidate["name"]
+        if not _NAME.match(name) or len(name) > 120:
+            problems.append(f"candidate name {name!r} must be letters, digits and ._+=,- (at most 120)")
+        if name in seen:
+            problems.append(f"candidate name {name!r} is used twice")
+        seen.add(name)
+    return problems
+
+
+def settings_of(request: dict, candidate: dict) -> dict:
+    """The request with the candidate's changes over it (None removes a setting) and its env merged in."""
+    settings = {key: value for key, value in request.items()}
+    for key, value in candidate["changes"].items():
+        if value is None:
+            settings.pop(key, None)
+        else:
+            settings[key] = value
+    if candidate["env"]:
+        settings["env"] = {**(settings.get("env") or {}), **candidate["env"]}
+    return settings
+
+
+def ep_first(estimate: list[dict]) -> tuple[bool | None, str]:
+    """Whether the collective probe found expert parallelism cheaper per decode step (None: no estimate),
+    with the reason: the majority verdict of its estimate rows (CUDA-graph rows when it measured them)."""
+    rows = [row for row in estimate or [] if isinstance(row, dict) and row.get("cheaper") in ("tp", "ep")]
+    if not rows:
+        return None, "no collective-probe estimate for this host: candidates in the space's order"
+    if any(row.get("mode") == "graph" for row in rows):
+        rows = [row for row in rows if row.get("mode") == "graph"]
+    ep = sum(1 for row in rows if row["cheaper"] == "ep")
+    verdict = ep * 2 > len(rows)
+    winner, share = ("EP", ep) if verdict else ("TP", len(rows) - ep)
+    return verdict, (
+        f"the collective probe found {winner} cheaper per decode step in {share} of {len(rows)} estimates: "
+        f"{'expert' if verdict else 'tensor'}-parallel candidates first"
+    )
+
+
+def ordered(candidates: list[dict], ep_is_cheaper: bool | None) -> list[dict]:
+    """The candidates with the parallelism the probe found cheaper first (a stable sort: else as given)."""
+    if ep_is_cheaper is None:
+        return list(candidates)
+
+    def uses_ep(candidate: dict) -> bool:
+        return int(candidate["settings"].get("ep_size") or 1) > 1
+
+    return sorted(candidates, key=lambda c: uses_ep(c) != ep_is_cheaper)
