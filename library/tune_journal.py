@@ -1,0 +1,200 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: the tuning run's journal on the host - each candidate's result kept as it finishes."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: tune_journal
+short_description: Keep a tuning run's results on the host, rank them, and judge a candidate's first window
+description:
+  - The journal of one tuning run (issue 22) is a JSON file in O(directory) named by the digest of O(plan)
+    (the candidates, the workload, the objective); a rerun of the same plan finds the results of the
+    candidates that finished before it was interrupted (Ctrl-C, SIGKILL of the play, a reboot) and re-runs
+    none of them; another plan starts another journal.
+  - O(state=read) returns the finished results and their ranking. O(state=record) adds one candidate's result,
+    written atomically (temp file, fsync, rename) the moment the candidate finishes, and ranks again.
+    O(state=window) judges a candidate's first steady measurement window against the incumbent - stop early
+    or go on - and writes nothing.
+  - Only steady-state figures at the objective's concurrency rank a candidate; its cold first burst is kept
+    apart. The winner is the valid candidate (finished, every constraint met) with the best metric.
+  - Supports check mode (a record is reported, not written) and diff mode.
+options:
+  directory:
+    description: Where journals live on the host (C(epforge_state_dir/tuning)); created when missing.
+    type: path
+    required: true
+  plan:
+    description: >-
+      What identifies the run - the planned candidates' names and settings digests, the workload and the
+      objective; its digest names the journal.
+    type: dict
+    required: true
+  objective:
+    description:
+      - C(metric) (a bench figure such as C(output_throughput) or C(tpot_median_ms)), C(goal) (C(max) or
+        C(min)), C(concurrency) (whose steady figures rank; default the largest measured) and C(constraints),
+        a list of C({figure, max}) or C({figure, min}).
+    type: dict
+    required: true
+  state:
+    description: What to do.
+    type: str
+    choices: [read, record, window]
+    default: read
+  result:
+    description:
+      - With O(state=record), one candidate's result - C(name), C(status) (C(ok), C(failed), C(refused),
+        C(stopped_early) or C(not_tried)), C(reason), C(cold) (the first burst's figures), C(steady)
+        (figures by concurrency), C(seconds).
+      - With O(state=window), C(name) and C(figures) of its first steady window.
+    type: dict
+    default: {}
+  margin:
+    description: >-
+      With O(state=window), how much worse than the incumbent (a fraction) a first window may be before the
+      candidate is stopped early.
+    type: float
+    default: 0.1
+author: epforge developers (@epforge)
+"""
+
+EXAMPLES = r"""
+- name: Record a candidate's result the moment it finishes
+  epforge.ep.tune_journal:
+    directory: /var/lib/epforge/tuning
+    plan: "{{ tune_plan_identity }}"
+    objective: {metric: output_throughput, goal: max, constraints: [{figure: ttft_p99_ms, max: 500}]}
+    state: record
+    result:
+      name: tp8+graph-bs64
+      status: ok
+      cold: {output_throughput: 310.0, ttft_p99_ms: 2900.0}
+      steady: {"64": {output_throughput: 1131.0, ttft_p99_ms: 420.0}}
+      seconds: 181.5
+"""
+
+RETURN = r"""
+path:
+  description: The journal file.
+  returned: always
+  type: str
+results:
+  description: Every finished candidate's result, in the order they finished.
+  returned: always
+  type: list
+  elements: dict
+finished:
+  description: The names of the finished candidates (a resumed run skips them).
+  returned: always
+  type: list
+  elements: str
+ranking:
+  description: >-
+    C(winner) (or null), its C(value), C(valid) (names, best first) and C(invalid) (name to reason).
+  returned: always
+  type: dict
+stop_early:
+  description: With O(state=window), whether to stop the candidate now.
+  returned: when state is window
+  type: bool
+reason:
+  description: With O(state=window), why.
+  returned: when state is window
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.epforge.ep.plugins.module_utils.bench_figures import FIGURE_KEYS
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
+from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.tune_journal.objective import (
+    objective_problems,
+    ranking,
+    stop_early,
+)
+
+SCHEMA = 1
+STATUSES = ("ok", "failed", "refused", "stopped_early", "not_tried")
+
+
+class Journal:
+    """One plan's journal file: read, record a result, judge a first window."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        p = module.params
+        self.objective = p["objective"]
+        problems = objective_problems(self.objective, set(FIGURE_KEYS))
+        if problems:
+            module.fail_json(msg="the tuning objective is malformed: " + "; ".join(problems))
+        self.plan_digest = digest(p["plan"])
+        self.path = os.path.join(p["directory"], f"{self.plan_digest[:16]}.json")
+        found = read_json(self.path) or {}
+        self.results = found.get("results", []) if found.get("plan_digest") == self.plan_digest else []
+
+    def answer(self, **extra) -> dict:
+        return {
+            "path": self.path,
+            "results": self.results,
+            "finished": [r["name"] for r in self.results],
+            "ranking": ranking(self.results, self.objective),
+            **extra,
+        }
+
+    def record(self, result: dict) -> dict:
+        name = result.get("name")
+        if not isinstance(name, str) or result.get("status") not in STATUSES:
+            self.module.fail_json(
+                msg=f"a result needs a name and a status of {', '.join(STATUSES)}, got {result!r}"
+            )
+        steady = result.get("steady") or {}
+        if not isinstance(steady, dict) or not all(str(k).isdigit() for k in steady):
+            self.module.fail_json(msg=f"result {name}: steady maps concurrencies to figures, got {steady!r}")
+        before = list(self.results)
+        self.results = [r for r in self.results if r["name"] != name] + [dict(result, steady=steady)]
+        content = {"schema": SCHEMA, "plan_digest": self.plan_digest, "results": self.results}
+        changed = before != self.results
+        if changed and not self.module.check_mode:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            write_json_atomic(self.path, content, mode=0o600)
+        diff = {"before": json_text(before), "after": json_text(self.results)} if changed else {}
+        return self.answer(changed=changed, diff=diff)
+
+    def window(self, result: dict) -> dict:
+        figures = result.get("figures")
+        if not isinstance(result.get("name"), str) or not isinstance(figures, dict):
+            self.module.fail_json(msg=f"a window needs a name and its figures, got {result!r}")
+        incumbent = ranking(self.results, self.objective)
+        stop, why = stop_early(figures, incumbent["value"], self.objective, self.module.params["margin"])
+        return self.answer(changed=False, stop_early=stop, reason=why)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "directory": {"type": "path", "required": True},
+            "plan": {"type": "dict", "required": True},
+            "objective": {"type": "dict", "required": True},
+            "state": {"type": "str", "choices": ["read", "record", "window"], "default": "read"},
+            "result": {"type": "dict", "default": {}},
+            "margin": {"type": "float", "default": 0.1},
+        },
+        supports_check_mode=True,
+    )
+    journal = Journal(module)
+    state = module.params["state"]
+    if state == "record":
+        module.exit_json(**journal.record(module.params["result"]))
+    if state == "window":
+        module.exit_json(**journal.window(module.params["result"]))
+    module.exit_json(changed=False, **journal.answer())
+
+
+if __name__ == "__main__":
+    main()

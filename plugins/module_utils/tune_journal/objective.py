@@ -1,0 +1,123 @@
+"""What the tuner optimises (issue 22): an objective over bench_serving's figures, with constraints.
+
+    objective = {metric: output_throughput, goal: max, concurrency: 64,
+                 constraints: [{figure: ttft_p99_ms, max: 500}, {figure: tpot_p99_ms, max: 50}]}
+
+Only a candidate's steady-state figures at the objective's concurrency rank it: the cold first burst (JIT
+compiles, CUDA-graph capture) is recorded apart and never ranks. A candidate is valid when it finished and
+meets every constraint; the winner is the valid one with the best metric (a tie goes to the one tried first).
+
+Early stop: after a candidate's first steady window, it is stopped when an incumbent exists and the window is
+worse than the incumbent by more than the margin (default 10%: one window of bench_serving on a warm server
+varies by a few percent, docs/gpu-runs.md), or when it breaks a constraint by more than the margin. Pure
+functions: no Ansible, no I/O.
+"""
+
+from __future__ import annotations
+
+GOALS = ("max", "min")
+DEFAULT_MARGIN = 0.10
+
+
+def objective_problems(objective: dict, known_figures: set[str]) -> list[str]:
+    """What is wrong with an objective (empty: nothing), each naming the key and what is accepted."""
+    problems = []
+    if objective.get("metric") not in known_figures:
+        problems.append(
+            f"objective.metric {objective.get('metric')!r} is not a bench figure: one of "
+            + ", ".join(sorted(known_figures))
+        )
+    if objective.get("goal", "max") not in GOALS:
+        problems.append(f"objective.goal must be max or min, got {objective.get('goal')!r}")
+    concurrency = objective.get("concurrency")
+    if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
+        problems.append(f"objective.concurrency must be a positive integer, got {concurrency!r}")
+    for index, rule in enumerate(objective.get("constraints") or []):
+        where = f"objective.constraints[{index}]"
+        if not isinstance(rule, dict) or rule.get("figure") not in known_figures:
+            problems.append(f"{where} must name a bench figure (figure: ttft_p99_ms, ...), got {rule!r}")
+            continue
+        bounds = [key for key in ("max", "min") if key in rule]
+        if len(bounds) != 1 or not isinstance(rule[bounds[0]], (int, float)):
+            problems.append(f"{where} needs exactly one number bound, max or min, got {rule!r}")
+    return problems
+
+
+def steady(result: dict, objective: dict) -> dict | None:
+    """The candidate's steady figures at the objective's concurrency (the largest measured by default)."""
+    windows = result.get("steady") or {}
+    if not windows:
+        return None
+    wanted = objective.get("concurrency")
+    key = str(wanted) if wanted is not None else max(windows, key=int)
+    return windows.get(key)
+
+
+def broken(
+    figures: dict, objective: dict, margin: float = 0.0, *, unmeasured_breaks: bool = True
+) -> list[str]:
+    """The constraints the figures break (beyond margin, as a fraction of the bound), as sentences; a figure
+    that was not measured breaks its constraint unless unmeasured_breaks is false."""
+    found = []
+    for rule in objective.get("constraints") or []:
+        value = figures.get(rule["figure"])
+        if value is None:
+            if unmeasured_breaks:
+                found.append(f"{rule['figure']} was not measured")
+        elif "max" in rule and value > rule["max"] * (1 + margin):
+            found.append(f"{rule['figure']} {value:g} > {rule['max']:g}")
+        elif "min" in rule and value < rule["min"] * (1 - margin):
+            found.append(f"{rule['figure']} {value:g} < {rule['min']:g}")
+    return found
+
+
+def better(a: float, b: float, goal: str) -> bool:
+    return a > b if goal == "max" else a < b
+
+
+def ranking(results: list[dict], objective: dict) -> dict:
+    """{winner, value, valid: [names best first], invalid: {name: reason}} over the results in plan order."""
+    goal = objective.get("goal", "max")
+    metric = objective["metric"]
+    valid = []
+    invalid = {}
+    for result in results:
+        name = result["name"]
+        if result.get("status") != "ok":
+            invalid[name] = f"{result.get('status', 'unknown')}: {result.get('reason', '')}".rstrip(": ")
+            continue
+        figures = steady(result, objective)
+        if figures is None or figures.get(metric) is None:
+            invalid[name] = f"no steady {metric} at the objective's concurrency"
+            continue
+        breaks = broken(figures, objective)
+        if breaks:
+            invalid[name] = "breaks its constraints: " + "; ".join(breaks)
+            continue
+        valid.append((name, figures[metric]))
+    ordered = []
+    for name, value in valid:  # a stable insertion: a tie keeps the plan's order
+        position = next((i for i, (_n, v) in enumerate(ordered) if better(value, v, goal)), len(ordered))
+        ordered.insert(position, (name, value))
+    winner, value = ordered[0] if ordered else (None, None)
+    return {"winner": winner, "value": value, "valid": [name for name, _v in ordered], "invalid": invalid}
+
+
+def stop_early(
+    window: dict, incumbent_value: float | None, objective: dict, margin: float
+) -> tuple[bool, str]:
+    """Whether a candidate whose first steady window gave these figures is stopped now, and why."""
+    breaks = broken(window, objective, margin, unmeasured_breaks=False)
+    if breaks:
+        return True, "its first steady window breaks the constraints beyond the margin: " + "; ".join(breaks)
+    value = window.get(objective["metric"])
+    if incumbent_value is None or value is None:
+        return False, "no incumbent to compare with" if incumbent_value is None else "metric not measured"
+    goal = objective.get("goal", "max")
+    bar = incumbent_value * (1 - margin) if goal == "max" else incumbent_value * (1 + margin)
+    if better(bar, value, goal):
+        return True, (
+            f"its first steady window's {objective['metric']} {value:g} is more than {margin:.0%} "
+            f"{'below' if goal == 'max' else 'above'} the incumbent's {incumbent_value:g}"
+        )
+    return False, f"within {margin:.0%} of the incumbent or better"
