@@ -125,3 +125,23 @@ def test_role_records_and_appends_and_survives_a_failed_run(bench_client_python,
     assert held3["last"]["error"]["class"] in ("server_not_ready", "connection_refused")
     failed = next(x for x in out3["steps"] if x["step"] == "sglang_benchmark")
     assert failed["status"] == "failed" and held3["last"]["error"]["class"] in failed["detail"]
+
+
+def test_benchmark_playbook_alone_skips_a_host_without_gpu(tmp_path):
+    """playbooks/benchmark.yml alone runs preflight first (as serve.yml does): on this GPU-less machine both
+    steps are recorded as skipped with the reason, and no bench client is started against no server."""
+    from playbooks import write_vars  # noqa: PLC0415
+
+    extra = {
+        "epforge_facts_dir": str(tmp_path / "facts"),
+        "epforge_state_dir": str(tmp_path / "state"),
+        "epforge_log_dir": str(tmp_path / "log"),
+        "preflight_min_free_gib": 1,
+    }
+    proc = run_playbook(
+        ROOT / "playbooks" / "benchmark.yml", vars_file=write_vars(tmp_path / "vars.json", extra), timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "TASK [sglang_benchmark : Record a skipped benchmark]" in proc.stdout
+    assert "Warm up the server" not in proc.stdout and "bench_serving failed" not in proc.stdout
+    assert not (tmp_path / "state" / "bench").exists()
