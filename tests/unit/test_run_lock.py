@@ -166,6 +166,33 @@ def test_a_stale_holder_not_yet_exec_d_is_broken_too(lock_path, tmp_path):
             proc.wait()
 
 
+def test_this_runs_own_holder_not_yet_exec_d_is_taken_as_held_by_this_run(lock_path):
+    """CI caught it under load (two test workers): the same run asking again while its holder was still
+    exec'ing (no mark in /proc/PID/cmdline yet) got LockBusy from its own lock instead of "already"."""
+    local = sleeper()
+    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
+    ready_r, ready_w = os.pipe()
+    child = subprocess.Popen(
+        [sys.executable, "-c", LATE_EXEC, lock_path, str(ready_w)],
+        pass_fds=(ready_w,),
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "collections")),
+    )
+    os.close(ready_w)
+    try:
+        assert os.read(ready_r, 16) == b"locked"
+        mine = controller_of(local)
+        record = {"token": run_lock.token_of(mine), "controller": mine, "holder_pid": child.pid}
+        Path(lock_path).write_text(json.dumps(record) + "\n")
+        assert not run_lock.holder_alive(record)  # what the old check went by: LockBusy from its own lock
+        again = take(lock_path, mine)
+        assert again["taken"] == "already" and again["holder"]["holder_pid"] == child.pid
+    finally:
+        os.close(ready_r)
+        for proc in (local, child):
+            proc.kill()
+            proc.wait()
+
+
 LOCKING_PLAY = """
 - name: Take the run lock through preflight's host call, then keep the run going
   hosts: localhost

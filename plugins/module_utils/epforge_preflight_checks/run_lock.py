@@ -185,6 +185,22 @@ def holder_alive(record: dict) -> bool:
         return False
 
 
+# How long a holder spawned an instant ago may take to show its mark: while it execs, /proc/PID/cmdline reads
+# empty or its parent's (seen under load in CI: this run's own lock then looked held by another).
+HOLDER_EXEC_S = 3.0
+
+
+def holder_alive_within(record: dict, seconds: float) -> bool:
+    """holder_alive, asked again for up to seconds while the holder's pid exists (it may be exec'ing)."""
+    deadline = time.monotonic() + seconds
+    while not holder_alive(record):
+        pid = int(record.get("holder_pid") or 0)
+        if pid <= 0 or not os.path.exists(f"/proc/{pid}") or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def end_holder(record: dict, timeout: float = 10) -> None:
     """Stop the holder the record names (SIGTERM) and wait until the kernel has dropped its lock."""
     if not holder_alive(record):
@@ -243,7 +259,7 @@ def take_lock(
     token = token_of(controller)
     current = read_holder(path)
     if is_held(path):
-        if current.get("token") == token and holder_alive(current):
+        if current.get("token") == token and holder_alive_within(current, HOLDER_EXEC_S):
             return {"taken": "already", "watching": bool(current.get("watching")), "holder": current}
         if break_stale and current.get("token") == break_stale:
             end_stale_holder(path, current, break_stale)
