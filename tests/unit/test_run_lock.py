@@ -139,9 +139,10 @@ os.execv(sys.executable, [sys.executable, "-c", *holder])
 """
 
 
-def test_a_stale_holder_not_yet_exec_d_is_broken_too(lock_path, tmp_path):
-    """CI caught it: the stale break signalled nothing because the holder it named had not exec'd yet."""
-    remote = {"host": "controller-b", "boot_id": "another-machine", "pid": 4242, "start": "17"}
+@pytest.fixture
+def late_holder(lock_path):
+    """A process that holds the lock and has not exec'd into the holder yet (for 0.5 s): its cmdline lacks the
+    holder's mark. Yields (it, a sleeper standing for this machine's ansible-playbook)."""
     Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
     ready_r, ready_w = os.pipe()
     child = subprocess.Popen(
@@ -153,12 +154,7 @@ def test_a_stale_holder_not_yet_exec_d_is_broken_too(lock_path, tmp_path):
     local = sleeper()
     try:
         assert os.read(ready_r, 16) == b"locked"
-        record = {"token": run_lock.token_of(remote), "controller": remote, "holder_pid": child.pid}
-        Path(lock_path).write_text(json.dumps(record) + "\n")
-        assert not run_lock.holder_alive(record)  # what the old break went by: "gone", so it did nothing
-        broken = take(lock_path, controller_of(local), break_stale=run_lock.token_of(remote))
-        assert broken["taken"] == "new"
-        assert run_lock.read_holder(lock_path)["controller"]["pid"] == local.pid
+        yield child, local
     finally:
         os.close(ready_r)
         for proc in (local, child):
@@ -166,31 +162,32 @@ def test_a_stale_holder_not_yet_exec_d_is_broken_too(lock_path, tmp_path):
             proc.wait()
 
 
-def test_this_runs_own_holder_not_yet_exec_d_is_taken_as_held_by_this_run(lock_path):
+def record_holder(lock_path: str, controller: dict, child) -> dict:
+    """The lock file naming the child as the holder of the run of controller."""
+    record = {"token": run_lock.token_of(controller), "controller": controller, "holder_pid": child.pid}
+    Path(lock_path).write_text(json.dumps(record) + "\n")
+    assert not run_lock.holder_alive(record)  # what the old code went by (no mark yet)
+    return record
+
+
+def test_a_stale_holder_not_yet_exec_d_is_broken_too(lock_path, late_holder):
+    """CI caught it: the stale break signalled nothing because the holder it named had not exec'd yet."""
+    child, local = late_holder
+    remote = {"host": "controller-b", "boot_id": "another-machine", "pid": 4242, "start": "17"}
+    record_holder(lock_path, remote, child)
+    broken = take(lock_path, controller_of(local), break_stale=run_lock.token_of(remote))
+    assert broken["taken"] == "new"
+    assert run_lock.read_holder(lock_path)["controller"]["pid"] == local.pid
+
+
+def test_this_runs_own_holder_not_yet_exec_d_is_taken_as_held_by_this_run(lock_path, late_holder):
     """CI caught it under load (two test workers): the same run asking again while its holder was still
     exec'ing (no mark in /proc/PID/cmdline yet) got LockBusy from its own lock instead of "already"."""
-    local = sleeper()
-    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
-    ready_r, ready_w = os.pipe()
-    child = subprocess.Popen(
-        [sys.executable, "-c", LATE_EXEC, lock_path, str(ready_w)],
-        pass_fds=(ready_w,),
-        env=dict(os.environ, PYTHONPATH=str(ROOT / "collections")),
-    )
-    os.close(ready_w)
-    try:
-        assert os.read(ready_r, 16) == b"locked"
-        mine = controller_of(local)
-        record = {"token": run_lock.token_of(mine), "controller": mine, "holder_pid": child.pid}
-        Path(lock_path).write_text(json.dumps(record) + "\n")
-        assert not run_lock.holder_alive(record)  # what the old check went by: LockBusy from its own lock
-        again = take(lock_path, mine)
-        assert again["taken"] == "already" and again["holder"]["holder_pid"] == child.pid
-    finally:
-        os.close(ready_r)
-        for proc in (local, child):
-            proc.kill()
-            proc.wait()
+    child, local = late_holder
+    mine = controller_of(local)
+    record_holder(lock_path, mine, child)
+    again = take(lock_path, mine)
+    assert again["taken"] == "already" and again["holder"]["holder_pid"] == child.pid
 
 
 LOCKING_PLAY = """
