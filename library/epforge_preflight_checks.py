@@ -90,10 +90,21 @@ options:
       - Empty knows only epforge's own settings (C(plugins/module_utils/sglang_args.py)).
     type: dict
     default: {}
+  flag_table_path:
+    description:
+      - The flag table's file instead of O(flag_table) (a release without a file knows only epforge's own
+        settings). epforge's action plugin for this module reads it on the controller and passes the table, so
+        the host needs no copy; cheaper than passing the table through a template.
+    type: path
+  known_issues_path:
+    description:
+      - The known-issues table's file (C(data/known_issues.yml)) instead of O(known_issues_table), read on the
+        controller by the action plugin like O(flag_table_path).
+    type: path
   facts_dir:
     description:
       - Write C(preflight_result) as the local fact O(fact_name) in this directory (created when missing),
-        only when its content changes. Needs O(known_issues_table).
+        only when its content changes. Needs O(known_issues_table) (or O(known_issues_path)).
     type: path
   fact_name:
     description: Name of the local fact file (without C(.fact)) written to O(facts_dir).
@@ -259,6 +270,7 @@ import shutil
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.yaml import yaml_load
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import base_arch
 from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks.run_lock import (
@@ -279,6 +291,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.local_facts import writ
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table
 
 GIB = 1024**3
 DEFAULT_GPU_STEPS = ("sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify")
@@ -533,6 +546,8 @@ ARGUMENT_SPEC = {
     "server": {"type": "dict", "default": {}},
     "sglang_version": {"type": "str", "default": ""},
     "flag_table": {"type": "dict", "default": {}},
+    "flag_table_path": {"type": "path"},
+    "known_issues_path": {"type": "path"},
     "facts_dir": {"type": "path"},
     "fact_name": {"type": "str", "default": "epforge_preflight"},
     "fail_on_error": {"type": "bool", "default": True},
@@ -671,13 +686,36 @@ def start(module: AnsibleModule) -> dict:
     return params["gpu_facts"] or {}
 
 
+def load_tables(module: AnsibleModule) -> None:
+    """The tables given by file, read where the module runs (the action plugin reads them on the controller
+    and passes the content, so on a host this reads nothing)."""
+    params = module.params
+    try:
+        if params["flag_table_path"]:
+            params["flag_table"] = load_flag_table(params["flag_table_path"])
+        if params["known_issues_path"]:
+            if yaml_load is None:
+                module.fail_json(
+                    msg="known_issues_path needs PyYAML where the module runs: pass known_issues_table"
+                )
+            with open(params["known_issues_path"], encoding="utf-8") as handle:
+                params["known_issues_table"] = yaml_load(handle.read())
+    except Exception as exc:  # a file that cannot be read or parsed: named, not a traceback
+        module.fail_json(msg=f"cannot read a table preflight needs: {exc}")
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
-        required_by={"facts_dir": ["known_issues_table"]},
+        mutually_exclusive=[("known_issues_table", "known_issues_path"), ("flag_table", "flag_table_path")],
         supports_check_mode=True,
     )
     params = module.params
+    load_tables(module)
+    if params["facts_dir"] and params["known_issues_table"] is None:
+        module.fail_json(
+            msg="facts_dir needs known_issues_table (or known_issues_path): the fact is its result"
+        )
     stack = params["stack"]
     # Mask secrets of the settings everywhere in the output, the invocation record included.
     module.no_log_values.update(secret_values(params["server"] or {}))

@@ -47,6 +47,12 @@ options:
       - Empty knows only epforge's own settings.
     type: dict
     default: {}
+  flag_table_path:
+    description:
+      - The same table read from its file where the module runs (the controller, through
+        C(epforge.ep.controller_side)); a release without a file knows only epforge's own settings. Cheaper
+        than passing the table through a template. Mutually exclusive with O(flag_table).
+    type: path
 author: epforge developers (@epforge)
 """
 
@@ -75,7 +81,7 @@ keys:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table, validate_settings
 
 
 def main() -> None:
@@ -85,14 +91,22 @@ def main() -> None:
             "require_model": {"type": "bool", "default": False},
             "name": {"type": "str", "default": "epforge_server"},
             "flag_table": {"type": "dict", "default": {}},
+            "flag_table_path": {"type": "path"},
         },
+        mutually_exclusive=[("flag_table", "flag_table_path")],
         supports_check_mode=True,
     )
     settings = module.params["settings"]
     if isinstance(settings, dict):
         module.no_log_values.update(secret_values(settings))
+    flag_table = module.params["flag_table"]
+    if module.params["flag_table_path"]:
+        try:
+            flag_table = load_flag_table(module.params["flag_table_path"])
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
     problems = validate_settings(
-        settings, require_model=module.params["require_model"], flag_table=module.params["flag_table"]
+        settings, require_model=module.params["require_model"], flag_table=flag_table
     )
     keys = sorted(str(key) for key in settings) if isinstance(settings, dict) else []
     if problems:

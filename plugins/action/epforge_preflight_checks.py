@@ -22,9 +22,12 @@ import socket
 import subprocess
 import sys
 
+import yaml
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks import run_lock
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table
 
 PODMAN_TRANSPORTS = ("containers.podman.podman", "podman")
 
@@ -59,6 +62,21 @@ def playbook_process() -> int:
     return os.getppid()
 
 
+def tables_read_here(args: dict) -> dict:
+    """The args with the tables given by file (known_issues_path, flag_table_path) read on the controller,
+    where they are: the host gets their content and needs no copy; no template finalizes them first."""
+    try:
+        if args.get("flag_table_path"):
+            args["flag_table"] = load_flag_table(args.pop("flag_table_path"))
+        if args.get("known_issues_path"):
+            path = args.pop("known_issues_path")
+            with open(path, encoding="utf-8") as handle:
+                args["known_issues_table"] = yaml.safe_load(handle)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise AnsibleActionFail(f"cannot read a table preflight needs: {exc}") from exc
+    return args
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -67,7 +85,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        args = dict(self._task.args)
+        args = tables_read_here(dict(self._task.args))
         lock = args.get("run_lock")
         if not lock:
             result.update(

@@ -19,6 +19,7 @@ schema's keys are known.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import is_secret_name
@@ -334,6 +335,21 @@ def table_spec(key: str, flags: dict) -> dict | None:
         return None
     partner = renamed_partner(key)
     return flags.get(key) or (flags.get(partner) if partner else None)
+
+
+def load_flag_table(path: str) -> dict:
+    """A release's flag table read from its file ({} when the release has none: only epforge's own keys are
+    known). Raises ValueError naming the file when it is not a JSON object."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            table = json.load(handle)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"the flag table {path} cannot be read: {exc}") from exc
+    if not isinstance(table, dict):
+        raise ValueError(f"the flag table {path} is not a JSON object")
+    return table
 
 
 def table_flags(flag_table: dict | None) -> dict:

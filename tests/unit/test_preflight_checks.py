@@ -381,6 +381,33 @@ def test_probe_refuses_contradictory_options(tmp_path):
     assert not (tmp_path / "facts").exists()
 
 
+def test_the_tables_given_by_file_give_the_same_result_as_the_tables(tmp_path):
+    """known_issues_path and flag_table_path (what the role passes: its action plugin reads them on the
+    controller instead of a template finalizing 200 KB of tables) give the result the tables give."""
+    smi = smi_script(sm120_pcie_host(tmp_path))
+    server = {"model_path": "/models/m", "tp_size": 8, "chunked_prefill_size": 128}
+    flags_file = ROOT / "data" / "sglang_flags" / f"{CU130['sglang']['version']}.json"
+    flags = json.loads(flags_file.read_text())
+    rc, by_table = run_module_file(
+        "epforge_preflight_checks", probe_args(tmp_path, smi, server=server, flag_table=flags)
+    )
+    assert rc == 0, by_table.get("msg")
+    args = probe_args(tmp_path, smi, server=server, flag_table_path=str(flags_file))
+    del args["known_issues_table"]
+    args["known_issues_path"] = str(ROOT / "data" / "known_issues.yml")
+    rc, by_file = run_module_file("epforge_preflight_checks", args)
+    assert rc == 0, by_file.get("msg")
+    assert by_file["preflight_result"] == by_table["preflight_result"]
+    assert "--chunked-prefill-size" in by_file["preflight_result"]["server"]["argv"]
+    args["known_issues_path"] = str(tmp_path / "no-such.yml")
+    rc, missing = run_module_file("epforge_preflight_checks", args)
+    assert (
+        rc != 0
+        and "cannot read a table preflight needs" in missing["msg"]
+        and "no-such.yml" in missing["msg"]
+    )
+
+
 # ---------------------------------------------------------------- the role, through ansible-playbook
 
 PLAYBOOK = """\
