@@ -299,6 +299,24 @@ def in_container(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
+def container_state() -> str:
+    """The test host's state as podman reports it (status, exit code, when it finished)."""
+    inspect = subprocess.run(
+        [
+            "podman",
+            "inspect",
+            "--format",
+            "{{.State.Status}} exit {{.State.ExitCode}} at {{.State.FinishedAt}}",
+            CONTAINER,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return (inspect.stdout or inspect.stderr).strip()
+
+
 def container_commands() -> list[str]:
     script = (
         "import os\n"
@@ -356,6 +374,8 @@ def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_p
         )
         playbook.send_signal(signum)
         playbook.wait(timeout=60)
+        # A stopped container lists no command at all: the checks below mean something only while it runs.
+        assert container_state().startswith("running"), f"the test host stopped: {container_state()}"
         assert wait_for(lambda: not [c for c in container_commands() if "3581" in c or "slowpkg" in c], 10), (
             container_commands()
         )
@@ -363,6 +383,8 @@ def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_p
             "import fcntl, os; fd = os.open('/var/lib/epforge/run.lock', os.O_RDONLY); "
             "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')"
         )
-        assert wait_for(lambda: in_container("python3", "-c", lock_free).stdout.strip() == "free", 10)
+        assert wait_for(lambda: in_container("python3", "-c", lock_free).stdout.strip() == "free", 10), (
+            f"the run lock is still held; test host {container_state()}"
+        )
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "0", CONTAINER], capture_output=True, check=False)
