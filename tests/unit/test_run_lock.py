@@ -290,16 +290,18 @@ PODMAN_PLAY = """
         timeout: 600
 """
 
-CONTAINER = "epforge-reap-test"
+# One test host per parametrization: pytest-xdist may run both at once, and a shared name let one remove
+# the other's host mid-test (CI at 9a6b9d7: "container state improper").
+CONTAINER_PREFIX = "epforge-reap-test"
 
 
-def in_container(*argv: str) -> subprocess.CompletedProcess:
+def in_container(container: str, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["podman", "exec", CONTAINER, *argv], capture_output=True, text=True, timeout=60, check=False
+        ["podman", "exec", container, *argv], capture_output=True, text=True, timeout=60, check=False
     )
 
 
-def container_state() -> str:
+def container_state(container: str) -> str:
     """The test host's state as podman reports it (status, exit code, when it finished)."""
     inspect = subprocess.run(
         [
@@ -307,7 +309,7 @@ def container_state() -> str:
             "inspect",
             "--format",
             "{{.State.Status}} exit {{.State.ExitCode}} at {{.State.FinishedAt}}",
-            CONTAINER,
+            container,
         ],
         capture_output=True,
         text=True,
@@ -317,7 +319,7 @@ def container_state() -> str:
     return (inspect.stdout or inspect.stderr).strip()
 
 
-def container_commands() -> list[str]:
+def container_commands(container: str) -> list[str]:
     script = (
         "import os\n"
         "for p in os.listdir('/proc'):\n"
@@ -325,7 +327,7 @@ def container_commands() -> list[str]:
         "        try: print(open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode())\n"
         "        except OSError: pass\n"
     )
-    return in_container("python3", "-c", script).stdout.splitlines()
+    return in_container(container, "python3", "-c", script).stdout.splitlines()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
@@ -333,9 +335,10 @@ def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_p
     """A podman host cannot see the controller, and `podman exec` forwards no signal: the controller's
     watchdog (started with the run lock) runs the reaper there when ansible-playbook is killed; the command's
     whole group ends and the lock is free for the next run."""
-    subprocess.run(["podman", "rm", "-f", "-t", "0", CONTAINER], capture_output=True, check=False)
+    host = f"{CONTAINER_PREFIX}-{int(signum)}"
+    subprocess.run(["podman", "rm", "-f", "-t", "0", host], capture_output=True, check=False)
     started = subprocess.run(
-        ["podman", "run", "-d", "--name", CONTAINER, "--entrypoint", "sleep", molecule_image, "3600"],
+        ["podman", "run", "-d", "--name", host, "--entrypoint", "sleep", molecule_image, "3600"],
         capture_output=True,
         text=True,
         check=False,
@@ -347,7 +350,7 @@ def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_p
             {
                 "all": {
                     "hosts": {
-                        CONTAINER: {
+                        host: {
                             "ansible_connection": "containers.podman.podman",
                             "ansible_python_interpreter": "/usr/bin/python3",
                         }
@@ -369,22 +372,22 @@ def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_p
             stdout=subprocess.DEVNULL,
             start_new_session=True,
         )
-        assert wait_for(lambda: any(c.startswith("sleep 3581") for c in container_commands()), 120), (
+        assert wait_for(lambda: any(c.startswith("sleep 3581") for c in container_commands(host)), 120), (
             "the command never started in the container"
         )
         playbook.send_signal(signum)
         playbook.wait(timeout=60)
         # A stopped container lists no command at all: the checks below mean something only while it runs.
-        assert container_state().startswith("running"), f"the test host stopped: {container_state()}"
-        assert wait_for(lambda: not [c for c in container_commands() if "3581" in c or "slowpkg" in c], 10), (
-            container_commands()
-        )
+        assert container_state(host).startswith("running"), f"the test host stopped: {container_state(host)}"
+        assert wait_for(
+            lambda: not [c for c in container_commands(host) if "3581" in c or "slowpkg" in c], 10
+        ), container_commands(host)
         lock_free = (
             "import fcntl, os; fd = os.open('/var/lib/epforge/run.lock', os.O_RDONLY); "
             "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')"
         )
-        assert wait_for(lambda: in_container("python3", "-c", lock_free).stdout.strip() == "free", 10), (
-            f"the run lock is still held; test host {container_state()}"
-        )
+        assert wait_for(
+            lambda: in_container(host, "python3", "-c", lock_free).stdout.strip() == "free", 10
+        ), f"the run lock is still held; test host {container_state(host)}"
     finally:
-        subprocess.run(["podman", "rm", "-f", "-t", "0", CONTAINER], capture_output=True, check=False)
+        subprocess.run(["podman", "rm", "-f", "-t", "0", host], capture_output=True, check=False)
