@@ -63,9 +63,12 @@ options:
     default: 60
   known_issues_table:
     description:
-      - The known-issues table (C(data/known_issues.yml) as a mapping). When set, it is evaluated after the
-        host checks against the GPU facts, the stack and O(server), and C(preflight_result) is returned.
-    type: dict
+      - The known-issues table (C(data/known_issues.yml) as a mapping, or that mapping as JSON text). When
+        set, it is evaluated after the host checks against the GPU facts, the stack and O(server), and
+        C(preflight_result) is returned.
+      - JSON text is what the action plugin passes for O(known_issues_path): one value to encode, check and
+        copy instead of every node of the table (a no-op rerun pays less).
+    type: raw
   server:
     description:
       - The requested SGLang server settings (C(epforge_server) with the node group's values) for
@@ -88,7 +91,8 @@ options:
       - The flag table of that release (C(data/sglang_flags/VERSION.json), written from the release's own
         parser by C(scripts/sglang_flag_data.py)); settings named after any of its flags are known.
       - Empty knows only epforge's own settings (C(plugins/module_utils/sglang_args.py)).
-    type: dict
+      - A mapping, or its JSON text (what the action plugin passes for O(flag_table_path): the file as it is).
+    type: raw
     default: {}
   flag_table_path:
     description:
@@ -264,13 +268,13 @@ path:
   sample: /etc/ansible/facts.d/epforge_preflight.fact
 """
 
+import json
 import os
 import pwd
 import shutil
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.yaml import yaml_load
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import base_arch
 from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks.run_lock import (
@@ -288,7 +292,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     version_tuple,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.process import start_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table
@@ -514,21 +518,35 @@ def gpu_runtime(gpu_facts: dict, steps: list[str]) -> dict:
     return {"available": False, "reason": f"no usable GPU: {reason}", "skipped_steps": list(steps)}
 
 
-def run_python(python: str) -> tuple[str, str]:
-    """(version, error) of an interpreter; '' python means the one running this module."""
+def start_python(python: str):
+    """Start finding an interpreter's (version, error) and return a function that gives it: the module does
+    its other work while the interpreter starts (a pyenv shim costs a tenth of a second or more).
+    '' python means the one running this module."""
+    own = ".".join(str(part) for part in sys.version_info[:3]), ""
     if not python:
-        return ".".join(str(part) for part in sys.version_info[:3]), ""
+        return lambda: own
     path = python if os.path.isabs(python) else shutil.which(python)
     if not path or not os.access(path, os.X_OK):
-        return "", f"'{python}' not found on PATH"
+        missing = "", f"'{python}' not found on PATH"
+        return lambda: missing
     if os.path.realpath(path) == os.path.realpath(sys.executable):
         # The binary running this module (usual: python3 on PATH is the host's interpreter): its version
         # without a second interpreter start.
-        return ".".join(str(part) for part in sys.version_info[:3]), ""
-    proc = run_bounded([path, *PY_VERSION_ARGV], timeout=30)
-    if proc.rc != 0:
-        return "", f"rc {proc.rc}: {proc.err.strip()[-300:]}"
-    return proc.out.strip(), ""
+        return lambda: own
+    pending = start_bounded([path, *PY_VERSION_ARGV], timeout=30)
+
+    def answer() -> tuple[str, str]:
+        proc = pending.result()
+        if proc.rc != 0:
+            return "", f"rc {proc.rc}: {proc.err.strip()[-300:]}"
+        return proc.out.strip(), ""
+
+    return answer
+
+
+def run_python(python: str) -> tuple[str, str]:
+    """(version, error) of an interpreter; '' python means the one running this module."""
+    return start_python(python)()
 
 
 ARGUMENT_SPEC = {
@@ -542,10 +560,10 @@ ARGUMENT_SPEC = {
     "disk_path": {"type": "path", "default": "/var/lib/epforge"},
     "min_free_gib": {"type": "float", "default": 20},
     "gpu_steps": {"type": "list", "elements": "str", "default": list(DEFAULT_GPU_STEPS)},
-    "known_issues_table": {"type": "dict"},
+    "known_issues_table": {"type": "raw"},
     "server": {"type": "dict", "default": {}},
     "sglang_version": {"type": "str", "default": ""},
-    "flag_table": {"type": "dict", "default": {}},
+    "flag_table": {"type": "raw", "default": {}},
     "flag_table_path": {"type": "path"},
     "known_issues_path": {"type": "path"},
     "facts_dir": {"type": "path"},
@@ -594,11 +612,12 @@ def take_run_lock(module: AnsibleModule) -> dict:
     return {}
 
 
-def host_checks(params: dict, gpu_facts: dict) -> dict:
-    """The host checks in their fixed order (gpu, driver, driver_cuda, gpu_arch, python, disk)."""
+def host_checks(params: dict, gpu_facts: dict, python_version=None) -> dict:
+    """The host checks in their fixed order (gpu, driver, driver_cuda, gpu_arch, python, disk);
+    python_version: the answer of start_python, started earlier (else it runs here)."""
     stack = params["stack"]
     checks = gpu_checks(stack, gpu_facts, params["require_gpu"])
-    version, error = run_python(params["python"] or "")
+    version, error = (python_version or start_python(params["python"] or ""))()
     checks.append(python_check(stack, params["python"] or "", version, error))
     measured_on = existing_parent(params["disk_path"])
     try:
@@ -686,22 +705,58 @@ def start(module: AnsibleModule) -> dict:
     return params["gpu_facts"] or {}
 
 
-def load_tables(module: AnsibleModule) -> None:
-    """The tables given by file, read where the module runs (the action plugin reads them on the controller
-    and passes the content, so on a host this reads nothing)."""
+def _mapping(value, name: str):
+    """A table given as a mapping or as its JSON text, as a mapping (None stays None); else ValueError."""
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else {}
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{name} must be a mapping (or its JSON text), got {type(value).__name__}")
+    return value
+
+
+def load_tables(module: AnsibleModule) -> tuple[dict, dict | None]:
+    """(flag table, known-issues table) as mappings: given by file (read where the module runs; the action
+    plugin reads them on the controller and passes their JSON text, so on a host this reads no file) or by
+    value. module.params keep what was passed: the invocation record stays one string per table."""
     params = module.params
     try:
+        flag_table = params["flag_table"]
+        known_issues = params["known_issues_table"]
         if params["flag_table_path"]:
-            params["flag_table"] = load_flag_table(params["flag_table_path"])
+            flag_table = load_flag_table(params["flag_table_path"])
         if params["known_issues_path"]:
+            # imported here: a host given the table (the usual case, through the action plugin) never needs it
+            from ansible.module_utils.common.yaml import yaml_load  # noqa: PLC0415
+
             if yaml_load is None:
                 module.fail_json(
                     msg="known_issues_path needs PyYAML where the module runs: pass known_issues_table"
                 )
             with open(params["known_issues_path"], encoding="utf-8") as handle:
-                params["known_issues_table"] = yaml_load(handle.read())
+                known_issues = yaml_load(handle.read())
+        return _mapping(flag_table, "flag_table") or {}, _mapping(known_issues, "known_issues_table")
     except Exception as exc:  # a file that cannot be read or parsed: named, not a traceback
         module.fail_json(msg=f"cannot read a table preflight needs: {exc}")
+    return {}, None
+
+
+def judged(tables: tuple[dict, dict | None], gpu_facts: dict, stack: dict, params: dict) -> tuple:
+    """(verdict, its error, server object, its error): the pure part of the module, done while the host's
+    interpreter answers; the errors are reported in main's order (after the host checks)."""
+    flag_table, table = tables
+    if table is None:
+        return None, "", {}, ""
+    try:
+        verdict = known_issues_verdict(table, gpu_facts, stack, params["server"] or {})
+    except TableError as exc:
+        return None, f"the known-issues table is malformed: {exc}; fix data/known_issues.yml", {}, ""
+    if verdict["findings"]["errors"]:
+        return verdict, "", {}, ""
+    version = params["sglang_version"] or _version_of(stack, "sglang")
+    try:
+        return verdict, "", build_server_object(verdict, version, flag_table), ""
+    except ValueError as exc:
+        return verdict, "", {}, f"the server settings cannot be rendered for SGLang {version}: {exc}"
 
 
 def main() -> None:
@@ -711,18 +766,22 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    load_tables(module)
-    if params["facts_dir"] and params["known_issues_table"] is None:
+    # Reads only, so it starts first: the interpreter runs while the rest of this module does.
+    python_version = start_python(params["python"] or "")
+    tables = load_tables(module)
+    table = tables[1]
+    if params["facts_dir"] and table is None:
         module.fail_json(
             msg="facts_dir needs known_issues_table (or known_issues_path): the fact is its result"
         )
     stack = params["stack"]
     # Mask secrets of the settings everywhere in the output, the invocation record included.
     module.no_log_values.update(secret_values(params["server"] or {}))
-    # One run at a time on this host, decided before anything is read or written.
+    # One run at a time on this host, decided before anything is written.
     lock = take_run_lock(module) if params["run_lock"] and not module.check_mode else None
     gpu_facts = start(module)
-    result = host_checks(params, gpu_facts)
+    verdict, table_error, server, server_error = judged(tables, gpu_facts, stack, params)
+    result = host_checks(params, gpu_facts, python_version)
     if lock:
         result["run_lock"] = lock
     if params["gather_gpu_facts"]:
@@ -736,15 +795,10 @@ def main() -> None:
             + " | ".join(c["detail"] for c in result["checks"] if c["status"] == "failed"),
             **result,
         )
-    if params["known_issues_table"] is None:
+    if table is None:
         module.exit_json(changed=False, **result)
-
-    try:
-        verdict = known_issues_verdict(params["known_issues_table"], gpu_facts, stack, params["server"] or {})
-    except TableError as exc:
-        module.fail_json(
-            msg=f"the known-issues table is malformed: {exc}; fix data/known_issues.yml", **result
-        )
+    if table_error:
+        module.fail_json(msg=table_error, **result)
     result["known_issues"] = verdict
     errors = verdict["findings"]["errors"]
     if errors and params["fail_on_error"]:
@@ -757,12 +811,8 @@ def main() -> None:
         module.warn(format_finding(warning))
     if result["failed"] or errors:
         module.exit_json(changed=False, **result)
-
-    version = params["sglang_version"] or _version_of(stack, "sglang")
-    try:
-        server = build_server_object(verdict, version, params["flag_table"])
-    except ValueError as exc:
-        module.fail_json(msg=f"the server settings cannot be rendered for SGLang {version}: {exc}", **result)
+    if server_error:
+        module.fail_json(msg=server_error, **result)
     result["preflight_result"] = preflight_result(stack, gpu_facts, result, verdict, server)
     if not params["facts_dir"]:
         module.exit_json(changed=False, **result)

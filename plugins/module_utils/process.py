@@ -217,7 +217,46 @@ def _wait_watching(proc: subprocess.Popen, timeout: float | None, wait) -> objec
     return answer
 
 
-def run_bounded(
+class Pending:
+    """A bounded command started by start_bounded: result() waits for it (at most its timeout, counted from
+    the start) in the thread that calls it, which must be the main thread (it installs signal handlers).
+    The command is registered for the reaper from its start (an entry left by a module that failed before
+    result() names a pid and start time that no longer match: the reaper ignores it)."""
+
+    def __init__(self, proc: subprocess.Popen | None, timeout: float, started: float, input_text, early=None):
+        self.proc, self.timeout, self.started, self.input_text, self.early = (
+            proc,
+            timeout,
+            started,
+            input_text,
+            early,
+        )
+        self.registered = _register(proc) if proc is not None else ""
+
+    def result(self) -> Completed:
+        if self.early is not None:
+            return self.early
+        proc, timeout = self.proc, self.timeout
+        left = max(0.0, timeout - (time.monotonic() - self.started))
+
+        def communicate(seconds: float | None):
+            return proc.communicate(self.input_text, timeout=seconds)
+
+        try:
+            with _stop_group_on_interrupt(proc):
+                out, err = _wait_watching(proc, left, communicate)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            out, err = proc.communicate()
+            err = f"{err or ''}\ntimed out after {timeout:g} s"
+            rc = TIMED_OUT
+        finally:
+            _unregister(self.registered)
+        return Completed(rc, out or "", err or "", time.monotonic() - self.started)
+
+
+def start_bounded(
     argv,
     *,
     timeout: float,
@@ -225,8 +264,9 @@ def run_bounded(
     env_update: dict | None = None,
     cwd: str | None = None,
     input_text: str | None = None,
-) -> Completed:
-    """Run argv (its own process group) with captured text output; never longer than timeout seconds."""
+) -> Pending:
+    """Start argv (its own process group) with captured text output and return at once: the caller does other
+    work while it runs, then Pending.result() waits; never longer than timeout seconds from the start."""
     argv = _argv(argv)
     if env_update:
         env = {**(os.environ if env is None else env), **env_update}
@@ -243,24 +283,24 @@ def run_bounded(
             start_new_session=True,
         )
     except OSError as exc:
-        return Completed(NOT_STARTED, "", f"{argv[0]}: {exc}", time.monotonic() - started)
+        early = Completed(NOT_STARTED, "", f"{argv[0]}: {exc}", time.monotonic() - started)
+        return Pending(None, timeout, started, input_text, early)
+    return Pending(proc, timeout, started, input_text)
 
-    def communicate(seconds: float | None):
-        return proc.communicate(input_text, timeout=seconds)
 
-    registered = _register(proc)
-    try:
-        with _stop_group_on_interrupt(proc):
-            out, err = _wait_watching(proc, timeout, communicate)
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        _stop_group(proc)
-        out, err = proc.communicate()
-        err = f"{err or ''}\ntimed out after {timeout:g} s"
-        rc = TIMED_OUT
-    finally:
-        _unregister(registered)
-    return Completed(rc, out or "", err or "", time.monotonic() - started)
+def run_bounded(
+    argv,
+    *,
+    timeout: float,
+    env: dict | None = None,
+    env_update: dict | None = None,
+    cwd: str | None = None,
+    input_text: str | None = None,
+) -> Completed:
+    """Run argv (its own process group) with captured text output; never longer than timeout seconds."""
+    return start_bounded(
+        argv, timeout=timeout, env=env, env_update=env_update, cwd=cwd, input_text=input_text
+    ).result()
 
 
 def _popen_to_log(argv: list[str], log, *, env: dict | None, cwd: str | None, **extra) -> subprocess.Popen:

@@ -145,13 +145,30 @@ def test_run_python_runs_the_real_interpreter(tmp_path):
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     assert run_python(str(wrapper)) == (version, "")
-    with mock.patch.object(checks_module, "run_bounded", side_effect=AssertionError("started")):
+    with mock.patch.object(checks_module, "start_bounded", side_effect=AssertionError("started")):
         # The module's own binary (through a symlink too) is not started again.
         link = tmp_path / "python-link"
         link.symlink_to(sys.executable)
         assert run_python(sys.executable) == (version, "") == run_python(str(link))
         assert run_python("") == (version, "")  # the module's own interpreter
     assert run_python("no-such-python-here") == ("", "'no-such-python-here' not found on PATH")
+
+
+def test_the_interpreter_runs_while_the_module_goes_on(tmp_path):
+    """start_python returns before the interpreter has answered (the module does its pure work meanwhile);
+    the answer waits for it."""
+    version = ".".join(map(str, sys.version_info[:3]))
+    gate, done = tmp_path / "gate", tmp_path / "done"
+    wrapper = tmp_path / "python3"
+    wrapper.write_text(
+        f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n"
+        f'{sys.executable} "$@"\nstatus=$?\ntouch {done}\nexit $status\n'
+    )
+    wrapper.chmod(0o755)
+    answer = checks_module.start_python(str(wrapper))
+    assert not done.exists()  # still waiting for the gate: start_python did not wait for it
+    gate.touch()
+    assert answer() == (version, "") and done.exists()
 
 
 def test_run_python_reports_a_broken_interpreter(tmp_path):
@@ -399,6 +416,14 @@ def test_the_tables_given_by_file_give_the_same_result_as_the_tables(tmp_path):
     assert rc == 0, by_file.get("msg")
     assert by_file["preflight_result"] == by_table["preflight_result"]
     assert "--chunked-prefill-size" in by_file["preflight_result"]["server"]["argv"]
+    # what the action plugin passes for the paths: each table as JSON text (one value, not thousands of nodes)
+    texts = probe_args(tmp_path, smi, server=server, flag_table=flags_file.read_text())
+    texts["known_issues_table"] = json.dumps(texts["known_issues_table"])
+    rc, by_text = run_module_file("epforge_preflight_checks", texts)
+    assert rc == 0, by_text.get("msg")
+    assert by_text["preflight_result"] == by_table["preflight_result"]
+    rc, not_a_table = run_module_file("epforge_preflight_checks", dict(texts, flag_table="[1, 2]"))
+    assert rc != 0 and "flag_table must be a mapping" in not_a_table["msg"]
     args["known_issues_path"] = str(tmp_path / "no-such.yml")
     rc, missing = run_module_file("epforge_preflight_checks", args)
     assert (
@@ -742,3 +767,21 @@ def test_role_names_a_stack_without_a_torch_version(tmp_path):
     assert rc != 0
     _, msg = failure(report)
     assert "torch.version (the torch release the stack installs" in msg and "None" not in msg, msg
+
+
+def test_the_action_plugin_passes_each_table_as_its_json_text():
+    """The role's paths become JSON text on the controller: the flag table's file as it is, the known-issues
+    YAML as the JSON of its mapping; a release without a flag file passes an empty table."""
+    from ansible_collections.epforge.ep.plugins.action.epforge_preflight_checks import (  # noqa: PLC0415
+        tables_read_here,
+    )
+
+    flags_file = ROOT / "data" / "sglang_flags" / f"{CU130['sglang']['version']}.json"
+    known = ROOT / "data" / "known_issues.yml"
+    args = tables_read_here({"flag_table_path": str(flags_file), "known_issues_path": str(known)})
+    assert set(args) == {"flag_table", "known_issues_table"}
+    assert args["flag_table"] == flags_file.read_text()
+    assert json.loads(args["known_issues_table"]) == yaml.safe_load(known.read_text())
+    assert tables_read_here({"flag_table_path": str(ROOT / "data" / "sglang_flags" / "0.0.0.json")}) == {
+        "flag_table": "{}"
+    }

@@ -142,6 +142,9 @@ def test_benchmark_playbook_alone_skips_a_host_without_gpu(tmp_path):
         ROOT / "playbooks" / "benchmark.yml", vars_file=write_vars(tmp_path / "vars.json", extra), timeout=300
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "TASK [sglang_benchmark : Record a skipped benchmark]" in proc.stdout
+    assert (
+        "TASK [sglang_benchmark : Decide whether this host benchmarks, and record a skipped benchmark]"
+        in proc.stdout
+    )
     assert "Warm up the server" not in proc.stdout and "bench_serving failed" not in proc.stdout
     assert not (tmp_path / "state" / "bench").exists()
