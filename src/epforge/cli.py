@@ -4,6 +4,10 @@ epforge run site|sweep|PLAYBOOK [-i INVENTORY] [-e KEY=VALUE|@FILE] [--limit HOS
     Runs the playbook through ansible-runner, streaming one line per task and host result; ends with each
     host's benchmark result and sweep outcomes (read from the run's events and set_stats) and, last, the
     per-step summary of playbooks/summary.yml as ansible-playbook prints it.
+epforge tune [-i INVENTORY] [-e KEY=VALUE|@FILE] [--limit HOSTS] [--check] [-v]
+    Runs playbooks/tune.yml (role tuner): per host, the candidates judged before any launch, each measured,
+    the fastest valid one left serving and recorded (local fact epforge_tuning); --check prints the plan and
+    launches nothing. Interrupted, the same command continues where it stopped.
 epforge report [-i INVENTORY] [--limit HOSTS] [-e ...] [--from DIR] [-o OUT]
     Collects the epforge local facts of every host (setup's ansible_local, through ansible-runner), saves them
     under OUT/facts/HOST/, and renders OUT/report.md and OUT/report.html: a per-host provisioning overview,
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from epforge import runner
 
-PLAYBOOKS = {"site": "site.yml", "sweep": "playbooks/sweep.yml"}
+PLAYBOOKS = {"site": "site.yml", "sweep": "playbooks/sweep.yml", "tune": "playbooks/tune.yml"}
 
 COLLECT_PLAYBOOK = """---
 - name: Collect epforge local facts
@@ -83,7 +87,12 @@ def cmd_run(args) -> int:
     extravars = runner.parse_extravars(args.extra_vars)
     started = time.monotonic()
     result = runner.run_playbook(
-        playbook, inventory=args.inventory, extravars=extravars, limit=args.limit, verbose=args.verbose
+        playbook,
+        inventory=args.inventory,
+        extravars=extravars,
+        limit=args.limit,
+        verbose=args.verbose,
+        extra_cmdline="--check" if getattr(args, "check", False) else "",
     )
     print(
         f"\n{args.what}: {result.status} (rc {result.rc}) in {time.monotonic() - started:.0f} s; "
@@ -151,15 +160,20 @@ def build_parser() -> argparse.ArgumentParser:
         prog="epforge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run site, sweep or a playbook through ansible-runner")
-    run.add_argument("what", help="site, sweep, or a playbook path")
+    run = sub.add_parser("run", help="run site, sweep, tune or a playbook through ansible-runner")
+    run.add_argument("what", help="site, sweep, tune, or a playbook path")
+    tune = sub.add_parser(
+        "tune", help="choose the fastest valid server settings per host (playbooks/tune.yml)"
+    )
+    tune.add_argument("--check", action="store_true", help="print the plan, launch nothing")
+    tune.set_defaults(what="tune")
     report = sub.add_parser("report", help="render a Markdown + HTML report from the hosts' facts")
     report.add_argument(
         "-o", "--output", default="reports/latest", help="output directory (default %(default)s)"
     )
     report.add_argument("--from", dest="from_dir", help="render saved facts (DIR/HOST/epforge_NAME.fact)")
     report.add_argument("--title", default="epforge report")
-    for p in (run, report):
+    for p in (run, tune, report):
         p.add_argument("-i", "--inventory", help="inventory (default the project's inventory/local.yml)")
         p.add_argument("-e", "--extra-vars", action="append", default=[], help="KEY=VALUE or @FILE")
         p.add_argument("-l", "--limit", help="limit to these hosts")
@@ -170,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "run":
+        if args.command in ("run", "tune"):
             return cmd_run(args)
         return cmd_report(args)
     except (FileNotFoundError, ValueError) as exc:
