@@ -66,7 +66,7 @@ options:
       - The known-issues table (C(data/known_issues.yml) as a mapping, or that mapping as JSON text). When
         set, it is evaluated after the host checks against the GPU facts, the stack and O(server), and
         C(preflight_result) is returned.
-      - JSON text is what the action plugin passes for O(known_issues_path): one value to encode, check and
+      - JSON text is what the action plugin passes for O(known_issues_path) - one value to encode, check and
         copy instead of every node of the table (a no-op rerun pays less).
     type: raw
   server:
@@ -91,7 +91,7 @@ options:
       - The flag table of that release (C(data/sglang_flags/VERSION.json), written from the release's own
         parser by C(scripts/sglang_flag_data.py)); settings named after any of its flags are known.
       - Empty knows only epforge's own settings (C(plugins/module_utils/sglang_args.py)).
-      - A mapping, or its JSON text (what the action plugin passes for O(flag_table_path): the file as it is).
+      - A mapping, or its JSON text (what the action plugin passes for O(flag_table_path) - the file as it is).
     type: raw
     default: {}
   flag_table_path:

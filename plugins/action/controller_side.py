@@ -29,10 +29,27 @@ except ImportError:  # ansible-core < 2.19: no supported way to hand a module it
     patch_module_args = None
 
 
+# The compiled code of each module file, by path: filled in ansible-playbook itself by the callback
+# epforge.ep.preload (plugins/callback/preload.py) so that forked workers inherit it, else by the worker.
+_CODE: dict = {}
+
+
+def code_of(name: str, path: str):
+    """The module file's compiled code (compiled once per process; its imports run once, here too)."""
+    if path not in _CODE:
+        with open(path, "rb") as handle:
+            code = compile(handle.read(), path, "exec")
+        # run it once so that the module_utils it imports are in sys.modules before any worker forks
+        exec(code, {"__name__": f"epforge_controller_side_{name}", "__file__": path})  # noqa: S102
+        _CODE[path] = code
+    return _CODE[path]
+
+
 def load_module_file(name: str, path: str):
+    """A fresh module object running the file's code: nothing one task sets outlives it."""
     spec = importlib.util.spec_from_file_location(f"epforge_controller_side_{name}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    exec(code_of(name, path), module.__dict__)  # noqa: S102 - the collection's own module file
     return module
 
 

@@ -186,6 +186,19 @@ def test_role_refuses_a_mismatching_env_before_any_change(tmp_path, fake_torch):
     assert not (tmp_path / "facts").exists() and not (tmp_path / "must-not-exist").exists()
 
 
+def test_role_refuses_the_existing_method_without_a_python_and_an_unknown_method(tmp_path, fake_torch):
+    """The existing method without ml_env_existing_python fails on its own sentence before anything is read;
+    an unknown method fails the role's argument check (its choices)."""
+    (tmp_path / "no-python.json").write_text(json.dumps({"ml_env_existing_python": ""}))
+    proc = play(tmp_path, fake_torch("unused"), "-e", f"@{tmp_path / 'no-python.json'}")
+    assert proc.returncode != 0 and "which is empty: set it, or use ml_env_method venv" in proc.stdout
+    assert "Verify and adopt" not in proc.stdout and not (tmp_path / "facts").exists()
+    (tmp_path / "bad-method.json").write_text(json.dumps({"ml_env_method": "conda"}))
+    proc = play(tmp_path, fake_torch("unused2"), "-e", f"@{tmp_path / 'bad-method.json'}")
+    assert proc.returncode != 0 and "ml_env_method" in proc.stdout and "conda" in proc.stdout
+    assert not (tmp_path / "facts").exists() and not (tmp_path / "must-not-exist").exists()
+
+
 def test_role_default_method_venv_still_plans_its_own_venv(tmp_path, fake_torch):
     """Method venv still runs ml_env_torch: in check mode it plans the venv and creates none."""
     (tmp_path / "vars-venv.json").write_text(json.dumps({"ml_env_method": "venv"}))

@@ -83,3 +83,19 @@ def test_bad_arguments_stop_the_run_with_the_step_named(tmp_path, step, expect):
     assert proc.returncode != 0
     failed = tasks[1]["hosts"]["localhost"]
     assert failed["failed"] is True and expect in failed["msg"], failed["msg"]
+
+
+def test_a_run_without_steps_says_so_in_its_summary(tmp_path):
+    """playbooks/summary.yml on a host where no step recorded an outcome prints one line saying so and writes
+    no steps fact."""
+    from playbooks import ROOT, write_vars  # noqa: PLC0415
+
+    facts = tmp_path / "facts"
+    proc = run_playbook(
+        ROOT / "playbooks" / "summary.yml",
+        vars_file=write_vars(tmp_path / "vars.json", {"epforge_facts_dir": str(facts)}),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "no epforge step recorded an outcome on this host" in proc.stdout
+    assert proc.stdout.count("ok: [localhost] => (item=none)") == 1 and not facts.exists()

@@ -33,6 +33,8 @@ import bench_env  # noqa: E402
 
 from playbooks import ANSIBLE_PLAYBOOK, LOCAL_INVENTORY, run_playbook  # noqa: E402
 
+# Both tests create and remove this account: one xdist worker runs them, one after the other.
+pytestmark = pytest.mark.xdist_group("tune_service_account")
 USER = "epforge-tune-test"
 PLAYBOOK = ROOT / "playbooks" / "tune.yml"
 CRASH = {
