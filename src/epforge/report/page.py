@@ -17,8 +17,9 @@ from epforge.report.plots import all_plots
 from epforge.report.tables import config_table, configuration_rows, history_table, probe_tables
 from epforge.report.to_html import CSS, html_table, matrix_html
 from epforge.report.to_markdown import matrix_md, md_table
+from epforge.report.tuning import tuning_sections
 
-NO_FACTS_TEXT = "No epforge provisioning, benchmark, sweep or probe facts were found on these hosts."
+NO_FACTS_TEXT = "No epforge provisioning, benchmark, sweep, tuning or probe facts were found on these hosts."
 
 
 def _sections(hosts: dict[str, dict], rows: list[dict], overview: list[dict]) -> list[tuple]:
@@ -86,6 +87,15 @@ def _add_section(md: list[str], html_parts: list[str], heading: str, text: str, 
         html_parts.append(table)
 
 
+def _add_paste_block(md: list[str], html_parts: list[str], block: str) -> None:
+    """The tuning winner's settings, to paste into an inventory."""
+    if not block:
+        return
+    intro = "The winner's settings, to paste into the inventory:"
+    md += [intro, "", "```yaml", block, "```", ""]
+    html_parts.append(f"<p>{html.escape(intro)}</p><pre>{html.escape(block)}</pre>")
+
+
 def _add_matrix(md: list[str], html_parts: list[str], matrix: tuple) -> None:
     md += [f"## {MATRIX_TITLE}", "", MATRIX_TEXT, "", matrix_md(*matrix), ""]
     html_parts.append(f"<h2>{html.escape(MATRIX_TITLE)}</h2><p>{html.escape(MATRIX_TEXT)}</p>")
@@ -114,15 +124,19 @@ def render(
     overview = overview_rows(hosts)
     matrix = coverage_matrix(hosts)
     sections = _sections(hosts, rows, overview)
+    tunings = tuning_sections(hosts)
     md, html_parts = _page_start(title, generated, hosts)
     for index, section in enumerate(sections):
         _add_section(md, html_parts, *section)
         # The coverage matrix reads with the fleet overview, so it follows that first section.
         if index == 0 and overview and matrix[1]:
             _add_matrix(md, html_parts, matrix)
+    for heading, text, tables, block in tunings:
+        _add_section(md, html_parts, heading, text, tables)
+        _add_paste_block(md, html_parts, block)
     if images:
         _add_plots(md, html_parts, images)
-    if not sections:
+    if not sections and not tunings:
         md += [NO_FACTS_TEXT, ""]
         html_parts.append(f"<p>{NO_FACTS_TEXT}</p>")
     html_parts.append("</body></html>")
@@ -133,6 +147,7 @@ def render(
         "html": str(out / "report.html"),
         "images": [str(p) for _, p in images],
         "configurations": len(rows),
+        "tunings": [heading for heading, _, _, _ in tunings],
         "overview_hosts": [r["host"] for r in overview],
         "hosts": list(hosts),
     }

@@ -149,6 +149,12 @@ def all_plots(hosts: dict[str, dict], rows: list[dict], out: Path) -> list[tuple
         if made:
             images.append((caption, made))
     for host, facts in hosts.items():
+        if facts.get("tuning"):
+            from epforge.report.tuning import plot_pareto  # noqa: PLC0415 - one owner of the tuning view
+
+            made = plot_pareto(facts["tuning"], out / f"tuning-{host}.png", host)
+            if made:
+                images.append((f"Tuning on {host}: throughput against TTFT and TPOT", made))
         if (facts.get("collective") or {}).get("table"):
             made = plot_probe(
                 facts["collective"], out / f"collective-{host}.png", f"NCCL per-call latency on {host}"
