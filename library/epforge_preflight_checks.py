@@ -91,7 +91,8 @@ options:
       - The flag table of that release (C(data/sglang_flags/VERSION.json), written from the release's own
         parser by C(scripts/sglang_flag_data.py)); settings named after any of its flags are known.
       - Empty knows only epforge's own settings (C(plugins/module_utils/sglang_args.py)).
-      - A mapping, or its JSON text (what the action plugin passes for O(flag_table_path) - the file as it is).
+      - A mapping, or its JSON text (what the action plugin passes for O(flag_table_path) - the file as
+        it is).
     type: raw
     default: {}
   flag_table_path:
