@@ -229,3 +229,54 @@ def test_a_sigkilled_search_resumes_without_running_a_finished_candidate_again(b
     assert sorted(r["name"] for r in fact["results"]) == sorted(c["name"] for c in space)
     assert fact["winner"] == "cold-heavy"
     stop_server(base_dir, extra)
+
+
+def test_check_mode_prints_each_hosts_default_plan_and_launches_nothing(tmp_path):
+    """tune.yml --check on a 1-GPU host and on the fake 8x RTX PRO 6000 PCIe host: different default spaces,
+    printed as the plan; no journal, no fact, no server."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from gpu_fact_samples import gpu_facts  # noqa: PLC0415
+
+    plans = {}
+    for label, facts in (("one", gpu_facts("9.0", 1, "none")), ("eight", gpu_facts("12.0", 8, "pcie"))):
+        extra = {
+            "epforge_facts_dir": str(tmp_path / label / "facts"),
+            "epforge_state_dir": str(tmp_path / label / "state"),
+            "epforge_log_dir": str(tmp_path / label / "log"),
+            "epforge_server": {"model_path": "/models/demo-moe", "tp_size": 1},
+            "preflight_min_free_gib": 1,
+            "tuner_require_gpu": False,
+            "tuner_gpu_facts": facts,
+            "tuner_draft_model": "/models/draft",
+            "tuner_workload": {
+                "input_len": 128,
+                "output_len": 64,
+                "num_prompts": 8,
+                "concurrencies": [1, 64],
+            },
+        }
+        vars_file = tmp_path / f"{label}.json"
+        vars_file.write_text(json.dumps(extra))
+        proc = run_playbook(PLAYBOOK, "--check", vars_file=vars_file, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        plans[label] = proc.stdout
+        assert "Launch and verify" not in proc.stdout and "nothing was launched" in proc.stdout
+        assert not (tmp_path / label / "state" / "tuning").exists()
+        assert not (tmp_path / label / "facts" / "epforge_tuning.fact").exists()
+    assert "tp1+eagle3+graph-default" in plans["one"] and "tp8" not in plans["one"]
+    assert "tp8-ep8-deepep+eagle3+graph-bs64+nccl-pcie" in plans["eight"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
+def test_a_spent_budget_lists_the_rest_as_not_tried_and_the_best_so_far_wins(bench_client, base_dir):
+    python, tok = bench_client
+    port = bench_env.free_port()
+    space = [c for c in candidates() if c["name"] in ("steady-slower", "cold-heavy")]
+    proc = run_tune(base_dir, tune_vars(base_dir, python, tok, port, space, tuner_budget_s=1), name="budget")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    fact = tuning_fact(base_dir)
+    # the first candidate ran (the budget was not spent before it), and used it up
+    assert [r["name"] for r in fact["results"]] == ["cold-heavy"] and fact["not_tried"] == ["steady-slower"]
+    assert fact["winner"] == "cold-heavy" and fact["budget"]["spent_s"] > fact["budget"]["budget_s"]
+    assert launches(base_dir, proc) == ["cold-heavy"]
+    stop_server(base_dir, tune_vars(base_dir, python, tok, port, space))
