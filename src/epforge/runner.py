@@ -92,9 +92,11 @@ class Progress:
         self._show_task()
         self._RESULT_LINES[kind](self, host, res, data)
 
-    def _ok_line(self, host: str, res: dict, _data: dict) -> None:
+    def _ok_line(self, host: str, res: dict, data: dict) -> None:
         state = "changed" if res.get("changed") else "ok"
-        msg = res.get("msg") if isinstance(res.get("msg"), str) and self.verbose else ""
+        # a debug task's message is shown by _show_debug, verbose or not (a list one line per item)
+        debug = data.get("task_action") in ("ansible.builtin.debug", "debug")
+        msg = res.get("msg") if isinstance(res.get("msg"), str) and self.verbose and not debug else ""
         self.say(f"    {state}: {host}" + (f" - {msg}" if msg else ""))
 
     def _failed_line(self, host: str, res: dict, data: dict) -> None:
@@ -135,7 +137,7 @@ class Progress:
             item = res.get("item")
             if isinstance(item, dict) and {"step", "status"} <= set(item):
                 self.result.steps.setdefault(_host(data), []).extend(lines)
-        elif kind == "runner_on_ok" and not self.verbose and "results" not in res:
+        elif kind == "runner_on_ok" and "results" not in res:
             # a plain debug message (not a loop's closing "All items completed") is the run's plain outcome
             for line in message_lines(res["msg"]):
                 self.say(f"      {line}")
