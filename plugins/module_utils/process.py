@@ -288,19 +288,10 @@ def start_bounded(
     return Pending(proc, timeout, started, input_text)
 
 
-def run_bounded(
-    argv,
-    *,
-    timeout: float,
-    env: dict | None = None,
-    env_update: dict | None = None,
-    cwd: str | None = None,
-    input_text: str | None = None,
-) -> Completed:
-    """Run argv (its own process group) with captured text output; never longer than timeout seconds."""
-    return start_bounded(
-        argv, timeout=timeout, env=env, env_update=env_update, cwd=cwd, input_text=input_text
-    ).result()
+def run_bounded(argv, **options) -> Completed:
+    """Run argv (its own process group) with captured text output; never longer than timeout seconds.
+    The options are start_bounded's (timeout, env, env_update, cwd, input_text)."""
+    return start_bounded(argv, **options).result()
 
 
 def _popen_to_log(argv: list[str], log, *, env: dict | None, cwd: str | None, **extra) -> subprocess.Popen:
