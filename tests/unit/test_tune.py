@@ -11,7 +11,8 @@ The answer known in advance (objective: highest output tok/s at concurrency 4 wi
 - crashes: dies at start-up the way SGLang does without DeepEP - classified, the search goes on;
 - nccl-tree: refused by the known-issues table - never launched.
 
-The server role creates its unprivileged service account: this test uses `epforge-tune-test` and removes it.
+The server role creates its unprivileged service account: each test uses `epforge-tune-<crc of its name>` and
+removes it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zlib
 from pathlib import Path
 
 import pytest
@@ -33,9 +35,9 @@ import bench_env  # noqa: E402
 
 from playbooks import ANSIBLE_PLAYBOOK, LOCAL_INVENTORY, run_playbook  # noqa: E402
 
-# Both tests create and remove this account: one xdist worker runs them, one after the other.
-pytestmark = pytest.mark.xdist_group("tune_service_account")
-USER = "epforge-tune-test"
+# Each test creates and removes a service account of its own (named after the test), so that pytest-xdist
+# may run them at the same time.
+ACCOUNTS: dict[Path, str] = {}
 PLAYBOOK = ROOT / "playbooks" / "tune.yml"
 CRASH = {
     "SGLANG_STANDIN_CRASH_AFTER": "0.2",
@@ -67,9 +69,13 @@ def candidates() -> list[dict]:
     ]
 
 
+# A shorter workload for the tests that do not rank on throughput against TTFT (resume, budget, group).
+LIGHT = {"name": "tune-light", "input_len": 32, "output_len": 32, "num_prompts": 8, "concurrencies": [4]}
+
+
 def tune_vars(base_dir: Path, python: Path, tok: Path, port: int, space: list[dict], **extra) -> dict:
     return {
-        **bench_env.standin_server_vars(base_dir, tok, port, USER),
+        **bench_env.standin_server_vars(base_dir, tok, port, ACCOUNTS[base_dir]),
         "sglang_server_poll_interval": 0.1,
         "tuner_require_gpu": False,
         "tuner_python": str(python),
@@ -93,9 +99,11 @@ def tune_vars(base_dir: Path, python: Path, tok: Path, port: int, space: list[di
 
 
 @pytest.fixture
-def base_dir():
+def base_dir(request):
     """A world-readable base directory: the server runs as the unprivileged service account."""
-    with bench_env.service_base_dir("epforge-tune-", USER) as path:
+    user = f"epforge-tune-{zlib.crc32(request.node.name.encode()):08x}"
+    with bench_env.service_base_dir("epforge-tune-", user) as path:
+        ACCOUNTS[path] = user
         yield path
 
 
@@ -195,7 +203,7 @@ def test_a_sigkilled_search_resumes_without_running_a_finished_candidate_again(b
     python, tok = bench_client
     port = bench_env.free_port()
     space = [c for c in candidates() if c["name"] in ("steady-slower", "cold-heavy", "fastest-bad-ttft")]
-    extra = tune_vars(base_dir, python, tok, port, space)
+    extra = tune_vars(base_dir, python, tok, port, space, tuner_workload=LIGHT)
     vars_file = base_dir / "vars.json"
     vars_file.write_text(json.dumps(extra))
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
@@ -283,7 +291,11 @@ def test_a_spent_budget_lists_the_rest_as_not_tried_and_the_best_so_far_wins(ben
     python, tok = bench_client
     port = bench_env.free_port()
     space = [c for c in candidates() if c["name"] in ("steady-slower", "cold-heavy")]
-    proc = run_tune(base_dir, tune_vars(base_dir, python, tok, port, space, tuner_budget_s=1), name="budget")
+    proc = run_tune(
+        base_dir,
+        tune_vars(base_dir, python, tok, port, space, tuner_budget_s=1, tuner_workload=LIGHT),
+        name="budget",
+    )
     assert proc.returncode == 0, proc.stdout[-6000:]
     fact = tuning_fact(base_dir)
     # the first candidate ran (the budget was not spent before it), and used it up
@@ -291,3 +303,80 @@ def test_a_spent_budget_lists_the_rest_as_not_tried_and_the_best_so_far_wins(ben
     assert fact["winner"] == "cold-heavy" and fact["budget"]["spent_s"] > fact["budget"]["budget_s"]
     assert launches(base_dir, proc) == ["cold-heavy"]
     stop_server(base_dir, tune_vars(base_dir, python, tok, port, space))
+
+
+def group_inventory(base_dir: Path, tok: Path, ports: dict, gpu: dict | None = None) -> Path:
+    """Two hosts of group `boxes` on this machine (local connection), each with its own facts, state, logs,
+    server port and files; the service account and its home are shared (one account on one machine)."""
+    hosts = {}
+    for name, port in ports.items():
+        own = base_dir / name
+        standin = bench_env.standin_server_vars(own, tok, port, ACCOUNTS.get(base_dir, "epforge-tune-check"))
+        hosts[name] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            **{k: v for k, v in standin.items() if k != "sglang_server_home"},
+            "sglang_server_home": str(base_dir / "home"),
+            **({"tuner_gpu_facts": gpu[name]} if gpu else {}),
+        }
+    inventory = base_dir / "group-inventory.json"
+    inventory.write_text(
+        json.dumps({"all": {"vars": {"epforge_stack": "cu130"}, "children": {"boxes": {"hosts": hosts}}}})
+    )
+    return inventory
+
+
+def run_group(base_dir: Path, inventory: Path, extra: dict, *args: str) -> subprocess.CompletedProcess:
+    vars_file = base_dir / "group-vars.json"
+    vars_file.write_text(json.dumps(extra))
+    proc = run_playbook(PLAYBOOK, *args, vars_file=vars_file, inventories=(inventory,), timeout=1200)
+    (base_dir.parent / f"{base_dir.name}-group.log").write_text(proc.stdout + proc.stderr)
+    return proc
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
+def test_a_group_is_measured_on_its_first_host_and_every_host_serves_the_winner(bench_client, base_dir):
+    python, tok = bench_client
+    ports = {"box-a": bench_env.free_port(), "box-b": bench_env.free_port()}
+    inventory = group_inventory(base_dir, tok, ports)
+    space = [c for c in candidates() if c["name"] in ("cold-heavy", "steady-slower")]
+    shared = {
+        k: v
+        for k, v in tune_vars(
+            base_dir, python, tok, 0, space, tuner_group="boxes", tuner_workload=LIGHT
+        ).items()
+        if k.startswith("tuner_") or k == "sglang_server_poll_interval"
+    }
+    proc = run_group(base_dir, inventory, shared)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    a, b = (json.loads((base_dir / h / "facts" / "epforge_tuning.fact").read_text()) for h in ports)
+    assert a["winner"] == b["winner"] == "cold-heavy" and b["tuned_on"] == "box-a" == a["tuned_on"]
+    assert b["results"] == a["results"] and b["decision"] == "winner serving"
+    # measured once, on box-a: box-b has no journal; each serves the winner's settings on its own port
+    assert (base_dir / "box-a" / "state" / "tuning").exists()
+    assert not (base_dir / "box-b" / "state" / "tuning").exists()
+    for host, port in ports.items():
+        running = json.loads((base_dir / host / "facts" / "epforge_sglang_server.fact").read_text())
+        assert running["state"] == "started" and running["object"]["settings"]["port"] == port
+        assert running["object"]["env"]["SGLANG_STANDIN_COLD_FACTOR"] == "3"
+        assert server_info(port)["port"] == port
+    for host in ports:
+        stop_server(
+            base_dir / host,
+            json.loads((base_dir / "group-vars.json").read_text())
+            | {"epforge_facts_dir": str(base_dir / host / "facts")},
+        )
+
+
+def test_a_group_of_unlike_hosts_is_refused_before_anything_changes(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from gpu_fact_samples import gpu_facts  # noqa: PLC0415
+
+    gpu = {"box-a": gpu_facts("12.0", 8, "pcie"), "box-b": gpu_facts("12.0", 4, "pcie")}
+    inventory = group_inventory(tmp_path, Path("/models/m"), {"box-a": 30001, "box-b": 30002}, gpu)
+    proc = run_group(tmp_path, inventory, {"tuner_group": "boxes", "tuner_require_gpu": False}, "--check")
+    assert proc.returncode != 0
+    assert "have the GPUs of box-a, which measures for the whole group" in proc.stdout
+    assert "this host [4, ['12.0'], 'pcie'], box-a [8, ['12.0'], 'pcie']" in proc.stdout
+    assert not (tmp_path / "box-b" / "state" / "tuning").exists()
+    assert "TASK [tuner : Plan the candidates" not in proc.stdout  # the whole group stopped, box-a too
