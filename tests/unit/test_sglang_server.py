@@ -711,7 +711,10 @@ def test_serve_playbook_alone_skips_a_host_without_gpu_before_any_user_exists(tm
         assert proc.returncode == 0, proc.stdout[-3000:]
         assert subprocess.run(["getent", "passwd", user], capture_output=True, check=False).returncode != 0
         assert not (tmp_path / "state" / "sglang_server").exists()
-        assert "TASK [epforge : Record the run-summary step sglang_server]" in proc.stdout
+        assert (
+            "TASK [sglang_server : Decide whether this host launches, and record a skipped launch]"
+            in proc.stdout
+        )
         assert (
             "Create the service account" not in proc.stdout and "Start the SGLang server" not in proc.stdout
         )
