@@ -68,6 +68,8 @@ options:
         flags are known. Empty knows only epforge's own settings.
     type: dict
     default: {}
+extends_documentation_fragment:
+  - epforge.ep.model_dir
 author: epforge developers (@epforge)
 """
 
@@ -170,6 +172,7 @@ def main() -> None:
             "fail_on_error": {"type": "bool", "default": True},
             "sglang_version": {"type": "str", "default": ""},
             "flag_table": {"type": "dict", "default": {}},
+            "model_dir": {"type": "path", "default": "/var/lib/epforge/models"},
         },
         supports_check_mode=True,
     )
@@ -197,7 +200,7 @@ def main() -> None:
     version = params["sglang_version"]
     if version and not findings["errors"]:
         try:
-            result["server_object"] = build_server_object(result, version, params["flag_table"])
+            result["server_object"] = build_server_object(result, version, params["flag_table"], params["model_dir"])
         except ValueError as exc:
             module.fail_json(
                 msg=f"the server settings cannot be rendered for SGLang {version}: {exc}", **result

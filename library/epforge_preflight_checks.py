@@ -181,6 +181,8 @@ options:
         description: The token of a stale holder to end first (set by the action plugin only).
         type: str
         default: ""
+extends_documentation_fragment:
+  - epforge.ep.model_dir
 author: epforge developers (@epforge)
 """
 
@@ -565,6 +567,7 @@ ARGUMENT_SPEC = {
     "server": {"type": "dict", "default": {}},
     "sglang_version": {"type": "str", "default": ""},
     "flag_table": {"type": "raw", "default": {}},
+    "model_dir": {"type": "path", "default": "/var/lib/epforge/models"},
     "flag_table_path": {"type": "path"},
     "known_issues_path": {"type": "path"},
     "facts_dir": {"type": "path"},
@@ -755,7 +758,7 @@ def judged(tables: tuple[dict, dict | None], gpu_facts: dict, stack: dict, param
         return verdict, "", {}, ""
     version = params["sglang_version"] or _version_of(stack, "sglang")
     try:
-        return verdict, "", build_server_object(verdict, version, flag_table), ""
+        return verdict, "", build_server_object(verdict, version, flag_table, params["model_dir"]), ""
     except ValueError as exc:
         return verdict, "", {}, f"the server settings cannot be rendered for SGLang {version}: {exc}"
 

@@ -77,6 +77,8 @@ options:
     description: The most candidates a space may hold (a larger one is refused before anything is judged).
     type: int
     default: 64
+extends_documentation_fragment:
+  - epforge.ep.model_dir
 author: epforge developers (@epforge)
 """
 
@@ -148,6 +150,7 @@ ARGUMENT_SPEC = {
     "table": {"type": "dict", "required": True},
     "sglang_version": {"type": "str", "required": True},
     "flag_table": {"type": "dict", "default": {}},
+    "model_dir": {"type": "path", "default": "/var/lib/epforge/models"},
     "space": {"type": "dict", "default": {}},
     "draft_model": {"type": "str", "default": ""},
     "concurrencies": {"type": "list", "elements": "int", "default": []},
@@ -213,7 +216,7 @@ class Planner:
             reason = "refused by the known issues: " + ", ".join(f["id"] for f in refused_by)
             return dict(candidate, status="refused", refused_by=refused_by, reason=reason)
         try:
-            server_object = build_server_object(verdict, p["sglang_version"], p["flag_table"])
+            server_object = build_server_object(verdict, p["sglang_version"], p["flag_table"], p["model_dir"])
         except ValueError as exc:
             self.module.fail_json(msg=f"candidate {candidate['name']} cannot be rendered for SGLang: {exc}")
         adjustments = [a["id"] for a in verdict["findings"]["adjustments"]]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ansible_collections.epforge.ep.plugins.module_utils.model_paths import DEFAULT_MODEL_DIR, localized
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import without_secrets
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     build_server_argv,
@@ -43,23 +44,30 @@ def _adjustment(finding: dict) -> dict:
     }
 
 
-def build(verdict: dict, sglang_version: str, flag_table: dict | None = None) -> dict:
+def build(
+    verdict: dict, sglang_version: str, flag_table: dict | None = None, model_dir: str = DEFAULT_MODEL_DIR
+) -> dict:
     """The object for a known-issues verdict (epforge_known_issues.evaluate on the request).
 
     verdict["adjusted_settings"] holds the request with every adjustment applied (secrets left out).
+    A model named by Hub repo ID runs from the directory role model fetches it to under model_dir (an
+    adjustment says so; model_paths.py), and every launch has HF_HUB_OFFLINE=1: SGLang never downloads.
     Empty settings (no server requested) give {}. Raises ValueError when the settings cannot be rendered
     (validate_settings' problems).
     """
     if not verdict.get("adjusted_settings"):
         return {}
-    settings = with_defaults(without_secrets(verdict.get("adjusted_settings") or {}))
+    settings, model_adjustments = localized(
+        with_defaults(without_secrets(verdict.get("adjusted_settings") or {})), model_dir
+    )
     argv = build_server_argv(settings, sglang_version=sglang_version, flag_table=flag_table)
-    env = build_server_env(settings)
+    env = {**build_server_env(settings), "HF_HUB_OFFLINE": "1"}
     return {
         "schema": SCHEMA,
         "sglang_version": sglang_version,
         "settings": settings,
-        "adjustments": [_adjustment(a) for a in verdict.get("findings", {}).get("adjustments", [])],
+        "adjustments": [_adjustment(a) for a in verdict.get("findings", {}).get("adjustments", [])]
+        + model_adjustments,
         "argv": argv,
         "env": env,
         "digest": digest_of(sglang_version, argv, env),

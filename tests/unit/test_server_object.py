@@ -30,6 +30,32 @@ def verdict(settings: dict, adjustments: list | None = None) -> dict:
     return {"adjusted_settings": settings, "findings": {"adjustments": adjustments or []}}
 
 
+def test_a_model_named_by_repo_id_runs_from_the_directory_role_model_fetches_it_to():
+    settings = {
+        "model_path": "moonshotai/Kimi-K2.5",
+        "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": "lightseekorg/kimi-k2.5-eagle3",
+        "tp_size": 8,
+    }
+    obj = build(verdict(settings), "0.5.23", TABLE_0523, model_dir="/srv/models")
+    argv = obj["argv"]
+    assert argv[argv.index("--model-path") + 1] == "/srv/models/moonshotai/Kimi-K2.5"
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/srv/models/lightseekorg/kimi-k2.5-eagle3"
+    assert "moonshotai/Kimi-K2.5" not in argv
+    assert [(a["id"], a["source"], a["changes"]) for a in obj["adjustments"]] == [
+        ("model-fetched-by-role-model", "moonshotai/Kimi-K2.5", {"model_path": "/srv/models/moonshotai/Kimi-K2.5"}),
+        (
+            "model-fetched-by-role-model",
+            "lightseekorg/kimi-k2.5-eagle3",
+            {"speculative_draft_model_path": "/srv/models/lightseekorg/kimi-k2.5-eagle3"},
+        ),
+    ]
+    assert obj["env"]["HF_HUB_OFFLINE"] == "1"
+    # a local directory stays as it is (verified in place by role model, never copied)
+    local = build(verdict({"model_path": "/models/m"}), "0.5.23", TABLE_0523, model_dir="/srv/models")
+    assert local["settings"]["model_path"] == "/models/m" and local["adjustments"] == []
+
+
 def test_object_renders_once_and_its_digest_names_argv_and_env():
     adjustment = {
         "id": "deepep_normal_mode_needs_nvlink",
@@ -50,7 +76,8 @@ def test_object_renders_once_and_its_digest_names_argv_and_env():
         {k: v for k, v in settings.items() if k != "api_key"}, sglang_version="0.5.23", flag_table=TABLE_0523
     )
     assert obj["argv"][-2:] == ["--chunked-prefill-size", "128"]
-    assert obj["env"] == {"NCCL_P2P_LEVEL": "SYS"}
+    # HF_HUB_OFFLINE=1 in every launch: SGLang never downloads (role model fetched and verified the files)
+    assert obj["env"] == {"NCCL_P2P_LEVEL": "SYS", "HF_HUB_OFFLINE": "1"}
     assert obj["settings"]["host"] == "127.0.0.1" and obj["settings"]["port"] == 30000
     assert "sk-never-in-the-object" not in json.dumps(obj)
     assert obj["adjustments"] == [

@@ -1,0 +1,784 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, epforge developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module: one model's weights in a directory on the host - fetched (resumable, bounded), verified
+and stamped, or refused before any byte moves."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_weights
+short_description: Fetch, verify and stamp one model's weights (Hub, mirror, local directory, controller copy)
+description:
+  - Makes O(path) hold one model SGLang can load, verified file by file, and stamps the verdict so a rerun is
+    one probe (a stat of each file) and reports no change.
+  - O(source=hub) and O(source=mirror) fetch with huggingface_hub's own API (C(hf_hub_download), which uses
+    C(hf_xet) where installed), run in O(python). The requested O(revision) (branch, tag or commit) is
+    resolved once to its commit; the commit is recorded, and later runs re-check that commit without asking
+    the Hub again unless O(update=true).
+  - Refused before any byte moves, each naming the problem - an unknown repository or revision, a gated
+    repository without a token, no weights SGLang loads without unpickling (safetensors expected; pickle-only
+    refused unless O(allow_pickle=true)), and not enough free space for the files still to fetch (their
+    sizes from the Hub's metadata plus O(space_margin_mb)).
+  - Files are fetched into C(PATH/.epforge-partial), checked against the Hub's hash (the LFS sha256, else the
+    git blob id) and only then moved into O(path) (mode 0644, directories 0755). An interrupted fetch
+    (SIGKILL, a dropped connection, a reboot) resumes on the next run without fetching completed files
+    again. Resume is per file, not per byte - a Hub-compatible mirror need not honour HTTP Range (olah's
+    local mirror does not) - so a file cut off midway is fetched again whole.
+  - Bounded - O(file_timeout) per file and O(timeout) for the whole fetch; the worker is killed when one
+    runs out and what was completed stays for the rerun. Progress (files, bytes, rate, ETA) goes to
+    O(log_path) every O(progress_interval) seconds.
+  - O(source=local) verifies a directory already on the host and never copies it - against its
+    C(.epforge-model.json) or role smoke_model's manifest when there is one (a mismatch is refused, never
+    repaired), else by checking every safetensors header against the file size and the index, then recording
+    a manifest so later runs compare hashes.
+  - O(source=controller) verifies a copy the controller sent (role model runs ansible.posix.synchronize)
+    against the controller's O(manifest) - before the transfer it reports what is missing and refuses a host
+    without room (RV(needs_transfer)); after it (O(transferred=true)) any mismatch fails.
+  - Complete means - C(config.json), a tokenizer file (unless O(needs_tokenizer=false), for draft models),
+    loadable weights, and every shard a C(*.safetensors.index.json) names.
+  - The token is read from O(token) or O(token_file), handed to the worker on its stdin, and never written to
+    argv, the environment, the log, the result or the fact.
+  - Check mode reports what would be fetched or verified and changes nothing.
+version_added: "0.1.0"
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  name:
+    description: The setting that names this model (C(model_path), C(speculative_draft_model_path)); the key
+      of its entry in the fact C(epforge_model).
+    type: str
+    required: true
+  source:
+    description: Where the files come from.
+    type: str
+    choices: [hub, mirror, local, controller]
+    required: true
+  path:
+    description: The model directory (absolute). For O(source=local), the directory to verify.
+    type: path
+    required: true
+  repo:
+    description: Hub repo ID C(ORG/NAME) (required unless O(source=local)).
+    type: str
+    default: ""
+  revision:
+    description: Branch, tag or commit to fetch; a branch or tag is resolved once to its commit.
+    type: str
+    default: main
+  update:
+    description: Ask the Hub again what O(revision) points to (a branch that moved is fetched anew).
+    type: bool
+    default: false
+  endpoint:
+    description: Hub-compatible endpoint (C(HF_ENDPOINT)); required for O(source=mirror), empty for the Hub.
+    type: str
+    default: ""
+  token:
+    description: Hugging Face token (gated or private repositories). Never logged or recorded.
+    type: str
+    default: ""
+  token_file:
+    description: File holding the token when O(token) is empty (the host's C(~/.cache/huggingface/token)).
+    type: path
+    default: ""
+  python:
+    description: Interpreter with huggingface_hub that fetches (O(source=hub) and O(source=mirror)).
+    type: path
+    default: ""
+  manifest:
+    description: The controller's manifest of the files (O(source=controller)).
+    type: dict
+    default: {}
+  transferred:
+    description: With O(source=controller) - the transfer has run, so any mismatch fails.
+    type: bool
+    default: false
+  needs_tokenizer:
+    description: Require a tokenizer file (false for a speculative draft model).
+    type: bool
+    default: true
+  allow_pickle:
+    description: Accept pickle-based weights (C(*.bin)) when a repository has no safetensors.
+    type: bool
+    default: false
+  ignore_patterns:
+    description: Files not fetched when the repository has safetensors weights (other weight formats).
+    type: list
+    elements: str
+    default: ["*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack", "*.onnx", "*.gguf", "*.ot"]
+  space_margin_mb:
+    description: Free space kept beyond the files still to fetch, in MiB.
+    type: int
+    default: 1024
+  concurrency:
+    description: Files fetched at once.
+    type: int
+    default: 4
+  file_timeout:
+    description: Seconds one file may take.
+    type: int
+    default: 3600
+  timeout:
+    description: Seconds the whole fetch may take.
+    type: int
+    default: 86400
+  progress_interval:
+    description: Seconds between progress lines in O(log_path).
+    type: float
+    default: 10
+extends_documentation_fragment:
+  - epforge.ep.log_path
+  - epforge.ep.facts_dir.optional
+author: epforge developers (@epforge)
+"""
+
+EXAMPLES = r"""
+- name: Fetch Kimi-K2.5 from a self-hosted mirror
+  epforge.ep.model_weights:
+    name: model_path
+    source: mirror
+    repo: moonshotai/Kimi-K2.5
+    revision: main
+    endpoint: http://mirror.internal:8090
+    path: /var/lib/epforge/models/moonshotai/Kimi-K2.5
+    python: /opt/epforge/ml-env/bin/python
+    log_path: /var/log/epforge/model-model_path.log
+    facts_dir: /etc/ansible/facts.d
+
+- name: Verify a directory carried onto an air-gapped host
+  epforge.ep.model_weights:
+    name: model_path
+    source: local
+    path: /models/Kimi-K2.5
+    log_path: /var/log/epforge/model-model_path.log
+"""
+
+RETURN = r"""
+path:
+  description: The model directory.
+  returned: always
+  type: str
+commit:
+  description: The commit the files are from (empty for an unmanifested local directory's first check).
+  returned: always
+  type: str
+files:
+  description: Number of files the manifest lists.
+  returned: always
+  type: int
+bytes:
+  description: Their total size.
+  returned: always
+  type: int
+verified:
+  description: Files whose hash was checked this run (0 when the stamp answered).
+  returned: always
+  type: int
+fetched:
+  description: Files fetched this run.
+  returned: always
+  type: list
+  elements: str
+bytes_fetched:
+  description: Bytes fetched this run.
+  returned: always
+  type: int
+seconds:
+  description: Wall time of this run's fetch and verification.
+  returned: always
+  type: float
+needs_transfer:
+  description: O(source=controller) - files the controller must still send (missing or not matching).
+  returned: always
+  type: list
+  elements: str
+manifest:
+  description: The manifest the directory is verified against (repo, revision, commit, source, files).
+  returned: always
+  type: dict
+record:
+  description: This model's entry in the fact C(epforge_model).
+  returned: always
+  type: dict
+libraries:
+  description: huggingface_hub and hf_xet versions of O(python) (fetching sources).
+  returned: when fetched
+  type: dict
+"""
+
+import contextlib
+import inspect
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
+from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.model_paths import is_repo_id
+from ansible_collections.epforge.ep.plugins.module_utils.model_weights import checks
+from ansible_collections.epforge.ep.plugins.module_utils.model_weights import hub_worker as worker_source
+from ansible_collections.epforge.ep.plugins.module_utils.process import _stop_group
+
+FACT = "epforge_model"
+MIB = 1 << 20
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+class Log:
+    """The progress log users tail: timestamped lines, appended."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+
+    def line(self, text: str) -> None:
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+
+
+class Worker:
+    """The huggingface_hub side (plugins/module_utils/model_weights/hub_worker.py) in O(python): started with
+    the request (token included) on stdin, read as JSON events; stopped with its process group."""
+
+    def __init__(self, module: AnsibleModule, log: Log, command: str, request: dict) -> None:
+        self.module, self.log = module, log
+        self.argv = [module.params["python"], "-c", worker_source.BOOTSTRAP, command]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        env.update(
+            HF_HUB_DISABLE_PROGRESS_BARS="1",
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_ETAG_TIMEOUT=str(min(60, module.params["file_timeout"])),
+            HF_HUB_DOWNLOAD_TIMEOUT=str(min(60, module.params["file_timeout"])),
+        )
+        with open(log.path, "ab") as stderr:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=env,
+                start_new_session=True,
+            )
+        source = inspect.getsource(worker_source)  # works from Ansible's zipped module_utils too
+        self.proc.stdin.write((json.dumps(request) + "\n" + source).encode())
+        self.proc.stdin.close()
+        self.buffer = b""
+
+    def events(self, wait: float) -> list[dict]:
+        """Events that arrived within `wait` seconds ([] when none; the worker may have exited)."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], wait)
+        if not ready:
+            return []
+        chunk = os.read(self.proc.stdout.fileno(), 65536)
+        if not chunk:
+            return [{"event": "eof"}]
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def stop(self) -> None:
+        _stop_group(self.proc)
+
+    def fail(self, msg: str, **extra) -> None:
+        self.stop()
+        self.log.line(f"FAILED: {msg}")
+        self.module.fail_json(
+            msg=msg,
+            cmd=self.argv[:2] + ["<bootstrap>"] + self.argv[3:],
+            rc=self.proc.returncode if self.proc.returncode is not None else -1,
+            log_path=self.log.path,
+            log_tail=tail_file(self.log.path),
+            **extra,
+        )
+
+
+class ModelWeights:
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.path = self.p["path"].rstrip("/") or "/"
+        self.log = Log(self.p["log_path"])
+        self.started = time.monotonic()
+        self.result: dict = {
+            "changed": False,
+            "path": self.path,
+            "source": self.p["source"],
+            "commit": "",
+            "files": 0,
+            "bytes": 0,
+            "verified": 0,
+            "fetched": [],
+            "bytes_fetched": 0,
+            "seconds": 0.0,
+            "needs_transfer": [],
+            "manifest": {},
+            "log_path": self.p["log_path"],
+        }
+        self.token = self.p["token"] or self.read_token()
+
+    # -- input
+    def read_token(self) -> str:
+        path = self.p["token_file"]
+        if not path or not os.path.isfile(path):
+            return ""
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+
+    def refuse_bad_input(self) -> None:
+        p = self.p
+        if not os.path.isabs(self.path):
+            self.module.fail_json(msg=f"path must be absolute, got {self.path!r}")
+        if p["source"] != "local" and not is_repo_id(p["repo"]):
+            self.module.fail_json(msg=f"source {p['source']} needs repo as ORG/NAME, got {p['repo']!r}")
+        if p["source"] == "mirror" and not p["endpoint"]:
+            self.module.fail_json(msg="source mirror needs endpoint (the mirror's URL, what HF_ENDPOINT names)")
+        if p["source"] in ("hub", "mirror") and not (p["python"] and os.access(p["python"], os.X_OK)):
+            self.module.fail_json(
+                msg=f"python {p['python']!r} is not an executable interpreter: source {p['source']} fetches "
+                "with huggingface_hub in that python (model_python; default the ML env's)"
+            )
+        if p["source"] == "controller" and not p["manifest"].get("files"):
+            self.module.fail_json(msg="source controller needs manifest (the controller's, with its files)")
+        for option in ("file_timeout", "timeout", "concurrency"):
+            if p[option] < 1:
+                self.module.fail_json(msg=f"{option} must be at least 1, got {p[option]}")
+
+    # -- the probe
+    def stamped_manifest(self) -> dict | None:
+        """The directory's manifest when the stamp still vouches for it and it answers this request."""
+        manifest = checks.read_json(os.path.join(self.path, checks.MANIFEST))
+        if not manifest or not checks.stamped(self.path, manifest):
+            return None
+        p = self.p
+        if p["source"] == "local":
+            smoke = checks.read_json(os.path.join(self.path, checks.SMOKE_MANIFEST))
+            return manifest if smoke is None or manifest.get("files") == self.smoke_files(smoke) else None
+        if p["source"] == "controller":
+            return manifest if manifest.get("files") == p["manifest"].get("files") else None
+        if p["update"] or manifest.get("repo") != p["repo"] or manifest.get("revision") != p["revision"]:
+            return None
+        return manifest
+
+    # -- shared ends
+    def space_check(self, names: list[str], sizes: dict[str, int]) -> None:
+        needed = sum(sizes[n] for n in names)
+        margin = self.p["space_margin_mb"] * MIB
+        probe = self.path
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        st = os.statvfs(probe)
+        free = st.f_bavail * st.f_frsize
+        if needed + margin > free:
+            self.module.fail_json(
+                msg=f"not enough free space for {self.p['repo'] or self.path}: {len(names)} files to fetch "
+                f"need {human(needed)} plus the {human(margin)} margin (space_margin_mb) in {probe}, which "
+                f"has {human(free)} free; nothing was fetched",
+                needed_bytes=needed,
+                free_bytes=free,
+            )
+
+    def place_modes(self) -> None:
+        """Files 0644 and directories 0755: the server's user reads, nobody but the owner writes."""
+        for root, dirs, files in os.walk(self.path):
+            dirs[:] = [d for d in dirs if d != checks.PARTIAL]
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o755)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o644)
+        os.chmod(self.path, 0o755)
+
+    def complete(self, manifest: dict) -> None:
+        problems = checks.completeness_problems(
+            self.path, manifest["files"], self.p["needs_tokenizer"], self.p["allow_pickle"]
+        )
+        if problems:
+            self.module.fail_json(msg=f"{self.path} is not a model SGLang can load: " + "; ".join(problems))
+
+    def stamp(self, manifest: dict) -> None:
+        """Write the manifest (when it differs) and the stamp: the verdict a rerun's probe reads."""
+        if self.module.check_mode:
+            self.result["changed"] = True
+            return
+        os.makedirs(self.path, mode=0o755, exist_ok=True)
+        if checks.read_json(os.path.join(self.path, checks.MANIFEST)) != manifest:
+            write_json_atomic(os.path.join(self.path, checks.MANIFEST), manifest)
+        stats = checks.stats(self.path, manifest["files"])
+        write_json_atomic(
+            os.path.join(self.path, checks.STAMP),
+            {"schema": checks.SCHEMA, "manifest": checks.manifest_digest(manifest), "stats": stats},
+        )
+        self.result["changed"] = True
+
+    def unstamp(self) -> None:
+        if not self.module.check_mode:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.path, checks.STAMP))
+
+    def verify_against(self, manifest: dict) -> list[str]:
+        """Names whose file is missing or does not match; hashes each present file once."""
+        bad = []
+        for name, expected in sorted(manifest["files"].items()):
+            problem, _found = checks.file_problem(os.path.join(self.path, name), expected)
+            if problem:
+                self.log.line(f"{name}: {problem}")
+                bad.append(name)
+            else:
+                self.result["verified"] += 1
+        return bad
+
+    # -- local
+    @staticmethod
+    def smoke_files(smoke: dict) -> dict:
+        return {n: {"size": f["size"], "sha256": f["sha256"]} for n, f in sorted(smoke.get("files", {}).items())}
+
+    def local(self) -> dict:
+        if not os.path.isdir(self.path):
+            self.module.fail_json(msg=f"source local: {self.path} is not a directory on this host")
+        own = checks.read_json(os.path.join(self.path, checks.MANIFEST))
+        smoke = checks.read_json(os.path.join(self.path, checks.SMOKE_MANIFEST))
+        if smoke is not None:
+            manifest = {"source": "local", "manifest_from": checks.SMOKE_MANIFEST, "files": self.smoke_files(smoke)}
+        elif own is not None:
+            manifest = own
+        else:
+            manifest = self.first_local_manifest()
+        bad = self.verify_against(manifest)
+        if bad:
+            self.module.fail_json(
+                msg=f"source local: {self.path} does not match its manifest ({', '.join(bad[:5])}); a local "
+                "directory is never repaired: restore it, or remove its .epforge-model.json to accept it as it is",
+                mismatched=bad,
+            )
+        return manifest
+
+    def first_local_manifest(self) -> dict:
+        """No manifest yet: every safetensors header against its size, then each file's hashes recorded."""
+        names = checks.local_files(self.path)
+        problems = [
+            f"{n}: {problem}"
+            for n in names
+            if n.endswith(".safetensors") and (problem := checks.safetensors_problem(os.path.join(self.path, n)))
+        ]
+        if problems:
+            self.module.fail_json(msg=f"source local: {self.path} has damaged weights: " + "; ".join(problems))
+        files = {}
+        for name in names:
+            found = checks.hashes(os.path.join(self.path, name))
+            files[name] = {"size": os.path.getsize(os.path.join(self.path, name)), "sha256": found["sha256"]}
+        self.log.line(f"{self.path}: no manifest; headers checked, {len(files)} files hashed and recorded")
+        return {"source": "local", "manifest_from": "first check", "files": files}
+
+    # -- controller
+    def controller(self) -> dict:
+        manifest = self.p["manifest"]
+        bad = self.verify_against(manifest)
+        if bad and self.p["transferred"]:
+            self.module.fail_json(
+                msg=f"after the transfer from the controller, {len(bad)} files in {self.path} do not match the "
+                f"controller's manifest: {', '.join(bad[:5])}",
+                mismatched=bad,
+            )
+        if bad:
+            self.space_check(bad, {n: f["size"] for n, f in manifest["files"].items()})
+            self.unstamp()
+            self.result["needs_transfer"] = bad
+            self.result["changed"] = True
+        return manifest
+
+    # -- hub and mirror
+    def call(self, command: str, request: dict, on_event=None) -> list[dict]:
+        """Run the worker to its end (bounded); return its events, failing on its error event."""
+        request = {"endpoint": self.p["endpoint"], "token": self.token, "repo": self.p["repo"], **request}
+        worker = Worker(self.module, self.log, command, request)
+        events = []
+        deadline = self.started + self.p["timeout"]
+        try:
+            while True:
+                now = time.monotonic()
+                if now > deadline:
+                    worker.fail(
+                        f"fetching {self.p['repo']} took more than timeout={self.p['timeout']} s; completed files "
+                        "are kept and a rerun fetches only the rest",
+                        timed_out="total",
+                    )
+                batch = worker.events(0.5)
+                for event in batch:
+                    if event["event"] == "eof":
+                        worker.proc.wait(timeout=30)
+                        return self.ended(worker, events)
+                    if event["event"] == "versions":
+                        self.result["libraries"] = {k: v for k, v in event.items() if k != "event"}
+                    events.append(event)
+                    if on_event:
+                        on_event(worker, event)
+                if on_event:
+                    on_event(worker, {"event": "tick"})
+        except BaseException:
+            if worker.proc.poll() is None:
+                worker.stop()
+            raise
+
+    def ended(self, worker: Worker, events: list[dict]) -> list[dict]:
+        errors = [e for e in events if e["event"] == "error"]
+        if errors or worker.proc.returncode != 0:
+            error = errors[0] if errors else {"kind": "error", "message": "the worker exited without a result"}
+            worker.fail(self.error_message(error), kind=error["kind"])
+        return events
+
+    def error_message(self, error: dict) -> str:
+        repo, rev, where = self.p["repo"], self.p["revision"], self.p["endpoint"] or "the Hugging Face Hub"
+        kind = error["kind"]
+        if kind in ("unknown_repo", "unknown_revision"):
+            return (
+                f"{repo} at revision {rev} was not found at {where} (unknown repository or revision; a private "
+                f"or gated repository answers the same without a token): {error['message']}"
+            )
+        if kind == "gated":
+            return f"{repo} is gated: its files need a token with access (model_token or model_token_file)"
+        if kind == "missing_library":
+            return f"{self.p['python']} has no huggingface_hub: install it there (role sglang does) or set model_python"
+        if kind == "unreachable":
+            return f"{where} could not be reached: {error['message']}"
+        return f"fetching {repo} failed: {error['message']}"
+
+    def resolve(self) -> dict:
+        """The commit and its files: the recorded commit when the request is the same (resolved once)."""
+        recorded = checks.read_json(os.path.join(self.path, checks.MANIFEST)) or {}
+        same = recorded.get("repo") == self.p["repo"] and recorded.get("revision") == self.p["revision"]
+        revision = recorded["commit"] if same and recorded.get("commit") and not self.p["update"] else self.p["revision"]
+        self.log.line(f"resolving {self.p['repo']} at {revision} ({self.p['endpoint'] or 'huggingface.co'})")
+        events = self.call("resolve", {"revision": revision})
+        resolved = next(e for e in events if e["event"] == "resolved")
+        if resolved["gated"] and not self.token:
+            self.module.fail_json(
+                msg=f"{self.p['repo']} is gated ({resolved['gated']}): set model_token (no_log) or "
+                "model_token_file to a token with access; nothing was fetched"
+            )
+        return resolved
+
+    def wanted(self, resolved: dict) -> dict:
+        files = {f["path"]: f for f in resolved["files"]}
+        names = list(files)
+        if any(checks.matches_any(n, checks.SAFE_WEIGHTS) for n in names):
+            names = [n for n in names if not checks.matches_any(n, self.p["ignore_patterns"])]
+        problems = checks.loadable_problems(names, self.p["allow_pickle"])
+        if problems:
+            self.module.fail_json(msg=f"{self.p['repo']}: " + "; ".join(problems) + "; nothing was fetched")
+        return {
+            n: {k: v for k, v in (("size", files[n]["size"]), ("sha256", files[n]["sha256"]),
+                                  ("blob_id", files[n]["blob_id"])) if v != ""}
+            for n in sorted(names)
+        }
+
+    def hub(self) -> dict:
+        resolved = self.resolve()
+        files = self.wanted(resolved)
+        manifest = {
+            "source": self.p["source"],
+            "repo": self.p["repo"],
+            "revision": self.p["revision"],
+            "commit": resolved["commit"],
+            "endpoint": self.p["endpoint"],
+            "files": files,
+        }
+        old = checks.read_json(os.path.join(self.path, checks.MANIFEST)) or {}
+        if old.get("files") == files and checks.stamped(self.path, old):
+            if old != manifest:
+                self.stamp(manifest)
+            return manifest
+        missing = self.verify_against(manifest)
+        self.result["needs_fetch"] = missing
+        if not missing:
+            self.stamp(manifest)
+            return manifest
+        self.space_check(missing, {n: f["size"] for n, f in files.items()})
+        if self.module.check_mode:
+            self.result["changed"] = True
+            return manifest
+        self.unstamp()
+        self.fetch(manifest, missing)
+        # Files of a previous commit that this one does not have: a stale shard must not be loaded.
+        for name in sorted(set(old.get("files", {})) - set(files)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.path, name))
+                self.log.line(f"removed {name} (not in commit {manifest['commit']})")
+        return manifest
+
+    def fetch(self, manifest: dict, names: list[str]) -> None:
+        files = manifest["files"]
+        names = sorted(names, key=lambda n: (-files[n]["size"], n))
+        staging = os.path.join(self.path, checks.PARTIAL)
+        os.makedirs(staging, mode=0o700, exist_ok=True)
+        # A part cut off midway is fetched again whole (resume per file: a mirror may ignore HTTP Range).
+        shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
+        total = sum(files[n]["size"] for n in names)
+        self.log.line(
+            f"fetching {len(names)} of {len(files)} files ({human(total)}) of {self.p['repo']} at "
+            f"{manifest['commit']} into {self.path}"
+        )
+        state = {"started": {}, "done": 0, "bytes": 0, "last": time.monotonic(), "t0": time.monotonic()}
+
+        def on_event(worker: Worker, event: dict) -> None:
+            now = time.monotonic()
+            if event["event"] == "start":
+                state["started"][event["file"]] = now
+            elif event["event"] == "done":
+                name = event["file"]
+                state["started"].pop(name, None)
+                self.place(worker, os.path.join(staging, name), name, files[name])
+                state["done"] += 1
+                state["bytes"] += files[name]["size"]
+            for name, since in state["started"].items():
+                if now - since > self.p["file_timeout"]:
+                    worker.fail(
+                        f"{name} took more than file_timeout={self.p['file_timeout']} s; completed files are "
+                        "kept and a rerun fetches only the rest",
+                        timed_out="file",
+                        file=name,
+                    )
+            if now - state["last"] >= self.p["progress_interval"] or event["event"] == "done":
+                state["last"] = now
+                partial = self.partial_bytes(staging)
+                moved = state["bytes"] + partial
+                rate = moved / max(now - state["t0"], 1e-6)
+                eta = (total - moved) / rate if rate > 0 else float("inf")
+                self.log.line(
+                    f"progress: files {state['done']}/{len(names)}, {human(moved)}/{human(total)}, "
+                    f"{human(rate)}/s, ETA {eta:.0f} s"
+                )
+
+        self.call("fetch", {"commit": manifest["commit"], "staging": staging, "files": names, "concurrency": self.p["concurrency"]}, on_event)
+        self.result["fetched"] = names
+        self.result["bytes_fetched"] = total
+        shutil.rmtree(staging, ignore_errors=True)
+        self.log.line(f"fetched {len(names)} files, {human(total)}")
+
+    @staticmethod
+    def partial_bytes(staging: str) -> int:
+        size = 0
+        for root, _dirs, files in os.walk(staging):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    size += os.path.getsize(os.path.join(root, name))
+        return size
+
+    def place(self, worker: Worker, fetched: str, name: str, expected: dict) -> None:
+        """A fetched file is checked against the Hub's hash, then moved into the model directory."""
+        problem, _found = checks.file_problem(fetched, expected)
+        if problem:
+            os.unlink(fetched)
+            worker.fail(f"{name} as fetched from {self.p['endpoint'] or 'the Hub'} does not match its metadata: {problem}")
+        target = os.path.join(self.path, name)
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        os.chmod(fetched, 0o644)
+        os.replace(fetched, target)
+        self.result["verified"] += 1
+
+    # -- the run
+    def run(self) -> None:
+        self.refuse_bad_input()
+        manifest = self.stamped_manifest()
+        if manifest is None:
+            self.log.line(f"checking {self.p['name']}: {self.p['repo'] or self.path} ({self.p['source']})")
+            manifest = {"local": self.local, "controller": self.controller}.get(self.p["source"], self.hub)()
+            if not self.result["needs_transfer"]:
+                self.complete(manifest)
+                if not self.module.check_mode:
+                    self.place_modes()
+                self.stamp(manifest)
+                self.log.line(
+                    f"verified {self.path}: {len(manifest['files'])} files, {self.result['verified']} hashed, "
+                    f"{len(self.result['fetched'])} fetched ({human(self.result['bytes_fetched'])})"
+                )
+        self.result["seconds"] = round(time.monotonic() - self.started, 3)
+        self.report(manifest)
+        self.module.exit_json(**self.result)
+
+    def report(self, manifest: dict) -> None:
+        files = manifest.get("files", {})
+        self.result.update(
+            manifest=manifest,
+            commit=manifest.get("commit", ""),
+            files=len(files),
+            bytes=sum(f["size"] for f in files.values()),
+        )
+        record = {
+            "repo": manifest.get("repo", ""),
+            "revision": manifest.get("revision", ""),
+            "commit": manifest.get("commit", ""),
+            "source": self.p["source"],
+            "path": self.path,
+            "files": len(files),
+            "bytes": self.result["bytes"],
+            "verified": len(files) if not self.result["needs_transfer"] else 0,
+        }
+        facts_dir = self.p["facts_dir"]
+        fact = (checks.read_json(fact_path(facts_dir, FACT)) or {}) if facts_dir else {}
+        previous = fact.get(self.p["name"], {})
+        if self.result["changed"] or not previous:
+            # Figures of the run that did the work; a probe-only rerun keeps them (and reports changed=0).
+            record.update(seconds=self.result["seconds"], bytes_fetched=self.result["bytes_fetched"])
+        else:
+            record.update(seconds=previous.get("seconds", 0.0), bytes_fetched=previous.get("bytes_fetched", 0))
+        self.result["record"] = record
+        if facts_dir and not self.result["needs_transfer"]:
+            written = write_local_fact(facts_dir, FACT, {**fact, self.p["name"]: record}, self.module.check_mode)
+            self.result["changed"] = self.result["changed"] or written["changed"]
+
+
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "source": {"type": "str", "required": True, "choices": ["hub", "mirror", "local", "controller"]},
+    "path": {"type": "path", "required": True},
+    "repo": {"type": "str", "default": ""},
+    "revision": {"type": "str", "default": "main"},
+    "update": {"type": "bool", "default": False},
+    "endpoint": {"type": "str", "default": ""},
+    "token": {"type": "str", "default": "", "no_log": True},
+    "token_file": {"type": "path", "default": "", "no_log": False},
+    "python": {"type": "path", "default": ""},
+    "manifest": {"type": "dict", "default": {}},
+    "transferred": {"type": "bool", "default": False},
+    "needs_tokenizer": {"type": "bool", "default": True},
+    "allow_pickle": {"type": "bool", "default": False},
+    "ignore_patterns": {
+        "type": "list",
+        "elements": "str",
+        "default": ["*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack", "*.onnx", "*.gguf", "*.ot"],
+    },
+    "space_margin_mb": {"type": "int", "default": 1024},
+    "concurrency": {"type": "int", "default": 4},
+    "file_timeout": {"type": "int", "default": 3600},
+    "timeout": {"type": "int", "default": 86400},
+    "progress_interval": {"type": "float", "default": 10},
+    "log_path": {"type": "path", "required": True},
+    "facts_dir": {"type": "path"},
+}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    ModelWeights(module).run()
+
+
+if __name__ == "__main__":
+    main()

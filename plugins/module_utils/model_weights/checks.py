@@ -1,0 +1,174 @@
+"""What makes a model directory verified: hashes against a manifest, safetensors headers, every shard the
+index names, config and tokenizer files present, and the stamp that lets a rerun skip the hashing.
+
+Two files beside the weights (plain JSON, 0644):
+- MANIFEST (`.epforge-model.json`): what the directory must hold - repo, requested revision, commit, source,
+  and each file's size and sha256 (and the Hub's git blob id or LFS sha256 it was checked against). Portable:
+  the controller source sends it with the files.
+- STAMP (`.epforge-verified.json`): this host's verdict - the manifest's digest and each file's (size,
+  mtime, inode) when its hash was last checked. A rerun whose files still have those stats is verified by
+  stat() alone (the probe); anything else hashes again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import struct
+
+MANIFEST = ".epforge-model.json"
+STAMP = ".epforge-verified.json"
+PARTIAL = ".epforge-partial"
+SMOKE_MANIFEST = "epforge-smoke-model.json"  # role smoke_model's manifest: sizes and sha256 of its files
+OWN_FILES = (MANIFEST, STAMP)
+SCHEMA = 1
+CHUNK = 8 << 20
+# Weights SGLang loads without unpickling, and the pickle-based formats refused unless allowed.
+SAFE_WEIGHTS = ("*.safetensors",)
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+# Any one of these makes a tokenizer SGLang (transformers) can load.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "vocab.json", "tokenizer_config.json")
+MAX_HEADER = 100 << 20
+
+
+def hashes(path: str) -> dict:
+    """{'sha256', 'blob_id'} of a file in one read: blob_id is git's object id (sha1 of 'blob SIZE\\0' and the
+    content), what the Hub reports for files not stored in LFS."""
+    size = os.path.getsize(path)
+    sha256 = hashlib.sha256()
+    sha1 = hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            sha256.update(chunk)
+            sha1.update(chunk)
+    return {"sha256": sha256.hexdigest(), "blob_id": sha1.hexdigest()}
+
+
+def file_problem(path: str, expected: dict) -> tuple[str, dict]:
+    """('' or what is wrong, the file's hashes) for a file that must match expected {size, sha256?, blob_id?}."""
+    if not os.path.isfile(path):
+        return "missing", {}
+    size = os.path.getsize(path)
+    if size != expected["size"]:
+        return f"{size} bytes, expected {expected['size']}", {}
+    found = hashes(path)
+    for key in ("sha256", "blob_id"):
+        if expected.get(key) and expected[key] != found[key]:
+            return f"{key} {found[key][:12]}..., expected {expected[key][:12]}... (altered or corrupt)", found
+    return "", found
+
+
+def stat_of(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def stats(directory: str, names) -> dict[str, list[int]] | None:
+    """{name: [size, mtime_ns, inode]} of each file, None when one is missing."""
+    try:
+        return {name: stat_of(os.path.join(directory, name)) for name in sorted(names)}
+    except OSError:
+        return None
+
+
+def manifest_digest(manifest: dict) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def stamped(directory: str, manifest: dict | None = None) -> bool:
+    """The probe: the directory's stamp names this manifest (default: the one in the directory) and every
+    file still has the stats it had when its hash was checked. No file is read."""
+    manifest = manifest if manifest is not None else read_json(os.path.join(directory, MANIFEST))
+    stamp = read_json(os.path.join(directory, STAMP))
+    if not manifest or not stamp or stamp.get("manifest") != manifest_digest(manifest):
+        return False
+    return stamp.get("stats") == stats(directory, manifest.get("files", {}))
+
+
+def safetensors_problem(path: str) -> str:
+    """'' when the file's header parses and its tensors end exactly at the end of the file."""
+    size = os.path.getsize(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(8)
+            if len(raw) < 8:
+                return "shorter than a safetensors header"
+            (length,) = struct.unpack("<Q", raw)
+            if length > min(MAX_HEADER, size - 8):
+                return f"header length {length} does not fit the file ({size} bytes)"
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError) as exc:
+        return f"unreadable safetensors header ({exc})"
+    ends = [
+        info["data_offsets"][1]
+        for name, info in header.items()
+        if name != "__metadata__" and isinstance(info, dict) and "data_offsets" in info
+    ]
+    expected = 8 + length + max(ends, default=0)
+    if expected != size:
+        return f"{size} bytes, but its header's tensors end at byte {expected} (truncated or padded)"
+    return ""
+
+
+def matches_any(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatch(os.path.basename(name), p) or fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def loadable_problems(names, allow_pickle: bool) -> list[str]:
+    """Why a file list holds no weights SGLang loads: safetensors expected; pickle-only refused unless allowed."""
+    names = list(names)
+    if any(matches_any(n, SAFE_WEIGHTS) for n in names):
+        return []
+    pickled = [n for n in names if matches_any(n, PICKLE_WEIGHTS)]
+    if pickled and allow_pickle:
+        return []
+    if pickled:
+        return [
+            f"only pickle-based weights ({', '.join(sorted(pickled)[:3])}): loading them runs code from the "
+            "files; safetensors expected (set model_allow_pickle: true to accept them)"
+        ]
+    return ["no weights: no *.safetensors file"]
+
+
+def completeness_problems(directory: str, names, needs_tokenizer: bool, allow_pickle: bool) -> list[str]:
+    """config.json, the tokenizer (a main model; a draft model has none), loadable weights, and every shard a
+    safetensors index names."""
+    names = set(names)
+    found = []
+    if "config.json" not in names:
+        found.append("no config.json")
+    if needs_tokenizer and not names.intersection(TOKENIZER_FILES):
+        found.append(f"no tokenizer file (one of {', '.join(TOKENIZER_FILES)})")
+    found += loadable_problems(names, allow_pickle)
+    for index in sorted(n for n in names if n.endswith(".safetensors.index.json")):
+        data = read_json(os.path.join(directory, index)) or {}
+        shards = sorted(set((data.get("weight_map") or {}).values()))
+        if not shards:
+            found.append(f"{index} names no shard (no weight_map)")
+        missing = [s for s in shards if s not in names]
+        if missing:
+            found.append(f"{index} names shards that are not there: {', '.join(missing[:5])}")
+    return found
+
+
+def local_files(directory: str) -> list[str]:
+    """Every regular file under directory (relative names), epforge's own files and partial downloads left out."""
+    out = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if d not in (PARTIAL, ".cache", ".git"))
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), directory)
+            if rel not in OWN_FILES and os.path.isfile(os.path.join(root, name)):
+                out.append(rel)
+    return sorted(out)
