@@ -200,7 +200,9 @@ def main() -> None:
     version = params["sglang_version"]
     if version and not findings["errors"]:
         try:
-            result["server_object"] = build_server_object(result, version, params["flag_table"], params["model_dir"])
+            result["server_object"] = build_server_object(
+                result, version, params["flag_table"], params["model_dir"]
+            )
         except ValueError as exc:
             module.fail_json(
                 msg=f"the server settings cannot be rendered for SGLang {version}: {exc}", **result

@@ -158,6 +158,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+name:
+  description: O(name), the key of this model's entry in the fact.
+  returned: always
+  type: str
+needs_fetch:
+  description: Files missing or not matching before this run's fetch (O(source=hub), O(source=mirror)).
+  returned: when the Hub was asked
+  type: list
+  elements: str
 path:
   description: The model directory.
   returned: always
@@ -211,6 +220,7 @@ libraries:
 """
 
 import contextlib
+import ctypes
 import inspect
 import json
 import os
@@ -228,7 +238,13 @@ from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import is_repo_id
 from ansible_collections.epforge.ep.plugins.module_utils.model_weights import checks
 from ansible_collections.epforge.ep.plugins.module_utils.model_weights import hub_worker as worker_source
-from ansible_collections.epforge.ep.plugins.module_utils.process import _stop_group
+from ansible_collections.epforge.ep.plugins.module_utils.process import (
+    Interrupted,
+    _stop_group,
+    _stop_group_on_interrupt,
+    chain_intact,
+    controller_chain,
+)
 
 FACT = "epforge_model"
 MIB = 1 << 20
@@ -242,14 +258,24 @@ def human(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def die_with_parent() -> None:
+    """In the worker before exec: SIGKILL it when the module dies (a killed play leaves no fetch behind)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class Log:
     """The progress log users tail: timestamped lines, appended."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, check_mode: bool = False) -> None:
         self.path = path
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.quiet = check_mode  # check mode changes nothing, the log included
+        if not check_mode:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
     def line(self, text: str) -> None:
+        if self.quiet:
+            return
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
 
@@ -268,7 +294,7 @@ class Worker:
             HF_HUB_ETAG_TIMEOUT=str(min(60, module.params["file_timeout"])),
             HF_HUB_DOWNLOAD_TIMEOUT=str(min(60, module.params["file_timeout"])),
         )
-        with open(log.path, "ab") as stderr:
+        with open(os.devnull if log.quiet else log.path, "ab") as stderr:
             self.proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.PIPE,
@@ -276,6 +302,7 @@ class Worker:
                 stderr=stderr,
                 env=env,
                 start_new_session=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - the module starts it before any thread
             )
         source = inspect.getsource(worker_source)  # works from Ansible's zipped module_utils too
         self.proc.stdin.write((json.dumps(request) + "\n" + source).encode())
@@ -302,7 +329,7 @@ class Worker:
         self.log.line(f"FAILED: {msg}")
         self.module.fail_json(
             msg=msg,
-            cmd=self.argv[:2] + ["<bootstrap>"] + self.argv[3:],
+            cmd=[*self.argv[:2], "<bootstrap>", *self.argv[3:]],
             rc=self.proc.returncode if self.proc.returncode is not None else -1,
             log_path=self.log.path,
             log_tail=tail_file(self.log.path),
@@ -315,10 +342,11 @@ class ModelWeights:
         self.module = module
         self.p = module.params
         self.path = self.p["path"].rstrip("/") or "/"
-        self.log = Log(self.p["log_path"])
+        self.log = Log(self.p["log_path"], module.check_mode)
         self.started = time.monotonic()
         self.result: dict = {
             "changed": False,
+            "name": self.p["name"],
             "path": self.path,
             "source": self.p["source"],
             "commit": "",
@@ -333,6 +361,7 @@ class ModelWeights:
             "log_path": self.p["log_path"],
         }
         self.token = self.p["token"] or self.read_token()
+        self.pending = False
 
     # -- input
     def read_token(self) -> str:
@@ -349,7 +378,9 @@ class ModelWeights:
         if p["source"] != "local" and not is_repo_id(p["repo"]):
             self.module.fail_json(msg=f"source {p['source']} needs repo as ORG/NAME, got {p['repo']!r}")
         if p["source"] == "mirror" and not p["endpoint"]:
-            self.module.fail_json(msg="source mirror needs endpoint (the mirror's URL, what HF_ENDPOINT names)")
+            self.module.fail_json(
+                msg="source mirror needs endpoint (the mirror's URL, what HF_ENDPOINT names)"
+            )
         if p["source"] in ("hub", "mirror") and not (p["python"] and os.access(p["python"], os.X_OK)):
             self.module.fail_json(
                 msg=f"python {p['python']!r} is not an executable interpreter: source {p['source']} fetches "
@@ -400,10 +431,10 @@ class ModelWeights:
         for root, dirs, files in os.walk(self.path):
             dirs[:] = [d for d in dirs if d != checks.PARTIAL]
             for name in dirs:
-                os.chmod(os.path.join(root, name), 0o755)
+                os.chmod(os.path.join(root, name), 0o755)  # noqa: S103 - readable by the server user, on purpose
             for name in files:
                 os.chmod(os.path.join(root, name), 0o644)
-        os.chmod(self.path, 0o755)
+        os.chmod(self.path, 0o755)  # noqa: S103 - as above
 
     def complete(self, manifest: dict) -> None:
         problems = checks.completeness_problems(
@@ -447,7 +478,9 @@ class ModelWeights:
     # -- local
     @staticmethod
     def smoke_files(smoke: dict) -> dict:
-        return {n: {"size": f["size"], "sha256": f["sha256"]} for n, f in sorted(smoke.get("files", {}).items())}
+        return {
+            n: {"size": f["size"], "sha256": f["sha256"]} for n, f in sorted(smoke.get("files", {}).items())
+        }
 
     def local(self) -> dict:
         if not os.path.isdir(self.path):
@@ -455,7 +488,11 @@ class ModelWeights:
         own = checks.read_json(os.path.join(self.path, checks.MANIFEST))
         smoke = checks.read_json(os.path.join(self.path, checks.SMOKE_MANIFEST))
         if smoke is not None:
-            manifest = {"source": "local", "manifest_from": checks.SMOKE_MANIFEST, "files": self.smoke_files(smoke)}
+            manifest = {
+                "source": "local",
+                "manifest_from": checks.SMOKE_MANIFEST,
+                "files": self.smoke_files(smoke),
+            }
         elif own is not None:
             manifest = own
         else:
@@ -464,7 +501,8 @@ class ModelWeights:
         if bad:
             self.module.fail_json(
                 msg=f"source local: {self.path} does not match its manifest ({', '.join(bad[:5])}); a local "
-                "directory is never repaired: restore it, or remove its .epforge-model.json to accept it as it is",
+                "directory is never repaired: restore it, or remove its .epforge-model.json to accept it as "
+                "it is",
                 mismatched=bad,
             )
         return manifest
@@ -475,10 +513,13 @@ class ModelWeights:
         problems = [
             f"{n}: {problem}"
             for n in names
-            if n.endswith(".safetensors") and (problem := checks.safetensors_problem(os.path.join(self.path, n)))
+            if n.endswith(".safetensors")
+            and (problem := checks.safetensors_problem(os.path.join(self.path, n)))
         ]
         if problems:
-            self.module.fail_json(msg=f"source local: {self.path} has damaged weights: " + "; ".join(problems))
+            self.module.fail_json(
+                msg=f"source local: {self.path} has damaged weights: " + "; ".join(problems)
+            )
         files = {}
         for name in names:
             found = checks.hashes(os.path.join(self.path, name))
@@ -492,8 +533,8 @@ class ModelWeights:
         bad = self.verify_against(manifest)
         if bad and self.p["transferred"]:
             self.module.fail_json(
-                msg=f"after the transfer from the controller, {len(bad)} files in {self.path} do not match the "
-                f"controller's manifest: {', '.join(bad[:5])}",
+                msg=f"after the transfer from the controller, {len(bad)} files in {self.path} do not match "
+                f"the controller's manifest: {', '.join(bad[:5])}",
                 mismatched=bad,
             )
         if bad:
@@ -510,36 +551,48 @@ class ModelWeights:
         worker = Worker(self.module, self.log, command, request)
         events = []
         deadline = self.started + self.p["timeout"]
+        chain = controller_chain()  # the play that started this module: when it is gone, so is the fetch
         try:
-            while True:
-                now = time.monotonic()
-                if now > deadline:
-                    worker.fail(
-                        f"fetching {self.p['repo']} took more than timeout={self.p['timeout']} s; completed files "
-                        "are kept and a rerun fetches only the rest",
-                        timed_out="total",
-                    )
-                batch = worker.events(0.5)
-                for event in batch:
-                    if event["event"] == "eof":
-                        worker.proc.wait(timeout=30)
-                        return self.ended(worker, events)
-                    if event["event"] == "versions":
-                        self.result["libraries"] = {k: v for k, v in event.items() if k != "event"}
-                    events.append(event)
-                    if on_event:
-                        on_event(worker, event)
-                if on_event:
-                    on_event(worker, {"event": "tick"})
+            with _stop_group_on_interrupt(worker.proc):
+                return self.follow(worker, events, deadline, chain, on_event)
+        except Interrupted as exc:
+            self.log.line(f"interrupted ({exc}): the fetch stopped; a rerun resumes it")
+            raise
         except BaseException:
             if worker.proc.poll() is None:
                 worker.stop()
             raise
 
+    def follow(self, worker: Worker, events: list, deadline: float, chain, on_event) -> list[dict]:
+        """Read the worker's events until it ends, enforcing the bounds."""
+        while True:
+            if chain and not chain_intact(chain):
+                worker.stop()
+                raise Interrupted("the controller's ansible-playbook run that started this is gone")
+            if time.monotonic() > deadline:
+                worker.fail(
+                    f"fetching {self.p['repo']} took more than timeout={self.p['timeout']} s; completed "
+                    "files are kept and a rerun fetches only the rest",
+                    timed_out="total",
+                )
+            for event in worker.events(0.5):
+                if event["event"] == "eof":
+                    worker.proc.wait(timeout=30)
+                    return self.ended(worker, events)
+                if event["event"] == "versions":
+                    self.result["libraries"] = {k: v for k, v in event.items() if k != "event"}
+                events.append(event)
+                if on_event:
+                    on_event(worker, event)
+            if on_event:
+                on_event(worker, {"event": "tick"})
+
     def ended(self, worker: Worker, events: list[dict]) -> list[dict]:
         errors = [e for e in events if e["event"] == "error"]
         if errors or worker.proc.returncode != 0:
-            error = errors[0] if errors else {"kind": "error", "message": "the worker exited without a result"}
+            error = (
+                errors[0] if errors else {"kind": "error", "message": "the worker exited without a result"}
+            )
             worker.fail(self.error_message(error), kind=error["kind"])
         return events
 
@@ -548,13 +601,16 @@ class ModelWeights:
         kind = error["kind"]
         if kind in ("unknown_repo", "unknown_revision"):
             return (
-                f"{repo} at revision {rev} was not found at {where} (unknown repository or revision; a private "
-                f"or gated repository answers the same without a token): {error['message']}"
+                f"{repo} at revision {rev} was not found at {where} (unknown repository or revision; a "
+                f"private or gated repository answers the same without a token): {error['message']}"
             )
         if kind == "gated":
             return f"{repo} is gated: its files need a token with access (model_token or model_token_file)"
         if kind == "missing_library":
-            return f"{self.p['python']} has no huggingface_hub: install it there (role sglang does) or set model_python"
+            return (
+                f"{self.p['python']} has no huggingface_hub: install it there (role sglang does) or set "
+                "model_python"
+            )
         if kind == "unreachable":
             return f"{where} could not be reached: {error['message']}"
         return f"fetching {repo} failed: {error['message']}"
@@ -563,7 +619,11 @@ class ModelWeights:
         """The commit and its files: the recorded commit when the request is the same (resolved once)."""
         recorded = checks.read_json(os.path.join(self.path, checks.MANIFEST)) or {}
         same = recorded.get("repo") == self.p["repo"] and recorded.get("revision") == self.p["revision"]
-        revision = recorded["commit"] if same and recorded.get("commit") and not self.p["update"] else self.p["revision"]
+        revision = (
+            recorded["commit"]
+            if same and recorded.get("commit") and not self.p["update"]
+            else self.p["revision"]
+        )
         self.log.line(f"resolving {self.p['repo']} at {revision} ({self.p['endpoint'] or 'huggingface.co'})")
         events = self.call("resolve", {"revision": revision})
         resolved = next(e for e in events if e["event"] == "resolved")
@@ -583,8 +643,15 @@ class ModelWeights:
         if problems:
             self.module.fail_json(msg=f"{self.p['repo']}: " + "; ".join(problems) + "; nothing was fetched")
         return {
-            n: {k: v for k, v in (("size", files[n]["size"]), ("sha256", files[n]["sha256"]),
-                                  ("blob_id", files[n]["blob_id"])) if v != ""}
+            n: {
+                k: v
+                for k, v in (
+                    ("size", files[n]["size"]),
+                    ("sha256", files[n]["sha256"]),
+                    ("blob_id", files[n]["blob_id"]),
+                )
+                if v != ""
+            }
             for n in sorted(names)
         }
 
@@ -612,6 +679,7 @@ class ModelWeights:
         self.space_check(missing, {n: f["size"] for n, f in files.items()})
         if self.module.check_mode:
             self.result["changed"] = True
+            self.pending = True  # files would be fetched: nothing to check for completeness yet
             return manifest
         self.unstamp()
         self.fetch(manifest, missing)
@@ -665,7 +733,16 @@ class ModelWeights:
                     f"{human(rate)}/s, ETA {eta:.0f} s"
                 )
 
-        self.call("fetch", {"commit": manifest["commit"], "staging": staging, "files": names, "concurrency": self.p["concurrency"]}, on_event)
+        self.call(
+            "fetch",
+            {
+                "commit": manifest["commit"],
+                "staging": staging,
+                "files": names,
+                "concurrency": self.p["concurrency"],
+            },
+            on_event,
+        )
         self.result["fetched"] = names
         self.result["bytes_fetched"] = total
         shutil.rmtree(staging, ignore_errors=True)
@@ -685,7 +762,10 @@ class ModelWeights:
         problem, _found = checks.file_problem(fetched, expected)
         if problem:
             os.unlink(fetched)
-            worker.fail(f"{name} as fetched from {self.p['endpoint'] or 'the Hub'} does not match its metadata: {problem}")
+            worker.fail(
+                f"{name} as fetched from {self.p['endpoint'] or 'the Hub'} does not match its metadata: "
+                f"{problem}"
+            )
         target = os.path.join(self.path, name)
         os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
         os.chmod(fetched, 0o644)
@@ -699,14 +779,14 @@ class ModelWeights:
         if manifest is None:
             self.log.line(f"checking {self.p['name']}: {self.p['repo'] or self.path} ({self.p['source']})")
             manifest = {"local": self.local, "controller": self.controller}.get(self.p["source"], self.hub)()
-            if not self.result["needs_transfer"]:
+            if not (self.result["needs_transfer"] or self.pending):
                 self.complete(manifest)
                 if not self.module.check_mode:
                     self.place_modes()
                 self.stamp(manifest)
                 self.log.line(
-                    f"verified {self.path}: {len(manifest['files'])} files, {self.result['verified']} hashed, "
-                    f"{len(self.result['fetched'])} fetched ({human(self.result['bytes_fetched'])})"
+                    f"verified {self.path}: {len(manifest['files'])} files, {self.result['verified']} "
+                    f"hashed, {len(self.result['fetched'])} fetched ({human(self.result['bytes_fetched'])})"
                 )
         self.result["seconds"] = round(time.monotonic() - self.started, 3)
         self.report(manifest)
@@ -737,10 +817,14 @@ class ModelWeights:
             # Figures of the run that did the work; a probe-only rerun keeps them (and reports changed=0).
             record.update(seconds=self.result["seconds"], bytes_fetched=self.result["bytes_fetched"])
         else:
-            record.update(seconds=previous.get("seconds", 0.0), bytes_fetched=previous.get("bytes_fetched", 0))
+            record.update(
+                seconds=previous.get("seconds", 0.0), bytes_fetched=previous.get("bytes_fetched", 0)
+            )
         self.result["record"] = record
         if facts_dir and not self.result["needs_transfer"]:
-            written = write_local_fact(facts_dir, FACT, {**fact, self.p["name"]: record}, self.module.check_mode)
+            written = write_local_fact(
+                facts_dir, FACT, {**fact, self.p["name"]: record}, self.module.check_mode
+            )
             self.result["changed"] = self.result["changed"] or written["changed"]
 
 
@@ -762,7 +846,18 @@ ARGUMENT_SPEC = {
     "ignore_patterns": {
         "type": "list",
         "elements": "str",
-        "default": ["*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.h5", "*.msgpack", "*.onnx", "*.gguf", "*.ot"],
+        "default": [
+            "*.bin",
+            "*.pt",
+            "*.pth",
+            "*.ckpt",
+            "*.pkl",
+            "*.h5",
+            "*.msgpack",
+            "*.onnx",
+            "*.gguf",
+            "*.ot",
+        ],
     },
     "space_margin_mb": {"type": "int", "default": 1024},
     "concurrency": {"type": "int", "default": 4},

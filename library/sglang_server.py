@@ -70,7 +70,9 @@ options:
         C(plugins/module_utils/server_object.py)). Its C(argv) and C(env) are launched exactly as they are
         (the launcher appends the API key from the environment file), its C(settings) are confirmed after
         launch, its C(digest) is returned as C(settings_digest). Refused before anything changes when it is
-        malformed, edited after it was built, or rendered for another release than O(sglang_version).
+        malformed, edited after it was built, or rendered for another release than O(sglang_version), or
+        when a model it names by repo ID (an adjustment C(model-fetched-by-role-model)) has no copy role
+        C(model) fetched and verified (its stamp) - the server never downloads at launch.
       - Mutually exclusive with O(settings), which is for direct use of this module (rendered here by the
         same function).
     type: dict
@@ -354,6 +356,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.http import get_json, request, wait_until
+from ansible_collections.epforge.ep.plugins.module_utils.model_paths import fetched_repos
+from ansible_collections.epforge.ep.plugins.module_utils.model_weights.checks import stamped
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import (
     BIND_ALL,
@@ -449,10 +453,27 @@ class Server:
             )
         if not found and not self.object["settings"].get("model_path"):
             found.append("the server settings object has no model_path: set epforge_server.model_path")
+        found += self.unfetched_models()
         if found:
             self.module.fail_json(msg="server settings object refused: " + "; ".join(found), problems=found)
         for option in ("python", "launcher"):
             self.refuse_bad_path(option)
+
+    def unfetched_models(self) -> list[str]:
+        """A model the request named by repo ID launches only from the directory role model verified: SGLang
+        runs with HF_HUB_OFFLINE=1 and would otherwise fail (or, without it, download inside the wait)."""
+        found = [
+            f"{repo} was requested by repo ID, but {path} holds no copy role model fetched and verified "
+            "(no stamp, or its files changed since): run role model (playbooks/provision.yml or site.yml) "
+            "first - the server never downloads at launch"
+            for path, repo in sorted(fetched_repos(self.object).items())
+            if not stamped(path)
+        ]
+        if found and self.module.check_mode:
+            for problem in found:
+                self.module.warn(f"check mode: {problem}")
+            return []
+        return found
 
     def flags_and_env(self) -> tuple[list[str], dict]:
         """The flags and environment to launch: the object's as they are, else rendered from settings."""

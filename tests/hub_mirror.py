@@ -48,7 +48,9 @@ def safetensors_shard(path: Path, tensors: dict[str, int], seed: int) -> None:
             left -= n
 
 
-def write_checkpoint(directory: Path, shards: int, shard_bytes: int, extra: dict[str, str] | None = None) -> dict:
+def write_checkpoint(
+    directory: Path, shards: int, shard_bytes: int, extra: dict[str, str] | None = None
+) -> dict:
     """A sharded safetensors checkpoint with index, config and tokenizer files; returns {name: size}."""
     directory.mkdir(parents=True, exist_ok=True)
     weight_map = {}

@@ -64,3 +64,20 @@ def fetched_repos(obj: dict) -> dict[str, str]:
         if a.get("id") == ADJUSTMENT_ID
         for key in a.get("changes", {})
     }
+
+
+def models_of(obj: dict) -> list[dict]:
+    """The models a server settings object names, as role model handles them: [{name, path, repo, draft}] -
+    repo is the Hub repo ID role model fetches to path, empty for a local directory (verified in place)."""
+    settings = (obj or {}).get("settings") or {}
+    repos = fetched_repos(obj)
+    return [
+        {
+            "name": key,
+            "path": settings[key],
+            "repo": repos.get(settings[key], ""),
+            "draft": key != "model_path",
+        }
+        for key in MODEL_KEYS
+        if settings.get(key)
+    ]

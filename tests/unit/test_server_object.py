@@ -40,10 +40,15 @@ def test_a_model_named_by_repo_id_runs_from_the_directory_role_model_fetches_it_
     obj = build(verdict(settings), "0.5.23", TABLE_0523, model_dir="/srv/models")
     argv = obj["argv"]
     assert argv[argv.index("--model-path") + 1] == "/srv/models/moonshotai/Kimi-K2.5"
-    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/srv/models/lightseekorg/kimi-k2.5-eagle3"
+    draft = argv[argv.index("--speculative-draft-model-path") + 1]
+    assert draft == "/srv/models/lightseekorg/kimi-k2.5-eagle3"
     assert "moonshotai/Kimi-K2.5" not in argv
     assert [(a["id"], a["source"], a["changes"]) for a in obj["adjustments"]] == [
-        ("model-fetched-by-role-model", "moonshotai/Kimi-K2.5", {"model_path": "/srv/models/moonshotai/Kimi-K2.5"}),
+        (
+            "model-fetched-by-role-model",
+            "moonshotai/Kimi-K2.5",
+            {"model_path": "/srv/models/moonshotai/Kimi-K2.5"},
+        ),
         (
             "model-fetched-by-role-model",
             "lightseekorg/kimi-k2.5-eagle3",

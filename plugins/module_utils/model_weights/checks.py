@@ -29,7 +29,13 @@ CHUNK = 8 << 20
 SAFE_WEIGHTS = ("*.safetensors",)
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 # Any one of these makes a tokenizer SGLang (transformers) can load.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "vocab.json", "tokenizer_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "tiktoken.model",
+    "vocab.json",
+    "tokenizer_config.json",
+)
 MAX_HEADER = 100 << 20
 
 
@@ -47,7 +53,8 @@ def hashes(path: str) -> dict:
 
 
 def file_problem(path: str, expected: dict) -> tuple[str, dict]:
-    """('' or what is wrong, the file's hashes) for a file that must match expected {size, sha256?, blob_id?}."""
+    """('' or what is wrong, the file's hashes) for a file that must match expected
+    {size, sha256?, blob_id?}."""
     if not os.path.isfile(path):
         return "missing", {}
     size = os.path.getsize(path)
@@ -126,7 +133,8 @@ def matches_any(name: str, patterns) -> bool:
 
 
 def loadable_problems(names, allow_pickle: bool) -> list[str]:
-    """Why a file list holds no weights SGLang loads: safetensors expected; pickle-only refused unless allowed."""
+    """Why a file list holds no weights SGLang loads: safetensors expected; pickle-only refused unless
+    allowed."""
     names = list(names)
     if any(matches_any(n, SAFE_WEIGHTS) for n in names):
         return []
@@ -163,7 +171,8 @@ def completeness_problems(directory: str, names, needs_tokenizer: bool, allow_pi
 
 
 def local_files(directory: str) -> list[str]:
-    """Every regular file under directory (relative names), epforge's own files and partial downloads left out."""
+    """Every regular file under directory (relative names), epforge's own files and partial downloads
+    left out."""
     out = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d not in (PARTIAL, ".cache", ".git"))

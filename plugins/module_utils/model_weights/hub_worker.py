@@ -47,7 +47,9 @@ def classify(exc: BaseException) -> str:
     ):
         if cls in names:
             return kind
-    if any(n in names for n in ("ConnectError", "ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout")):
+    if any(
+        n in names for n in ("ConnectError", "ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout")
+    ):
         return "unreachable"
     return "error"
 
@@ -77,6 +79,7 @@ def resolve(request: dict) -> int:
 
 def fetch(request: dict) -> int:
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
     def one(name: str) -> None:
