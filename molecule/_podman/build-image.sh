@@ -25,8 +25,9 @@ suite=${EPFORGE_DEBIAN_SUITE:-bookworm}
 case "$suite" in bookworm|trixie) ;; *) echo "build-image: EPFORGE_DEBIAN_SUITE must be bookworm or trixie, not '$suite'" >&2; exit 2;; esac
 image=${EPFORGE_MOLECULE_IMAGE:-localhost/epforge-molecule-$suite:latest}
 # python3: Ansible's modules; python3-apt: ansible.builtin.apt without a bootstrap install;
-# systemd + systemd-sysv + dbus: systemd as PID 1 (/sbin/init) and systemctl; sudo: become.
-packages=(python3 python3-apt systemd systemd-sysv dbus sudo ca-certificates)
+# systemd + systemd-sysv + dbus: systemd as PID 1 (/sbin/init) and systemctl; sudo: become; rsync: role model's
+# controller source (ansible.posix.synchronize).
+packages=(python3 python3-apt systemd systemd-sysv dbus sudo ca-certificates rsync)
 timeout_s=${EPFORGE_IMAGE_TIMEOUT:-900}
 force=false
 [ "${1:-}" = "--force" ] && force=true

@@ -377,3 +377,112 @@ def test_a_local_directory_is_checked_recorded_and_never_repaired(tmp_path):
         refused["_rc"] != 0 and "never repaired" in refused["msg"] and refused["mismatched"] == [shard.name]
     )
     assert shard.read_bytes() == bytes(altered), "a local directory was changed"
+
+
+# ------------------------------------------------------------------------------ role model, end to end
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLE_PLAY = """
+- name: Fetch the models of a server settings object
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run role model
+      ansible.builtin.import_role:
+        name: model
+    - name: Show what was recorded
+      ansible.builtin.debug:
+        msg: "STEPS={{ epforge_steps | to_json }} MODELS={{ epforge_model | to_json }}"
+"""
+
+
+def _standin_object(tmp_path: Path, settings: dict) -> dict:
+    from ansible_collections.epforge.ep.plugins.module_utils.server_object import build  # noqa: PLC0415
+
+    verdict = {"adjusted_settings": settings, "findings": {"adjustments": []}}
+    table = json.loads((ROOT / "data" / "sglang_flags" / "0.5.23.json").read_text())
+    return build(verdict, "0.5.23", table, model_dir=str(tmp_path / "models"))
+
+
+def test_role_model_fetches_what_the_object_names_and_the_server_runs_it_offline(tmp_path, hub):
+    from playbooks import changed_count, run_playbook, write_vars  # noqa: PLC0415
+
+    port = __import__("hub_mirror").free_port()
+    settings = {"model_path": "acme/ckpt", "tp_size": 2, "port": port}
+    served = _standin_object(
+        tmp_path, {**settings, "env": {"PYTHONPATH": str(ROOT / "tests" / "sglang_standin")}}
+    )
+    with_draft = _standin_object(
+        tmp_path,
+        {**settings, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "acme/draft"},
+    )
+    server_args = {
+        "name": "model-offline-test",
+        "manager": "process",
+        "server_object": served,
+        "sglang_version": "0.5.23",
+        "python": sys.executable,
+        "launcher": str(ROOT / "roles" / "sglang_server" / "files" / "epforge_sglang_launch.py"),
+        "log_path": str(tmp_path / "server.log"),
+        "state_dir": str(tmp_path / "server-state"),
+        "timeout": 30,
+        "poll_interval": 0.1,
+    }
+    # Before role model ran: the repo ID the request named has no verified copy, so no launch.
+    refused = run_module_in(tmp_path, "sglang_server", server_args)
+    assert refused["_rc"] != 0 and "acme/ckpt was requested by repo ID" in refused["msg"]
+    assert "the server never downloads at launch" in refused["msg"]
+
+    play = tmp_path / "play.yml"
+    play.write_text(ROLE_PLAY)
+    variables = write_vars(
+        tmp_path / "vars.json",
+        {
+            "preflight_server_object": with_draft,
+            "model_source": "mirror",
+            "model_endpoint": hub.endpoint,
+            "model_python": sys.executable,
+            "model_token": TOKEN,
+            "model_require_gpu": False,
+            "model_space_margin_mb": 1,
+            "epforge_facts_dir": str(tmp_path / "facts"),
+            "epforge_log_dir": str(tmp_path / "log"),
+            "epforge_state_dir": str(tmp_path / "state"),
+        },
+    )
+    first = run_playbook(play, "-vvv", vars_file=variables)
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert changed_count(first) == 1  # the one loop task (both models)
+    assert "acme/ckpt@" in first.stdout and "acme/draft@" in first.stdout
+    model_dir = tmp_path / "models" / "acme"
+    assert (model_dir / "ckpt" / ".epforge-verified.json").is_file()
+    assert (model_dir / "draft" / ".epforge-verified.json").is_file()
+    fact = json.loads((tmp_path / "facts" / "epforge_model.fact").read_text())
+    assert set(fact) == {"model_path", "speculative_draft_model_path"}
+    assert fact["model_path"]["repo"] == "acme/ckpt" and fact["model_path"]["path"] == str(model_dir / "ckpt")
+    again = run_playbook(play, vars_file=variables)
+    assert again.returncode == 0 and changed_count(again) == 0, again.stdout[-3000:]
+    assert "stamp unchanged" in again.stdout
+    texts = [
+        first.stdout,
+        first.stderr,
+        again.stdout,
+        (tmp_path / "facts" / "epforge_model.fact").read_text(),
+    ]
+    texts += [p.read_text() for p in (tmp_path / "log").glob("model-*.log")]
+    assert all(TOKEN not in text for text in texts), "the token leaked into -vvv output, a log or the fact"
+
+    # After: the server starts from the verified directory, with HF_HUB_OFFLINE=1 in its environment.
+    try:
+        started = run_module_in(tmp_path, "sglang_server", server_args)
+        assert started["_rc"] == 0, started.get("msg")
+        environ = dict(
+            item.decode().split("=", 1)
+            for item in Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")
+            if b"=" in item
+        )
+        assert environ["HF_HUB_OFFLINE"] == "1"
+        cmdline = Path(f"/proc/{started['pid']}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[cmdline.index(b"--model-path") + 1].decode() == str(model_dir / "ckpt")
+    finally:
+        run_module_in(tmp_path, "sglang_server", {**server_args, "state": "absent"})
