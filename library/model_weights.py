@@ -232,11 +232,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.epforge.ep.plugins.module_utils import model_files
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import is_repo_id
-from ansible_collections.epforge.ep.plugins.module_utils.model_weights import checks
 from ansible_collections.epforge.ep.plugins.module_utils.model_weights import hub_worker as worker_source
 from ansible_collections.epforge.ep.plugins.module_utils.process import (
     Interrupted,
@@ -395,12 +395,12 @@ class ModelWeights:
     # -- the probe
     def stamped_manifest(self) -> dict | None:
         """The directory's manifest when the stamp still vouches for it and it answers this request."""
-        manifest = checks.read_json(os.path.join(self.path, checks.MANIFEST))
-        if not manifest or not checks.stamped(self.path, manifest):
+        manifest = model_files.read_json(os.path.join(self.path, model_files.MANIFEST))
+        if not manifest or not model_files.stamped(self.path, manifest):
             return None
         p = self.p
         if p["source"] == "local":
-            smoke = checks.read_json(os.path.join(self.path, checks.SMOKE_MANIFEST))
+            smoke = model_files.read_json(os.path.join(self.path, model_files.SMOKE_MANIFEST))
             return manifest if smoke is None or manifest.get("files") == self.smoke_files(smoke) else None
         if p["source"] == "controller":
             return manifest if manifest.get("files") == p["manifest"].get("files") else None
@@ -429,7 +429,7 @@ class ModelWeights:
     def place_modes(self) -> None:
         """Files 0644 and directories 0755: the server's user reads, nobody but the owner writes."""
         for root, dirs, files in os.walk(self.path):
-            dirs[:] = [d for d in dirs if d != checks.PARTIAL]
+            dirs[:] = [d for d in dirs if d != model_files.PARTIAL]
             for name in dirs:
                 os.chmod(os.path.join(root, name), 0o755)  # noqa: S103 - readable by the server user, on purpose
             for name in files:
@@ -437,7 +437,7 @@ class ModelWeights:
         os.chmod(self.path, 0o755)  # noqa: S103 - as above
 
     def complete(self, manifest: dict) -> None:
-        problems = checks.completeness_problems(
+        problems = model_files.completeness_problems(
             self.path, manifest["files"], self.p["needs_tokenizer"], self.p["allow_pickle"]
         )
         if problems:
@@ -449,25 +449,25 @@ class ModelWeights:
             self.result["changed"] = True
             return
         os.makedirs(self.path, mode=0o755, exist_ok=True)
-        if checks.read_json(os.path.join(self.path, checks.MANIFEST)) != manifest:
-            write_json_atomic(os.path.join(self.path, checks.MANIFEST), manifest)
-        stats = checks.stats(self.path, manifest["files"])
+        if model_files.read_json(os.path.join(self.path, model_files.MANIFEST)) != manifest:
+            write_json_atomic(os.path.join(self.path, model_files.MANIFEST), manifest)
+        stats = model_files.stats(self.path, manifest["files"])
         write_json_atomic(
-            os.path.join(self.path, checks.STAMP),
-            {"schema": checks.SCHEMA, "manifest": checks.manifest_digest(manifest), "stats": stats},
+            os.path.join(self.path, model_files.STAMP),
+            {"schema": model_files.SCHEMA, "manifest": model_files.manifest_digest(manifest), "stats": stats},
         )
         self.result["changed"] = True
 
     def unstamp(self) -> None:
         if not self.module.check_mode:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.path, checks.STAMP))
+                os.unlink(os.path.join(self.path, model_files.STAMP))
 
     def verify_against(self, manifest: dict) -> list[str]:
         """Names whose file is missing or does not match; hashes each present file once."""
         bad = []
         for name, expected in sorted(manifest["files"].items()):
-            problem, _found = checks.file_problem(os.path.join(self.path, name), expected)
+            problem, _found = model_files.file_problem(os.path.join(self.path, name), expected)
             if problem:
                 self.log.line(f"{name}: {problem}")
                 bad.append(name)
@@ -485,12 +485,12 @@ class ModelWeights:
     def local(self) -> dict:
         if not os.path.isdir(self.path):
             self.module.fail_json(msg=f"source local: {self.path} is not a directory on this host")
-        own = checks.read_json(os.path.join(self.path, checks.MANIFEST))
-        smoke = checks.read_json(os.path.join(self.path, checks.SMOKE_MANIFEST))
+        own = model_files.read_json(os.path.join(self.path, model_files.MANIFEST))
+        smoke = model_files.read_json(os.path.join(self.path, model_files.SMOKE_MANIFEST))
         if smoke is not None:
             manifest = {
                 "source": "local",
-                "manifest_from": checks.SMOKE_MANIFEST,
+                "manifest_from": model_files.SMOKE_MANIFEST,
                 "files": self.smoke_files(smoke),
             }
         elif own is not None:
@@ -509,12 +509,12 @@ class ModelWeights:
 
     def first_local_manifest(self) -> dict:
         """No manifest yet: every safetensors header against its size, then each file's hashes recorded."""
-        names = checks.local_files(self.path)
+        names = model_files.local_files(self.path)
         problems = [
             f"{n}: {problem}"
             for n in names
             if n.endswith(".safetensors")
-            and (problem := checks.safetensors_problem(os.path.join(self.path, n)))
+            and (problem := model_files.safetensors_problem(os.path.join(self.path, n)))
         ]
         if problems:
             self.module.fail_json(
@@ -522,7 +522,7 @@ class ModelWeights:
             )
         files = {}
         for name in names:
-            found = checks.hashes(os.path.join(self.path, name))
+            found = model_files.hashes(os.path.join(self.path, name), ("sha256",))
             files[name] = {"size": os.path.getsize(os.path.join(self.path, name)), "sha256": found["sha256"]}
         self.log.line(f"{self.path}: no manifest; headers checked, {len(files)} files hashed and recorded")
         return {"source": "local", "manifest_from": "first check", "files": files}
@@ -617,7 +617,7 @@ class ModelWeights:
 
     def resolve(self) -> dict:
         """The commit and its files: the recorded commit when the request is the same (resolved once)."""
-        recorded = checks.read_json(os.path.join(self.path, checks.MANIFEST)) or {}
+        recorded = model_files.read_json(os.path.join(self.path, model_files.MANIFEST)) or {}
         same = recorded.get("repo") == self.p["repo"] and recorded.get("revision") == self.p["revision"]
         revision = (
             recorded["commit"]
@@ -637,9 +637,9 @@ class ModelWeights:
     def wanted(self, resolved: dict) -> dict:
         files = {f["path"]: f for f in resolved["files"]}
         names = list(files)
-        if any(checks.matches_any(n, checks.SAFE_WEIGHTS) for n in names):
-            names = [n for n in names if not checks.matches_any(n, self.p["ignore_patterns"])]
-        problems = checks.loadable_problems(names, self.p["allow_pickle"])
+        if any(model_files.matches_any(n, model_files.SAFE_WEIGHTS) for n in names):
+            names = [n for n in names if not model_files.matches_any(n, self.p["ignore_patterns"])]
+        problems = model_files.loadable_problems(names, self.p["allow_pickle"])
         if problems:
             self.module.fail_json(msg=f"{self.p['repo']}: " + "; ".join(problems) + "; nothing was fetched")
         return {
@@ -666,8 +666,8 @@ class ModelWeights:
             "endpoint": self.p["endpoint"],
             "files": files,
         }
-        old = checks.read_json(os.path.join(self.path, checks.MANIFEST)) or {}
-        if old.get("files") == files and checks.stamped(self.path, old):
+        old = model_files.read_json(os.path.join(self.path, model_files.MANIFEST)) or {}
+        if old.get("files") == files and model_files.stamped(self.path, old):
             if old != manifest:
                 self.stamp(manifest)
             return manifest
@@ -693,7 +693,7 @@ class ModelWeights:
     def fetch(self, manifest: dict, names: list[str]) -> None:
         files = manifest["files"]
         names = sorted(names, key=lambda n: (-files[n]["size"], n))
-        staging = os.path.join(self.path, checks.PARTIAL)
+        staging = os.path.join(self.path, model_files.PARTIAL)
         os.makedirs(staging, mode=0o700, exist_ok=True)
         # A part cut off midway is fetched again whole (resume per file: a mirror may ignore HTTP Range).
         shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
@@ -759,7 +759,7 @@ class ModelWeights:
 
     def place(self, worker: Worker, fetched: str, name: str, expected: dict) -> None:
         """A fetched file is checked against the Hub's hash, then moved into the model directory."""
-        problem, _found = checks.file_problem(fetched, expected)
+        problem, _found = model_files.file_problem(fetched, expected)
         if problem:
             os.unlink(fetched)
             worker.fail(
@@ -811,7 +811,7 @@ class ModelWeights:
             "verified": len(files) if not self.result["needs_transfer"] else 0,
         }
         facts_dir = self.p["facts_dir"]
-        fact = (checks.read_json(fact_path(facts_dir, FACT)) or {}) if facts_dir else {}
+        fact = (model_files.read_json(fact_path(facts_dir, FACT)) or {}) if facts_dir else {}
         previous = fact.get(self.p["name"], {})
         if self.result["changed"] or not previous:
             # Figures of the run that did the work; a probe-only rerun keeps them (and reports changed=0).

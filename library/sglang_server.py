@@ -356,8 +356,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.http import get_json, request, wait_until
+from ansible_collections.epforge.ep.plugins.module_utils.model_files import stamped
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import fetched_repos
-from ansible_collections.epforge.ep.plugins.module_utils.model_weights.checks import stamped
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import (
     BIND_ALL,

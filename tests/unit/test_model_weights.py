@@ -472,6 +472,32 @@ def test_role_model_fetches_what_the_object_names_and_the_server_runs_it_offline
     texts += [p.read_text() for p in (tmp_path / "log").glob("model-*.log")]
     assert all(TOKEN not in text for text in texts), "the token leaked into -vvv output, a log or the fact"
 
+    # epforge report shows each host's models from the fact role model wrote.
+    report_in = tmp_path / "report-in" / "localhost"
+    report_in.mkdir(parents=True)
+    (report_in / "epforge_model.fact").write_text((tmp_path / "facts" / "epforge_model.fact").read_text())
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "epforge.cli",
+            "report",
+            "--from",
+            str(report_in.parent),
+            "-o",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+    md = (tmp_path / "r" / "report.md").read_text()
+    commit = fact["model_path"]["commit"][:12]
+    assert "## Models" in md and f"| localhost | model_path | acme/ckpt | mirror | {commit} |" in md
+    assert "| localhost | speculative_draft_model_path | acme/draft | mirror |" in md
+
     # After: the server starts from the verified directory, with HF_HUB_OFFLINE=1 in its environment.
     try:
         started = run_module_in(tmp_path, "sglang_server", server_args)

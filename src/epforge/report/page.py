@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from epforge.report.models import TEXT as MODELS_TEXT
+from epforge.report.models import model_table
 from epforge.report.overview import (
     MATRIX_TEXT,
     MATRIX_TITLE,
@@ -19,7 +21,9 @@ from epforge.report.to_html import CSS, html_table, matrix_html
 from epforge.report.to_markdown import matrix_md, md_table
 from epforge.report.tuning import tuning_sections
 
-NO_FACTS_TEXT = "No epforge provisioning, benchmark, sweep, tuning or probe facts were found on these hosts."
+NO_FACTS_TEXT = (
+    "No epforge provisioning, model, benchmark, sweep, tuning or probe facts were found on these hosts."
+)
 
 
 def _sections(hosts: dict[str, dict], rows: list[dict], overview: list[dict]) -> list[tuple]:
@@ -34,6 +38,9 @@ def _sections(hosts: dict[str, dict], rows: list[dict], overview: list[dict]) ->
                 [([t for _, t in OVERVIEW_COLUMNS], [[r[k] for k, _ in OVERVIEW_COLUMNS] for r in overview])],
             )
         )
+    models = model_table(hosts)
+    if models[1]:
+        sections.append(("Models", MODELS_TEXT, [models]))
     if rows:
         sections.append(
             (
