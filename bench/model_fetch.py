@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -36,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from hub_mirror import Olah, git_repo, write_checkpoint  # noqa: E402
@@ -129,7 +131,10 @@ def fleet(olah: Olah, repo: str, work: Path, total: int) -> None:
         argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(work / "hosts.yml")]
         argv += [str(work / "play.yml"), "-e", f"@{work / 'vars.json'}"]
         env = dict(
-            os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles")
+            os.environ,
+            ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+            ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+            ANSIBLE_CALLBACKS_ENABLED="epforge.ep.preload,ansible.posix.profile_tasks",
         )
         served = len(olah.downloads(repo))
         started = time.monotonic()
@@ -145,6 +150,11 @@ def fleet(olah: Olah, repo: str, work: Path, total: int) -> None:
         )
         rerun_s = time.monotonic() - started
         moved = 3 * total
+        # profile_tasks' recap: each task's time in the first run (controller fetch, check, rsync, verify)
+        for line in proc.stdout.splitlines():
+            timed = re.match(r"^(model : .*?) -+ ([0-9.]+)s$", line.strip())
+            if timed:
+                print(f"  {timed.group(2):>7}s  {timed.group(1)}")
         print(
             f"fleet (controller source, 3 podman hosts): {seconds:.1f} s for the controller's fetch + "
             f"{moved / 2**30:.2f} GiB sent and verified ({moved / MIB / seconds:.0f} MiB/s aggregate); "
@@ -160,9 +170,47 @@ def list_files(work: Path, repo: str) -> list[str]:
     return [p.name for p in directory.iterdir() if p.is_file() and not p.name.startswith(".")]
 
 
+def compare(olah: Olah, work: Path, opts, commits: dict, total: int) -> None:
+    """epforge against hf download on the big repo, interleaved; then the fixed cost on the tiny one."""
+    rates = {"epforge": [], "hf": []}
+    for round_no in range(opts.repeat):
+        order = ["epforge", "hf"] if round_no % 2 == 0 else ["hf", "epforge"]
+        for tool in order:
+            target = work / f"{tool}-{round_no}"
+            if tool == "epforge":
+                seconds, result = epforge_fetch(olah, "bench/big", target, work, opts.concurrency)
+                assert result["bytes_fetched"] == total, result
+            else:
+                seconds = hf_download(olah, "bench/big", commits["big"], target, opts.concurrency)
+            rates[tool].append(total / MIB / seconds)
+            print(f"round {round_no + 1} {tool:8s} {seconds:6.1f} s  {total / MIB / seconds:7.1f} MiB/s")
+            shutil.rmtree(target)
+    ratio = statistics.median(rates["epforge"]) / statistics.median(rates["hf"])
+    print(
+        f"median: epforge {statistics.median(rates['epforge']):.1f} MiB/s, hf download "
+        f"{statistics.median(rates['hf']):.1f} MiB/s; ratio epforge/hf = {ratio:.3f} (target >= 0.95)"
+    )
+
+    tiny = {"epforge": [], "hf": []}
+    for round_no in range(opts.repeat):
+        seconds, _ = epforge_fetch(olah, "bench/tiny", work / "tiny-e", work, opts.concurrency)
+        tiny["epforge"].append(seconds)
+        tiny["hf"].append(hf_download(olah, "bench/tiny", commits["tiny"], work / "tiny-h", opts.concurrency))
+        if round_no < opts.repeat - 1:
+            shutil.rmtree(work / "tiny-e")
+            shutil.rmtree(work / "tiny-h")
+    probe, result = epforge_fetch(olah, "bench/tiny", work / "tiny-e", work, opts.concurrency)
+    assert result["changed"] is False and result["bytes_fetched"] == 0, result
+    print(
+        f"fixed cost (tiny repo, 1 MiB shard): epforge {statistics.median(tiny['epforge']):.2f} s, "
+        f"hf download {statistics.median(tiny['hf']):.2f} s; epforge no-op rerun (the probe) "
+        f"{probe:.2f} s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of the comparison (0: --fleet only)")
     parser.add_argument("--shards", type=int, default=5)
     parser.add_argument("--shard-mib", type=int, default=440)
     parser.add_argument("--concurrency", type=int, default=4)
@@ -187,40 +235,8 @@ def main() -> None:
             f"in {time.monotonic() - started:.0f} s; olah {olah.endpoint}"
         )
 
-        rates = {"epforge": [], "hf": []}
-        for round_no in range(opts.repeat):
-            order = ["epforge", "hf"] if round_no % 2 == 0 else ["hf", "epforge"]
-            for tool in order:
-                target = work / f"{tool}-{round_no}"
-                if tool == "epforge":
-                    seconds, result = epforge_fetch(olah, "bench/big", target, work, opts.concurrency)
-                    assert result["bytes_fetched"] == total, result
-                else:
-                    seconds = hf_download(olah, "bench/big", commit, target, opts.concurrency)
-                rates[tool].append(total / MIB / seconds)
-                print(f"round {round_no + 1} {tool:8s} {seconds:6.1f} s  {total / MIB / seconds:7.1f} MiB/s")
-                shutil.rmtree(target)
-        ratio = statistics.median(rates["epforge"]) / statistics.median(rates["hf"])
-        print(
-            f"median: epforge {statistics.median(rates['epforge']):.1f} MiB/s, hf download "
-            f"{statistics.median(rates['hf']):.1f} MiB/s; ratio epforge/hf = {ratio:.3f} (target >= 0.95)"
-        )
-
-        tiny = {"epforge": [], "hf": []}
-        for round_no in range(opts.repeat):
-            seconds, _ = epforge_fetch(olah, "bench/tiny", work / "tiny-e", work, opts.concurrency)
-            tiny["epforge"].append(seconds)
-            tiny["hf"].append(hf_download(olah, "bench/tiny", tiny_commit, work / "tiny-h", opts.concurrency))
-            if round_no < opts.repeat - 1:
-                shutil.rmtree(work / "tiny-e")
-                shutil.rmtree(work / "tiny-h")
-        probe, result = epforge_fetch(olah, "bench/tiny", work / "tiny-e", work, opts.concurrency)
-        assert result["changed"] is False and result["bytes_fetched"] == 0, result
-        print(
-            f"fixed cost (tiny repo, 1 MiB shard): epforge {statistics.median(tiny['epforge']):.2f} s, "
-            f"hf download {statistics.median(tiny['hf']):.2f} s; epforge no-op rerun (the probe) "
-            f"{probe:.2f} s"
-        )
+        if opts.repeat > 0:
+            compare(olah, work, opts, {"big": commit, "tiny": tiny_commit}, total)
         if opts.fleet:
             fleet(olah, "bench/big", work, total)
     finally:

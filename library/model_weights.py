@@ -41,11 +41,6 @@ description:
     argv, the environment, the log, the result or the fact.
   - Check mode reports what would be fetched or verified and changes nothing.
 version_added: "0.1.0"
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 options:
   name:
     description: The setting that names this model (C(model_path), C(speculative_draft_model_path)); the key
@@ -220,27 +215,20 @@ libraries:
 """
 
 import contextlib
-import ctypes
-import inspect
-import json
 import os
-import select
 import shutil
 import signal
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils import model_files
-from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import is_repo_id
-from ansible_collections.epforge.ep.plugins.module_utils.model_weights import hub_worker as worker_source
+from ansible_collections.epforge.ep.plugins.module_utils.model_weights.worker_process import Log, Worker
 from ansible_collections.epforge.ep.plugins.module_utils.process import (
     Interrupted,
-    _stop_group,
     _stop_group_on_interrupt,
     chain_intact,
     controller_chain,
@@ -256,85 +244,6 @@ def human(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-def die_with_parent() -> None:
-    """In the worker before exec: SIGKILL it when the module dies (a killed play leaves no fetch behind)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class Log:
-    """The progress log users tail: timestamped lines, appended."""
-
-    def __init__(self, path: str, check_mode: bool = False) -> None:
-        self.path = path
-        self.quiet = check_mode  # check mode changes nothing, the log included
-        if not check_mode:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-
-    def line(self, text: str) -> None:
-        if self.quiet:
-            return
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
-
-
-class Worker:
-    """The huggingface_hub side (plugins/module_utils/model_weights/hub_worker.py) in O(python): started with
-    the request (token included) on stdin, read as JSON events; stopped with its process group."""
-
-    def __init__(self, module: AnsibleModule, log: Log, command: str, request: dict) -> None:
-        self.module, self.log = module, log
-        self.argv = [module.params["python"], "-c", worker_source.BOOTSTRAP, command]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-        env.update(
-            HF_HUB_DISABLE_PROGRESS_BARS="1",
-            HF_HUB_DISABLE_TELEMETRY="1",
-            HF_HUB_ETAG_TIMEOUT=str(min(60, module.params["file_timeout"])),
-            HF_HUB_DOWNLOAD_TIMEOUT=str(min(60, module.params["file_timeout"])),
-        )
-        with open(os.devnull if log.quiet else log.path, "ab") as stderr:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                env=env,
-                start_new_session=True,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - the module starts it before any thread
-            )
-        source = inspect.getsource(worker_source)  # works from Ansible's zipped module_utils too
-        self.proc.stdin.write((json.dumps(request) + "\n" + source).encode())
-        self.proc.stdin.close()
-        self.buffer = b""
-
-    def events(self, wait: float) -> list[dict]:
-        """Events that arrived within `wait` seconds ([] when none; the worker may have exited)."""
-        ready, _, _ = select.select([self.proc.stdout], [], [], wait)
-        if not ready:
-            return []
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
-        if not chunk:
-            return [{"event": "eof"}]
-        self.buffer += chunk
-        *lines, self.buffer = self.buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
-
-    def stop(self) -> None:
-        _stop_group(self.proc)
-
-    def fail(self, msg: str, **extra) -> None:
-        self.stop()
-        self.log.line(f"FAILED: {msg}")
-        self.module.fail_json(
-            msg=msg,
-            cmd=[*self.argv[:2], "<bootstrap>", *self.argv[3:]],
-            rc=self.proc.returncode if self.proc.returncode is not None else -1,
-            log_path=self.log.path,
-            log_tail=tail_file(self.log.path),
-            **extra,
-        )
 
 
 class ModelWeights:
