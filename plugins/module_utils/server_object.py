@@ -61,7 +61,7 @@ def build(
         with_defaults(without_secrets(verdict.get("adjusted_settings") or {})), model_dir
     )
     argv = build_server_argv(settings, sglang_version=sglang_version, flag_table=flag_table)
-    env = {**build_server_env(settings), "HF_HUB_OFFLINE": "1"}
+    env = build_server_env(settings)
     return {
         "schema": SCHEMA,
         "sglang_version": sglang_version,

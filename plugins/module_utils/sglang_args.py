@@ -588,9 +588,13 @@ def build_server_argv(
 
 
 def build_server_env(settings: dict) -> dict[str, str]:
-    """The environment variables the settings ask for (e.g. NCCL_P2P_LEVEL), as strings."""
+    """The environment of a launch: the variables the settings ask for (e.g. NCCL_P2P_LEVEL), as strings,
+    and HF_HUB_OFFLINE=1 always - SGLang loads what role model verified and never downloads at launch."""
     env = (settings or {}).get("env") or {}
     return {
-        str(name): (str(value).lower() if isinstance(value, bool) else str(value))
-        for name, value in env.items()
+        **{
+            str(name): (str(value).lower() if isinstance(value, bool) else str(value))
+            for name, value in env.items()
+        },
+        "HF_HUB_OFFLINE": "1",
     }

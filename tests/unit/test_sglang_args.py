@@ -319,8 +319,11 @@ def test_env_rendering():
         "NCCL_P2P_LEVEL": "SYS",
         "NCCL_DEBUG_SUBSYS": "1",
         "X": "true",
+        "HF_HUB_OFFLINE": "1",
     }
-    assert build_server_env({}) == {}
+    # every launch is offline, a user's HF_HUB_OFFLINE=0 included: SGLang never downloads at launch
+    offline = {"HF_HUB_OFFLINE": "1"}
+    assert build_server_env({}) == build_server_env({"env": {"HF_HUB_OFFLINE": "0"}}) == offline
 
 
 def test_sglang_releases_compare_through_the_one_version_parser():

@@ -626,7 +626,10 @@ def test_the_server_environment_is_allow_listed(server, tmp_path, monkeypatch):
     assert environ["PATH"] == SERVICE_PATH
     assert environ["PYTHONPATH"] == str(STANDIN) and environ["SGLANG_STANDIN_LOAD_SECONDS"] == "0.6"
     assert environ["HOME"] == os.path.expanduser("~")
-    assert set(environ) <= {*SERVICE_ENV_NAMES, *server["settings"]["env"], "EPFORGE_SGLANG_API_KEY"}
+    # HF_HUB_OFFLINE=1: every launch (sglang_args.build_server_env), so SGLang never downloads at launch
+    assert environ["HF_HUB_OFFLINE"] == "1"
+    allowed = {*SERVICE_ENV_NAMES, *server["settings"]["env"], "EPFORGE_SGLANG_API_KEY", "HF_HUB_OFFLINE"}
+    assert set(environ) <= allowed
 
 
 def test_binding_every_interface_without_a_key_is_warned_about(server, tmp_path):
