@@ -512,3 +512,50 @@ def test_role_model_fetches_what_the_object_names_and_the_server_runs_it_offline
         assert cmdline[cmdline.index(b"--model-path") + 1].decode() == str(model_dir / "ckpt")
     finally:
         run_module_in(tmp_path, "sglang_server", {**server_args, "state": "absent"})
+
+
+def test_a_sigkilled_play_leaves_no_fetch_running_and_its_rerun_fetches_only_the_rest(tmp_path, hub):
+    """kill -9 of ansible-playbook itself: the module notices its play is gone (the controller-chain watch),
+    stops the fetching worker, and the same command run again fetches only the files not yet in place."""
+    from playbooks import ANSIBLE_PLAYBOOK, LOCAL_INVENTORY, run_playbook, write_vars  # noqa: PLC0415
+
+    play = tmp_path / "play.yml"
+    play.write_text(ROLE_PLAY)
+    variables = write_vars(
+        tmp_path / "vars.json",
+        {
+            "preflight_server_object": _standin_object(tmp_path, {"model_path": "acme/big", "tp_size": 2}),
+            "model_source": "mirror",
+            "model_endpoint": hub.endpoint,
+            "model_python": sys.executable,
+            "model_require_gpu": False,
+            "model_space_margin_mb": 1,
+            "model_concurrency": 1,
+            "epforge_facts_dir": str(tmp_path / "facts"),
+            "epforge_log_dir": str(tmp_path / "log"),
+            "epforge_state_dir": str(tmp_path / "state"),
+        },
+    )
+    model = tmp_path / "models" / "acme" / "big"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    argv = [str(ANSIBLE_PLAYBOOK), "-i", str(LOCAL_INVENTORY), str(play), "-e", f"@{variables}"]
+    playbook = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(model.glob("model-*.safetensors"))) < 2:
+        time.sleep(0.02)
+    playbook.kill()  # SIGKILL of the play, not of the module
+    playbook.wait(timeout=30)
+    time.sleep(3)  # the watch polls every 0.5 s; the worker is stopped with its group
+    placed = sorted(p.name for p in model.glob("model-*.safetensors"))
+    assert 2 <= len(placed) < 6, placed
+    assert "epforge-model-worker" not in _process_texts(), "a fetch still runs after its play was killed"
+    assert "interrupted" in (tmp_path / "log" / "model-model_path.log").read_text()
+    served = len(hub.downloads("acme/big"))
+
+    rerun = run_playbook(play, vars_file=variables)
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert "acme/big@" in rerun.stdout
+    fetched_again = len(hub.downloads("acme/big")) - served
+    assert fetched_again == 10 - len(placed), (
+        f"{fetched_again} files fetched again, {len(placed)} shards kept"
+    )
