@@ -63,4 +63,4 @@ if [ "$have" != "$digest test" ] && [ "$have" != "$digest $profile" ]; then
   .venv/bin/pip install -q -e "$spec"
   echo "$digest $profile" > "$stamp"
 fi
-echo "bootstrap: ready for the $profile profile ($(.venv/bin/ansible --version | head -1))"
+echo "bootstrap: ready for the $profile profile ($(.venv/bin/ansible --version | sed -n 1p))"  # sed reads it all: no broken pipe
