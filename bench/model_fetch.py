@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from hub_mirror import Olah, git_repo, write_checkpoint  # noqa: E402
 from module_runner import call_module  # noqa: E402
+from podman_hosts import remove_hosts, start_host, write_inventory  # noqa: E402
 
 MIB = 1 << 20
 
@@ -90,8 +91,6 @@ def hf_download(olah: Olah, repo: str, commit: str, target: Path, concurrency: i
 
 
 def fleet(olah: Olah, repo: str, work: Path, total: int) -> None:
-    import yaml  # noqa: PLC0415
-
     from ansible_collections.epforge.ep.plugins.module_utils.server_object import build  # noqa: PLC0415
 
     image = "localhost/epforge-molecule-bookworm:latest"
@@ -99,17 +98,8 @@ def fleet(olah: Olah, repo: str, work: Path, total: int) -> None:
     hosts = [f"epforge-bench-fleet-{i}" for i in range(1, 4)]
     try:
         for host in hosts:
-            subprocess.run(["podman", "rm", "-f", "-t", "0", host], capture_output=True, check=False)
-            subprocess.run(
-                ["podman", "run", "-d", "--name", host, "--entrypoint", "sleep", image, "7200"],
-                capture_output=True,
-                check=True,
-            )
-        connection = {
-            "ansible_connection": "containers.podman.podman",
-            "ansible_python_interpreter": "/usr/bin/python3",
-        }
-        (work / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": dict.fromkeys(hosts, connection)}}))
+            start_host(host, image, seconds=7200)
+        write_inventory(work / "hosts.yml", hosts)
         verdict = {"adjusted_settings": {"model_path": repo, "tp_size": 2}, "findings": {"adjustments": []}}
         (work / "vars.json").write_text(
             json.dumps(
@@ -162,7 +152,7 @@ def fleet(olah: Olah, repo: str, work: Path, total: int) -> None:
             f"rerun {rerun_s:.1f} s, rc {rerun.returncode}"
         )
     finally:
-        subprocess.run(["podman", "rm", "-f", "-t", "0", *hosts], capture_output=True, check=False)
+        remove_hosts(*hosts)
 
 
 def list_files(work: Path, repo: str) -> list[str]:

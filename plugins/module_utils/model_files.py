@@ -18,6 +18,8 @@ import json
 import os
 import struct
 
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+
 MANIFEST = ".epforge-model.json"
 STAMP = ".epforge-verified.json"
 PARTIAL = ".epforge-partial"
@@ -87,15 +89,6 @@ def stats(directory: str, names) -> dict[str, list[int]] | None:
 
 def manifest_digest(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
-
-
-def read_json(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def stamped(directory: str, manifest: dict | None = None) -> bool:

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from hub_mirror import Olah, git_repo
+from podman_hosts import remove_hosts, start_host, write_inventory
 
 from playbooks import ROOT, changed_count, write_vars
 
@@ -44,20 +44,8 @@ def test_the_controller_fetches_once_and_every_host_gets_a_verified_copy(tmp_pat
         source, _commit = git_repo(olah.mirrors, "acme/fleet", shards=4, shard_bytes=8 << 20)
         names = sorted(p.name for p in source.iterdir() if p.is_file())
         for host in HOSTS:
-            subprocess.run(["podman", "rm", "-f", "-t", "0", host], capture_output=True, check=False)
-            started = subprocess.run(
-                ["podman", "run", "-d", "--name", host, "--entrypoint", "sleep", molecule_image, "3600"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            assert started.returncode == 0, started.stderr
-        inventory = tmp_path / "hosts.yml"
-        connection = {
-            "ansible_connection": "containers.podman.podman",
-            "ansible_python_interpreter": "/usr/bin/python3",
-        }
-        inventory.write_text(yaml.safe_dump({"all": {"hosts": dict.fromkeys(HOSTS, connection)}}))
+            start_host(host, molecule_image)
+        inventory = write_inventory(tmp_path / "hosts.yml", HOSTS)
         from ansible_collections.epforge.ep.plugins.module_utils.server_object import build  # noqa: PLC0415
 
         verdict = {
@@ -118,4 +106,4 @@ def test_the_controller_fetches_once_and_every_host_gets_a_verified_copy(tmp_pat
         assert "Send the missing files" not in again.stdout or "skipping" in again.stdout
     finally:
         olah.stop()
-        subprocess.run(["podman", "rm", "-f", "-t", "0", *HOSTS], capture_output=True, check=False)
+        remove_hosts(*HOSTS)

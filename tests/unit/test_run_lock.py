@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from podman_hosts import remove_hosts, start_host, write_inventory
 
 from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks import run_lock
 from playbooks import ROOT, run_playbook, write_vars
@@ -336,29 +337,8 @@ def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_p
     watchdog (started with the run lock) runs the reaper there when ansible-playbook is killed; the command's
     whole group ends and the lock is free for the next run."""
     host = f"{CONTAINER_PREFIX}-{int(signum)}"
-    subprocess.run(["podman", "rm", "-f", "-t", "0", host], capture_output=True, check=False)
-    started = subprocess.run(
-        ["podman", "run", "-d", "--name", host, "--entrypoint", "sleep", molecule_image, "3600"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert started.returncode == 0, started.stderr
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {
-                        host: {
-                            "ansible_connection": "containers.podman.podman",
-                            "ansible_python_interpreter": "/usr/bin/python3",
-                        }
-                    }
-                }
-            }
-        )
-    )
+    start_host(host, molecule_image)
+    inventory = write_inventory(tmp_path / "hosts.yml", [host])
     book = tmp_path / "reap.yml"
     book.write_text(PODMAN_PLAY)
     vars_file = write_vars(tmp_path / "vars.json", {"stack": CU130})
@@ -390,4 +370,4 @@ def test_an_interrupted_ansible_playbook_ends_the_command_on_a_podman_host(tmp_p
             lambda: in_container(host, "python3", "-c", lock_free).stdout.strip() == "free", 10
         ), f"the run lock is still held; test host {container_state(host)}"
     finally:
-        subprocess.run(["podman", "rm", "-f", "-t", "0", host], capture_output=True, check=False)
+        remove_hosts(host)
