@@ -70,7 +70,11 @@ out["env_file"] = {
     "uid": stat.st_uid,
     "has_key_line": f"EPFORGE_SGLANG_API_KEY={KEY}\n" in env_text,
     "has_nccl": "NCCL_P2P_LEVEL=SYS\n" in env_text,
+    # every launch is offline (role model fetched the weights; SGLang never downloads at launch)
+    "has_hf_offline": "HF_HUB_OFFLINE=1\n" in env_text,
 }
+environ = read(f"/proc/{main_pid}/environ", "rb").split(b"\0")
+out["server_hf_offline"] = b"HF_HUB_OFFLINE=1" in environ
 log = read(LOG)
 out["log"] = {
     "has_key": KEY in log,
