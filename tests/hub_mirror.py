@@ -2,7 +2,8 @@
 as Hugging Face repos (its `mirrors-path` with `offline = true`), and checkpoints written for it.
 
 olah's local mirror serves git blobs as they are (not LFS), reads each file whole into memory, ignores HTTP
-Range and reports no repo as gated (../shared facts, checked again here): keep shards to tens of MB in tests.
+Range (olah 0.5.4, checked: `Range: bytes=3-9` got 200 and the whole file) and reports no repo as gated:
+keep shards to tens of MB in tests.
 Its access log (uvicorn's, on stdout) goes to `<root>/olah.log`: one `GET .../resolve/COMMIT/FILE` line per
 file served.
 """
