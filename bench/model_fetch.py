@@ -18,6 +18,10 @@ the controller's one download, then rsync to the three hosts and each host's ver
 ansible-playbook run; it prints the bytes moved and the aggregate rate, and the mirror's download count.
 
     .venv/bin/python bench/model_fetch.py [--repeat 3] [--shards 5] [--shard-mib 440] [--fleet]
+
+Disk: about 3x the checkpoint under /var/tmp for the comparison (the mirror's git repo holds it twice, each
+fetch once, removed after each run), 7x with --fleet (the controller's copy and three hosts' copies): 15 GiB
+at the defaults. Everything is removed at the end (a killed run leaves /var/tmp/epforge-model-bench-*).
 """
 
 from __future__ import annotations
