@@ -45,12 +45,6 @@ options:
     type: str
     choices: [started, stopped, restarted, absent]
     default: started
-  manager:
-    description:
-      - C(systemd) (a unit) or C(process) (a daemonized process with a pidfile, for hosts without systemd).
-    type: str
-    choices: [systemd, process]
-    default: systemd
   settings:
     description:
       - Server settings (the keys of C(epforge_server), see C(plugins/module_utils/sglang_args.py)), for
@@ -86,16 +80,6 @@ options:
   python:
     description: The Python of the environment that has SGLang (absolute path). Required to start.
     type: path
-  launcher:
-    description:
-      - Path of epforge's launcher (C(epforge_sglang_launch.py), installed by the role). Required to start.
-    type: path
-  user:
-    description: Unprivileged user the server runs as. Required for O(manager=systemd); never root.
-    type: str
-  group:
-    description: Group the server runs as (default the user's primary group).
-    type: str
   api_key:
     description: API key the server requires (Bearer token). Kept in the 0600 environment file only.
     type: str
@@ -103,13 +87,6 @@ options:
     description: Extra environment variables (merged over C(settings.env)).
     type: dict
     default: {}
-  env_file:
-    description: Path of the root-only environment file (default C(/etc/epforge/NAME.env)).
-    type: path
-  unit_dir:
-    description: Directory of the systemd unit.
-    type: path
-    default: /etc/systemd/system
   log_path:
     description:
       - File the server's output is appended to (created for the service user).
@@ -120,9 +97,6 @@ options:
     description: Directory of the pidfile and the settings stamp of O(manager=process).
     type: path
     default: /var/lib/epforge/sglang
-  working_dir:
-    description: Working directory of the server (default O(state_dir)).
-    type: path
   timeout:
     description: Seconds to wait for the server to become ready before failing (a model load takes minutes).
     type: float
@@ -147,62 +121,6 @@ options:
     type: str
     choices: [strict, warn, "off"]
     default: strict
-  enabled:
-    description: Enable the systemd unit at boot.
-    type: bool
-    default: true
-  restart_sec:
-    description: systemd RestartSec (seconds before an automatic restart after a failure).
-    type: int
-    default: 10
-  start_limit_burst:
-    description: systemd StartLimitBurst (starts allowed per O(start_limit_interval)).
-    type: int
-    default: 3
-  start_limit_interval:
-    description: systemd StartLimitIntervalSec (seconds).
-    type: int
-    default: 600
-  stop_timeout:
-    description: Seconds a stop waits before killing the server.
-    type: int
-    default: 60
-  limits:
-    description:
-      - "systemd resource limits, suffix to value. The default lifts the open-file limit and lets NCCL and
-        DeepEP pin memory; C({}) writes none (containers that may not raise them)."
-    type: dict
-    default: {NOFILE: 65535, MEMLOCK: infinity}
-  devices:
-    description:
-      - "Device nodes the server may open (O(manager=systemd); one C(DeviceAllow=) line each, with
-        C(DevicePolicy=closed) every other device but the pseudo devices such as C(/dev/null) is refused).
-        Each is a node (C(/dev/nvidia0)) or a device group of C(/proc/devices) (C(char-nvidia-uvm), globs
-        allowed), optionally followed by a space and the access (C(r), C(rw)); C(rw) when none is given."
-      - The C(sglang_server) role derives the list from preflight's GPU facts; empty on a host without GPU.
-    type: list
-    elements: str
-    default: []
-  read_write_paths:
-    description:
-      - Absolute paths the server may write besides its working directory (O(manager=systemd)); the unit
-        mounts the rest of the file system read-only (C(ProtectSystem=strict)), home directories included
-        (C(ProtectHome=read-only)), and gives the server a private C(/tmp). Each path must exist.
-    type: list
-    elements: path
-    default: []
-  unit_hardening:
-    description:
-      - "Overrides of the unit's sandbox (O(manager=systemd)), directive to value. A value replaces the
-        default of that directive (C(plugins/module_utils/sglang_server/unit.py) HARDENING), null drops it,
-        a directive
-        the defaults lack is added; true and false become yes and no, a list its items space-separated.
-        For example C({PrivateUsers: null}) on a GPU host where that one option breaks the server."
-      - Names must look like systemd's (C(^[A-Z][A-Za-z]+$)) and values hold no newline. Directives the unit
-        sets from other options (C(User), C(Exec*), C(Environment*), C(DeviceAllow), C(ReadWritePaths),
-        C(Limit*)) are refused.
-    type: dict
-    default: {}
   stop_on_failure:
     description:
       - Stop the server when it fails to become ready, so a crash loop or a hung load does not hold the GPUs.
@@ -212,6 +130,8 @@ options:
     description: Lines of the server log returned on failure.
     type: int
     default: 40
+extends_documentation_fragment:
+  - epforge.ep.service
 author: epforge developers (@epforge)
 """
 
@@ -366,6 +286,13 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_address import (
     server_url,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
+from ansible_collections.epforge.ep.plugins.module_utils.service_managers import (
+    KEY_VAR,
+    MANAGERS,
+    SERVICE_ARGUMENT_SPEC,
+    public_result,
+    refuse_bad_service_request,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     build_server_argv,
     build_server_env,
@@ -374,11 +301,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
 )
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import judged_digests
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.confirm import settings_verdict
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.managers import (
-    KEY_VAR,
-    MANAGERS,
-    public_result,
-)
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback import read as read_last_ready
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback import (
     remove as forget_last_ready,
@@ -394,7 +316,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signature
 
 class Server:
     """The request (validated settings, argv, environment), the bounded wait for readiness and the settings
-    check; the manager (plugins/module_utils/sglang_server/managers.py) starts, stops and watches the
+    check; the manager (plugins/module_utils/service_managers.py) starts, stops and watches the
     server."""
 
     def __init__(self, module: AnsibleModule) -> None:
@@ -711,50 +633,27 @@ def main() -> None:
                 "default": "started",
                 "choices": ["started", "stopped", "restarted", "absent"],
             },
-            "manager": {"type": "str", "default": "systemd", "choices": ["systemd", "process"]},
             "settings": {"type": "dict", "default": {}},
             "server_object": {"type": "dict"},
             "verdicts_path": {"type": "path"},
             "sglang_version": {"type": "str"},
             "python": {"type": "path"},
-            "launcher": {"type": "path"},
-            "user": {"type": "str"},
-            "group": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
             "env": {"type": "dict", "default": {}},
-            "env_file": {"type": "path"},
-            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "log_path": {"type": "str", "default": "/var/log/epforge/sglang-server.log"},
             "state_dir": {"type": "path", "default": "/var/lib/epforge/sglang"},
-            "working_dir": {"type": "path"},
             "timeout": {"type": "float", "default": 1800},
             "poll_interval": {"type": "float", "default": 0.25},
             "health_path": {"type": "str", "default": "/health"},
             "settings_check": {"type": "str", "default": "strict", "choices": ["strict", "warn", "off"]},
-            "enabled": {"type": "bool", "default": True},
-            "restart_sec": {"type": "int", "default": 10},
-            "start_limit_burst": {"type": "int", "default": 3},
-            "start_limit_interval": {"type": "int", "default": 600},
-            "stop_timeout": {"type": "int", "default": 60},
-            "limits": {"type": "dict", "default": {"NOFILE": 65535, "MEMLOCK": "infinity"}},
-            "devices": {"type": "list", "elements": "str", "default": []},
-            "read_write_paths": {"type": "list", "elements": "path", "default": []},
-            "unit_hardening": {"type": "dict", "default": {}},
             "stop_on_failure": {"type": "bool", "default": True},
             "log_tail_lines": {"type": "int", "default": 40},
+            **SERVICE_ARGUMENT_SPEC,
         },
         mutually_exclusive=[("settings", "server_object")],
         supports_check_mode=True,
     )
-    name = module.params["name"]
-    if not name or "/" in name or name.startswith(".") or any(c.isspace() for c in name):
-        module.fail_json(msg=f"name {name!r} must be a plain unit name (no slash, no whitespace)")
-    if module.params["log_path"] and not os.path.isabs(module.params["log_path"]):
-        module.fail_json(msg="log_path must be an absolute path (or empty for the journal)")
-    if module.params["manager"] == "process" and not module.params["log_path"]:
-        module.fail_json(msg="manager process needs a log_path (there is no journal for it)")
-    if module.params["timeout"] <= 0:
-        module.fail_json(msg="timeout must be positive (seconds)")
+    refuse_bad_service_request(module)
     Server(module).run()
 
 

@@ -84,7 +84,7 @@ def test_the_import_graph_is_read():
     users = users_of_each_util()
     assert len(UTIL_NAMES) >= 30
     assert {"sglang_server", "sglang_bench"} <= users["process"]
-    assert users["sglang_server.unit"] == {"sglang_server"}
+    assert users["sglang_server.signatures"] == {"sglang_server"}
 
 
 @pytest.mark.parametrize("util", sorted(u for u in UTIL_NAMES if "." not in u))

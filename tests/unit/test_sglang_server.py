@@ -21,11 +21,11 @@ import pytest
 from gpu_fact_samples import NO_GPU, gpu_facts
 from moduletools import run_module_in
 
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.managers import (
+from ansible_collections.epforge.ep.plugins.module_utils.service_managers import (
     SERVICE_ENV_NAMES,
     SERVICE_PATH,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.unit import (
+from ansible_collections.epforge.ep.plugins.module_utils.service_unit import (
     UnitError,
     mask_secrets,
     quote_exec_word,
@@ -735,7 +735,7 @@ def test_a_pid_that_cannot_be_recorded_stops_the_server_it_belongs_to(server, mo
     import sglang_server as module  # noqa: PLC0415 - library/ is on sys.path (tests/conftest.py)
     from moduletools import run_main  # noqa: PLC0415
 
-    from ansible_collections.epforge.ep.plugins.module_utils.sglang_server import managers  # noqa: PLC0415
+    from ansible_collections.epforge.ep.plugins.module_utils import service_managers as managers  # noqa: PLC0415
 
     real_write = managers.write_atomic
 

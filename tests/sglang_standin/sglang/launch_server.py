@@ -29,6 +29,7 @@ Behaviour knobs (environment variables, all optional):
                                (default 1: first-token and per-token delays multiplied)
   SGLANG_STANDIN_ACCEPT_LENGTH   avg_spec_accept_length reported when speculative (default 2.5)
   SGLANG_STANDIN_READY_FILE    path: written with the epoch time the server became ready
+  SGLANG_STANDIN_ACCESS_LOG    "0": no access lines (default: one per request, uvicorn's format, as SGLang)
   SGLANG_STANDIN_MAX_NEW_TOKENS  cap on the tokens of every generation, whatever the request asks (as a
                                server that stops early although the client set ignore_eos)
   SGLANG_STANDIN_ADJUST        JSON object merged into /get_server_info (as if SGLang had adjusted a
@@ -46,6 +47,7 @@ import sys
 import threading
 import time
 import uuid
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 VERSION = "0.0.0+standin"
@@ -239,6 +241,17 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         if os.environ.get("SGLANG_STANDIN_ACCESS_LOG") == "1":
             log(f"{self.address_string()} {format % args}")
+
+    def log_request(self, code="-", size="-"):
+        """One access line per request in uvicorn's format, as real SGLang prints by default (captured in
+        tests/fixtures/sglang_h200/tp1-graph-server.log: `INFO:     127.0.0.1:41222 - "POST /generate
+        HTTP/1.1" 200 OK`); SGLANG_STANDIN_ACCESS_LOG=0 silences them."""
+        if os.environ.get("SGLANG_STANDIN_ACCESS_LOG") == "0":
+            return
+        status = int(code) if str(code).isdigit() else 0
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        host, port = self.client_address[:2]
+        log(f'INFO:     {host}:{port} - "{self.requestline}" {code} {phrase}'.rstrip())
 
     # -- helpers
     def send_json(self, status: int, obj: object) -> None:

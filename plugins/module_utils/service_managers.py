@@ -1,11 +1,12 @@
-"""The two ways the sglang_server module keeps an SGLang server running: a systemd unit (SystemdManager) or a
-daemonized process with a pidfile, for hosts without systemd (ProcessManager).
+"""The two ways epforge keeps a long-running service up (an SGLang server, module sglang_server; the smg
+gateway, module smg_gateway): a systemd unit (SystemdManager) or a daemonized process with a pidfile, for
+hosts without systemd (ProcessManager). Both services start through epforge's launcher (the key from the
+environment, never on a command line); `what` names the service in units, logs and messages.
 
-Each manager owns its lifecycle primitives: whether the server runs, its main pid, whether it died while
+Each manager owns its lifecycle primitives: whether the service runs, its main pid, whether it died while
 starting, its log, how it is started (idempotently: a restart only when the unit, the environment file or
-the launch fingerprint changed), stopped and removed. The module (library/sglang_server.py) validates the
-request, hands the rendered argv and environment to the manager (request()), and then waits for readiness
-and confirms the running settings itself.
+the launch fingerprint changed), stopped and removed. The module validates the request, hands the rendered
+argv and environment to the manager (request()), then waits for readiness and confirms what runs itself.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.files import write_atom
 from ansible_collections.epforge.ep.plugins.module_utils.process import Completed, run_bounded, start_detached
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.unit import (
+from ansible_collections.epforge.ep.plugins.module_utils.service_unit import (
     UnitError,
     mask_secrets,
     render_env_file,
@@ -91,8 +92,11 @@ def remove_files(*paths: str) -> None:
 class ServerManager:
     """What both managers share: the request they run, the log the server writes, the port it takes."""
 
-    def __init__(self, module, result: dict, diffs: list) -> None:
+    def __init__(
+        self, module, result: dict, diffs: list, what: str = "SGLang server", owner: str = "sglang_server"
+    ) -> None:
         self.module = module
+        self.what, self.owner = what, owner
         self.p = module.params
         self.name = self.p["name"]
         self.api_key = self.p["api_key"] or ""
@@ -145,7 +149,7 @@ class ServerManager:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         with open(self.log_path, "a", encoding="utf-8") as handle:
             handle.write(
-                f"=== {stamp} epforge sglang_server: starting {self.name}: "
+                f"=== {stamp} epforge: starting {self.what} {self.name}: "
                 f"{' '.join(redact(self.argv, [self.api_key]))}\n"
             )
         self.log_offset = file_size(self.log_path)
@@ -188,8 +192,8 @@ class ServerManager:
 class SystemdManager(ServerManager):
     """A systemd unit run as an unprivileged user, its environment (and key) in a root-only 0600 file."""
 
-    def __init__(self, module, result: dict, diffs: list) -> None:
-        super().__init__(module, result, diffs)
+    def __init__(self, module, result: dict, diffs: list, **service) -> None:
+        super().__init__(module, result, diffs, **service)
         self.unit = f"{self.name}.service"
         self.unit_path = os.path.join(self.p["unit_dir"], self.unit)
         self.env_file = self.p["env_file"] or f"/etc/epforge/{self.name}.env"
@@ -259,7 +263,7 @@ class SystemdManager(ServerManager):
         """The unit and the environment file this request needs."""
         try:
             unit = render_unit(
-                description=f"SGLang server {self.name} (epforge)",
+                description=f"{self.what} {self.name} (epforge)",
                 argv=self.argv,
                 user=self.p["user"] or "",
                 group=self.p["group"],
@@ -274,8 +278,9 @@ class SystemdManager(ServerManager):
                 hardening=self.p["unit_hardening"],
                 devices=self.p["devices"],
                 read_write_paths=self.p["read_write_paths"],
+                what=self.owner,
             )
-            env_text = render_env_file(self.env, self.secrets)
+            env_text = render_env_file(self.env, self.secrets, what=self.owner)
         except UnitError as exc:
             self.module.fail_json(msg=f"cannot render the unit: {exc}")
         return unit, env_text
@@ -284,8 +289,7 @@ class SystemdManager(ServerManager):
         if not self.p["user"] or self.p["user"] == "root":
             self.module.fail_json(
                 msg="user is required with manager systemd and must not be root: the "
-                "server runs as an unprivileged user (the sglang_server role "
-                "creates it)"
+                "service runs as an unprivileged user (its role creates it)"
             )
 
     def diff_files(self, unit_text: str, env_text: str) -> tuple[bool, bool]:
@@ -387,8 +391,8 @@ PIDFILE_WIDTH = 16
 class ProcessManager(ServerManager):
     """A daemonized process with a pidfile and a stamp of its launch settings (hosts without systemd)."""
 
-    def __init__(self, module, result: dict, diffs: list) -> None:
-        super().__init__(module, result, diffs)
+    def __init__(self, module, result: dict, diffs: list, **service) -> None:
+        super().__init__(module, result, diffs, **service)
         self.pidfile = os.path.join(self.state_dir, f"{self.name}.pid")
         self.stamp_path = os.path.join(self.state_dir, f"{self.name}.json")
         self.proc = None
@@ -597,3 +601,37 @@ class ProcessManager(ServerManager):
 
 
 MANAGERS = {"systemd": SystemdManager, "process": ProcessManager}
+
+# The options every managed service takes (documented once in plugins/doc_fragments/service.py).
+SERVICE_ARGUMENT_SPEC = {
+    "manager": {"type": "str", "default": "systemd", "choices": ["systemd", "process"]},
+    "launcher": {"type": "path"},
+    "user": {"type": "str"},
+    "group": {"type": "str"},
+    "env_file": {"type": "path"},
+    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+    "working_dir": {"type": "path"},
+    "enabled": {"type": "bool", "default": True},
+    "restart_sec": {"type": "int", "default": 10},
+    "start_limit_burst": {"type": "int", "default": 3},
+    "start_limit_interval": {"type": "int", "default": 600},
+    "stop_timeout": {"type": "int", "default": 60},
+    "limits": {"type": "dict", "default": {"NOFILE": 65535, "MEMLOCK": "infinity"}},
+    "devices": {"type": "list", "elements": "str", "default": []},
+    "read_write_paths": {"type": "list", "elements": "path", "default": []},
+    "unit_hardening": {"type": "dict", "default": {}},
+}
+
+
+def refuse_bad_service_request(module) -> None:
+    """The checks on the service options both modules share, before anything changes."""
+    params = module.params
+    name = params["name"]
+    if not name or "/" in name or name.startswith(".") or any(c.isspace() for c in name):
+        module.fail_json(msg=f"name {name!r} must be a plain unit name (no slash, no whitespace)")
+    if params["log_path"] and not os.path.isabs(params["log_path"]):
+        module.fail_json(msg="log_path must be an absolute path (or empty for the journal)")
+    if params["manager"] == "process" and not params["log_path"]:
+        module.fail_json(msg="manager process needs a log_path (there is no journal for it)")
+    if params["timeout"] <= 0:
+        module.fail_json(msg="timeout must be positive (seconds)")
