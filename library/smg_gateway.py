@@ -22,9 +22,10 @@ description:
     client's header on to the worker (measured: a C(--tenant-api-key) client gets 401 from a worker that
     has a key), so the gateway's clients and its workers share one key: O(api_key)."
   - Ready means smg's own C(GET /workers) lists every worker, healthy, with the O(model) it serves; bounded
-    by O(timeout). Then one real generation goes through the gateway (C(/generate)), and O(verify_requests)
-    more with distinct prompts, so the workers' access logs show that requests reached each of them (the
-    gateway role counts them on each worker's host).
+    by O(timeout). A gateway that is not ready by then is stopped, and the failure names each worker's
+    problem with the gateway's log tail. Then one real generation goes through the gateway
+    (C(/generate)), and O(verify_requests) more with distinct prompts, so the workers' access logs show
+    that requests reached each of them (the gateway role counts them on each worker's host).
   - Idempotent. The same request and a running gateway report C(changed=false) (the verification requests
     change nothing); a changed worker list, policy or key restarts it. Workers are on the command line, so
     a restarted gateway keeps them. Check mode and diff mode show the unit and environment file changes.
@@ -313,7 +314,12 @@ class Gateway:
                 f"smg gateway {self.p['name']} did not list every worker healthy within "
                 f"{self.p['timeout']:g} s: " + "; ".join(problems)
             )
-        self.fail(msg, rc=1, cmd=self.argv, log_tail=self.log_tail(), problems=problems)
+        log_tail = self.log_tail()
+        self.manager.stop_server()  # a gateway that is not ready would route to workers that are not either
+        self.result["changed"] = True
+        self.fail(
+            msg + "; the gateway was stopped", rc=1, cmd=self.argv, log_tail=log_tail, problems=problems
+        )
 
     def log_tail(self) -> str:
         return tail(redact(self.manager.log_text(), [self.api_key]), self.p["log_tail_lines"])

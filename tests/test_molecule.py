@@ -36,8 +36,9 @@ TAIL_LINES = 120
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def molecule_env(ephemeral_dir: Path | None = None) -> dict[str, str]:
+def molecule_env(ephemeral_dir: Path | None = None, extra: dict | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(extra or {})
     if ephemeral_dir is not None:
         # Molecule keys its state directory on the checkout's folder *name* only, so two runs of one
         # scenario (another checkout, a developer's converge) would share and prune each other's files.
@@ -50,7 +51,7 @@ def molecule_env(ephemeral_dir: Path | None = None) -> dict[str, str]:
 
 
 def run_bounded(
-    argv: list[str], timeout: int, log: Path, ephemeral_dir: Path | None = None
+    argv: list[str], timeout: int, log: Path, ephemeral_dir: Path | None = None, extra_env: dict | None = None
 ) -> tuple[int | None, str, float]:
     """Run argv in its own process group; kill the group on timeout. Returns (rc or None, output, seconds)."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,7 @@ def run_bounded(
         proc = subprocess.Popen(
             argv,
             cwd=ROOT,
-            env=molecule_env(ephemeral_dir),
+            env=molecule_env(ephemeral_dir, extra_env),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -97,6 +98,27 @@ def uses_podman(scenario: str) -> bool:
     return scenario_config(scenario).get("driver", {}).get("name", "podman") == "podman"
 
 
+def uses_this_machine(scenario: str) -> bool:
+    """A scenario that runs on this machine itself, whole (another driver) or in part (localhost in its
+    inventory, as the gateway scenario's controller-side gateway)."""
+    inventory = scenario_config(scenario).get("provisioner", {}).get("inventory", {})
+    return not uses_podman(scenario) or "localhost" in yaml.safe_dump(inventory.get("hosts", {}))
+
+
+# Scenarios whose verify runs SGLang's real bench_serving client on this machine (the fleet benchmark through
+# the gateway): the client venv and a tokenizer come from tests/fixtures/bench_serving/bench_env.py.
+BENCH_CLIENT_SCENARIOS = {"gateway"}
+
+
+def bench_client_env(tmp_path: Path) -> dict[str, str]:
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
+    import bench_env  # noqa: PLC0415 - test support, only for these scenarios
+
+    python = bench_env.bench_client_python()
+    tokenizer = bench_env.make_tokenizer_with(python, tmp_path / "tokenizer")
+    return {"EPFORGE_BENCH_CLIENT_PYTHON": str(python), "EPFORGE_BENCH_TOKENIZER": str(tokenizer)}
+
+
 def test_scenarios_found():
     assert "preflight" in SCENARIOS, f"scenarios found: {SCENARIOS}"
 
@@ -132,7 +154,7 @@ def test_image_build_is_idempotent(molecule_image):
     "scenario",
     [
         # a scenario on this machine itself shares its state with the other such tests (conftest.py)
-        s if uses_podman(s) else pytest.param(s, marks=pytest.mark.xdist_group(THIS_MACHINE_GROUP))
+        pytest.param(s, marks=pytest.mark.xdist_group(THIS_MACHINE_GROUP)) if uses_this_machine(s) else s
         for s in SCENARIOS
     ],
 )
@@ -148,7 +170,8 @@ def test_molecule_scenario(scenario, request, record_property, tmp_path):
         scenario,
     ]
     log = LOG_DIR / f"{scenario}.log"
-    rc, text, seconds = run_bounded(argv, SCENARIO_TIMEOUT, log, tmp_path)
+    extra_env = bench_client_env(tmp_path) if scenario in BENCH_CLIENT_SCENARIOS else None
+    rc, text, seconds = run_bounded(argv, SCENARIO_TIMEOUT, log, tmp_path, extra_env)
     record_property("duration_s", round(seconds, 1))
     if rc is None:
         # The containers outlive a killed run: remove them so the next run starts clean.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from epforge.report.fleet import TEXT as FLEET_TEXT
+from epforge.report.fleet import gateway_table, throughput_table
 from epforge.report.models import TEXT as MODELS_TEXT
 from epforge.report.models import model_table
 from epforge.report.overview import (
@@ -22,7 +24,8 @@ from epforge.report.to_markdown import matrix_md, md_table
 from epforge.report.tuning import tuning_sections
 
 NO_FACTS_TEXT = (
-    "No epforge provisioning, model, benchmark, sweep, tuning or probe facts were found on these hosts."
+    "No epforge provisioning, model, gateway, benchmark, sweep, tuning or probe facts were found on these "
+    "hosts."
 )
 
 
@@ -50,6 +53,9 @@ def _sections(hosts: dict[str, dict], rows: list[dict], overview: list[dict]) ->
                 [config_table(rows)],
             )
         )
+    gateways, fleet_runs = gateway_table(hosts), throughput_table(hosts)
+    if gateways[1] or fleet_runs[1]:
+        sections.append(("Fleets", FLEET_TEXT, [t for t in (gateways, fleet_runs) if t[1]]))
     history = history_table(hosts)
     if history[1]:
         sections.append(

@@ -1,0 +1,94 @@
+"""The fleet section: each gateway (fact epforge_gateway, role gateway) with its workers and what verified
+it, and the fleet benchmark through it (epforge_fleet_bench) beside each worker host's own last benchmark
+(epforge_bench): how much of the hosts' summed throughput the fleet delivers as users call it."""
+
+from __future__ import annotations
+
+from epforge.report.tables import fmt
+
+GATEWAY_HEAD = ["gateway host", "url", "smg", "policy", "workers", "healthy", "every worker reached"]
+THROUGHPUT_HEAD = ["measured", "hosts", "output tok/s", "req/s", "TTFT med ms", "failed requests", "status"]
+TEXT = (
+    "Gateways in front of verified servers (epforge_gateway, role gateway) and SGLang's bench_serving "
+    "through each gateway (epforge_fleet_bench) beside each worker host's own last benchmark (epforge_bench)."
+)
+
+
+def gateway_table(hosts: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    body = []
+    for host, facts in sorted(hosts.items()):
+        gateway = facts.get("gateway") or {}
+        if gateway.get("state") != "started":
+            continue
+        verify = gateway.get("verify") or {}
+        workers = gateway.get("workers") or []
+        body.append(
+            [
+                host,
+                gateway.get("url", ""),
+                gateway.get("version", ""),
+                gateway.get("policy", ""),
+                f"{len(workers)}: " + ", ".join(str(w.get("host", w.get("url", ""))) for w in workers),
+                f"{verify.get('workers_healthy', 0)}/{len(workers)}",
+                "yes" if verify.get("every_worker_reached") else "no",
+            ]
+        )
+    return GATEWAY_HEAD, body
+
+
+def last_entry(fact: dict | None, status: str | None = None) -> dict:
+    history = (fact or {}).get("history") or []
+    for entry in reversed(history):
+        if status is None or entry.get("status") == status:
+            return entry
+    return {}
+
+
+def _row(measured: str, hosts: str, entry: dict) -> list[str]:
+    figures = entry.get("figures") or {}
+    return [
+        measured,
+        hosts,
+        fmt(figures.get("output_throughput")),
+        fmt(figures.get("request_throughput"), 2),
+        fmt(figures.get("ttft_median_ms")),
+        fmt(figures.get("failed_requests")),
+        entry.get("status", "-"),
+    ]
+
+
+def throughput_table(hosts: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    """Per gateway: its last fleet run, each worker host's own last ok run, and their sum."""
+    body = []
+    for host, facts in sorted(hosts.items()):
+        fleet = last_entry(facts.get("fleet_bench"))
+        if not fleet:
+            continue
+        info = fleet.get("fleet") or {}
+        workers = [str(w) for w in info.get("worker_hosts") or []]
+        body.append(
+            _row(f"fleet via {host} ({info.get('workers', len(workers))} workers)", ", ".join(workers), fleet)
+        )
+        own_total = 0.0
+        for worker in workers:
+            own = last_entry((hosts.get(worker) or {}).get("bench"), "ok")
+            body.append(
+                _row(f"{worker} alone", worker, own)
+                if own
+                else [f"{worker} alone", worker] + ["-"] * 4 + ["not measured"]
+            )
+            own_total += float((own.get("figures") or {}).get("output_throughput") or 0)
+        if own_total:
+            share = float((fleet.get("figures") or {}).get("output_throughput") or 0) / own_total
+            body.append(
+                [
+                    "fleet / sum of hosts alone",
+                    ", ".join(workers),
+                    f"{share:.2f}x of {own_total:.1f}",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                ]
+            )
+    return THROUGHPUT_HEAD, body
