@@ -184,6 +184,13 @@ log_tail:
   description: Last lines of the gateway log since this start.
   returned: on failure
   type: str
+unreachable_workers:
+  description: >-
+    The workers this host got no HTTP answer from (named so; a key C(unreachable) would make Ansible call the
+    gateway's host unreachable).
+  returned: when workers were refused as unreachable
+  type: list
+  elements: str
 """
 
 import grp
@@ -255,7 +262,7 @@ class Gateway:
                 + "; ".join(f"{url} ({why})" for url, why in unreachable)
                 + ". A server the gateway fronts must listen on an address this host reaches (not "
                 "127.0.0.1 on another host): set its host and give the servers an API key",
-                unreachable=[url for url, _ in unreachable],
+                unreachable_workers=[url for url, _ in unreachable],
             )
         self.request = request
         self.argv = [self.p["python"], self.p["launcher"], *request.flags()]

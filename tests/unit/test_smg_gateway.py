@@ -232,7 +232,7 @@ def test_an_unreachable_worker_is_refused_before_anything_starts(tmp_path, worke
     result = run_module_in(tmp_path, "smg_gateway", gateway_args(tmp_path, [workers[0], dead]))
     assert result["failed"] is True
     assert "cannot reach these workers" in result["msg"] and dead in result["msg"]
-    assert result["unreachable"] == [dead]
+    assert result["unreachable_workers"] == [dead]
     assert not (tmp_path / "state").exists() and not (tmp_path / "gateway.log").exists()
 
 

@@ -39,6 +39,7 @@ Behaviour knobs (environment variables, all optional):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -131,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info")
     p.add_argument("--api-key", default=None)
     p.add_argument("--admin-api-key", default=None)
+    # SGLang's cap on the requests decoded together; beyond it a request waits in the queue (here: for a slot)
+    p.add_argument("--max-running-requests", type=int, default=None)
     return p
 
 
@@ -156,6 +159,9 @@ class State:
         self.first_token_delay = float(os.environ.get("SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS", "0")) / 1000.0
         self.cold_left = int(os.environ.get("SGLANG_STANDIN_COLD_REQUESTS", "0"))
         self.cold_factor = float(os.environ.get("SGLANG_STANDIN_COLD_FACTOR", "1"))
+        # A capacity like a real server's: at most --max-running-requests generations at once, others queue.
+        limit = args.max_running_requests
+        self.running = threading.BoundedSemaphore(limit) if limit else contextlib.nullcontext()
         self.accept_length = float(os.environ.get("SGLANG_STANDIN_ACCEPT_LENGTH", "2.5"))
         self.served_name = args.served_model_name or args.model_path
         self.announced = False
@@ -364,14 +370,14 @@ class Handler(BaseHTTPRequestHandler):
         body = self.read_body()
         if body is None:
             return
-        if path == "/generate":
-            self.generate(body)
-        elif path == "/v1/chat/completions":
-            self.openai(body, chat=True)
-        elif path == "/v1/completions":
-            self.openai(body, chat=False)
-        else:
+        if path not in ("/generate", "/v1/chat/completions", "/v1/completions"):
             self.send_json(404, {"detail": "Not Found"})
+            return
+        with self.state.running:
+            if path == "/generate":
+                self.generate(body)
+            else:
+                self.openai(body, chat=path == "/v1/chat/completions")
 
     def meta(self, rid: str, prompt_tokens: int, done: int, started: float, finished: bool) -> dict:
         meta = {
