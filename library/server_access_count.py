@@ -10,12 +10,13 @@ DOCUMENTATION = r"""
 module: server_access_count
 short_description: Count the requests an SGLang server logged since a mark, per client address
 description:
-  - SGLang's HTTP server (uvicorn) logs one access line per request by default, for example
+  - >-
+    SGLang's HTTP server (uvicorn) logs one access line per request by default, for example
     C(INFO:     10.0.0.5:41222 - "POST /generate HTTP/1.1" 200 OK). This reads the server's log from
     O(since) (a byte offset an earlier call returned as RV(size)) and counts the lines for O(path), per
     client address and status.
-  - The gateway role marks every worker's log, sends generations through the gateway, then counts here:
-    evidence from the workers themselves that requests reached each of them.
+  - The gateway role marks every worker's log, sends generations through the gateway, then counts here,
+    so the evidence that requests reached each worker comes from the workers themselves.
   - Read-only; never changes anything (check mode runs it too).
 options:
   log_path:

@@ -227,6 +227,14 @@ settings_mismatch:
   returned: when started and not in check mode
   type: list
   elements: dict
+group:
+  description: >-
+    One model across nodes (nnodes > 1): nnodes, node_rank, dist_init_addr and joined. Ready means joined -
+    SGLang 0.5.23 answers /health on a rank only after the group met at dist_init_addr (on rank >= 1 it
+    serves nothing else: launch_dummy_health_check_server, so its settings are confirmed on rank 0). Empty
+    for a one-node server.
+  returned: when started and not in check mode
+  type: dict
 server_info:
   description: The server's own /get_server_info answer, secrets redacted.
   returned: when started and not in check mode
@@ -300,7 +308,12 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     with_defaults,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import judged_digests
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.confirm import settings_verdict
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.confirm import (
+    follower_rank,
+    follower_verdict,
+    group_of,
+    settings_verdict,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback import read as read_last_ready
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback import (
     remove as forget_last_ready,
@@ -493,11 +506,20 @@ class Server:
         text = self.manager.log_text()
         classes = explain_failure(text)
         log_tail = tail(redact(text, [self.api_key]), self.p["log_tail_lines"])
+        rank = follower_rank(self.settings)
+        name = (
+            self.name
+            if not self.settings.get("nnodes") or int(self.settings["nnodes"]) <= 1
+            else (
+                f"{self.name} (node_rank {rank or 0} of {self.settings['nnodes']}, dist_init_addr "
+                f"{self.settings.get('dist_init_addr')})"
+            )
+        )
         if outcome["reason"] == "died":
-            msg = f"SGLang server {self.name} stopped while starting ({outcome['detail']})"
+            msg = f"SGLang server {name} stopped while starting ({outcome['detail']})"
         else:
             msg = (
-                f"SGLang server {self.name} did not answer 200 on {self.p['health_path']} within "
+                f"SGLang server {name} did not answer 200 on {self.p['health_path']} within "
                 f"{self.p['timeout']:g} s ({outcome['polls']} probes every {outcome['interval']:g} s)"
             )
         stopped = ""
@@ -578,10 +600,14 @@ class Server:
         return {}
 
     def verify_settings(self) -> None:
+        if follower_rank(self.settings) is not None:
+            # a rank >= 1 answers /health only once it joined its group; it has no server info to compare
+            self.result.update(**follower_verdict(self.settings)["result"])
+            return
         info = self.server_info()
         strict = self.p["settings_check"] == "strict"
         verdict = settings_verdict(self.settings, info, self.p["sglang_version"], self.name, strict)
-        self.result.update(server_info=info, **verdict["result"])
+        self.result.update(server_info=info, group=group_of(self.settings), **verdict["result"])
         if verdict["failure"]:
             self.module.fail_json(msg=verdict["failure"], **self.public_result())
         for warning in verdict["warnings"]:

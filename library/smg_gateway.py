@@ -53,8 +53,8 @@ options:
     default: []
   model:
     description:
-      - The model every worker must report (C(model_id) in smg's worker list: SGLang's C(served_model_name),
-        by default its C(model_path)). Empty accepts any.
+      - "The model every worker must report (C(model_id) in smg's worker list: SGLang's C(served_model_name),
+        by default its C(model_path)). Empty accepts any."
     type: str
     default: ""
   host:

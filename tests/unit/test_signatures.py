@@ -62,6 +62,16 @@ KeyError: 12""",
     ),
     ("no_gpu", "RuntimeError: No CUDA GPUs are available"),
     (
+        "multinode_join_timeout",
+        "torch.distributed.DistNetworkError: The client socket has timed out after 600s while trying to "
+        "connect to (10.0.0.11, 25000).",
+    ),
+    (
+        "multinode_join_timeout",
+        "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. "
+        "1/2 clients joined.",
+    ),
+    (
         "not_enough_gpus",
         "torch.AcceleratorError: CUDA error: invalid device ordinal\nGPU device may be out "
         "of range, do you have enough GPUs?",

@@ -236,3 +236,53 @@ def settings_verdict(settings: dict, info: dict, sglang_version: str | None, nam
         "failure": strict_failure(report, name) if strict else None,
         "warnings": settings_warnings(report),
     }
+
+
+def follower_rank(settings: dict) -> int | None:
+    """The node_rank of a server that is one rank >= 1 of a multi-node group (None otherwise)."""
+    nnodes, rank = settings.get("nnodes") or 1, settings.get("node_rank") or 0
+    return int(rank) if int(nnodes) > 1 and int(rank) >= 1 else None
+
+
+def group_of(settings: dict) -> dict:
+    """This server's place in its multi-node group ({} for a one-node server). Ready means joined: every
+    rank answers /health only after the group met at dist_init_addr (rank 0 once all ranks came)."""
+    nnodes = int(settings.get("nnodes") or 1)
+    if nnodes <= 1:
+        return {}
+    return {
+        "nnodes": nnodes,
+        "node_rank": int(settings.get("node_rank") or 0),
+        "dist_init_addr": settings.get("dist_init_addr", ""),
+        "joined": True,
+    }
+
+
+def follower_verdict(settings: dict) -> dict:
+    """A rank >= 1 of a multi-node group: SGLang 0.5.23 serves there only a health endpoint, started once its
+    schedulers joined the group at dist_init_addr (sglang/srt/entrypoints/engine.py,
+    launch_dummy_health_check_server), so /health answering 200 is the proof it joined; its settings are
+    confirmed on rank 0, which runs the group's API."""
+    rank = follower_rank(settings)
+    reason = (
+        f"node_rank {rank} of {settings.get('nnodes')} serves only a health endpoint (SGLang's "
+        "launch_dummy_health_check_server): the group's settings are confirmed on node_rank 0"
+    )
+    return {
+        "result": {
+            "running": {},
+            "settings_mismatch": [],
+            "settings_confirmation": {
+                "confirmed": [],
+                "mismatched": [],
+                "unconfirmed": [
+                    {"key": key, "requested": settings[key], "reason": reason}
+                    for key in sorted(settings)
+                    if key in ("tp_size", "ep_size", "nnodes", "node_rank", "dist_init_addr")
+                ],
+            },
+            "group": group_of(settings),
+        },
+        "failure": None,
+        "warnings": [],
+    }

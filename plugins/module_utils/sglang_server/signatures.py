@@ -59,6 +59,22 @@ SIGNATURES: list[dict] = [
         "source": "sglang srt/layers/moe/token_dispatcher/deepep.py imports deep_ep",
     },
     {
+        # A rank of a multi-node group (nnodes > 1) that never met the others at dist_init_addr: torch's
+        # TCPStore gives up after the distributed timeout, on rank 0 (no client came) or on a rank >= 1
+        # (it could not connect).
+        "id": "multinode_join_timeout",
+        "patterns": [
+            r"DistStoreError: Timed out after \d+ seconds waiting for clients",
+            r"DistNetworkError: The client socket has timed out after",
+        ],
+        "summary": "a rank of the multi-node group did not meet the others at dist_init_addr in time",
+        "remedy": "start every rank of the group (epforge_node_group) in the same run, and check that each "
+        "reaches node_rank 0's dist_init_addr (HOST:PORT, epforge_dist_init_port) through the firewall; "
+        "dist_timeout bounds the wait",
+        "source": "torch.distributed TCPStore (c10d) timeouts; sglang srt/distributed/bootstrap.py "
+        "init_distributed_environment(distributed_init_method=tcp://dist_init_addr)",
+    },
+    {
         # Any other missing module: the summary and remedy name the package and the role that installs it
         # (MODULE_PROVIDERS), filled in by classify() from the module name in the matching line.
         "id": "python_module_missing",

@@ -44,6 +44,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr", default=None)
+    p.add_argument("--dist-timeout", type=int, default=None)
     p.add_argument("--moe-a2a-backend", choices=MOE_A2A_CHOICES, default="none")
     p.add_argument("--deepep-mode", choices=["auto", "normal", "low_latency"], default="auto")
     p.add_argument("--enable-dp-attention", action="store_true")
@@ -513,6 +515,101 @@ def crash_later(seconds: float) -> None:
     threading.Thread(target=crash, daemon=True).start()
 
 
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def watch_peers(peers: list[socket.socket], node_rank: int) -> None:
+    """A peer's connection closing means its process died: the group is broken, as NCCL's collectives would
+    find out (this double exits at once where SGLang fails at its next collective or its watchdog)."""
+
+    def watch(sock: socket.socket) -> None:
+        try:
+            while sock.recv(64):
+                pass
+        except OSError:
+            pass
+        log(f"RuntimeError: [node_rank {node_rank}] lost a peer of the distributed group (connection closed)")
+        os._exit(1)
+
+    for sock in peers:
+        threading.Thread(target=watch, args=(sock,), daemon=True).start()
+
+
+def rendezvous(args) -> list[socket.socket]:
+    """--nnodes > 1: SGLang's distributed init over real TCP at --dist-init-addr. Rank 0 listens there and
+    waits for every other rank; rank k connects (retrying) and says which rank it is. Printed like SGLang
+    0.5.23 (sglang/srt/distributed/bootstrap.py: "Init parallel begin." / "Init parallel ends. elapsed=...");
+    a timeout (--dist-timeout, default 60 s here) fails like torch's TCPStore."""
+    if args.nnodes <= 1:
+        return []
+    host, port = split_addr(args.dist_init_addr or "127.0.0.1:25000")
+    timeout = args.dist_timeout or 60
+    started = time.monotonic()
+    log("Init parallel begin.")
+    peers = []
+    if args.node_rank == 0:
+        listener = socket.create_server(("", port), reuse_port=False)
+        listener.settimeout(0.5)
+        while len(peers) < args.nnodes - 1:
+            if time.monotonic() - started > timeout:
+                log(
+                    "torch.distributed.DistStoreError: Timed out after "
+                    f"{timeout} seconds waiting for clients. {len(peers) + 1}/{args.nnodes} clients joined."
+                )
+                sys.exit(1)
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(None)
+            peers.append(conn)
+        listener.close()
+        for conn in peers:
+            conn.sendall(b"go\n")
+    else:
+        while True:
+            try:
+                conn = socket.create_connection((host, port), timeout=2)
+                conn.sendall(f"rank {args.node_rank}\n".encode())
+                conn.settimeout(max(1.0, timeout - (time.monotonic() - started)))
+                if conn.recv(3) == b"go\n":
+                    conn.settimeout(None)
+                    peers.append(conn)
+                    break
+                conn.close()
+            except OSError:
+                pass
+            if time.monotonic() - started > timeout:
+                log(
+                    "torch.distributed.DistNetworkError: The client socket has timed out after "
+                    f"{timeout}s while trying to connect to ({host}, {port})."
+                )
+                sys.exit(1)
+            time.sleep(0.5)
+    log(f"Init parallel ends. elapsed={time.monotonic() - started:.2f} s")
+    watch_peers(peers, args.node_rank)
+    return peers
+
+
+class HealthOnlyHandler(BaseHTTPRequestHandler):
+    """What a node_rank >= 1 serves in SGLang 0.5.23 once its schedulers joined (sglang/srt/entrypoints/
+    engine.py calls launch_dummy_health_check_server, sglang/srt/utils/common.py): /health, /health_generate
+    and /ping answer 200, nothing else; its uvicorn logs at warning level, so no access lines."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_GET(self):
+        status = 200 if self.path.split("?", 1)[0] in ("/health", "/health_generate", "/ping") else 404
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)  # exits 2 on an unknown flag or a bad choice, like SGLang
@@ -524,8 +621,10 @@ def main(argv: list[str] | None = None) -> int:
     crash_after = os.environ.get("SGLANG_STANDIN_CRASH_AFTER")
     if crash_after:
         crash_later(float(crash_after))
+    peers = rendezvous(args)  # noqa: F841 - held open: a peer's death ends this process
     Handler.state = state
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    handler = HealthOnlyHandler if args.nnodes > 1 and args.node_rank >= 1 else Handler
+    server = ThreadingHTTPServer((args.host, args.port), handler)
     server.daemon_threads = True
     log(
         f"Load weight begin. tp_size={args.tp_size} ep_size={args.ep_size} "
