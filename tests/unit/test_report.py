@@ -380,3 +380,78 @@ def test_markup_in_a_fact_is_text_in_report_md(tmp_path):
     assert "<script>" not in md and "<img" not in md and "[click](javascript:" not in md
     assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| \\[click\\](javascript:alert(1))" in md
     assert "<script>" not in (out / "report.html").read_text()
+
+
+def test_report_shows_the_fleet_beside_each_host_alone(tmp_path):
+    """Fleets: a real gateway run's facts (tests/fixtures/gateway-facts, role gateway over three podman hosts,
+    smg 1.13.0) with, for worker1, the stand-in host's captured benchmark history as its own: the gateway row,
+    the fleet's last run beside worker1 alone, the workers without a run of their own marked so, the share."""
+    facts = tmp_path / "facts"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "gateway-facts" / "localhost", facts / "localhost")
+    (facts / "epforge-gw-worker1").mkdir()
+    shutil.copy(
+        FACTS / "standin-host" / "epforge_bench.fact", facts / "epforge-gw-worker1" / "epforge_bench.fact"
+    )
+    out = tmp_path / "report"
+    proc = epforge("report", "--from", str(facts), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    md = (out / "report.md").read_text()
+    fleet = json.loads((facts / "localhost" / "epforge_fleet_bench.fact").read_text())["history"][-1]
+    alone = next(
+        e
+        for e in reversed(
+            json.loads((facts / "epforge-gw-worker1" / "epforge_bench.fact").read_text())["history"]
+        )
+        if e["status"] == "ok"
+    )
+    assert "## Fleets" in md
+    assert "| localhost | http://127.0.0.1:31080 | smg 1.13.0 | round_robin | 3: epforge-gw-worker1, " in md
+    assert "| 3/3 | yes |" in md
+    workers = "epforge-gw-worker1, epforge-gw-worker2, epforge-gw-worker3"
+    assert (
+        f"| fleet via localhost (3 workers) | {workers} | {fleet['figures']['output_throughput']:.1f} |" in md
+    )
+    assert f"| {fleet['figures']['failed_requests']} | invalid |" in md
+    assert (
+        f"| epforge-gw-worker1 alone | epforge-gw-worker1 | {alone['figures']['output_throughput']:.1f} |"
+        in md
+    )
+    assert "| epforge-gw-worker2 alone | epforge-gw-worker2 | - | - | - | - | not measured |" in md
+    share = fleet["figures"]["output_throughput"] / alone["figures"]["output_throughput"]
+    assert f"| {share:.2f}x of {alone['figures']['output_throughput']:.1f} |" in md
+
+
+def test_a_model_across_nodes_is_one_server_in_the_report(tmp_path):
+    """Two ranks' epforge_sglang_server facts (the shape role sglang_server records, group included) and a
+    one-node server: the report lists two servers, the group once, with its ranks and rank 0's URL."""
+    facts = tmp_path / "facts"
+    settings = {"model_path": "/models/big", "tp_size": 16, "ep_size": 16, "nnodes": 2}
+    for rank, url in ((1, "http://10.0.0.12:30000"), (0, "http://10.0.0.11:30000")):
+        host = facts / f"box-{rank}"
+        host.mkdir(parents=True)
+        group = {"nnodes": 2, "node_rank": rank, "dist_init_addr": "10.0.0.11:25000", "joined": True}
+        fact = {"schema": 1, "name": "sglang-server", "state": "started", "url": url, "group": group}
+        (host / "epforge_sglang_server.fact").write_text(json.dumps({**fact, "settings": settings}))
+    single = facts / "box-solo"
+    single.mkdir()
+    (single / "epforge_sglang_server.fact").write_text(
+        json.dumps(
+            {
+                "state": "started",
+                "name": "sglang-server",
+                "url": "http://127.0.0.1:30000",
+                "group": {},
+                "settings": {"model_path": "/models/small", "tp_size": 8},
+            }
+        )
+    )
+    out = tmp_path / "report"
+    proc = epforge("report", "--from", str(facts), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    md = (out / "report.md").read_text()
+    assert (
+        "| sglang-server (group at 10.0.0.11:25000) | box-0, box-1 | http://10.0.0.11:30000 | 16 | 16 | "
+        "2/2 | /models/big |" in md
+    )
+    assert "| sglang-server | box-solo | http://127.0.0.1:30000 | 8 | - | - | /models/small |" in md
+    assert md.count("/models/big |") == 1

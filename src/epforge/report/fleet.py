@@ -6,12 +6,58 @@ from __future__ import annotations
 
 from epforge.report.tables import fmt
 
+SERVER_HEAD = ["server", "hosts", "url", "tp", "ep", "nodes joined", "model"]
 GATEWAY_HEAD = ["gateway host", "url", "smg", "policy", "workers", "healthy", "every worker reached"]
 THROUGHPUT_HEAD = ["measured", "hosts", "output tok/s", "req/s", "TTFT med ms", "failed requests", "status"]
 TEXT = (
-    "Gateways in front of verified servers (epforge_gateway, role gateway) and SGLang's bench_serving "
+    "The servers (epforge_sglang_server; a model across nodes is one server, reached on its node_rank 0), "
+    "gateways in front of verified servers (epforge_gateway, role gateway) and SGLang's bench_serving "
     "through each gateway (epforge_fleet_bench) beside each worker host's own last benchmark (epforge_bench)."
 )
+
+
+def server_table(hosts: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per server: a one-node server per host, a multi-node group (same dist_init_addr) once."""
+    groups: dict[str, list[tuple[str, dict]]] = {}
+    body = []
+    for host, facts in sorted(hosts.items()):
+        server = facts.get("sglang_server") or {}
+        if server.get("state") != "started":
+            continue
+        group = server.get("group") or {}
+        if group:
+            groups.setdefault(group.get("dist_init_addr", ""), []).append((host, server))
+            continue
+        settings = server.get("settings") or {}
+        body.append(
+            [
+                server.get("name", ""),
+                host,
+                server.get("url", ""),
+                fmt(settings.get("tp_size")),
+                fmt(settings.get("ep_size")),
+                "-",
+                str(settings.get("model_path", "")),
+            ]
+        )
+    for addr, ranks in sorted(groups.items()):
+        ranks.sort(key=lambda item: (item[1].get("group") or {}).get("node_rank", 0))
+        leader = ranks[0][1]
+        settings = leader.get("settings") or {}
+        nnodes = (leader.get("group") or {}).get("nnodes", len(ranks))
+        joined = sum(1 for _, r in ranks if (r.get("group") or {}).get("joined"))
+        body.append(
+            [
+                f"{leader.get('name', '')} (group at {addr})",
+                ", ".join(h for h, _ in ranks),
+                leader.get("url", ""),
+                fmt(settings.get("tp_size")),
+                fmt(settings.get("ep_size")),
+                f"{joined}/{nnodes}",
+                str(settings.get("model_path", "")),
+            ]
+        )
+    return SERVER_HEAD, body
 
 
 def gateway_table(hosts: dict[str, dict]) -> tuple[list[str], list[list[str]]]:

@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 
 from epforge.report.fleet import TEXT as FLEET_TEXT
-from epforge.report.fleet import gateway_table, throughput_table
+from epforge.report.fleet import gateway_table, server_table, throughput_table
 from epforge.report.models import TEXT as MODELS_TEXT
 from epforge.report.models import model_table
 from epforge.report.overview import (
@@ -53,9 +53,9 @@ def _sections(hosts: dict[str, dict], rows: list[dict], overview: list[dict]) ->
                 [config_table(rows)],
             )
         )
-    gateways, fleet_runs = gateway_table(hosts), throughput_table(hosts)
-    if gateways[1] or fleet_runs[1]:
-        sections.append(("Fleets", FLEET_TEXT, [t for t in (gateways, fleet_runs) if t[1]]))
+    fleet_tables = [t for t in (server_table(hosts), gateway_table(hosts), throughput_table(hosts)) if t[1]]
+    if fleet_tables:
+        sections.append(("Fleets", FLEET_TEXT, fleet_tables))
     history = history_table(hosts)
     if history[1]:
         sections.append(
