@@ -275,9 +275,7 @@ running_settings_digest:
   type: str
 """
 
-import grp
 import os
-import pwd
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -300,6 +298,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.service_managers import
     SERVICE_ARGUMENT_SPEC,
     public_result,
     refuse_bad_service_request,
+    resolve_account,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     build_server_argv,
@@ -464,22 +463,7 @@ class Server:
         )
 
     def resolve_user(self) -> tuple[int, int]:
-        user = self.p["user"]
-        if not user:
-            return os.geteuid(), os.getegid()
-        try:
-            entry = pwd.getpwnam(user)
-        except KeyError:
-            if self.module.check_mode:
-                return -1, -1
-            self.module.fail_json(msg=f"user {user!r} does not exist (the sglang_server role creates it)")
-        gid = entry.pw_gid
-        if self.p["group"]:
-            try:
-                gid = grp.getgrnam(self.p["group"]).gr_gid
-            except KeyError:
-                self.module.fail_json(msg=f"group {self.p['group']!r} does not exist")
-        return entry.pw_uid, gid
+        return resolve_account(self.module, "sglang_server")
 
     # -- readiness
     def probe(self) -> bool:
@@ -623,11 +607,7 @@ class Server:
         self.exit()
 
     def exit(self) -> None:
-        result = redact(self.result, [self.api_key])
-        if self.module._diff and self.diffs:
-            result["diff"] = self.diffs
-        result["state"] = self.p["state"]
-        self.module.exit_json(**result)
+        self.manager.exit()
 
     # -- run
     def run(self) -> None:
@@ -637,11 +617,7 @@ class Server:
             self.manager.ensure_started(force_restart=state == "restarted")
             self.finish_started()
         elif state == "stopped":
-            # A server that runs is stopped; one that is gone leaves no pidfile behind.
-            if self.manager.is_running() or self.manager.stale_files():
-                self.result["changed"] = True
-                if not self.module.check_mode:
-                    self.manager.stop_server()
+            self.manager.ensure_stopped()
             self.exit()
         else:
             self.manager.remove()

@@ -193,9 +193,7 @@ unreachable_workers:
   elements: str
 """
 
-import grp
 import os
-import pwd
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
@@ -208,6 +206,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.service_managers import
     MANAGERS,
     SERVICE_ARGUMENT_SPEC,
     refuse_bad_service_request,
+    resolve_account,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.request import (
     GatewayRequest,
@@ -268,28 +267,10 @@ class Gateway:
         self.argv = [self.p["python"], self.p["launcher"], *request.flags()]
         self.url = request.url
         self.result.update(url=self.url, argv=self.argv, workers_requested=request.workers)
-        uid, gid = self.resolve_user()
+        uid, gid = resolve_account(self.module, "gateway")
         self.manager.request(
             self.argv, {MODULE_VAR: "smg"}, host=request.connect_host, port=request.port, uid=uid, gid=gid
         )
-
-    def resolve_user(self) -> tuple[int, int]:
-        user = self.p["user"]
-        if not user:
-            return os.geteuid(), os.getegid()
-        try:
-            entry = pwd.getpwnam(user)
-        except KeyError:
-            if self.module.check_mode:
-                return -1, -1
-            self.module.fail_json(msg=f"user {user!r} does not exist (the gateway role creates it)")
-        gid = entry.pw_gid
-        if self.p["group"]:
-            try:
-                gid = grp.getgrnam(self.p["group"]).gr_gid
-            except KeyError:
-                self.module.fail_json(msg=f"group {self.p['group']!r} does not exist")
-        return entry.pw_uid, gid
 
     def version(self) -> str:
         argv = [self.p["python"], "-m", "smg", "--version"]
@@ -363,13 +344,6 @@ class Gateway:
                 log_tail=self.log_tail(),
             )
 
-    def exit(self) -> None:
-        result = redact(self.result, [self.api_key])
-        if self.module._diff and self.diffs:
-            result["diff"] = self.diffs
-        result["state"] = self.p["state"]
-        self.module.exit_json(**result)
-
     def run(self) -> None:
         state = self.p["state"]
         if state in ("started", "restarted"):
@@ -382,13 +356,10 @@ class Gateway:
                 self.prove_routing()
                 self.result["pid"] = self.manager.main_pid()
         elif state == "stopped":
-            if self.manager.is_running() or self.manager.stale_files():
-                self.result["changed"] = True
-                if not self.module.check_mode:
-                    self.manager.stop_server()
+            self.manager.ensure_stopped()
         else:
             self.manager.remove()
-        self.exit()
+        self.manager.exit()
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ argv and environment to the manager (request()), then waits for readiness and co
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import os
@@ -162,6 +163,21 @@ class ServerManager:
         if self.log_path:
             return read_from(self.log_path, self.log_offset)
         return ""
+
+    def ensure_stopped(self) -> None:
+        """state stopped: a service that runs is stopped; one that is gone leaves no pidfile behind."""
+        if self.is_running() or self.stale_files():
+            self.result["changed"] = True
+            if not self.module.check_mode:
+                self.stop_server()
+
+    def exit(self) -> None:
+        """The module's answer: the result, key redacted; the diffs in diff mode; the state reached."""
+        result = redact(self.result, [self.api_key])
+        if self.module._diff and self.diffs:
+            result["diff"] = self.diffs
+        result["state"] = self.p["state"]
+        self.module.exit_json(**result)
 
     # Lifecycle primitives, implemented by each manager.
     def is_running(self) -> bool:
@@ -621,6 +637,27 @@ SERVICE_ARGUMENT_SPEC = {
     "read_write_paths": {"type": "list", "elements": "path", "default": []},
     "unit_hardening": {"type": "dict", "default": {}},
 }
+
+
+def resolve_account(module, creator: str) -> tuple[int, int]:
+    """The uid and gid the service runs as: the user option's (its group, or the group option's), else this
+    process's own; an account that does not exist fails (check mode: -1, -1, as the role creates it later)."""
+    params = module.params
+    if not params["user"]:
+        return os.geteuid(), os.getegid()
+    try:
+        entry = pwd.getpwnam(params["user"])
+    except KeyError:
+        if module.check_mode:
+            return -1, -1
+        module.fail_json(msg=f"user {params['user']!r} does not exist (the {creator} role creates it)")
+    gid = entry.pw_gid
+    if params["group"]:
+        try:
+            gid = grp.getgrnam(params["group"]).gr_gid
+        except KeyError:
+            module.fail_json(msg=f"group {params['group']!r} does not exist")
+    return entry.pw_uid, gid
 
 
 def refuse_bad_service_request(module) -> None:
