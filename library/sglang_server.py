@@ -42,8 +42,11 @@ options:
       - C(started) makes sure the server runs with these settings and is ready; C(restarted) always
         restarts it; C(stopped) stops it (the unit stays); C(absent) stops it and removes its unit and
         environment file.
+      - C(probed) changes nothing and says whether the process that became ready at the last verified
+        launch still runs (RV(ended), RV(ended_at)): the role asks every rank of a multi-node group before
+        a launch, so a group where one rank ended is stopped whole, naming the rank that ended first.
     type: str
-    choices: [started, stopped, restarted, absent]
+    choices: [started, stopped, restarted, absent, probed]
     default: started
   settings:
     description:
@@ -227,6 +230,22 @@ settings_mismatch:
   returned: when started and not in check mode
   type: list
   elements: dict
+ended:
+  description: Whether the process that became ready at the last verified launch no longer runs.
+  returned: state probed
+  type: bool
+ended_at:
+  description: When it ended (epoch seconds, from systemd's ExecMainExitTimestamp; null where unknown).
+  returned: state probed
+  type: float
+ready_pid:
+  description: The main pid recorded at the last verified launch (0 when none was recorded).
+  returned: state probed
+  type: int
+alive:
+  description: Whether a server runs now.
+  returned: state probed
+  type: bool
 group:
   description: >-
     One model across nodes (nnodes > 1): nnodes, node_rank, dist_init_addr and joined. Ready means joined -
@@ -603,7 +622,24 @@ class Server:
         self.wait_ready()
         self.verify_settings()
         self.result["pid"] = self.manager.main_pid()
-        record_last_ready(self.p["state_dir"], self.name, self.launch)
+        record_last_ready(self.p["state_dir"], self.name, {**self.launch, "pid": self.result["pid"]})
+        self.exit()
+
+    def probe_since_ready(self) -> None:
+        """state probed (read-only): whether the process that became ready at the last verified launch still
+        runs, and when it ended (systemd's ExecMainExitTimestamp, microseconds, UTC; None where unknown)."""
+        record = read_last_ready(self.p["state_dir"], self.name) or {}
+        alive = self.manager.is_running()
+        pid = self.manager.main_pid() if alive else 0
+        ready_pid = int(record.get("pid") or 0)
+        ended = bool(ready_pid) and pid != ready_pid
+        self.result.update(
+            alive=alive,
+            pid=pid,
+            ready_pid=ready_pid,
+            ended=ended,
+            ended_at=self.manager.ended_at() if ended else None,
+        )
         self.exit()
 
     def exit(self) -> None:
@@ -619,6 +655,8 @@ class Server:
         elif state == "stopped":
             self.manager.ensure_stopped()
             self.exit()
+        elif state == "probed":
+            self.probe_since_ready()
         else:
             self.manager.remove()
             if not self.module.check_mode:
@@ -633,7 +671,7 @@ def main() -> None:
             "state": {
                 "type": "str",
                 "default": "started",
-                "choices": ["started", "stopped", "restarted", "absent"],
+                "choices": ["started", "stopped", "restarted", "absent", "probed"],
             },
             "settings": {"type": "dict", "default": {}},
             "server_object": {"type": "dict"},

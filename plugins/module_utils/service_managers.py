@@ -11,6 +11,7 @@ argv and environment to the manager (request()), then waits for readiness and co
 
 from __future__ import annotations
 
+import datetime
 import grp
 import hashlib
 import json
@@ -186,6 +187,11 @@ class ServerManager:
     def main_pid(self) -> int:
         raise NotImplementedError
 
+    def ended_at(self) -> float | None:
+        """When the service's last main process exited; None where the manager cannot know (a daemonized
+        process leaves no exit time behind)."""
+        return None
+
     def death(self) -> str | None:
         """Why the server is not starting any more (None while it may still become ready)."""
         raise NotImplementedError
@@ -245,6 +251,18 @@ class SystemdManager(ServerManager):
 
     def is_running(self) -> bool:
         return self.show().get("ActiveState") in ACTIVE_STATES
+
+    def ended_at(self) -> float | None:
+        """When the unit's last main process exited (epoch seconds, microseconds), or None."""
+        proc = self.systemctl(
+            "show", self.unit, "--property=ExecMainExitTimestamp", "--timestamp=us+utc", check=False
+        )
+        value = proc.out.strip().partition("=")[2]
+        try:
+            stamp = datetime.datetime.strptime(value, "%a %Y-%m-%d %H:%M:%S.%f UTC")
+        except ValueError:
+            return None
+        return stamp.replace(tzinfo=datetime.UTC).timestamp()
 
     def main_pid(self) -> int:
         try:

@@ -159,3 +159,22 @@ def test_when_one_rank_dies_the_other_follows(group, tmp_path):
     log = (tmp_path / "rank0.log").read_text()
     assert "lost a peer of the distributed group" in log
     print(json.dumps({"rank0_log_tail": log.splitlines()[-3:]}))
+    # what the next serve run asks each rank before any starts (state probed changes nothing)
+    probes = [
+        run_module_in(tmp_path / f"args{i}", "sglang_server", {**args, "state": "probed"})
+        for i, args in enumerate(group)
+    ]
+    for probe, launched in zip(probes, (rank0, rank1), strict=True):
+        assert probe["changed"] is False and probe["alive"] is False and probe["ended"] is True
+        assert (
+            probe["ready_pid"] == launched["pid"] and probe["ended_at"] is None
+        )  # a process leaves no exit time
+
+
+def test_a_group_that_still_runs_is_not_ended(group, tmp_path):
+    launched = launch_group(tmp_path, group)
+    probes = [
+        run_module_in(tmp_path / f"args{i}", "sglang_server", {**args, "state": "probed"})
+        for i, args in enumerate(group)
+    ]
+    assert [(p["alive"], p["ended"], p["pid"]) for p in probes] == [(True, False, r["pid"]) for r in launched]

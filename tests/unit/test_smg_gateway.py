@@ -245,3 +245,27 @@ def test_a_worker_with_another_model_keeps_the_gateway_from_ready(tmp_path, work
     assert result["msg"].endswith("the gateway was stopped")
     assert not (tmp_path / "state" / "epforge-gateway.pid").exists()
     assert cmdlines_with(str(tmp_path / "state")) == []
+
+
+def test_check_mode_shows_the_systemd_unit_it_would_write(tmp_path, workers):
+    """manager systemd in check and diff mode on this machine (no systemd): the unit and the 0600 env file it
+    would write, the key only as a fingerprint, nothing written."""
+    args = gateway_args(
+        tmp_path,
+        workers,
+        manager="systemd",
+        user="nobody",
+        unit_dir=str(tmp_path / "units"),
+        env_file=str(tmp_path / "etc" / "gateway.env"),
+    )
+    result = run_module_in(tmp_path, "smg_gateway", args, check=True, diff=True)
+    assert result.get("failed") is not True, result.get("msg")
+    assert result["changed"] is True
+    unit = next(d["after"] for d in result["diff"] if d["after_header"].endswith("epforge-gateway.service"))
+    env = next(d["after"] for d in result["diff"] if d["after_header"].endswith("gateway.env"))
+    assert "Description=smg gateway epforge-gateway (epforge)" in unit and "User=nobody" in unit
+    assert f"EnvironmentFile={tmp_path / 'etc' / 'gateway.env'}" in unit
+    assert f"{LAUNCHER} launch --host 127.0.0.1" in unit and "--policy round_robin" in unit
+    assert "EPFORGE_SGLANG_MODULE=smg" in env and "EPFORGE_SGLANG_API_KEY=" in env
+    assert KEY not in json.dumps(result)
+    assert not (tmp_path / "units").exists() and not (tmp_path / "etc").exists()

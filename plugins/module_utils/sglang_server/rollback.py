@@ -40,6 +40,10 @@ def read(state_dir: str, name: str) -> dict | None:
 def write(state_dir: str, name: str, launch: dict) -> None:
     """Record a launch that became ready; an unchanged record is not rewritten (no-op reruns write none)."""
     record = {"schema": SCHEMA, **{field: launch[field] for field in FIELDS}}
+    # The main pid of that launch (optional, older records lack it): a later run tells whether the process
+    # that became ready still runs (one model across nodes: did a rank end since the group's launch?).
+    if launch.get("pid"):
+        record["pid"] = launch["pid"]
     text = json.dumps(record, indent=1, sort_keys=True) + "\n"
     path = record_path(state_dir, name)
     try:
