@@ -235,7 +235,9 @@ ended:
   returned: state probed
   type: bool
 ended_at:
-  description: When it ended (epoch seconds, from systemd's ExecMainExitTimestamp; null where unknown).
+  description: >-
+    When it ended (epoch seconds: systemd's "Main process exited" journal entry after the launch became
+    ready; null where unknown).
   returned: state probed
   type: float
 ready_pid:
@@ -622,7 +624,14 @@ class Server:
         self.wait_ready()
         self.verify_settings()
         self.result["pid"] = self.manager.main_pid()
-        record_last_ready(self.p["state_dir"], self.name, {**self.launch, "pid": self.result["pid"]})
+        # the process of the recorded launch (a no-op rerun): its ready time stays, the record unchanged
+        previous = read_last_ready(self.p["state_dir"], self.name) or {}
+        same = previous.get("pid") == self.result["pid"] and previous.get("ready_at")
+        ready = {
+            "pid": self.result["pid"],
+            "ready_at": previous["ready_at"] if same else self.result["ready_at"],
+        }
+        record_last_ready(self.p["state_dir"], self.name, {**self.launch, **ready})
         self.exit()
 
     def probe_since_ready(self) -> None:
@@ -638,7 +647,7 @@ class Server:
             pid=pid,
             ready_pid=ready_pid,
             ended=ended,
-            ended_at=self.manager.ended_at() if ended else None,
+            ended_at=self.manager.ended_at(float(record.get("ready_at") or 0)) if ended else None,
         )
         self.exit()
 

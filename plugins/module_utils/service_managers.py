@@ -11,7 +11,6 @@ argv and environment to the manager (request()), then waits for readiness and co
 
 from __future__ import annotations
 
-import datetime
 import grp
 import hashlib
 import json
@@ -187,9 +186,9 @@ class ServerManager:
     def main_pid(self) -> int:
         raise NotImplementedError
 
-    def ended_at(self) -> float | None:
-        """When the service's last main process exited; None where the manager cannot know (a daemonized
-        process leaves no exit time behind)."""
+    def ended_at(self, since: float = 0.0) -> float | None:
+        """When the service's main process first exited after `since`; None where the manager cannot know (a
+        daemonized process leaves no exit time behind)."""
         return None
 
     def death(self) -> str | None:
@@ -252,17 +251,22 @@ class SystemdManager(ServerManager):
     def is_running(self) -> bool:
         return self.show().get("ActiveState") in ACTIVE_STATES
 
-    def ended_at(self) -> float | None:
-        """When the unit's last main process exited (epoch seconds, microseconds), or None."""
-        proc = self.systemctl(
-            "show", self.unit, "--property=ExecMainExitTimestamp", "--timestamp=us+utc", check=False
-        )
-        value = proc.out.strip().partition("=")[2]
-        try:
-            stamp = datetime.datetime.strptime(value, "%a %Y-%m-%d %H:%M:%S.%f UTC")
-        except ValueError:
-            return None
-        return stamp.replace(tzinfo=datetime.UTC).timestamp()
+    def ended_at(self, since: float = 0.0) -> float | None:
+        """When the unit's main process first exited after `since` (epoch seconds, microseconds), or None:
+        systemd's own "Main process exited" journal entry (ExecMainExitTimestamp is cleared when
+        Restart=on-failure starts the next process, the journal keeps it)."""
+        argv = ["journalctl", "-u", self.unit, "-o", "json", "--no-pager", "--since", f"@{int(since)}"]
+        proc = run_bounded(argv, timeout=60)
+        for line in proc.out.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            message = str(entry.get("MESSAGE", ""))
+            stamp = int(entry.get("__REALTIME_TIMESTAMP") or 0) / 1e6
+            if "Main process exited" in message and stamp >= since:
+                return stamp
+        return None
 
     def main_pid(self) -> int:
         try:

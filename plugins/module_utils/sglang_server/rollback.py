@@ -42,8 +42,9 @@ def write(state_dir: str, name: str, launch: dict) -> None:
     record = {"schema": SCHEMA, **{field: launch[field] for field in FIELDS}}
     # The main pid of that launch (optional, older records lack it): a later run tells whether the process
     # that became ready still runs (one model across nodes: did a rank end since the group's launch?).
-    if launch.get("pid"):
-        record["pid"] = launch["pid"]
+    for field in ("pid", "ready_at"):
+        if launch.get(field):
+            record[field] = launch[field]
     text = json.dumps(record, indent=1, sort_keys=True) + "\n"
     path = record_path(state_dir, name)
     try:
