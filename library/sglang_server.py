@@ -43,7 +43,7 @@ options:
         restarts it; C(stopped) stops it (the unit stays); C(absent) stops it and removes its unit and
         environment file.
       - C(probed) changes nothing and says whether the process that became ready at the last verified
-        launch still runs (RV(ended), RV(ended_at)): the role asks every rank of a multi-node group before
+        launch still runs (RV(ended), RV(ended_at)). The role asks every rank of a multi-node group before
         a launch, so a group where one rank ended is stopped whole, naming the rank that ended first.
     type: str
     choices: [started, stopped, restarted, absent, probed]
