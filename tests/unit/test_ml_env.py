@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,36 @@ def base_args(tmp_path: Path, venv: Path) -> dict:
         "stamp_path": str(tmp_path / "state" / "ml_env.json"),
         "base_python": sys.executable,
     }
+
+
+def overlay_venv(shared: Path, overlay: Path, private: list[str]) -> Path:
+    """A venv at overlay that imports the shared venv's packages through symlinks, with its own copies of
+    the site-packages files matching private (globs): a test may break those without touching what other
+    tests (xdist workers, Molecule scenarios) import from the shared venv at the same time."""
+    site = next((shared / "lib").glob("python3*/site-packages"))
+    own_site = overlay / site.relative_to(shared)
+    (overlay / "bin").mkdir(parents=True)
+    (overlay / "pyvenv.cfg").write_bytes((shared / "pyvenv.cfg").read_bytes())
+    (overlay / "bin" / "python").symlink_to((shared / "bin" / "python").resolve())
+    copies = {path for pattern in private for path in site.glob(pattern)}
+    parents = {parent for path in copies for parent in path.relative_to(site).parents if parent != Path(".")}
+    _link_tree(site, own_site, copies, parents)
+    return overlay
+
+
+def _link_tree(source: Path, target: Path, copies: set[Path], parents: set[Path], top: Path | None = None):
+    """Mirror source at target: a copied file for each of copies, a real directory for each of parents (the
+    directories above a copy, relative to top), a symlink for everything else."""
+    top = top or source
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        relative = entry.relative_to(top)
+        if entry in copies:
+            shutil.copy2(entry, target / entry.name)
+        elif relative in parents:
+            _link_tree(entry, target / entry.name, copies, parents, top)
+        else:
+            (target / entry.name).symlink_to(entry)
 
 
 def test_torch_for_another_cuda_major_is_refused_before_anything_changes(tmp_path):
@@ -216,14 +247,15 @@ def test_the_no_op_answer_watches_what_it_depends_on_and_a_change_there_changes_
 def test_torch_broken_under_a_matching_stamp_is_seen_and_reinstalled(torch_venv, tmp_path):
     """Issue 'nothing let in' (4): a deleted torch/__init__.py or a truncated torch/_C*.so under a stamp that
     still matches is not trusted: the changed file states make the module import torch again, and torch
-    that no longer imports is planned for a forced reinstall (check mode here: the real torch venv is shared
-    by the suite, so it is restored after each break)."""
-    args = {**base_args(tmp_path, torch_venv), "base_python": "python3"}
+    that no longer imports is planned for a forced reinstall (check mode here). The breaks happen in a private
+    overlay of the shared venv (overlay_venv), never in the venv itself that other tests import at once."""
+    venv = overlay_venv(torch_venv, tmp_path / "overlay", private=["torch/__init__.py", "torch/_C.*.so"])
+    args = {**base_args(tmp_path, venv), "base_python": "python3"}
     rc, res = run_module("ml_env_torch", args, timeout=300)
     assert rc == 0, res
     rc, res = run_module("ml_env_torch", args)
     assert res["changed"] is False and res["verified"] is False, res
-    torch_dir = next((torch_venv / "lib").glob("python3*/site-packages")) / "torch"
+    torch_dir = next((venv / "lib").glob("python3*/site-packages")) / "torch"
     extension = next(torch_dir.glob("_C.*.so"))
     assert str(extension) in res["watch"] and str(torch_dir) in res["watch"]  # the probe cache sees them too
 
