@@ -27,15 +27,16 @@ def unreachable_reason(bind: str, server_host: str, gateway_hosts, api_key_set: 
     others = [h for h in gateway_hosts or [] if h != server_host]
     if not others:
         return ""
+    gateways = f"the gateway on {others[0]}" if len(others) == 1 else f"the gateways on {', '.join(others)}"
     if is_loopback(str(bind)):
         return (
             f"the SGLang server on {server_host} would bind {bind}, which only {server_host} itself reaches, "
-            f"but the gateway on {', '.join(others)} fronts it: set epforge_server.host to an address the "
-            "gateway reaches (or 0.0.0.0) and give the servers an API key (sglang_server_api_key)"
+            f"but {gateways} {'fronts' if len(others) == 1 else 'front'} it: set epforge_server.host to an "
+            "address the gateway reaches (or 0.0.0.0) and give the servers an API key (sglang_server_api_key)"
         )
     if not api_key_set:
         return (
-            f"the SGLang server on {server_host} would bind {bind} for the gateway on {', '.join(others)} "
+            f"the SGLang server on {server_host} would bind {bind} for {gateways} "
             "without an API key, so anyone on that network could use it: set sglang_server_api_key (the "
             "gateway holds the same key, gateway_api_key)"
         )

@@ -134,6 +134,15 @@ def _sglang_groups(stack: dict, choice: dict, keep: list[str]) -> list[dict]:
     return groups
 
 
+def _gateway_groups(stack: dict, choice: dict) -> list[dict]:
+    """smg for role gateway: a venv of its own, so resolved alone (with its dependencies), never against the
+    ML env."""
+    gateway = stack.get("gateway", {})
+    if not choice.get("gateway", False) or not gateway.get("version"):
+        return []
+    return [_group("gateway", [f"{gateway.get('package', 'smg')}=={gateway['version']}"], env="venv")]
+
+
 def _extra_groups(choice: dict) -> list[dict]:
     return [
         _group(
@@ -150,21 +159,26 @@ def _extra_groups(choice: dict) -> list[dict]:
 def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     """The pip runs the roles make on a host, in the order they make them.
 
-    choice holds the roles' settings that change what they install: cuda_toolkit_method, ml_env_method,
+    choice holds the roles' settings that change what they install: ml (bool, default true: the ML env's
+    runs at all; false on a host that only runs the gateway), cuda_toolkit_method, ml_env_method,
     ml_env_build_packages, flashinfer (bool), deepep (bool), sglang (bool), sglang_profile (full | parser |
-    server), sglang_deps (the profile's list), sglang_keep, sglang_overrides, extra (list of groups).
+    server), sglang_deps (the profile's list), sglang_keep, sglang_overrides, gateway (bool, default false),
+    extra (list of groups).
     env 'ml' groups install into the ML env (resolved against what it already holds, in this order);
+    env 'venv' groups install into a venv of their own (resolved alone, with their dependencies);
     env 'download' groups are fetched with --no-deps and unpacked or inspected by a role, not installed.
     """
     keep = list(choice.get("sglang_keep") or [f"torch=={stack.get('torch', {}).get('version')}"])
-    groups = [
+    ml = [
         *_cuda_toolkit_groups(stack, choice),
         *_ml_env_groups(stack, choice),
         *_flashinfer_groups(stack, choice),
         *_deepep_groups(stack, choice),
         *_sglang_groups(stack, choice, keep),
-        *_extra_groups(choice),
     ]
+    if not choice.get("ml", True):
+        ml = []
+    groups = [*ml, *_gateway_groups(stack, choice), *_extra_groups(choice)]
     # A run with nothing to install (no build tools asked for, say) is no pip run at all.
     return [group for group in groups if group["requirements"]]
 

@@ -19,6 +19,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.request imp
     GatewayRequest,
     RequestError,
 )
+from playbooks import run_playbook, write_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "roles" / "sglang_server" / "files" / "epforge_sglang_launch.py"
@@ -124,6 +125,50 @@ def test_a_server_bound_to_loopback_on_another_host_is_refused_with_the_remedy()
     assert unreachable_reason("0.0.0.0", "a", ["gw"]) == ""
     assert "without an API key" in unreachable_reason("0.0.0.0", "a", ["gw"], False)
     assert "only a itself reaches" in unreachable_reason("::1", "a", ["gw"])
+    assert "but the gateway on gw fronts it" in unreachable_reason("127.0.0.1", "a", ["gw", "a"])
+    assert "but the gateways on gw, gw2 front it" in unreachable_reason("127.0.0.1", "a", ["gw", "gw2"])
+
+
+def test_a_gateway_only_host_is_left_to_the_gateway_play(tmp_path):
+    """site.yml on an inventory whose gateway host serves nothing (in group epforge_gateway, not in
+    epforge_gateway_serves): play 1 says so and ends there (no preflight, no install), play 2 runs the
+    gateway role, which finds no verified server and records that; the summary holds both steps."""
+    inventory = tmp_path / "fleet.yml"
+    inventory.write_text(
+        json.dumps(
+            {
+                "all": {
+                    "children": {
+                        "gpu_hosts": {"hosts": {}},
+                        "epforge_gateway": {
+                            "hosts": {
+                                "localhost": {
+                                    "ansible_connection": "local",
+                                    "ansible_python_interpreter": sys.executable,
+                                }
+                            }
+                        },
+                    },
+                    "vars": {"epforge_gateway_serves": "gpu_hosts"},
+                }
+            }
+        )
+    )
+    state = {f"epforge_{name}_dir": str(tmp_path / name) for name in ("state", "log", "facts")}
+    proc = run_playbook(
+        ROOT / "site.yml", vars_file=write_vars(tmp_path / "vars.json", state), inventories=(inventory,)
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "localhost is in group epforge_gateway and not in group gpu_hosts: it runs the gateway only" in (
+        " ".join(proc.stdout.split())
+    )
+    assert "preflight :" not in proc.stdout and "ml_env :" not in proc.stdout
+    steps = json.loads((tmp_path / "facts" / "epforge_steps.fact").read_text())["steps"]
+    assert [(s["step"], s["status"]) for s in steps] == [
+        ("gateway", "skipped"),
+        ("fleet_benchmark", "skipped"),
+    ]
+    assert "no server of group gpu_hosts was verified" in steps[0]["reason"]
 
 
 def test_access_lines_of_a_real_sglang_capture_are_counted(tmp_path):

@@ -203,6 +203,31 @@ def test_groups_adopted_env_server_profile_overrides_deepep():
     assert names.index("sglang overrides") > names.index("sglang server deps")
 
 
+def test_groups_of_a_gateway_host():
+    """smg for role gateway: its own venv, so resolved alone; with ml false (a gateway-only host) nothing of
+    the ML env is covered."""
+    both = requirement_groups(CU130, {"ml_env_build_packages": [], "gateway": True})
+    assert [g["name"] for g in both] == [
+        "cuda_toolkit",
+        "ml_env torch",
+        "flashinfer",
+        "sglang full",
+        "gateway",
+    ]
+    only = requirement_groups(CU130, {"ml": False, "gateway": True})
+    assert only == [
+        {
+            "name": "gateway",
+            "requirements": [f"smg=={CU130['gateway']['version']}"],
+            "no_deps": False,
+            "index_url": "",
+            "env": "venv",
+            "pin_from": "",
+        }
+    ]
+    assert requirement_groups(CU130, {"ml": False}) == []
+
+
 def test_target_args_for_another_python_and_glibc():
     args = target_args("3.12.3", "x86_64", "2.39")
     assert args[:3] == ["--only-binary=:all:", "--python-version", "3.12"]
