@@ -183,6 +183,7 @@ options:
         default: ""
 extends_documentation_fragment:
   - epforge.ep.model_dir
+  - epforge.ep.pci_fabric
 author: epforge developers (@epforge)
 """
 
@@ -285,7 +286,11 @@ from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_check
     describe_holder,
     take_lock,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import DEFAULT_TIMEOUT, gather_gpu_facts
+from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import (
+    DEFAULT_TIMEOUT,
+    FABRIC_ARGUMENT_SPEC,
+    gather_gpu_facts,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     TableError,
     evaluate,
@@ -558,6 +563,7 @@ ARGUMENT_SPEC = {
     "gather_gpu_facts": {"type": "bool", "default": False},
     "nvidia_smi_path": {"type": "path"},
     "nvidia_smi_timeout": {"type": "int", "default": DEFAULT_TIMEOUT},
+    **FABRIC_ARGUMENT_SPEC,
     "require_gpu": {"type": "bool", "default": False},
     "python": {"type": "str", "default": "python3"},
     "disk_path": {"type": "path", "default": "/var/lib/epforge"},
@@ -705,7 +711,13 @@ def start(module: AnsibleModule) -> dict:
             module.fail_json(
                 msg=f"nvidia_smi_timeout must be at least 1 second, got {params['nvidia_smi_timeout']}"
             )
-        return gather_gpu_facts(module, params["nvidia_smi_path"], params["nvidia_smi_timeout"])
+        return gather_gpu_facts(
+            module,
+            params["nvidia_smi_path"],
+            params["nvidia_smi_timeout"],
+            params["fabric_root"],
+            params["lspci_path"],
+        )
     return params["gpu_facts"] or {}
 
 

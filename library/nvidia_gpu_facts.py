@@ -13,7 +13,8 @@ description:
   - Runs C(nvidia-smi --query-gpu=index,name,compute_cap,memory.total,pci.bus_id,uuid,driver_version
     --format=csv,noheader,nounits), plain C(nvidia-smi) (its header names the newest CUDA the driver
     supports), C(nvidia-smi topo -p2p r) (which GPU pairs have peer reads) and C(nvidia-smi topo -m) (the
-    GPU connection matrix), each as an argv list.
+    GPU connection matrix), each as an argv list; then the PCIe fabric between the GPUs (C(fabric)) from
+    sysfs, one C(lspci -D -vvv) and the GPUs' persistence mode.
   - Sets the fact C(epforge_gpu_facts). The module only gathers; it never fails because a host has no
     GPU. A host without nvidia-smi, or where nvidia-smi cannot reach the driver, gets C(available=false)
     with the reason, so a later preflight step decides what that means.
@@ -33,6 +34,8 @@ options:
         reports C(available=false) instead of hanging the play.
     type: int
     default: 60
+extends_documentation_fragment:
+  - epforge.ep.pci_fabric
 author: epforge developers (@epforge)
 """
 
@@ -117,6 +120,40 @@ ansible_facts:
             (C(GPU0-GPU2 CNS), the pair and the legend code of the direction that is not OK).
           type: dict
           sample: {status: partial, pairs: 6, ok_pairs: 2, missing: [GPU0-GPU2 CNS, GPU0-GPU3 CNS], error: ""}
+        fabric:
+          description:
+            - The PCIe fabric between the GPUs (plugins/module_utils/pci_fabric.py), from sysfs under
+              O(fabric_root) and one C(lspci -D -vvv). C(available) false (with C(reason)) without GPUs.
+            - C(gpus) - per GPU, C(bdf), C(root_complex), C(path) (the bridges above it, root port first),
+              C(numa_node), C(socket), C(link) (C(speed_gts), C(max_speed_gts), C(width), C(max_width),
+              C(port_max_speed_gts) of the port above it), C(bar1_mib), C(memory_mib), C(persistence_mode).
+            - C(bridges) - per bridge on a GPU's path, its lspci C(name), C(acs) (each ACSCtl bit, null when
+              not read) and C(acs_redirect) (ReqRedir or CmpltRedir on).
+            - C(pairs) - per GPU pair, C(kind) (switch, host_bridge, cross_socket), C(via) (the bridges peer
+              traffic crosses) and C(acs_redirect) (those of them with ACS redirect on).
+            - C(iommu) - C(mode) (off, passthrough, translated, unknown), C(evidence), C(cmdline) (the
+              kernel's IOMMU words). C(acs_read), C(lspci_error).
+          type: dict
+          sample:
+            available: true
+            gpus:
+              - index: 0
+                bdf: "0000:03:00.0"
+                root_complex: pci0000:00
+                path: ["0000:00:01.0", "0000:01:00.0", "0000:02:00.0"]
+                numa_node: 0
+                socket: 0
+                bar1_mib: 131072
+                memory_mib: 97887
+                persistence_mode: Enabled
+                link: {speed_gts: 32.0, max_speed_gts: 32.0, width: 16, max_width: 16,
+                       port_max_speed_gts: 32.0}
+            pairs:
+              - gpus: [0, 1]
+                kind: switch
+                via: ["0000:02:00.0", "0000:01:00.0", "0000:02:01.0"]
+                acs_redirect: []
+            iommu: {mode: passthrough, evidence: iommu_group type identity, cmdline: [iommu=pt]}
         archs:
           description: Unique compute capabilities of the GPUs, in numeric order (8.9 before 12.0).
           type: list
@@ -126,7 +163,11 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import DEFAULT_TIMEOUT, gather_gpu_facts
+from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import (
+    DEFAULT_TIMEOUT,
+    FABRIC_ARGUMENT_SPEC,
+    gather_gpu_facts,
+)
 
 
 def main() -> None:
@@ -134,12 +175,14 @@ def main() -> None:
         argument_spec={
             "nvidia_smi_path": {"type": "path"},
             "timeout": {"type": "int", "default": DEFAULT_TIMEOUT},
+            **FABRIC_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
     if module.params["timeout"] < 1:
         module.fail_json(msg=f"timeout must be at least 1 second, got {module.params['timeout']}")
-    facts = gather_gpu_facts(module, module.params["nvidia_smi_path"], module.params["timeout"])
+    p = module.params
+    facts = gather_gpu_facts(module, p["nvidia_smi_path"], p["timeout"], p["fabric_root"], p["lspci_path"])
     module.exit_json(changed=False, ansible_facts={"epforge_gpu_facts": facts})
 
 

@@ -31,7 +31,8 @@ pick_python() {
 
 apt_packages=(libibverbs-dev rsync gnupg gcc g++ dpkg-dev git python3-venv)
 if [ "$profile" = test ]; then
-  apt_packages+=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs chromium)
+  # pciutils: the fabric tests read this machine's own lspci -D -vvv (tests/unit/test_pci_fabric.py)
+  apt_packages+=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs chromium pciutils)
 fi
 missing=()
 for pkg in "${apt_packages[@]}"; do

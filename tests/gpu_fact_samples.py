@@ -16,6 +16,7 @@ NO_GPU = {
     "cuda_driver_version": "",
     "interconnect": "none",
     "archs": [],
+    "fabric": {"available": False, "reason": "nvidia-smi not found on PATH"},
 }
 
 
@@ -39,3 +40,26 @@ def gpu_facts(arch="12.0", count=8, interconnect="pcie", *, driver=DRIVER, cuda=
         "interconnect": interconnect,
         "archs": [arch],
     }
+
+
+def fabric_of(**spec) -> dict:
+    """The fabric facts pci_fabric.gather_fabric reads from a WRITTEN sysfs tree (tests/fixtures/fabric/
+    sysfs_trees.py two_switch_host: 8 GPUs behind two PCIe switches on two sockets; spec overrides its
+    defaults: ACS redirect on, IOMMU translating, GPU 5 trained at x8, BAR1 256 MiB)."""
+    import sys  # noqa: PLC0415 - only for the samples that need a tree
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "fabric"))
+    from sysfs_trees import two_switch_host, written_tree  # noqa: PLC0415
+
+    from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import gather_fabric  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as scratch:
+        root, gpus, lspci = written_tree(Path(scratch), two_switch_host(**spec))
+        return gather_fabric(str(root), gpus, lspci)
+
+
+def sm120_box(**spec) -> dict:
+    """8 SM120 GPUs over PCIe with the fabric facts of fabric_of(**spec)."""
+    return {**gpu_facts("12.0", 8, "pcie"), "fabric": fabric_of(**spec)}

@@ -20,10 +20,13 @@ from ansible_collections.epforge.ep.plugins.module_utils.nvidia import (
     parse_query_csv,
     parse_topology,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import bdf_of, gather_fabric
 from ansible_collections.epforge.ep.plugins.module_utils.process import TIMED_OUT, run_bounded
 
 QUERY_ARGS = [f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"]
 DEFAULT_TIMEOUT = 60
+# The fabric options of both modules that gather GPU facts (doc fragment epforge.ep.pci_fabric).
+FABRIC_ARGUMENT_SPEC = {"fabric_root": {"type": "path", "default": "/"}, "lspci_path": {"type": "path"}}
 
 
 def empty_facts(reason: str) -> dict:
@@ -39,6 +42,7 @@ def empty_facts(reason: str) -> dict:
         "topology_error": "",
         "peer_access": {"status": "no_gpu", "pairs": 0, "ok_pairs": 0, "missing": [], "error": ""},
         "archs": [],
+        "fabric": {"available": False, "reason": reason or "no GPU"},
     }
 
 
@@ -117,7 +121,40 @@ def find_nvidia_smi(module, path: str | None) -> tuple[str | None, str]:
     return path, ""
 
 
-def gather_gpu_facts(module, nvidia_smi_path: str | None = None, timeout: int = DEFAULT_TIMEOUT) -> dict:
+def persistence_modes(smi: NvidiaSmi) -> dict[str, str]:
+    """{bdf: Enabled | Disabled} from nvidia-smi ({} when it cannot say)."""
+    _argv, rc, out, _err = smi.run(["--query-gpu=pci.bus_id,persistence_mode", "--format=csv,noheader"])
+    modes = {}
+    for line in out.splitlines() if rc == 0 else []:
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[1] in ("Enabled", "Disabled"):
+            modes[bdf_of(fields[0])] = fields[1]
+    return modes
+
+
+def fabric_facts(module, smi: NvidiaSmi, gpus: list[dict], root: str, lspci_path: str | None) -> dict:
+    """The PCIe fabric between the GPUs (pci_fabric.gather_fabric): sysfs under root, one lspci -D -vvv."""
+    lspci = lspci_path or module.get_bin_path("lspci", opt_dirs=["/usr/sbin", "/sbin"])
+    text, error = "", ""
+    if not lspci:
+        error = "lspci not found (Debian/Ubuntu: apt-get install pciutils): ACS not read"
+    else:
+        rc, out, err, _ = run_bounded([lspci, "-D", "-vvv"], timeout=smi.timeout, env_update={"LC_ALL": "C"})
+        text = out if rc == 0 else ""
+        if rc != 0:
+            error = f"lspci -D -vvv failed: {one_line(err or out) or 'no output'}, rc {rc}"
+        elif "ACSCtl:" not in out and os.geteuid() != 0:
+            error = "lspci ran without root, so it shows no extended capability (ACS not read)"
+    return gather_fabric(root, gpus, text, error, persistence_modes(smi))
+
+
+def gather_gpu_facts(
+    module,
+    nvidia_smi_path: str | None = None,
+    timeout: int = DEFAULT_TIMEOUT,
+    fabric_root: str = "/",
+    lspci_path: str | None = None,
+) -> dict:
     """The epforge_gpu_facts of this host (schema: ansible-doc -M library nvidia_gpu_facts)."""
     path, missing = find_nvidia_smi(module, nvidia_smi_path)
     if not path:
@@ -148,4 +185,5 @@ def gather_gpu_facts(module, nvidia_smi_path: str | None = None, timeout: int = 
     facts["cuda_driver_version"] = parse_cuda_version(out) if rc == 0 else ""
     facts["peer_access"] = peer_access(smi, len(gpus))
     facts.update(topology_facts(smi, len(gpus)))
+    facts["fabric"] = fabric_facts(module, smi, gpus, fabric_root, lspci_path)
     return facts

@@ -5,14 +5,15 @@ The table (a YAML mapping) has two keys:
 - ``server_defaults``: SGLang's defaults for the settings the rules read (a rule sees these where the
   inventory's ``epforge_server`` leaves a key out).
 - ``issues``: one row per known dead end with ``id``, ``title``, ``severity`` (error | warning | adjust),
-  ``condition``, ``consequence``, ``remedy``, ``source`` and, for adjust rows, ``adjust`` (the change).
+  ``condition``, ``consequence``, ``remedy``, ``source`` and, for adjust rows, ``adjust`` (the change);
+  optionally ``shows``, a fact path whose value the finding names (``found``: the bridges, the GPUs).
 
 A condition is a small declarative tree, never a template or code:
 
 - ``{all: [COND, ...]}``, ``{any: [COND, ...]}``, ``{not: COND}``
 - a leaf ``{fact: PATH, OP: VALUE}`` with exactly one operator, where PATH is a dotted path into the
   evaluation context (see ``build_context``): ``gpu.*``, ``target.*``, ``stack.*``, ``server.*``
-  (``server.env.NAME`` for environment variables).
+  (``server.env.NAME`` for environment variables), ``fabric.*`` (the PCIe fabric between the GPUs).
 
 Operators: equals, not_equals, in, not_in, truthy (true|false), present (true|false), gt, ge, lt, le
 (numbers), version_lt, version_ge, any_in, all_in, any_not_in (list facts), matches (regular expression
@@ -34,6 +35,7 @@ import copy
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import base_arch
+from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import fabric_context
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import without_secrets
 from ansible_collections.epforge.ep.plugins.module_utils.version import (
     version_tuple,  # also imported from here by modules
@@ -41,7 +43,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.version import (
 
 SEVERITIES = ("error", "warning", "adjust")
 ROW_KEYS = ("id", "title", "severity", "condition", "consequence", "remedy", "source")
-FACT_ROOTS = ("gpu", "target", "stack", "server")
+FACT_ROOTS = ("gpu", "target", "stack", "server", "fabric")
 SCALAR_OPS = (
     "equals",
     "not_equals",
@@ -71,8 +73,8 @@ class TableError(ValueError):
 
 def to_bool(value) -> bool | None:
     """YAML/extra-vars booleans: True/False, 'true'/'yes'/'1'/'on' ...; None when not a boolean."""
-    if isinstance(value, bool):
-        return value
+    if isinstance(value, bool | list | tuple | dict):
+        return bool(value)  # a list fact (fabric.acs_redirect) is true when it names something
     if isinstance(value, int | float):
         return value != 0
     if isinstance(value, str):
@@ -230,6 +232,8 @@ def _validate_row(row: dict, where: str, duplicate: bool) -> list[str]:
         problems.append(f"{where}: severity '{row.get('severity')}' is not one of {', '.join(SEVERITIES)}")
     if row.get("condition"):
         problems += validate_condition(row["condition"], f"{where}.condition")
+    if "shows" in row and not _is_fact_path(row["shows"]):
+        problems.append(f"{where}: shows must be a fact path starting with one of {', '.join(FACT_ROOTS)}")
     return problems + _validate_adjust(row, where)
 
 
@@ -300,7 +304,8 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
     gpu.driver_version, gpu.cuda_driver_version, gpu.peer_access (full | partial | none | single | unknown
     | no_gpu, from nvidia-smi topo -p2p r); target.archs (the GPUs' archs, or the stack's arch_list on
     a host without GPUs, so a build host still meets arch dead ends) and target.source (gpus | stack);
-    stack.name, stack.cuda, stack.archs; server.* (server_defaults overlaid by the requested settings).
+    stack.name, stack.cuda, stack.archs; server.* (server_defaults overlaid by the requested settings);
+    fabric.* (pci_fabric.fabric_context).
     """
     gpu_facts = gpu_facts or {}
     archs = _gpu_archs(gpu_facts)
@@ -334,6 +339,8 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
         },
         "stack": summary,
         "server": merged,
+        # the PCIe fabric between the GPUs (pci_fabric.fabric_context: ACS, IOMMU, sockets, links, BAR1)
+        "fabric": fabric_context(gpu_facts.get("fabric"), merged),
     }
 
 
@@ -446,8 +453,8 @@ def matches(cond: dict, context: dict) -> bool:
 # ---------------------------------------------------------------- evaluation
 
 
-def _finding(row: dict) -> dict:
-    return {
+def _finding(row: dict, context: dict | None = None) -> dict:
+    finding = {
         "id": row["id"],
         "title": row["title"],
         "severity": row["severity"],
@@ -455,6 +462,11 @@ def _finding(row: dict) -> dict:
         "remedy": " ".join(str(row["remedy"]).split()),
         "source": row["source"],
     }
+    if row.get("shows") and context is not None:
+        # what on this host made the row match (the bridges, the GPUs), named in the finding
+        found = lookup(context, row["shows"])
+        finding["found"] = "" if found is _MISSING else found
+    return finding
 
 
 def _apply(row: dict, settings: dict, context: dict) -> dict:
@@ -544,7 +556,7 @@ def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
     for row in rows:
         if row["severity"] == "adjust" or not matches(row["condition"], context):
             continue
-        (errors if row["severity"] == "error" else warnings).append(_finding(row))
+        (errors if row["severity"] == "error" else warnings).append(_finding(row, context))
     return {
         # Nested: Ansible takes a module's top-level "warnings" key as its own.
         "findings": {"errors": errors, "warnings": warnings, "adjustments": adjustments},
@@ -556,10 +568,13 @@ def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
 
 
 def format_finding(finding: dict) -> str:
-    """One line: [id] title: consequence Remedy: remedy (source)."""
+    """One line: [id] title: consequence Found: what matched. Remedy: remedy (source)."""
+    found = finding.get("found")
+    shown = "; ".join(map(str, found)) if isinstance(found, list) else str(found or "")
     return (
         f"[{finding['id']}] {finding['title']}: {finding['consequence']} "
-        f"Remedy: {finding['remedy']} (source: {finding['source']})"
+        + (f"Found: {shown}. " if shown else "")
+        + f"Remedy: {finding['remedy']} (source: {finding['source']})"
     )
 
 

@@ -15,7 +15,7 @@ import epforge_known_issues as module_under_test
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
-from gpu_fact_samples import GPU_NAMES, NO_GPU, gpu_facts
+from gpu_fact_samples import GPU_NAMES, NO_GPU, gpu_facts, sm120_box
 from moduletools import run_main
 
 from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
@@ -46,6 +46,13 @@ PARTIAL_P2P = {
     },
 }
 H200_NVLINK = gpu_facts("9.0", 2, "nvlink")
+# The fabric (tests/fixtures/fabric/sysfs_trees.py, WRITTEN trees): GPUs 0-3 behind a switch under socket 0,
+# 4-7 under socket 1. A badly set up box (ACS redirect on every downstream port, IOMMU translating, GPU 5 at
+# x8, BAR1 256 MiB) and the same box set up well.
+FABRIC_BAD = sm120_box()
+FABRIC_GOOD = sm120_box(
+    acs_redirect=False, iommu="identity", narrow={}, bar1_mib=131072, cmdline="ro intel_iommu=on iommu=pt"
+)
 
 
 def run(gpu: dict, stack: dict, server: dict) -> dict:
@@ -291,6 +298,51 @@ CASES = {
             (SM120_PCIE, CU128, {"tp_size": 8, "env": {"FLASHINFER_CUDA_ARCH_LIST": "12.0"}}),
             (H200_NVLINK, CU128, {"tp_size": 2}),
         ],
+    ),
+    "fabric_acs_redirect_tp_group": (
+        "error",
+        [
+            (FABRIC_BAD, CU130, {"tp_size": 2}),  # GPUs 0 and 1: one switch, ACS redirect on both ports
+            (FABRIC_BAD, CU130, {"tp_size": 8}),
+        ],
+        [
+            (FABRIC_BAD, CU130, {"tp_size": 2, "env": {"NCCL_P2P_DISABLE": "1"}}),  # no peer traffic asked
+            (FABRIC_BAD, CU130, {"tp_size": 1}),
+            (FABRIC_GOOD, CU130, {"tp_size": 8}),
+            (NO_GPU, CU130, {"tp_size": 8}),
+        ],
+    ),
+    "fabric_acs_redirect": (
+        "warning",
+        [(FABRIC_BAD, CU130, {"tp_size": 1})],
+        [(FABRIC_BAD, CU130, {"tp_size": 2}), (FABRIC_GOOD, CU130, {"tp_size": 1}), (SM120_PCIE, CU130, {})],
+    ),
+    "fabric_iommu_translating": (
+        "warning",
+        [(FABRIC_BAD, CU130, {"tp_size": 1})],
+        [(FABRIC_GOOD, CU130, {"tp_size": 8}), (NO_GPU, CU130, {}), (SM120_PCIE, CU130, {"tp_size": 8})],
+    ),
+    "fabric_tp_group_across_sockets": (
+        "warning",
+        [
+            (FABRIC_GOOD, CU130, {"tp_size": 8}),
+            (FABRIC_GOOD, CU130, {"tp_size": 2, "env": {"CUDA_VISIBLE_DEVICES": "0,4"}}),
+        ],
+        [
+            (FABRIC_GOOD, CU130, {"tp_size": 4}),
+            (FABRIC_GOOD, CU130, {"tp_size": 4, "base_gpu_id": 4}),
+            (FABRIC_GOOD, CU130, {"tp_size": 2, "base_gpu_id": 3, "env": {"CUDA_VISIBLE_DEVICES": "1,2"}}),
+        ],
+    ),
+    "fabric_link_below_max": (
+        "warning",
+        [(FABRIC_BAD, CU130, {"tp_size": 1})],
+        [(FABRIC_GOOD, CU130, {"tp_size": 8})],
+    ),
+    "fabric_bar1_small": (
+        "warning",
+        [(FABRIC_BAD, CU130, {"tp_size": 1})],
+        [(FABRIC_GOOD, CU130, {"tp_size": 8}), (NO_GPU, CU130, {})],
     ),
 }
 

@@ -369,7 +369,10 @@ def test_module_h200_host():
         prefix,
         [*prefix, "topo", "-p2p", "r"],
         [*prefix, "topo", "-m"],
+        # the fabric facts: persistence mode per GPU (no lspci on this fake PATH: ACS not read)
+        [*prefix, "--query-gpu=pci.bus_id,persistence_mode", "--format=csv,noheader"],
     ]
+    assert facts["fabric"]["available"] is False  # these GPUs' bus ids are not in this machine's /sys
     assert facts["peer_access"] == {"status": "full", "pairs": 1, "ok_pairs": 1, "missing": [], "error": ""}
     assert all(kwargs == {"timeout": 60, "env_update": {"LC_ALL": "C"}} for _, kwargs in smi.calls)
 

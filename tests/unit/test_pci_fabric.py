@@ -1,0 +1,178 @@
+"""The PCIe fabric facts (plugins/module_utils/pci_fabric.py): the REAL capture of the lent H200's sysfs
+(tests/fixtures/gpu_host_h200), this machine's own lspci, and WRITTEN trees of hosts no reachable machine has
+(tests/fixtures/fabric/sysfs_trees.py; tests/fixtures/fabric/README.md says which is which)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from gpu_fact_samples import sm120_box
+from moduletools import run_module
+
+from ansible_collections.epforge.ep.plugins.module_utils.known_issues import evaluate, format_finding
+from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import (
+    bar_size_mib,
+    bdf_of,
+    fabric_context,
+    gather_fabric,
+    parse_lspci_acs,
+    parse_lspci_names,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "tests" / "fixtures" / "gpu_host_h200"
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "fabric"))
+from sysfs_trees import tree_from_capture, two_switch_host, written_tree  # noqa: E402
+
+TABLE = yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text())
+CU130 = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
+
+
+def test_the_lent_h200_as_its_sysfs_showed_it(tmp_path):
+    """The real capture: one GPU straight on the root complex of a VM, Gen5 x16, no IOMMU."""
+    root = tree_from_capture(
+        (H200 / "sysfs-pcie.txt").read_text(), tmp_path, (H200 / "proc-cmdline.txt").read_text()
+    )
+    query = (H200 / "query-pcie.csv").read_text().splitlines()[1]
+    bus_id = query.split(", ")[2]
+    fabric = gather_fabric(str(root), [{"index": 0, "pci_bus_id": bus_id, "memory_total_mib": 143771}])
+    assert fabric["available"] is True and fabric["pairs"] == [] and fabric["bridges"] == {}
+    gpu = fabric["gpus"][0]
+    assert gpu["bdf"] == "0000:00:06.0" and gpu["root_complex"] == "pci0000:00" and gpu["path"] == []
+    assert gpu["link"] == {
+        "speed_gts": 32.0,
+        "max_speed_gts": 32.0,
+        "width": 16,
+        "max_width": 16,
+        "port_max_speed_gts": None,
+    }
+    assert gpu["numa_node"] is None  # numa_node -1 in the capture
+    # iommu-groups.txt counted 0 groups and the capture has no /sys/class/iommu: no IOMMU
+    assert (H200 / "iommu-groups.txt").read_text().strip() == "0"
+    assert fabric["iommu"] == {"mode": "off", "evidence": "no IOMMU unit in /sys/class/iommu", "cmdline": []}
+    context = fabric_context(fabric, {"tp_size": 1})
+    assert context["acs_redirect"] == [] and context["narrow_links"] == [] and context["tp_sockets"] == 0
+
+
+def test_this_machines_own_lspci_is_read():
+    """lspci -D -vvv of this machine (virtio devices, no bridge with ACS; pciutils from scripts/bootstrap.sh):
+    every device named, no ACS."""
+    text = subprocess.run(["lspci", "-D", "-vvv"], capture_output=True, text=True, check=True).stdout
+    names = parse_lspci_names(text)
+    assert names and all(bdf.startswith("0000:") for bdf in names)
+    assert set(names) == {p.name for p in Path("/sys/bus/pci/devices").iterdir()}
+    assert parse_lspci_acs(text) == {}
+
+
+def test_a_box_behind_two_switches_on_two_sockets(tmp_path):
+    root, gpus, lspci = written_tree(tmp_path, two_switch_host())
+    fabric = gather_fabric(str(root), gpus, lspci)
+    by_pair = {tuple(p["gpus"]): p for p in fabric["pairs"]}
+    assert len(by_pair) == 28
+    assert by_pair[(0, 1)] == {
+        "gpus": [0, 1],
+        "kind": "switch",
+        "via": ["0000:02:00.0", "0000:01:00.0", "0000:02:01.0"],
+        "acs_redirect": ["0000:02:00.0", "0000:02:01.0"],  # the downstream ports; the upstream one has no ACS
+    }
+    assert by_pair[(3, 4)]["kind"] == "cross_socket"
+    assert by_pair[(3, 4)]["via"] == [
+        "0000:02:03.0",
+        "0000:01:00.0",
+        "0000:00:01.0",
+        "0000:80:01.0",
+        "0000:81:00.0",
+        "0000:82:00.0",
+    ]
+    assert [g["socket"] for g in fabric["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert fabric["gpus"][5]["link"]["width"] == 8 and fabric["gpus"][5]["bar1_mib"] == 256
+    assert fabric["iommu"] == {
+        "mode": "translated",
+        "evidence": "iommu_group type DMA-FQ",
+        "cmdline": ["intel_iommu=on"],
+    }
+    assert fabric["bridges"]["0000:02:00.0"]["acs"]["ReqRedir"] is True
+    assert fabric["bridges"]["0000:01:00.0"]["acs"] is None  # no ACS capability listed: unknown, not off
+
+    context = fabric_context(fabric, {"tp_size": 4})
+    assert (
+        context["tp_sockets"] == 1
+        and len(context["tp_acs_redirect"]) == 6
+        and len(context["acs_redirect"]) == 28
+    )
+    assert context["narrow_links"] == ["GPU5 x8 of x16"]
+    assert context["small_bar1"][0] == "GPU0 BAR1 256 MiB of 97887 MiB"
+    assert fabric_context(fabric, {"tp_size": 2, "env": {"CUDA_VISIBLE_DEVICES": "3,4"}})["tp_sockets"] == 2
+
+
+def test_a_well_set_up_box_has_no_finding_but_the_socket_split(tmp_path):
+    root, gpus, lspci = written_tree(
+        tmp_path,
+        two_switch_host(acs_redirect=False, iommu="identity", narrow={}, bar1_mib=131072, cmdline="iommu=pt"),
+    )
+    fabric = gather_fabric(str(root), gpus, lspci)
+    assert fabric["iommu"]["mode"] == "passthrough" and fabric["iommu"]["cmdline"] == ["iommu=pt"]
+    result = evaluate(TABLE, {**sm120_box(), "fabric": fabric}, CU130, {"tp_size": 8})
+    fabric_ids = [
+        f["id"] for f in result["findings"]["errors"] + result["findings"]["warnings"] if "fabric" in f["id"]
+    ]
+    assert fabric_ids == ["fabric_tp_group_across_sockets"]
+
+
+def test_the_error_names_the_bridges_and_the_way_out():
+    """Settings that need peer traffic over an ACS-redirected path are refused, naming what was found."""
+    result = evaluate(TABLE, sm120_box(), CU130, {"tp_size": 2})
+    error = next(f for f in result["findings"]["errors"] if f["id"] == "fabric_acs_redirect_tp_group")
+    assert error["found"] == ["GPU0-GPU1 via 0000:02:00.0, 0000:02:01.0"]
+    line = format_finding(error)
+    assert "Found: GPU0-GPU1 via 0000:02:00.0, 0000:02:01.0." in line and "NCCL_P2P_DISABLE=1" in line
+
+
+def test_sysfs_and_nvidia_smi_spellings():
+    assert bdf_of("00000000:01:00.0") == "0000:01:00.0" and bdf_of("0000:C1:00.0") == "0000:c1:00.0"
+    assert bdf_of("01:00.0") == "0000:01:00.0"
+    line = "0x0000038000000000 0x0000039fffffffff 0x000000000014220c"
+    assert bar_size_mib(f"0x00000000f0000000 0x00000000f3ffffff 0x0000000000040200\n{line}", 1) == 131072
+    assert bar_size_mib("", 1) is None
+
+
+def test_the_module_gathers_the_fabric_in_its_one_call(tmp_path):
+    """nvidia_gpu_facts on a written tree (fabric_root), with a fake nvidia-smi and a fake lspci (TEST
+    DOUBLES: this machine has no GPU), each answering from the tree: the fabric is in epforge_gpu_facts."""
+    root, gpus, lspci = written_tree(tmp_path / "host", two_switch_host())
+    (tmp_path / "lspci.txt").write_text(lspci)
+    query = "\n".join(
+        f"{g['index']}, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, {g['pci_bus_id']}, "
+        f"GPU-{g['index']}, 580.95.05"
+        for g in gpus
+    )
+    persistence = "\n".join(f"{g['pci_bus_id']}, Enabled" for g in gpus)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n# TEST DOUBLE of nvidia-smi: the two queries the fabric needs; nothing else is known\n"
+        f'case "$1" in\n  --query-gpu=pci.bus_id,persistence_mode) printf "%s\\n" "{persistence}";;\n'
+        f'  --query-gpu=*) printf "%s\\n" "{query}";;\n  *) echo "not in this double" >&2; exit 1;;\nesac\n'
+    )
+    smi.chmod(0o755)
+    fake_lspci = tmp_path / "lspci"
+    fake_lspci.write_text(f"#!/bin/sh\n# TEST DOUBLE of lspci -D -vvv\ncat {tmp_path / 'lspci.txt'}\n")
+    fake_lspci.chmod(0o755)
+    rc, result = run_module(
+        "nvidia_gpu_facts",
+        {"nvidia_smi_path": str(smi), "fabric_root": str(root), "lspci_path": str(fake_lspci)},
+    )
+    assert rc == 0, result
+    fabric = result["ansible_facts"]["epforge_gpu_facts"]["fabric"]
+    assert fabric["available"] and len(fabric["pairs"]) == 28 and fabric["lspci_error"] == ""
+    assert {g["persistence_mode"] for g in fabric["gpus"]} == {"Enabled"}
+    assert json.dumps(fabric) == json.dumps(
+        gather_fabric(str(root), [{**g} for g in gpus], lspci, "", fabric_modes(gpus))
+    )
+
+
+def fabric_modes(gpus: list[dict]) -> dict:
+    return {bdf_of(g["pci_bus_id"]): "Enabled" for g in gpus}
