@@ -300,6 +300,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     version_tuple,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import fabric_summary
 from ansible_collections.epforge.ep.plugins.module_utils.process import start_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
@@ -687,6 +688,7 @@ def preflight_result(stack: dict, gpu_facts: dict, host: dict, verdict: dict, se
             "interconnect": gpu_facts.get("interconnect", "none"),
             "driver_version": gpu_facts.get("driver_version", ""),
             "cuda_driver_version": gpu_facts.get("cuda_driver_version", ""),
+            "fabric": fabric_summary(gpu_facts.get("fabric")),
         },
         "checks": host["checks"],
         "python_version": host["python_version"],

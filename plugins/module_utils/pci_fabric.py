@@ -304,3 +304,28 @@ def fabric_context(fabric: dict | None, server: dict) -> dict:
         "slow_slots": slow,
         "small_bar1": small,
     }
+
+
+def fabric_summary(fabric: dict | None) -> dict:
+    """The fabric as local fact epforge_preflight records it and `epforge report` shows it: stable across
+    reruns (no current link speed, which an idle GPU lowers), judged without server settings."""
+    fabric = fabric or {}
+    if not fabric.get("available"):
+        return {"available": False, "reason": fabric.get("reason", "")}
+    context = fabric_context(fabric, {"tp_size": 1})
+    kinds: dict[str, int] = {}
+    for pair in fabric.get("pairs", []):
+        kinds[pair["kind"]] = kinds.get(pair["kind"], 0) + 1
+    bridges = sorted({b for p in fabric.get("pairs", []) for b in p.get("acs_redirect", [])})
+    return {
+        "available": True,
+        "iommu": context["iommu"],
+        "acs_read": context["acs_read"],
+        "acs_redirect_bridges": bridges,
+        "sockets": {f"GPU{g['index']}": g.get("socket") for g in fabric.get("gpus", [])},
+        "pair_kinds": kinds,
+        "narrow_links": context["narrow_links"],
+        "slow_slots": context["slow_slots"],
+        "small_bar1": context["small_bar1"],
+        "lspci_error": fabric.get("lspci_error", ""),
+    }

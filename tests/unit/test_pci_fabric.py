@@ -18,10 +18,12 @@ from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import (
     bar_size_mib,
     bdf_of,
     fabric_context,
+    fabric_summary,
     gather_fabric,
     parse_lspci_acs,
     parse_lspci_names,
 )
+from epforge.report.overview import fabric_text
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "tests" / "fixtures" / "gpu_host_h200"
@@ -176,3 +178,17 @@ def test_the_module_gathers_the_fabric_in_its_one_call(tmp_path):
 
 def fabric_modes(gpus: list[dict]) -> dict:
     return {bdf_of(g["pci_bus_id"]): "Enabled" for g in gpus}
+
+
+def test_the_report_cell_names_every_fabric_finding(tmp_path):
+    """epforge_preflight records fabric_summary (no current link speed: an idle GPU lowers it, and the fact
+    must not change on a rerun); epforge report's overview turns it into one cell."""
+    root, gpus, lspci = written_tree(tmp_path, two_switch_host())
+    summary = fabric_summary(gather_fabric(str(root), gpus, lspci))
+    assert "speed_gts" not in json.dumps(summary)
+    text = fabric_text(summary)
+    assert text.startswith(
+        "IOMMU translated; socket(s) 0, 1; GPU pairs: 16 cross_socket, 12 switch; ACS redirect on "
+    )
+    assert "0000:82:03.0" in text and "GPU5 x8 of x16" in text and "GPU7 BAR1 256 MiB of 97887 MiB" in text
+    assert fabric_text({"available": False, "reason": "no GPU"}) == "not read (no GPU)"

@@ -588,6 +588,7 @@ def test_role_on_a_host_without_gpu_writes_the_fact_once(tmp_path):
         "interconnect": "none",
         "driver_version": "",
         "cuda_driver_version": "",
+        "fabric": {"available": False, "reason": "nvidia-smi not found on PATH"},
     }
     assert fact["gpu_runtime"] == {
         "available": False,

@@ -329,11 +329,11 @@ def test_report_shows_the_fleet_overview_and_coverage_matrix_in_a_real_browser(t
 
     parsed = Cells()
     parsed.feed(dom.stdout)
-    overview = next(r for r in parsed.rows if r and r[0] == "cpu-i10fe" and len(r) == 11)
-    assert overview[1].startswith("no GPU (nvidia-smi not found")
-    assert overview[2].startswith("cu130 (CUDA 13.0") and overview[4].startswith("2.14.1+cu130")
-    assert "deep_ep: sm_120" in overview[5] and "epforge_canary: sm_120" in overview[5]
-    assert "sglang_server: skipped" in overview[10]
+    overview = next(r for r in parsed.rows if r and r[0] == "cpu-i10fe" and len(r) == 12)
+    assert overview[1].startswith("no GPU (nvidia-smi not found") and overview[2] == "-"  # no GPU: no fabric
+    assert overview[3].startswith("cu130 (CUDA 13.0") and overview[5].startswith("2.14.1+cu130")
+    assert "deep_ep: sm_120" in overview[6] and "epforge_canary: sm_120" in overview[6]
+    assert "sglang_server: skipped" in overview[11]
     # one matrix cell per component, as the fact says
     cells = {component: (cls, text) for component, cls, text in parsed.coverage}
     assert set(cells) == set(final["components"])

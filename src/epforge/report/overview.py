@@ -9,6 +9,29 @@ def _ids(items) -> str:
     return ", ".join(str((i or {}).get("id", i)) for i in items or []) or "none"
 
 
+def fabric_text(fabric: dict | None) -> str:
+    """The PCIe fabric of epforge_preflight's gpu.fabric in one cell: IOMMU, sockets, paths, and each
+    finding of the fabric rows' kind (ACS redirect, narrow links, slow slots, small BAR1)."""
+    fabric = fabric or {}
+    if not fabric.get("available"):
+        return f"not read ({fabric.get('reason') or 'no facts'})" if fabric else "-"
+    sockets = sorted({s for s in (fabric.get("sockets") or {}).values() if s is not None})
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted((fabric.get("pair_kinds") or {}).items()))
+    parts = [
+        f"IOMMU {fabric.get('iommu', '?')}",
+        f"socket(s) {', '.join(map(str, sockets)) or '?'}",
+        f"GPU pairs: {kinds or 'none'}",
+    ]
+    redirect = fabric.get("acs_redirect_bridges") or []
+    if redirect:
+        parts.append(f"ACS redirect on {', '.join(redirect)}")
+    elif not fabric.get("acs_read"):
+        parts.append(f"ACS not read ({fabric.get('lspci_error') or 'no bridge with ACS'})")
+    for key in ("narrow_links", "slow_slots", "small_bar1"):
+        parts += fabric.get(key) or []
+    return "; ".join(parts)
+
+
 def overview_rows(hosts: dict[str, dict]) -> list[dict]:
     """One row per host from the provisioning facts: GPUs and interconnect, stack, toolkit, torch, each
     extension and its archs, DeepEP and FlashInfer state, SGLang, known issues applied, steps skipped."""
@@ -26,6 +49,7 @@ def overview_rows(hosts: dict[str, dict]) -> list[dict]:
             )
         else:
             gpus = f"no GPU ({gpu.get('reason') or 'not probed'})" if pre else "-"
+        fabric = fabric_text(gpu.get("fabric")) if gpu.get("gpu_count") else "-"
         stack = pre.get("stack") or {}
         tk = facts.get("cuda_toolkit") or {}
         ml = facts.get("ml_env") or {}
@@ -40,6 +64,7 @@ def overview_rows(hosts: dict[str, dict]) -> list[dict]:
             {
                 "host": host,
                 "gpus": gpus,
+                "fabric": fabric,
                 "stack": f"{stack.get('name', '?')} (CUDA {stack.get('cuda', '?')}, archs "
                 f"{', '.join(stack.get('arch_list') or [])})"
                 if stack
@@ -91,6 +116,7 @@ def overview_rows(hosts: dict[str, dict]) -> list[dict]:
 OVERVIEW_COLUMNS = (
     ("host", "host"),
     ("gpus", "GPUs and interconnect"),
+    ("fabric", "PCIe fabric"),
     ("stack", "stack"),
     ("toolkit", "toolkit"),
     ("torch", "torch"),
