@@ -58,6 +58,21 @@ options:
     description: Fail when an error row matches (false returns the errors and lets the caller decide).
     type: bool
     default: true
+  env:
+    description:
+      - A Python env (venv directory) whose installed releases the rows read as C(installed.sglang),
+        C(installed.flashinfer), C(installed.torch) and C(installed.nccl), from its distributions' dist-info
+        names (nothing is imported). Empty reads the stack's planned releases (C(installed.source) C(stack)).
+    type: path
+    default: ""
+  expect_adjustments:
+    description:
+      - The ids of the adjustments the server settings object was built with (role preflight's verdict, before
+        the install). When given, the module fails if the installed releases give other adjustments or an
+        error. The argv is never changed after the install, so such a launch is refused instead, naming the
+        rows and releases.
+    type: list
+    elements: str
   sglang_version:
     description: The SGLang release to render the server settings object for; empty builds none.
     type: str
@@ -150,6 +165,8 @@ server_object:
   type: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
@@ -158,8 +175,29 @@ from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     format_adjustment,
     format_finding,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.releases import env_site_dirs, installed_releases
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
+
+
+def refuse_another_verdict(module: AnsibleModule, expected: list[str] | None, result: dict) -> None:
+    """After the install: the releases now installed must give the verdict the settings were built with."""
+    if expected is None:
+        return
+    got = [a["id"] for a in result["findings"]["adjustments"]]
+    errors = [f["id"] for f in result["findings"]["errors"]]
+    if sorted(got) == sorted(expected) and not errors:
+        return
+    installed = result["context"]["installed"]
+    releases = ", ".join(f"{k} {v}" for k, v in installed.items() if k != "source" and v)
+    module.fail_json(
+        msg=f"the installed releases ({releases}) give another known-issues verdict than the one the server "
+        f"settings were built with (adjusted then: {', '.join(expected) or 'none'}; now: "
+        f"{', '.join(got) or 'none'}; errors now: {', '.join(errors) or 'none'}). The argv is not changed "
+        "after the install, so the launch is refused: pin the stack's releases, or run preflight again "
+        "against this env",
+        **result,
+    )
 
 
 def main() -> None:
@@ -170,6 +208,8 @@ def main() -> None:
             "stack": {"type": "dict", "required": True},
             "server": {"type": "dict", "default": {}},
             "fail_on_error": {"type": "bool", "default": True},
+            "env": {"type": "path", "default": ""},
+            "expect_adjustments": {"type": "list", "elements": "str"},
             "sglang_version": {"type": "str", "default": ""},
             "flag_table": {"type": "dict", "default": {}},
             "model_dir": {"type": "path", "default": "/var/lib/epforge/models"},
@@ -179,8 +219,15 @@ def main() -> None:
     params = module.params
     # Mask secrets of the settings everywhere in the output, the invocation record included.
     module.no_log_values.update(secret_values(params["server"] or {}))
+    installed = None
+    if params["env"]:
+        if not os.path.isdir(params["env"]):
+            module.fail_json(msg=f"env {params['env']} does not exist: no installed release to judge")
+        installed = installed_releases(env_site_dirs(params["env"]))
     try:
-        result = evaluate(params["table"], params["gpu_facts"] or {}, params["stack"], params["server"] or {})
+        result = evaluate(
+            params["table"], params["gpu_facts"] or {}, params["stack"], params["server"] or {}, installed
+        )
     except TableError as exc:
         module.fail_json(msg=f"the known-issues table is malformed: {exc}; fix data/known_issues.yml")
     findings = result["findings"]
@@ -195,6 +242,7 @@ def main() -> None:
             + " | ".join(format_finding(f) for f in findings["errors"]),
             **result,
         )
+    refuse_another_verdict(module, params["expect_adjustments"], result)
     for warning in findings["warnings"]:
         module.warn(format_finding(warning))
     version = params["sglang_version"]

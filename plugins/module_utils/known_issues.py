@@ -36,14 +36,16 @@ import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import base_arch
 from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import fabric_context
+from ansible_collections.epforge.ep.plugins.module_utils.releases import planned_releases
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import without_secrets
 from ansible_collections.epforge.ep.plugins.module_utils.version import (
     version_tuple,  # also imported from here by modules
 )
 
 SEVERITIES = ("error", "warning", "adjust")
-ROW_KEYS = ("id", "title", "severity", "condition", "consequence", "remedy", "source")
-FACT_ROOTS = ("gpu", "target", "stack", "server", "fabric")
+ROW_KEYS = ("id", "title", "severity", "seen_on", "condition", "consequence", "remedy", "source")
+RELEASE_COMPONENTS = ("sglang", "flashinfer", "torch", "nccl")
+FACT_ROOTS = ("gpu", "target", "stack", "server", "fabric", "installed")
 SCALAR_OPS = (
     "equals",
     "not_equals",
@@ -220,6 +222,37 @@ def _validate_adjust(row: dict, where: str) -> list[str]:
     ]
 
 
+def _validate_releases(row: dict, where: str) -> list[str]:
+    """seen_on: {component: text} (the releases the row was seen on); holds_through (optional):
+    {component: version}, the newest release of each the row is known to hold for."""
+    problems = []
+    for key in ("seen_on", "holds_through"):
+        value = row.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not value:
+            problems.append(f"{where}: {key} must be a mapping of {', '.join(RELEASE_COMPONENTS)} or 'any'")
+            continue
+        unknown = [c for c in value if c not in (*RELEASE_COMPONENTS, "any")]
+        if unknown:
+            problems.append(f"{where}.{key}: unknown component {', '.join(map(str, unknown))}")
+    for component, version in (row.get("holds_through") or {}).items():
+        if not version_tuple(version):
+            problems.append(f"{where}.holds_through.{component}: '{version}' is not a version")
+    return problems
+
+
+def newer_than_known(row: dict, context: dict) -> list[str]:
+    """The components whose installed release is newer than the newest the row is known to hold for (its
+    holds_through): the row may no longer hold there. Unknown versions are not newer."""
+    newer = []
+    for component, known in (row.get("holds_through") or {}).items():
+        have = (context.get("installed") or {}).get(component) or ""
+        if have and version_tuple(have) > version_tuple(known):
+            newer.append(f"{component} {have} (known through {known})")
+    return newer
+
+
 def _validate_row(row: dict, where: str, duplicate: bool) -> list[str]:
     """The problems of one row; duplicate: an earlier row has the same id."""
     problems = []
@@ -232,6 +265,7 @@ def _validate_row(row: dict, where: str, duplicate: bool) -> list[str]:
         problems.append(f"{where}: severity '{row.get('severity')}' is not one of {', '.join(SEVERITIES)}")
     if row.get("condition"):
         problems += validate_condition(row["condition"], f"{where}.condition")
+    problems += _validate_releases(row, where)
     if "shows" in row and not _is_fact_path(row["shows"]):
         problems.append(f"{where}: shows must be a fact path starting with one of {', '.join(FACT_ROOTS)}")
     return problems + _validate_adjust(row, where)
@@ -297,7 +331,13 @@ def stack_summary(stack: dict) -> dict:
     }
 
 
-def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: dict | None = None) -> dict:
+def build_context(
+    gpu_facts: dict,
+    stack: dict,
+    server: dict,
+    server_defaults: dict | None = None,
+    installed: dict | None = None,
+) -> dict:
     """The facts conditions can read.
 
     gpu.available, gpu.count, gpu.archs (base archs of the GPUs found, e.g. ['12.0']), gpu.interconnect,
@@ -305,7 +345,8 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
     | no_gpu, from nvidia-smi topo -p2p r); target.archs (the GPUs' archs, or the stack's arch_list on
     a host without GPUs, so a build host still meets arch dead ends) and target.source (gpus | stack);
     stack.name, stack.cuda, stack.archs; server.* (server_defaults overlaid by the requested settings);
-    fabric.* (pci_fabric.fabric_context).
+    fabric.* (pci_fabric.fabric_context); installed.sglang|flashinfer|torch|nccl|source (the env's
+    releases when given, else the stack's planned ones, source 'stack').
     """
     gpu_facts = gpu_facts or {}
     archs = _gpu_archs(gpu_facts)
@@ -341,6 +382,8 @@ def build_context(gpu_facts: dict, stack: dict, server: dict, server_defaults: d
         "server": merged,
         # the PCIe fabric between the GPUs (pci_fabric.fabric_context: ACS, IOMMU, sockets, links, BAR1)
         "fabric": fabric_context(gpu_facts.get("fabric"), merged),
+        # the releases: what the env holds once installed, else what the stack will install (releases.py)
+        "installed": installed or planned_releases(stack),
     }
 
 
@@ -512,13 +555,17 @@ def _next_adjustment(rows: list, settings: dict, context: dict, applied_ids: set
     return None
 
 
-def _adjust(rows: list, gpu_facts: dict, stack: dict, settings: dict, defaults: dict) -> list[dict]:
-    """Apply adjust rows to settings in place until nothing changes; return the adjustments made."""
+def _adjust(
+    rows: list, gpu_facts: dict, stack: dict, settings: dict, defaults: dict, *, installed: dict | None
+) -> list[dict]:
+    """Apply adjust rows to settings in place until nothing changes; return the adjustments made. A row that
+    releases newer than it is known for make doubtful does not adjust (evaluate reports it as a warning)."""
     adjustments = []
     applied_ids = set()
     # Each row adjusts at most once, so this ends; the context is re-read after every change.
     for _ in range(len(rows) + 1):
-        context = build_context(gpu_facts, stack, settings, defaults)
+        context = build_context(gpu_facts, stack, settings, defaults, installed)
+        applied_ids |= {r["id"] for r in rows if newer_than_known(r, context)}
         adjustment = _next_adjustment(rows, settings, context, applied_ids)
         if adjustment is None:
             break
@@ -538,8 +585,13 @@ def _settings_changes(adjustments: list[dict]) -> dict:
     return settings_changes
 
 
-def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
+def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict, installed: dict | None = None) -> dict:
     """Evaluate every row; return findings (errors, warnings, adjustments), matched ids and adjusted settings.
+
+    installed: the env's releases (releases.installed_releases); None judges the stack's planned ones. A row
+    whose condition matches on a host with a release newer than its holds_through is reported as a warning
+    that it may no longer hold (never as an error or an adjustment): a rule that cannot say up to which
+    release it holds must not refuse or change what a newer release may have fixed.
 
     Raises TableError when the table is malformed.
     """
@@ -549,12 +601,16 @@ def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
     rows = table["issues"]
     defaults = table.get("server_defaults") or {}
     settings = copy.deepcopy(server or {})
-    adjustments = _adjust(rows, gpu_facts, stack, settings, defaults)
+    adjustments = _adjust(rows, gpu_facts, stack, settings, defaults, installed=installed)
 
-    context = build_context(gpu_facts, stack, settings, defaults)
+    context = build_context(gpu_facts, stack, settings, defaults, installed)
     errors, warnings = [], []
     for row in rows:
-        if row["severity"] == "adjust" or not matches(row["condition"], context):
+        newer = newer_than_known(row, context)
+        if (row["severity"] == "adjust" and not newer) or not matches(row["condition"], context):
+            continue
+        if newer:
+            warnings.append(_doubtful(row, context, newer))
             continue
         (errors if row["severity"] == "error" else warnings).append(_finding(row, context))
     return {
@@ -563,8 +619,25 @@ def evaluate(table: dict, gpu_facts: dict, stack: dict, server: dict) -> dict:
         "matched": [f["id"] for f in errors + warnings + adjustments],
         "adjusted_settings": without_secrets(settings),
         "settings_changes": without_secrets(_settings_changes(adjustments)),
-        "context": {"gpu": context["gpu"], "target": context["target"], "stack": context["stack"]},
+        "context": {
+            "gpu": context["gpu"],
+            "target": context["target"],
+            "stack": context["stack"],
+            "installed": context["installed"],
+        },
     }
+
+
+def _doubtful(row: dict, context: dict, newer: list[str]) -> dict:
+    """A matching row on releases newer than it is known for: a warning saying so, never its own verdict."""
+    finding = _finding(row, context)
+    finding["severity"] = "warning"
+    finding["doubtful"] = {"was": row["severity"], "newer": newer}
+    finding["consequence"] = (
+        f"(known up to older releases; this host has {', '.join(newer)}, where it was not checked, so it is "
+        f"reported, not {'applied' if row['severity'] == 'adjust' else 'enforced'}) {finding['consequence']}"
+    )
+    return finding
 
 
 def format_finding(finding: dict) -> str:

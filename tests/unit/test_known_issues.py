@@ -566,6 +566,7 @@ def row(**overrides) -> dict:
         "consequence": "c",
         "remedy": "r",
         "source": "s",
+        "seen_on": {"sglang": "0.5.23"},
         "condition": {"fact": "gpu.count", "gt": 1},
     }
     base.update(overrides)
@@ -590,6 +591,9 @@ def row(**overrides) -> dict:
         (row(adjust={"x": 1}), "only severity adjust rows"),
         (row(severity="adjust", adjust={"x": {"from": "elsewhere"}}), "'from' takes a fact path"),
         (row(remedy=""), "missing remedy"),
+        (row(seen_on=None), "missing seen_on"),
+        (row(seen_on={"deepgemm": "1.0"}), "unknown component deepgemm"),
+        (row(holds_through={"sglang": "latest"}), "'latest' is not a version"),
     ],
 )
 def test_validation_names_the_problem(bad_row, message):
@@ -727,3 +731,95 @@ def test_the_preflight_fact_gpu_summary_is_valid_gpu_facts():
     full, short = run(SM120_PCIE, CU128, server), run(summary, CU128, server)
     assert short["matched"] == full["matched"] and short["settings_changes"] == full["settings_changes"]
     assert short["context"]["gpu"] == full["context"]["gpu"]
+
+
+# ---------------------------------------------------------------- releases (installed.*)
+
+FUSION_ON_SM120 = {"tp_size": 8, "enable_flashinfer_allreduce_fusion": True}
+
+
+def released(sglang: str) -> dict:
+    return {
+        "source": "env",
+        "sglang": sglang,
+        "flashinfer": "0.7.2",
+        "torch": "2.14.1+cu130",
+        "nccl": "2.28.9",
+    }
+
+
+def test_the_same_settings_with_two_sglang_releases_get_two_verdicts():
+    """flashinfer_allreduce_fusion_sm120 is known through SGLang 0.5.23 (holds_through): there the fusion is
+    turned off (adjust); on a newer release, where SGLang may have enabled FlashInfer's SM12x kernel
+    (flashinfer#3903), the same row only warns that it was not checked, and the settings stay as asked."""
+    known = evaluate(TABLE, SM120_PCIE, CU130, FUSION_ON_SM120, installed=released("0.5.23"))
+    assert "flashinfer_allreduce_fusion_sm120" in ids(known, "adjust")
+    assert known["adjusted_settings"]["enable_flashinfer_allreduce_fusion"] is False
+
+    newer = evaluate(TABLE, SM120_PCIE, CU130, FUSION_ON_SM120, installed=released("0.6.1"))
+    assert "flashinfer_allreduce_fusion_sm120" not in ids(newer, "adjust")
+    warning = next(
+        w for w in severity_list(newer, "warning") if w["id"] == "flashinfer_allreduce_fusion_sm120"
+    )
+    assert warning["doubtful"] == {"was": "adjust", "newer": ["sglang 0.6.1 (known through 0.5.23)"]}
+    assert "not checked" in warning["consequence"] and "reported, not applied" in warning["consequence"]
+    assert newer["adjusted_settings"]["enable_flashinfer_allreduce_fusion"] is True
+    # custom allreduce over PCIe: the same two verdicts
+    assert "custom_allreduce_pcie_multi_gpu" in ids(known, "adjust")
+    assert "custom_allreduce_pcie_multi_gpu" in ids(newer, "warning")
+
+
+def test_before_the_install_the_stacks_planned_releases_are_judged():
+    result = evaluate(TABLE, SM120_PCIE, CU130, FUSION_ON_SM120)
+    assert result["context"]["installed"] == {
+        "source": "stack",
+        "sglang": CU130["sglang"]["version"],
+        "flashinfer": CU130["flashinfer"]["version"],
+        "torch": CU130["torch"]["version"],
+        "nccl": "",
+    }
+    assert "flashinfer_allreduce_fusion_sm120" in ids(result, "adjust")
+
+
+def test_a_condition_can_compare_installed_releases():
+    ctx = build_context(SM120_PCIE, CU130, {}, installed=released("0.5.23"))
+    assert matches({"fact": "installed.nccl", "version_ge": "2.28"}, ctx)
+    assert not matches({"fact": "installed.sglang", "version_ge": "0.6"}, ctx)
+    assert not matches({"fact": "installed.nccl", "version_ge": "2.28"}, build_context(SM120_PCIE, CU130, {}))
+
+
+def test_every_row_says_which_releases_it_was_seen_on():
+    for row_ in TABLE["issues"]:
+        assert row_["seen_on"] and all(str(v).strip() for v in row_["seen_on"].values()), row_["id"]
+
+
+def test_after_the_install_another_verdict_refuses_the_launch(tmp_path):
+    """Module epforge_known_issues with env (role final_env): the releases come from the env's dist-info names
+    (nothing imported). The stack's SGLang gives preflight's verdict again; a newer SGLang in the env gives
+    another one, and the run is refused, as the argv is not changed after the install."""
+    expected = ["custom_allreduce_pcie_multi_gpu", "flashinfer_allreduce_fusion_sm120"]
+    for sglang, outcome in (("0.5.23", "exit"), ("0.6.1", "fail")):
+        site = tmp_path / sglang / "lib" / "python3.11" / "site-packages"
+        for dist in (
+            f"sglang-{sglang}",
+            "flashinfer_python-0.7.2",
+            "torch-2.14.1+cu130",
+            "nvidia_nccl_cu13-2.28.9",
+        ):
+            (site / f"{dist}.dist-info").mkdir(parents=True)
+        args = {
+            "table": TABLE,
+            "gpu_facts": SM120_PCIE,
+            "stack": CU130,
+            "server": FUSION_ON_SM120,
+            "env": str(tmp_path / sglang),
+            "expect_adjustments": expected,
+        }
+        how, result = run_module(args)
+        assert how == outcome, result
+        assert result["context"]["installed"] == {**released(sglang), "torch": "2.14.1+cu130"}
+    assert "another known-issues verdict" in result["msg"] and "sglang 0.6.1" in result["msg"]
+    assert (
+        "adjusted then: custom_allreduce_pcie_multi_gpu, flashinfer_allreduce_fusion_sm120; now: none"
+        in result["msg"]
+    )

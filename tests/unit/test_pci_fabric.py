@@ -28,6 +28,7 @@ from epforge.report.overview import fabric_text
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "tests" / "fixtures" / "gpu_host_h200"
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "fabric"))
+from fake_pci import install, install_nvidia_smi  # noqa: E402
 from sysfs_trees import tree_from_capture, two_switch_host, written_tree  # noqa: E402
 
 TABLE = yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text())
@@ -144,40 +145,18 @@ def test_sysfs_and_nvidia_smi_spellings():
 
 def test_the_module_gathers_the_fabric_in_its_one_call(tmp_path):
     """nvidia_gpu_facts on a written tree (fabric_root), with a fake nvidia-smi and a fake lspci (TEST
-    DOUBLES: this machine has no GPU), each answering from the tree: the fabric is in epforge_gpu_facts."""
+    DOUBLES, tests/fixtures/fabric/fake_pci.py; no GPU here): the fabric is in epforge_gpu_facts."""
     root, gpus, lspci = written_tree(tmp_path / "host", two_switch_host())
-    (tmp_path / "lspci.txt").write_text(lspci)
-    query = "\n".join(
-        f"{g['index']}, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, {g['pci_bus_id']}, "
-        f"GPU-{g['index']}, 580.95.05"
-        for g in gpus
-    )
-    persistence = "\n".join(f"{g['pci_bus_id']}, Enabled" for g in gpus)
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text(
-        "#!/bin/sh\n# TEST DOUBLE of nvidia-smi: the two queries the fabric needs; nothing else is known\n"
-        f'case "$1" in\n  --query-gpu=pci.bus_id,persistence_mode) printf "%s\\n" "{persistence}";;\n'
-        f'  --query-gpu=*) printf "%s\\n" "{query}";;\n  *) echo "not in this double" >&2; exit 1;;\nesac\n'
-    )
-    smi.chmod(0o755)
-    fake_lspci = tmp_path / "lspci"
-    fake_lspci.write_text(f"#!/bin/sh\n# TEST DOUBLE of lspci -D -vvv\ncat {tmp_path / 'lspci.txt'}\n")
-    fake_lspci.chmod(0o755)
-    rc, result = run_module(
-        "nvidia_gpu_facts",
-        {"nvidia_smi_path": str(smi), "fabric_root": str(root), "lspci_path": str(fake_lspci)},
-    )
+    tools = install(tmp_path / "state", lspci, tmp_path / "bin")
+    smi = install_nvidia_smi(tmp_path / "bin", gpus)
+    args = {"nvidia_smi_path": str(smi), "fabric_root": str(root), "lspci_path": str(tools["lspci"])}
+    rc, result = run_module("nvidia_gpu_facts", args)
     assert rc == 0, result
     fabric = result["ansible_facts"]["epforge_gpu_facts"]["fabric"]
     assert fabric["available"] and len(fabric["pairs"]) == 28 and fabric["lspci_error"] == ""
     assert {g["persistence_mode"] for g in fabric["gpus"]} == {"Enabled"}
-    assert json.dumps(fabric) == json.dumps(
-        gather_fabric(str(root), [{**g} for g in gpus], lspci, "", fabric_modes(gpus))
-    )
-
-
-def fabric_modes(gpus: list[dict]) -> dict:
-    return {bdf_of(g["pci_bus_id"]): "Enabled" for g in gpus}
+    modes = {bdf_of(g["pci_bus_id"]): "Enabled" for g in gpus}
+    assert json.dumps(fabric) == json.dumps(gather_fabric(str(root), gpus, lspci, "", modes))
 
 
 def test_the_report_cell_names_every_fabric_finding(tmp_path):
