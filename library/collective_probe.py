@@ -54,6 +54,14 @@ options:
     type: list
     elements: int
     default: [1, 8, 64, 512]
+  curve_sizes:
+    description:
+      - Message sizes in bytes for the latency curve (for example powers of two from 1024 to 67108864). Each
+        op is also timed (eager) on a flat message of each size, per variant; the fact's C(curve) holds one
+        point per variant, op and size (the slowest rank's figures). Empty measures no curve.
+    type: list
+    elements: int
+    default: []
   hidden:
     description: Hidden size (7168 for DeepSeek-V3 and Kimi-K2).
     type: int
@@ -85,7 +93,10 @@ options:
         environment variables (values as strings).
     type: list
     elements: dict
-    default: [{name: default, env: {}}, {name: nccl_p2p_disabled, env: {NCCL_P2P_DISABLE: "1"}}]
+    default:
+      - {name: default, env: {}}
+      - {name: nccl_pcie, env: {NCCL_P2P_LEVEL: SYS, NCCL_PROTO: "LL,LL128,Simple"}}
+      - {name: nccl_p2p_disabled, env: {NCCL_P2P_DISABLE: "1"}}
   env:
     description: Environment variables for every variant (a variant's own C(env) wins).
     type: dict
@@ -176,6 +187,15 @@ ansible_facts:
           sample:
             - {variant: default, op: allreduce, mode: graph, tokens: 1, mean_us: 11.0, median_us: 11.0,
                p99_us: 11.3}
+        curve:
+          description: >-
+            The latency curve (O(curve_sizes)) - one point per variant, op and message size, eager calls, with
+            C(bytes) sent per rank and C(mean_us), C(median_us), C(p99_us) (slowest rank).
+          type: list
+          elements: dict
+          sample:
+            - {variant: default, op: allreduce, size: 1048576, bytes: 1048576, mean_us: 61.2, median_us: 60.8,
+               p99_us: 66.0}
         estimate:
           description: >-
             Per variant, mode and token count, the communication microseconds of one decode step with TP
@@ -286,6 +306,8 @@ def probe_inputs(params: dict, script_sha: str) -> dict:
         "python",
     )
     inputs = {k: params[k] for k in keys}
+    if params.get("curve_sizes"):
+        inputs["curve_sizes"] = params["curve_sizes"]
     inputs["script_sha256"] = script_sha
     return inputs
 
@@ -296,6 +318,7 @@ def probe_argv(params: dict, out_file: str) -> list[str]:
     options = [
         ("--world-size", params["world_size"]),
         ("--tokens", ",".join(str(t) for t in params["tokens"])),
+        ("--curve-sizes", ",".join(str(b) for b in params["curve_sizes"])),
         ("--hidden", params["hidden"]),
         ("--dtype", params["dtype"]),
         ("--modes", modes),
@@ -342,6 +365,7 @@ ARGUMENT_SPEC = {
     "gpus": {"type": "list", "elements": "dict", "default": []},
     "world_size": {"type": "int", "default": 0},
     "tokens": {"type": "list", "elements": "int", "default": [1, 8, 64, 512], "no_log": False},
+    "curve_sizes": {"type": "list", "elements": "int", "default": []},
     "hidden": {"type": "int", "default": 7168},
     "dtype": {"type": "str", "default": "bfloat16", "choices": ["bfloat16", "float16", "float32"]},
     "iters": {"type": "int", "default": 200},
@@ -353,6 +377,8 @@ ARGUMENT_SPEC = {
         "elements": "dict",
         "default": [
             {"name": "default", "env": {}},
+            # the PCIe tuning the tuner tries too (tune_plan/space.py PCIE_NCCL), so its curve orders them
+            {"name": "nccl_pcie", "env": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple"}},
             {"name": "nccl_p2p_disabled", "env": {"NCCL_P2P_DISABLE": "1"}},
         ],
     },
@@ -367,6 +393,7 @@ ARGUMENT_SPEC = {
 }
 
 TABLE_COLUMNS = ("op", "mode", "tokens", "bytes", "mean_us", "median_us", "p99_us", "min_us")
+CURVE_COLUMNS = ("op", "size", "bytes", "mean_us", "median_us", "p99_us", "min_us")
 
 
 def input_problems(p: dict) -> tuple[list[dict], dict, list[str]]:
@@ -376,6 +403,8 @@ def input_problems(p: dict) -> tuple[list[dict], dict, list[str]]:
         problems.append(f"python must be an absolute path, got {p['python']!r}")
     if any(t < 1 for t in p["tokens"]) or not p["tokens"]:
         problems.append(f"tokens must be a non-empty list of integers >= 1, got {p['tokens']}")
+    if any(b < 1 for b in p["curve_sizes"]):
+        problems.append(f"curve_sizes must be message sizes in bytes >= 1, got {p['curve_sizes']}")
     for key in ("hidden", "iters", "graph_calls"):
         if p[key] < 1:
             problems.append(f"{key} must be >= 1, got {p[key]}")
@@ -422,6 +451,7 @@ def new_record(p: dict, inputs_sha256: str, model: dict) -> dict:
         "model": model,
         "variants": {},
         "table": [],
+        "curve": [],
     }
 
 
@@ -460,6 +490,8 @@ def add_variant(record: dict, variant: dict, raw: dict, seconds: float) -> None:
     }
     for row in raw.get("results", []):
         record["table"].append({"variant": variant["name"], **{k: row[k] for k in TABLE_COLUMNS}})
+    for point in raw.get("curve", []):
+        record["curve"].append({"variant": variant["name"], **{k: point[k] for k in CURVE_COLUMNS}})
 
 
 def measure(module: AnsibleModule, variants: list[dict], record: dict) -> None:

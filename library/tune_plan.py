@@ -70,6 +70,12 @@ options:
     default: []
   estimate:
     description: The collective probe's TP-vs-EP estimate rows (C(epforge_collective_probe.estimate)).
+  curve:
+    description:
+      - The collective probe's latency curve, each point with its variant's C(env) (role tuner adds it from
+        C(epforge_collective_probe.variants)). Within the parallelism the estimate puts first, candidates
+        whose NCCL settings (C(NCCL_*) of their env) had the lowest allreduce latency over decode's message
+        sizes (up to 8 MiB) come first; settings the probe did not measure come after.
     type: list
     elements: dict
     default: []
@@ -138,6 +144,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import vali
 from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import (
     check_names,
     ep_first,
+    nccl_costs,
     ordered,
     settings_of,
     space_candidates,
@@ -155,6 +162,7 @@ ARGUMENT_SPEC = {
     "draft_model": {"type": "str", "default": ""},
     "concurrencies": {"type": "list", "elements": "int", "default": []},
     "estimate": {"type": "list", "elements": "dict", "default": []},
+    "curve": {"type": "list", "elements": "dict", "default": []},
     "max_candidates": {"type": "int", "default": 64},
 }
 
@@ -236,7 +244,9 @@ class Planner:
         digests: dict = {}
         judged = [self.judged(c, digests) for c in self.checked(candidates)]
         ep_cheaper, order = ep_first(self.params["estimate"])
-        planned = ordered([c for c in judged if c["status"] == "planned"], ep_cheaper)
+        nccl, nccl_order = nccl_costs(self.params["curve"])
+        order = f"{order}; {nccl_order}"
+        planned = ordered([c for c in judged if c["status"] == "planned"], ep_cheaper, nccl)
         rest = [c for c in judged if c["status"] == "duplicate"] + [
             c for c in judged if c["status"] == "refused"
         ]

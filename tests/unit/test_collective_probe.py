@@ -9,11 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib.image as mpimg
 import pytest
 from collective_probe import estimate, model_spec, probe_inputs, validate_variants
 from moduletools import run_module_in
 
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
+from epforge.report.plots import all_plots
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "collective_probe.py"
@@ -179,3 +181,44 @@ def test_module_and_script_on_cpu_processes(bench_client_python, tmp_path):
     assert again["ansible_facts"]["epforge_collective_probe"]["inputs_sha256"] == fact["inputs_sha256"]
     checked = run_module({**args, "force": True}, tmp_path, check=True)
     assert checked["changed"] is True and "would measure" in checked["msg"]
+
+
+def test_the_latency_curve_on_cpu_processes(bench_client_python, tmp_path):
+    """curve_sizes: each op timed on flat messages of each size, per variant (gloo on CPU processes here: the
+    shape, not GPU figures); the points land in the fact's curve, and the sizes are part of the inputs."""
+    sizes = [1024, 65536, 1048576]
+    args = {
+        "python": str(bench_client_python),
+        "script": str(SCRIPT),
+        "backend": "gloo",
+        "tokens": [1],
+        "curve_sizes": sizes,
+        "iters": 5,
+        "warmup": 1,
+        "variants": [
+            {"name": "default", "env": {}},
+            {"name": "proto", "env": {"NCCL_PROTO": "LL,LL128,Simple"}},
+        ],
+        "log_path": str(tmp_path / "log" / "probe.log"),
+        "fact_path": str(tmp_path / "epforge_collective.fact"),
+    }
+    result = run_module(args, tmp_path)
+    assert result["_rc"] == 0, result.get("msg")
+    curve = json.loads((tmp_path / "epforge_collective.fact").read_text())["curve"]
+    assert sorted((p["variant"], p["op"], p["size"]) for p in curve) == sorted(
+        (v, op, size) for v in ("default", "proto") for op in ("allreduce", "all_to_all") for size in sizes
+    )
+    assert all(p["median_us"] > 0 and p["bytes"] <= p["size"] for p in curve)
+    # the message really has the size asked for (bf16: half as many elements); CPU timings are not compared
+    assert {p["bytes"] for p in curve if p["op"] == "allreduce"} == set(sizes)
+    # epforge report plots it (one PNG per host with a curve)
+    fact = json.loads((tmp_path / "epforge_collective.fact").read_text())
+    images = dict(
+        (caption, path) for caption, path in all_plots({"cpu-host": {"collective": fact}}, [], tmp_path)
+    )
+    png = images["Collective latency curve on cpu-host"]
+    assert mpimg.imread(png).shape[1] > 600
+    again = run_module({**args, "curve_sizes": [1024]}, tmp_path, check=True)
+    assert again["changed"] is True  # other sizes: another measurement
+    bad = run_module({**args, "curve_sizes": [0]}, tmp_path)
+    assert bad["_rc"] != 0 and "curve_sizes must be message sizes" in bad["msg"]

@@ -142,3 +142,38 @@ def test_the_api_key_of_the_request_never_shows_in_the_plan():
     rc, result = plan(ONE_H200, server={"model_path": "/models/m", "api_key": "sk-tune-secret"})
     assert rc == 0, result.get("msg")
     assert "sk-tune-secret" not in json.dumps(result)
+
+
+def curve_points(variant: str, env: dict, per_size_us: float) -> list[dict]:
+    """A probe curve in the fact's shape (the tuner role adds each point's variant env)."""
+    return [
+        {
+            "variant": variant,
+            "env": env,
+            "op": op,
+            "size": size,
+            "median_us": per_size_us * (1 + size / 2**20),
+        }
+        for op in ("allreduce", "all_to_all")
+        for size in (1024, 65536, 1048576, 16 * 2**20)
+    ]
+
+
+def test_the_latency_curve_puts_the_faster_nccl_settings_first():
+    """Within the parallelism the estimate orders, the NCCL settings whose allreduce curve (decode sizes) was
+    lowest come first: here the PCIe tuning (NCCL_P2P_LEVEL=SYS, NCCL_PROTO) beat NCCL as it is."""
+    pcie = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple"}
+    curve = curve_points("default", {}, 40.0) + curve_points("nccl_pcie", pcie, 30.0)
+    rc, result = plan(EIGHT_PCIE, curve=curve)
+    assert rc == 0, result.get("msg")
+    planned = [c for c in result["candidates"] if c["status"] == "planned"]
+    first_default = next(i for i, c in enumerate(planned) if c["name"].endswith("nccl-default"))
+    assert all(c["name"].endswith("nccl-pcie") for c in planned[:first_default])
+    assert planned[0]["settings"]["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    assert "lowest with variant nccl_pcie" in result["order"]
+    # the other way round when NCCL as it is was faster
+    rc, other = plan(
+        EIGHT_PCIE, curve=curve_points("default", {}, 20.0) + curve_points("nccl_pcie", pcie, 30.0)
+    )
+    assert other["candidates"][0]["name"].endswith("nccl-default")
+    assert "no latency curve" in plan(EIGHT_PCIE)[1]["order"]

@@ -217,12 +217,47 @@ def ep_first(estimate: list[dict]) -> tuple[bool | None, str]:
     )
 
 
-def ordered(candidates: list[dict], ep_is_cheaper: bool | None) -> list[dict]:
-    """The candidates with the parallelism the probe found cheaper first (a stable sort: else as given)."""
-    if ep_is_cheaper is None:
-        return list(candidates)
+# Decode's allreduce messages: [tokens x hidden] bf16, up to 512 tokens of a 7168-wide model, about 7 MiB.
+DECODE_MAX_BYTES = 8 * 1024 * 1024
+
+
+def nccl_costs(curve: list[dict]) -> tuple[dict[tuple, float], str]:
+    """{NCCL environment (sorted items): summed allreduce median us over the curve's decode sizes} per probe
+    variant, with the reason; {} without a curve."""
+    totals: dict[tuple, float] = {}
+    names: dict[tuple, str] = {}
+    for point in curve or []:
+        if point.get("op") != "allreduce" or int(point.get("size") or 0) > DECODE_MAX_BYTES:
+            continue
+        key = tuple(sorted((point.get("env") or {}).items()))
+        totals[key] = totals.get(key, 0.0) + float(point.get("median_us") or 0.0)
+        names[key] = point.get("variant", "?")
+    if not totals:
+        return {}, "no latency curve for this host: NCCL settings in the space's order"
+    best = min(totals, key=totals.get)
+    return totals, (
+        f"the latency curve (allreduce up to {DECODE_MAX_BYTES // 1048576} MiB) was lowest with variant "
+        f"{names[best]}: its NCCL settings first"
+    )
+
+
+def ordered(
+    candidates: list[dict], ep_is_cheaper: bool | None, nccl: dict[tuple, float] | None = None
+) -> list[dict]:
+    """The candidates with the parallelism the probe found cheaper first, then (within it) the NCCL settings
+    whose measured curve is lowest; a stable sort, so else as given. A candidate whose NCCL settings the
+    probe did not measure comes after the measured ones."""
 
     def uses_ep(candidate: dict) -> bool:
         return int(candidate["settings"].get("ep_size") or 1) > 1
 
-    return sorted(candidates, key=lambda c: uses_ep(c) != ep_is_cheaper)
+    def nccl_cost(candidate: dict) -> float:
+        env = candidate["settings"].get("env") or {}
+        key = tuple(sorted((k, str(v)) for k, v in env.items() if k.startswith("NCCL_")))
+        return (nccl or {}).get(key, float("inf"))
+
+    def rank(candidate: dict) -> tuple:
+        parallelism = 0 if ep_is_cheaper is None else int(uses_ep(candidate) != ep_is_cheaper)
+        return (parallelism, nccl_cost(candidate) if nccl else 0.0)
+
+    return sorted(candidates, key=rank)

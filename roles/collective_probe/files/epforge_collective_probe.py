@@ -15,6 +15,9 @@ Modes: eager (one call between two CUDA events, `iters` times: mean, median, p99
 which is how SGLang runs decode. A mode that fails (e.g. capture unsupported) is reported with its error,
 the other modes still run.
 
+With --curve-sizes, each op is also timed (eager) on flat messages of those sizes (e.g. 1 KiB to 64 MiB): the
+latency curve, in "curve" (per op and size, the slowest rank's figures).
+
 Exit codes: 0 measured, 3 no usable CUDA device (JSON says why), 1 failure (JSON or stderr says why).
 `--backend gloo --device cpu` runs the same code on CPU processes (tests without a GPU; no graphs).
 """
@@ -37,6 +40,11 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world-size", type=int, default=0, help="ranks (default: every visible GPU)")
     p.add_argument("--tokens", default="1,8,64,512", help="comma-separated token counts")
+    p.add_argument(
+        "--curve-sizes",
+        default="",
+        help="comma-separated message sizes in bytes for the latency curve (eager)",
+    )
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--ops", default="allreduce,all_to_all")
@@ -89,6 +97,40 @@ class RankTimer:
             y = torch.empty_like(x)
             return (lambda: dist.all_to_all_single(y, x)), x.numel() * x.element_size()
         raise ValueError(f"unknown op {op}")
+
+    def make_sized_call(self, op: str, nbytes: int):
+        """(call, bytes one rank sends) for op on a flat message of about nbytes (the curve): allreduce of a
+        tensor of that size; all_to_all of that size split evenly over the ranks."""
+        torch, dist, args = self.torch, self.dist, self.args
+        dtype = getattr(torch, args.dtype)
+        elem = torch.tensor([], dtype=dtype).element_size()
+        numel = max(1, nbytes // elem)
+        if op == "all_to_all":
+            numel = max(args.world_size, numel // args.world_size * args.world_size)
+        x = torch.randn(numel, dtype=dtype, device=self.device)
+        if op == "allreduce":
+            return (lambda: dist.all_reduce(x)), numel * elem
+        if op == "all_to_all":
+            y = torch.empty_like(x)
+            return (lambda: dist.all_to_all_single(y, x)), numel * elem
+        raise ValueError(f"unknown op {op}")
+
+    def measure_curve(self, op: str, nbytes: int, result: dict) -> None:
+        """One point of the latency curve (eager calls): the size asked for, the bytes sent, the figures."""
+        try:
+            call, sent = self.make_sized_call(op, nbytes)
+            for _ in range(self.args.warmup):
+                call()
+            self.sync()
+            row = {"op": op, "size": nbytes, "bytes": sent}
+            result["curve"].append({**row, **summarize(self.timed_us(call))})
+        except Exception as exc:
+            result["errors"].append(
+                {"op": op, "mode": "curve", "size": nbytes, "error": f"{type(exc).__name__}: {exc}"}
+            )
+            if self.use_cuda:
+                self.torch.cuda.synchronize()
+        self.sync()
 
     def sync(self) -> None:
         if self.use_cuda:
@@ -170,7 +212,7 @@ def worker(rank: int, args, port: int, queue) -> None:
     import torch  # noqa: PLC0415 - only the rank processes need torch
     import torch.distributed as dist  # noqa: PLC0415
 
-    result = {"rank": rank, "results": [], "errors": []}
+    result = {"rank": rank, "results": [], "curve": [], "errors": []}
     try:
         use_cuda = args.device == "cuda"
         if use_cuda:
@@ -193,6 +235,8 @@ def worker(rank: int, args, port: int, queue) -> None:
         for op in [o for o in args.ops.split(",") if o]:
             for tokens in [int(t) for t in args.tokens.split(",") if t.strip()]:
                 timer.measure(op, tokens, modes, result)
+            for size in [int(b) for b in args.curve_sizes.split(",") if b.strip()]:
+                timer.measure_curve(op, size, result)
         result["torch"] = torch.__version__
         if use_cuda:
             result["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
@@ -215,6 +259,17 @@ def merge(rank_results: list[dict]) -> tuple[list[dict], list[dict]]:
                 rows[key] = dict(row)
     errors = [dict(e, rank=rr["rank"]) for rr in rank_results for e in rr["errors"]]
     return sorted(rows.values(), key=lambda r: (r["op"], r["mode"], r["tokens"])), errors
+
+
+def merge_curve(rank_results: list[dict]) -> list[dict]:
+    """Per (op, size): the slowest rank's point of the curve."""
+    points: dict[tuple, dict] = {}
+    for rr in rank_results:
+        for row in rr.get("curve", []):
+            key = (row["op"], row["size"])
+            if key not in points or row["median_us"] > points[key]["median_us"]:
+                points[key] = dict(row)
+    return sorted(points.values(), key=lambda r: (r["op"], r["size"]))
 
 
 def emit(payload: dict, out: str) -> None:
@@ -310,6 +365,7 @@ def report(payload: dict, rank_results: list[dict]) -> tuple[int, dict]:
     first = rank_results[0]
     payload.update(
         results=rows,
+        curve=merge_curve(rank_results),
         errors=errors,
         torch=first.get("torch", ""),
         nccl=first.get("nccl", ""),

@@ -138,6 +138,53 @@ def plot_probe(probe: dict, path: Path, title: str) -> Path | None:
     return path
 
 
+def plot_curve(probe: dict, path: Path, title: str) -> Path | None:
+    """The probe's latency curve: median us per call against message size, both log scales, one line per op
+    and NCCL variant (allreduce solid, all_to_all dashed)."""
+    curve = probe.get("curve") or []
+    if not curve:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, variant in enumerate(sorted({p["variant"] for p in curve})):
+        for op, style in (("allreduce", "-"), ("all_to_all", "--")):
+            pts = sorted(
+                (p["size"], p["median_us"]) for p in curve if p["variant"] == variant and p["op"] == op
+            )
+            if pts:
+                ax.plot(
+                    [x for x, _ in pts],
+                    [y for _, y in pts],
+                    style,
+                    marker="o" if op == "allreduce" else "s",
+                    markersize=3,
+                    color=palette[i % len(palette)],
+                    label=f"{op}, {variant}",
+                )
+    sizes = sorted({p["size"] for p in curve})
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ticks = sizes[:: max(1, len(sizes) // 8)]
+    ax.set_xticks(ticks, [_size_label(b) for b in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("message size per rank")
+    ax.set_ylabel("median latency per call (us, eager)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _size_label(size: int) -> str:
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
 def all_plots(hosts: dict[str, dict], rows: list[dict], out: Path) -> list[tuple[str, Path]]:
     """(caption, PNG) of every plot there is data for."""
     images: list[tuple[str, Path]] = []
@@ -161,4 +208,10 @@ def all_plots(hosts: dict[str, dict], rows: list[dict], out: Path) -> list[tuple
             )
             if made:
                 images.append((f"Collective probe on {host}", made))
+        if (facts.get("collective") or {}).get("curve"):
+            made = plot_curve(
+                facts["collective"], out / f"collective-curve-{host}.png", f"NCCL latency curve on {host}"
+            )
+            if made:
+                images.append((f"Collective latency curve on {host}", made))
     return images
