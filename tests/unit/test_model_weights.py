@@ -221,13 +221,18 @@ def test_a_draft_model_needs_no_tokenizer_but_a_main_model_does(tmp_path, hub):
     assert run_module_in(tmp_path, "model_weights", draft)["_rc"] == 0
 
 
-def _process_texts() -> str:
-    """Every readable command line and environment of this machine's processes."""
+def _process_texts(mark: str = "") -> str:
+    """Every readable command line and environment of this machine's processes; with mark, only those of
+    processes whose command line or environment holds it (a test's own, not another test's running at once
+    on another xdist worker)."""
     texts = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
+        parts = []
         for part in ("cmdline", "environ"):
             with contextlib.suppress(OSError):
-                texts.append(Path(f"/proc/{pid}/{part}").read_bytes().decode(errors="replace"))
+                parts.append(Path(f"/proc/{pid}/{part}").read_bytes().decode(errors="replace"))
+        if not mark or any(mark in text for text in parts):
+            texts += parts
     return "\n".join(texts)
 
 
@@ -537,18 +542,28 @@ def test_a_sigkilled_play_leaves_no_fetch_running_and_its_rerun_fetches_only_the
         },
     )
     model = tmp_path / "models" / "acme" / "big"
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    # A mark in the play's environment, inherited by the module and its worker: the check below looks at this
+    # test's processes only (another test of this file may fetch at the same time on another xdist worker).
+    mark = f"EPFORGE_TEST_MARK={tmp_path}"
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+        EPFORGE_TEST_MARK=str(tmp_path),
+    )
     argv = [str(ANSIBLE_PLAYBOOK), "-i", str(LOCAL_INVENTORY), str(play), "-e", f"@{variables}"]
     playbook = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(list(model.glob("model-*.safetensors"))) < 2:
         time.sleep(0.02)
+    # the mark reaches the worker (else the check after the kill could not see a leftover one)
+    assert "epforge-model-worker" in _process_texts(mark), "no marked fetch worker while the play runs"
     playbook.kill()  # SIGKILL of the play, not of the module
     playbook.wait(timeout=30)
     time.sleep(3)  # the watch polls every 0.5 s; the worker is stopped with its group
     placed = sorted(p.name for p in model.glob("model-*.safetensors"))
     assert 2 <= len(placed) < 6, placed
-    assert "epforge-model-worker" not in _process_texts(), "a fetch still runs after its play was killed"
+    assert "epforge-model-worker" not in _process_texts(mark), "a fetch still runs after its play was killed"
     assert "interrupted" in (tmp_path / "log" / "model-model_path.log").read_text()
     served = len(hub.downloads("acme/big"))
 
