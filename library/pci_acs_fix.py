@@ -95,6 +95,10 @@ unit:
   description: Path of the boot unit.
   returned: always
   type: str
+check_mode:
+  description: Whether the module ran in check mode (the play's or the task's), so nothing was written.
+  returned: always
+  type: bool
 """
 
 import json
@@ -217,6 +221,7 @@ class AcsFix:
             "bridges": bridges,
             "writes": writes,
             "unit": self.unit_path,
+            "check_mode": self.module.check_mode,
             "diff": [
                 {"before_header": p, "after_header": p, "before": read_text(p), "after": t}
                 for p, t in stale.items()
