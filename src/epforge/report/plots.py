@@ -122,16 +122,25 @@ def plot_probe(probe: dict, path: Path, title: str) -> Path | None:
                         color=palette[i % len(palette)],
                         label=f"{op}, {variant}",
                     )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(tokens, [str(t) for t in tokens])
-        ax.minorticks_off()
-        ax.set_xlabel("tokens per message ([tokens x hidden] bf16)")
+        _log_log_axes(ax, tokens, [str(t) for t in tokens], "tokens per message ([tokens x hidden] bf16)")
         ax.set_ylabel("mean latency per call (us)")
         ax.set_title(f"{mode}")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
+    return _saved(fig, path)
+
+
+def _log_log_axes(ax, ticks: list, labels: list[str], xlabel: str) -> None:
+    """Latency against message size: both scales logarithmic (size in powers of two), a grid, a legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ticks, labels)
+    ax.minorticks_off()
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+
+
+def _saved(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -162,20 +171,11 @@ def plot_curve(probe: dict, path: Path, title: str) -> Path | None:
                     label=f"{op}, {variant}",
                 )
     sizes = sorted({p["size"] for p in curve})
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
     ticks = sizes[:: max(1, len(sizes) // 8)]
-    ax.set_xticks(ticks, [_size_label(b) for b in ticks])
-    ax.minorticks_off()
-    ax.set_xlabel("message size per rank")
+    _log_log_axes(ax, ticks, [_size_label(b) for b in ticks], "message size per rank")
     ax.set_ylabel("median latency per call (us, eager)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _saved(fig, path)
 
 
 def _size_label(size: int) -> str:
