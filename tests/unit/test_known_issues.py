@@ -823,3 +823,19 @@ def test_after_the_install_another_verdict_refuses_the_launch(tmp_path):
         "adjusted then: custom_allreduce_pcie_multi_gpu, flashinfer_allreduce_fusion_sm120; now: none"
         in result["msg"]
     )
+
+
+def test_the_docs_table_of_rows_and_releases_matches_the_table():
+    """docs/known-issues.md lists every row with its severity, seen_on and holds_through, as the YAML says."""
+    doc = (ROOT / "docs" / "known-issues.md").read_text()
+    listed = re.findall(r"^\| `([a-z0-9_]+)` \| (\w+) \| (.*) \| (.*) \|$", doc, flags=re.M)
+    expected = [
+        (
+            row["id"],
+            row["severity"],
+            "; ".join(f"{k}: {v}" for k, v in row["seen_on"].items()),
+            ", ".join(f"{k} {v}" for k, v in (row.get("holds_through") or {}).items()) or "-",
+        )
+        for row in TABLE["issues"]
+    ]
+    assert listed == expected
