@@ -70,6 +70,9 @@ options:
     default: []
   estimate:
     description: The collective probe's TP-vs-EP estimate rows (C(epforge_collective_probe.estimate)).
+    type: list
+    elements: dict
+    default: []
   curve:
     description:
       - The collective probe's latency curve, each point with its variant's C(env) (role tuner adds it from
