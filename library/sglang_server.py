@@ -90,6 +90,19 @@ options:
     description: Extra environment variables (merged over C(settings.env)).
     type: dict
     default: {}
+  cuda_home:
+    description:
+      - The CUDA toolkit the server's JIT builds use (C(CUDA_HOME), its C(bin/) on C(PATH)). Empty takes the
+        toolkit recorded in O(toolkit_fact); none there gives no C(CUDA_HOME).
+      - Every server's C(PATH) starts with the directory of O(python) (the env's C(bin/), where C(ninja)
+        lives), then this toolkit's C(bin/), then a service C(PATH) (C(plugins/module_utils/server_env.py)).
+        The request's C(env) goes over these.
+    type: path
+    default: ""
+  toolkit_fact:
+    description: The local fact role C(cuda_toolkit) writes (its C(home) key), read when O(cuda_home) is empty.
+    type: path
+    default: /etc/ansible/facts.d/epforge_cuda_toolkit.fact
   log_path:
     description:
       - File the server's output is appended to (created for the service user).
@@ -312,6 +325,11 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_address import (
     connect_host,
     server_url,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.server_env import (
+    TOOLKIT_FACT,
+    server_base_env,
+    toolkit_home,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
 from ansible_collections.epforge.ep.plugins.module_utils.service_managers import (
     KEY_VAR,
@@ -446,8 +464,10 @@ class Server:
         return flags, self.server_env(build_server_env(settings))
 
     def server_env(self, base: dict) -> dict:
-        """The base environment plus the env option (booleans as true/false); the key var is reserved."""
-        env = dict(base)
+        """PATH and CUDA_HOME of this env and toolkit (server_env.py), the base environment over them, then
+        the env option (booleans as true/false); the key var is reserved."""
+        cuda_home = toolkit_home(self.p["cuda_home"], self.p["toolkit_fact"])
+        env = {**server_base_env(self.p["python"] or "", cuda_home), **base}
         env.update(
             {
                 str(k): (str(v).lower() if isinstance(v, bool) else str(v))
@@ -689,6 +709,8 @@ def main() -> None:
             "python": {"type": "path"},
             "api_key": {"type": "str", "no_log": True},
             "env": {"type": "dict", "default": {}},
+            "cuda_home": {"type": "path", "default": ""},
+            "toolkit_fact": {"type": "path", "default": TOOLKIT_FACT},
             "log_path": {"type": "str", "default": "/var/log/epforge/sglang-server.log"},
             "state_dir": {"type": "path", "default": "/var/lib/epforge/sglang"},
             "timeout": {"type": "float", "default": 1800},

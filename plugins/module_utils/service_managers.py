@@ -25,6 +25,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.files import write_atom
 from ansible_collections.epforge.ep.plugins.module_utils.process import Completed, run_bounded, start_detached
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST
+from ansible_collections.epforge.ep.plugins.module_utils.server_env import child_env
 from ansible_collections.epforge.ep.plugins.module_utils.service_unit import (
     UnitError,
     mask_secrets,
@@ -416,12 +417,6 @@ class SystemdManager(ServerManager):
         self.systemctl("reset-failed", self.unit, check=False)
 
 
-# The server's environment is allow-listed: its request's env (settings.env and the env option), the key
-# for the launcher, and these - never the controller's (tokens, cloud credentials, root's PATH). The PATH of
-# a service (systemd's default for units), so both managers give the server the same one.
-SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# What the server takes from its own account and locale besides PATH.
-SERVICE_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
 # A pidfile holds a pid padded to this width (pids are at most 7 digits: /proc/sys/kernel/pid_max <= 2^22).
 PIDFILE_WIDTH = 16
 
@@ -540,14 +535,11 @@ class ProcessManager(ServerManager):
             return {}
 
     def child_env(self) -> dict:
-        """The server's environment, allow-listed: the locale, a service PATH and the account's HOME, USER
-        and LOGNAME, then the request's env and the key; nothing else of the controller's."""
+        """The server's environment, allow-listed (server_env.child_env: the locale, the account's HOME, USER
+        and LOGNAME, a service PATH unless the request's env sets one), then the key; nothing else of the
+        controller's (tokens, cloud credentials, root's PATH)."""
         account = pwd.getpwuid(self.uid if self.p["user"] else os.geteuid())
-        env = {k: os.environ[k] for k in ("LANG", "LC_ALL", "TZ") if k in os.environ}
-        env.update(PATH=SERVICE_PATH, HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
-        env.update(self.env)
-        env.update(self.secrets)
-        return env
+        return {**child_env(self.env, account), **self.secrets}
 
     def reserve_records(self, stamp: dict) -> None:
         """Before the spawn: write the launch stamp and a pidfile of its final size, so that recording the

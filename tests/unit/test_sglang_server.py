@@ -21,8 +21,9 @@ import pytest
 from gpu_fact_samples import NO_GPU, gpu_facts
 from moduletools import run_module_in
 
-from ansible_collections.epforge.ep.plugins.module_utils.service_managers import (
-    SERVICE_ENV_NAMES,
+from ansible_collections.epforge.ep.plugins.module_utils.server_env import (
+    ACCOUNT_ENV_NAMES,
+    LOCALE_ENV_NAMES,
     SERVICE_PATH,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.service_unit import (
@@ -311,6 +312,8 @@ def server(tmp_path):
         "state_dir": str(tmp_path / "state"),
         "timeout": 20,
         "poll_interval": 0.1,
+        # never this machine's own toolkit record (/etc/ansible/facts.d)
+        "toolkit_fact": str(tmp_path / "no-toolkit.fact"),
     }
     yield args
     run_module(MODULE, {**args, "state": "absent"}, tmp_path)
@@ -614,22 +617,47 @@ def test_standin_stops_clean_when_a_second_signal_lands_in_the_first_ones_log_wr
 
 def test_the_server_environment_is_allow_listed(server, tmp_path, monkeypatch):
     """Issue 'nothing let in': secrets in the controller's environment never reach the server process; it
-    gets its settings' env, the launcher's needs, HOME and a service PATH, nothing else of the caller's."""
+    gets its settings' env, the launcher's needs, HOME, and a PATH of the env's bin/, the toolkit's bin/ and
+    the service PATH (issue 34: ninja lives in the env's bin/), nothing else of the caller's."""
     monkeypatch.setenv("MY_TOKEN", "x-controller-only")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y-controller-only")
     monkeypatch.setenv("PATH", f"/root/.pyenv/shims:{os.environ['PATH']}")
-    started = run_module(MODULE, server, tmp_path)
+    started = run_module(MODULE, {**server, "cuda_home": "/opt/cuda-test"}, tmp_path)
     assert started["_rc"] == 0, started
     raw = Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")
     environ = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
     assert "MY_TOKEN" not in environ and "AWS_SECRET_ACCESS_KEY" not in environ
-    assert environ["PATH"] == SERVICE_PATH
+    assert environ["PATH"] == f"{os.path.dirname(sys.executable)}:/opt/cuda-test/bin:{SERVICE_PATH}"
+    assert environ["CUDA_HOME"] == "/opt/cuda-test"
     assert environ["PYTHONPATH"] == str(STANDIN) and environ["SGLANG_STANDIN_LOAD_SECONDS"] == "0.6"
     assert environ["HOME"] == os.path.expanduser("~")
     # HF_HUB_OFFLINE=1: every launch (sglang_args.build_server_env), so SGLang never downloads at launch
     assert environ["HF_HUB_OFFLINE"] == "1"
-    allowed = {*SERVICE_ENV_NAMES, *server["settings"]["env"], "EPFORGE_SGLANG_API_KEY", "HF_HUB_OFFLINE"}
+    allowed = {
+        "PATH",
+        "CUDA_HOME",
+        *ACCOUNT_ENV_NAMES,
+        *LOCALE_ENV_NAMES,
+        *server["settings"]["env"],
+        "EPFORGE_SGLANG_API_KEY",
+        "HF_HUB_OFFLINE",
+    }
     assert set(environ) <= allowed
+
+
+def test_the_toolkit_comes_from_the_host_record_when_the_play_names_none(server, tmp_path):
+    """A serve-only run (no cuda_toolkit role in the play) gives the server the toolkit role cuda_toolkit
+    recorded, so it runs with the environment site.yml gave it (no restart between the two)."""
+    fact = tmp_path / "epforge_cuda_toolkit.fact"
+    fact.write_text(json.dumps({"home": "/opt/cuda-recorded", "nvcc_release": "13.0"}))
+    started = run_module(MODULE, {**server, "toolkit_fact": str(fact)}, tmp_path)
+    assert started["_rc"] == 0, started
+    raw = Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")
+    environ = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+    assert environ["CUDA_HOME"] == "/opt/cuda-recorded"
+    assert environ["PATH"].split(":")[:2] == [os.path.dirname(sys.executable), "/opt/cuda-recorded/bin"]
+    again = run_module(MODULE, {**server, "cuda_home": "/opt/cuda-recorded"}, tmp_path)
+    assert again["_rc"] == 0 and again["changed"] is False, again
 
 
 def test_binding_every_interface_without_a_key_is_warned_about(server, tmp_path):
