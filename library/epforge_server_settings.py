@@ -17,7 +17,10 @@ description:
     example the string C(tp=8)), unknown keys (with the closest known key, e.g. C(tpsize) -> C(tp_size)),
     values of the wrong type (C(port: 30000x)), values out of range (tp_size, ep_size, dp_size, nnodes >= 1,
     port 1-65535, node_rank < nnodes) and contradicting settings (ep_size must divide tp_size, as SGLang
-    places expert-parallel ranks inside the tensor-parallel group)."
+    places expert-parallel ranks inside the tensor-parallel group; CUDA graphs turned off -
+    C(disable_cuda_graph), C(disable_decode_cuda_graph) or C(cuda_graph_backend_decode=disabled) - together
+    with a graph batch size - C(cuda_graph_max_bs), C(cuda_graph_bs) or their per-release names - which
+    SGLang accepts and then runs without graphs, ignoring the size)."
   - Role C(preflight) runs it first, before any role installs anything. The installed SGLang's own parser
     stays the final judge of choices that move between releases (role C(sglang), module
     C(sglang_flags_check)).

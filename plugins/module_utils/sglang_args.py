@@ -123,6 +123,26 @@ RENAMED_DESTS: tuple[tuple[str, str], ...] = (
     ("mamba_scheduler_strategy", "mamba_radix_cache_strategy"),
 )
 
+# CUDA graphs of the decode phase, by the dests of the releases' flag tables (data/sglang_flags/): what turns
+# them off (disable_cuda_graph in every release; from 0.5.16 also disable_decode_cuda_graph and
+# cuda_graph_backend_decode "disabled") and what sizes them (epforge's cuda_graph_max_bs, and cuda_graph_bs;
+# from 0.5.16 also cuda_graph_max_bs_decode and cuda_graph_bs_decode). SGLang accepts both together and
+# captures no graph, so the sizes do nothing (issue 34: `--cuda-graph-max-bs 16 --disable-cuda-graph` on an
+# H200 with SGLang 0.5.16). validate_settings refuses the pair; the tuner's space sets all of them.
+GRAPH_OFF_KEYS: tuple[str, ...] = (
+    "disable_cuda_graph",
+    "disable_decode_cuda_graph",
+    "cuda_graph_backend_decode",
+)
+GRAPH_SIZE_KEYS: tuple[str, ...] = (
+    "cuda_graph_max_bs",
+    "cuda_graph_max_bs_decode",
+    "cuda_graph_bs",
+    "cuda_graph_bs_decode",
+)
+GRAPH_KEYS: tuple[str, ...] = GRAPH_OFF_KEYS + GRAPH_SIZE_KEYS
+GRAPH_BACKEND_OFF = "disabled"
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A control character (a newline above all) in a value would end a line of the unit or of its environment
 # file and start another: a variable or a directive of the writer's choosing.
@@ -321,6 +341,77 @@ def _relation_problems(settings: dict) -> list[str]:
     return problems
 
 
+def turns_graphs_off(key: str, value) -> bool:
+    """Whether this setting turns the decode phase's CUDA graphs off (GRAPH_OFF_KEYS)."""
+    if key == "cuda_graph_backend_decode":
+        return value == GRAPH_BACKEND_OFF
+    return key in GRAPH_OFF_KEYS and value is True
+
+
+def sizes_graphs(key: str, value) -> bool:
+    """Whether this setting sets the batch sizes the decode phase's CUDA graphs are captured for."""
+    return key in GRAPH_SIZE_KEYS and value is not None and value != []
+
+
+def _flag_of(key: str, flags: dict, version: str) -> str:
+    """The flag a setting renders for this release (its table's flag, or epforge's name for it)."""
+    if key in SETTINGS_SCHEMA:
+        return flag_name(key, version or None)
+    return (table_spec(key, flags) or {}).get("flag") or "--" + key.replace("_", "-")
+
+
+def _shown(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _extra_graph_settings(extra: list, flags: dict) -> list[tuple[str, object, str, str]]:
+    """The decode CUDA-graph settings extra_args holds, found by the dest of each flag (its name, an alias or
+    the renamed spelling; a flag turning graphs off counts as true): (key, value, described, to remove)."""
+    by_flag: dict[str, str] = {}
+    for key in GRAPH_KEYS:
+        spec = table_spec(key, flags) or {}
+        names = [spec.get("flag"), *(spec.get("aliases") or []), "--" + key.replace("_", "-")]
+        names += [flag_name(key)] if key in SETTINGS_SCHEMA else []
+        for name in names:
+            if name:
+                by_flag.setdefault(name, key)
+    items = [item for item in extra if isinstance(item, str)]
+    found = []
+    for index, item in enumerate(items):
+        name, has_value, value = item.partition("=")
+        key = by_flag.get(name)
+        if key is None:
+            continue
+        if key in ("disable_cuda_graph", "disable_decode_cuda_graph"):
+            value = True
+        elif not has_value:
+            value = items[index + 1] if index + 1 < len(items) else None
+        shown = f"{name} {value}" if key == "cuda_graph_backend_decode" else name
+        found.append((key, value, f"extra_args' {shown}", f"{name} from extra_args"))
+    return found
+
+
+def _graph_problems(settings: dict, flags: dict, version: str) -> list[str]:
+    """CUDA graphs turned off together with a graph batch size (GRAPH_KEYS): SGLang accepts both and runs
+    without graphs, so the size would be ignored without a word."""
+    given = [
+        (key, value, f"{key}: {_shown(value)} ({_flag_of(key, flags, version)})", key)
+        for key, value in ((key, settings.get(key)) for key in GRAPH_KEYS)
+    ]
+    extra = settings.get("extra_args")
+    given += _extra_graph_settings(extra, flags) if isinstance(extra, list) else []
+    off = [(described, remove) for key, value, described, remove in given if turns_graphs_off(key, value)]
+    sizes = [(described, remove) for key, value, described, remove in given if sizes_graphs(key, value)]
+    if not off or not sizes:
+        return []
+    return [
+        f"{' and '.join(d for d, _r in off)} turns CUDA graphs off, but {' and '.join(d for d, _r in sizes)} "
+        "sets the batch sizes they are captured for: SGLang accepts both and runs without CUDA graphs, so "
+        f"the batch size does nothing. Keep one: remove {' and '.join(r for _d, r in sizes)} to run without "
+        f"CUDA graphs, or remove {' and '.join(r for _d, r in off)} to capture graphs for those batch sizes"
+    ]
+
+
 def renamed_partner(key: str) -> str | None:
     """The other name of a renamed flag's dest (RENAMED_DESTS), else None."""
     for old, new in RENAMED_DESTS:
@@ -463,8 +554,9 @@ def validate_settings(settings, *, require_model: bool = True, flag_table: dict 
 
     Refuses a non-mapping, unknown keys (with the closest known key), values of the wrong type, out of
     range or outside fixed choices, and settings that contradict each other (ep_size vs tp_size, node_rank
-    vs nnodes). Each message names the setting, the value and what would be accepted. Choices that move
-    between releases (moe_a2a_backend) are left to the installed SGLang's parser (sglang_flags_check).
+    vs nnodes, CUDA graphs turned off with a graph batch size). Each message names the setting, the value
+    and what would be accepted. Choices that move between releases (moe_a2a_backend) are left to the
+    installed SGLang's parser (sglang_flags_check).
     """
     if not isinstance(settings, dict):
         return [
@@ -486,6 +578,7 @@ def validate_settings(settings, *, require_model: bool = True, flag_table: dict 
         if isinstance(value, str) and value != value.strip():
             problems.append(f"{key} has leading or trailing whitespace: {value!r}")
     problems.extend(_relation_problems(settings))
+    problems.extend(_graph_problems(settings, flags, (flag_table or {}).get("sglang_version", "")))
     dist = settings.get("dist_init_addr")
     if isinstance(dist, str) and dist and not re.match(r"^(\[[0-9A-Fa-f:.]+\]|[^:\s]+):\d+$", dist):
         problems.append(f"dist_init_addr must be HOST:PORT (e.g. 10.0.0.1:25000), got {dist!r}")
