@@ -100,7 +100,8 @@ options:
     type: path
     default: ""
   toolkit_fact:
-    description: The local fact role C(cuda_toolkit) writes (its C(home) key), read when O(cuda_home) is empty.
+    description: The local fact role C(cuda_toolkit) writes (its C(home) key); read when O(cuda_home) is
+      empty.
     type: path
     default: /etc/ansible/facts.d/epforge_cuda_toolkit.fact
   log_path:

@@ -332,8 +332,11 @@ def run_logged(
     cwd: str | None = None,
     timeout: float | None = None,
     header: str | None = None,
+    user: int | None = None,
+    group: int | None = None,
 ) -> tuple[int, float]:
-    """Run argv with stdout+stderr appended to log_path; return (rc, seconds).
+    """Run argv with stdout+stderr appended to log_path; return (rc, seconds); as user/group when given
+    (root only; no supplementary groups).
 
     The log is appended to, with a header line, so one log can tell a whole build's story.
     """
@@ -344,7 +347,8 @@ def run_logged(
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         log.write(f"\n=== {stamp} {header or ''}\n$ {' '.join(argv)}\n".encode())
         log.flush()
-        proc = _popen_to_log(argv, log, env=env, cwd=cwd)
+        extra = {} if user is None else {"user": user, "group": group, "extra_groups": []}
+        proc = _popen_to_log(argv, log, env=env, cwd=cwd, **extra)
         registered = _register(proc)
         try:
             with _stop_group_on_interrupt(proc, log):

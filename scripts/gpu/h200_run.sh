@@ -1,9 +1,11 @@
 #!/bin/bash
 # epforge's playbooks on the lent one-GPU H200 (device tool kind nvidia-h200), as an air-gapped host that is
 # its own controller. Stages run in the order given, e.g.
-#   bash scripts/gpu/h200_run.sh setup provision serve-nograph serve-graph collect
-# Needs part A of the carried wheels in /root/carry-a (an earlier call of the same warm machine) and part B
-# in .gpu/b (carried by this call); docs/gpu-runs.md (2026-12-01) has the calls. Output: $OUT/h200-*.tgz.
+#   bash scripts/gpu/h200_run.sh setup provision reprovision serve-nograph collect
+# Needs the carry .gpu/carry.tar.xz (scripts/gpu/make_carry.sh: every wheel the image lacks, written --stored
+# and packed as one tar.xz, carried by the call that runs setup). docs/gpu-runs.md has the calls.
+# Output: $OUT/h200-*.tgz (stage collect). Stage tune-start leaves the tune running in its own session (it
+# outlives the call) and tune-wait follows it from a later call of the same warm machine.
 set -u
 REPO=$PWD
 PY=/opt/torch/.venv/bin/python3
@@ -29,21 +31,37 @@ play() {  # name, ansible-playbook args...
 for stage in "$@"; do
   case $stage in
   setup)
-    test -d /root/carry-a || { echo "COLD MACHINE: part A (/root/carry-a) is missing"; exit 3; }
     stamp setup
-    $PY -c "import ansible" 2>/dev/null || $PY -m pip install -q --no-index --no-deps --no-compile .gpu/b/ans/*.whl
-    mkdir -p /root/wheelhouse && cp -n /root/carry-a/*.whl .gpu/b/whl/*.whl /root/wheelhouse/
+    test -f .gpu/carry.tar.xz || { echo "no carry: .gpu/carry.tar.xz is missing"; exit 3; }
+    mkdir -p /root/wheelhouse /root/carry && tar -xJf .gpu/carry.tar.xz -C /root/carry && cp -n /root/carry/whl/*.whl /root/wheelhouse/
+    ls /root/wheelhouse | wc -l
+    $PY -c "import ansible" 2>/dev/null || $PY -m pip install -q --no-index --find-links /root/wheelhouse ansible-core==2.19.14
     # The stack as written, with the lent GPU's arch (sm_90) instead of the target users' 12.0.
     $PY -c "import json,yaml; s=yaml.safe_load(open('stacks/cu130-torch211.yml'))['epforge_stack_spec']; s['arch_list']=['9.0']; json.dump({'epforge_stack_spec': s}, open('/root/stack-h200.json','w'))"
     nvidia-smi --query-gpu=index,name,compute_cap,memory.used --format=csv > $O/gpu.csv
+    command -v ninja > $O/ninja-where.txt 2>&1; ls -la /opt/torch/.venv/bin/ninja >> $O/ninja-where.txt 2>&1
     ;;
   provision) play provision playbooks/provision.yml ;;
+  reprovision) play reprovision playbooks/provision.yml ;;
   serve-nograph) play serve-nograph playbooks/serve.yml playbooks/benchmark.yml playbooks/summary.yml ;;
   serve-graph) play serve-graph -e @scripts/gpu/h200-server-graph.yml playbooks/serve.yml playbooks/benchmark.yml \
                  playbooks/summary.yml ;;
   rerun-graph) play rerun-graph -e @scripts/gpu/h200-server-graph.yml playbooks/serve.yml ;;
   stop) play stop -e sglang_server_state=stopped playbooks/serve.yml ;;
   sweep) play sweep -e @scripts/gpu/h200-sweep.yml playbooks/sweep.yml ;;
+  tune-start)  # the tune in a session of its own: it outlives this call; tune-wait follows it
+    stamp tune-start
+    setsid nohup bash scripts/gpu/h200_run.sh tune > $O/tune-driver.txt 2>&1 < /dev/null &
+    echo "tune started (pid $!)"
+    ;;
+  tune) play tune -e @scripts/gpu/h200-tune.yml playbooks/tune.yml; echo "tune rc=$?" > $O/tune-done.txt ;;
+  tune-wait)  # until the tune ends or WAIT_S (default 540) pass
+    stamp tune-wait
+    end=$(( $(date +%s) + ${WAIT_S:-540} ))
+    while [ ! -f $O/tune-done.txt ] && [ $(date +%s) -lt $end ]; do sleep 5; done
+    cat $O/tune-done.txt 2>/dev/null || echo "tune still running"
+    tail -5 /var/log/epforge/tune.log 2>/dev/null
+    ;;
   sbs)
     stamp side-by-side
     $PY bench/side_by_side.py --python $PY --model /opt/epforge/models/smoke-qwen3-moe --user sglang \

@@ -34,6 +34,13 @@ Behaviour knobs (environment variables, all optional):
                                server that stops early although the client set ignore_eos)
   SGLANG_STANDIN_ADJUST        JSON object merged into /get_server_info (as if SGLang had adjusted a
                                setting, e.g. {"ep_size": 1})
+
+Before it serves, it does what a real server's first forward pass does with the tools on its PATH: where
+the env holds FlashInfer, one real FlashInfer JIT build of the rmsnorm module (sgl_kernel -> flashinfer.norm
+-> gen_norm_module().build_and_load() on SGLang 0.5.16; no GPU needed to compile it,
+FLASHINFER_CUDA_ARCH_LIST defaults to 9.0 here); else it runs `ninja --version` by name, as FlashInfer's
+run_ninja does, so a PATH without ninja dies with the real `FileNotFoundError: [Errno 2] No such file or
+directory: 'ninja'` that killed every launch on an H200 (docs/gpu-runs.md, 2026-12-03).
 """
 
 from __future__ import annotations
@@ -515,6 +522,22 @@ def crash_later(seconds: float) -> None:
     threading.Thread(target=crash, daemon=True).start()
 
 
+def first_forward_jit() -> None:
+    """The JIT builds of a real server's first forward pass, with this process's PATH (see the docstring)."""
+    import importlib.util  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    if importlib.util.find_spec("flashinfer") is not None:
+        os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0")
+        from flashinfer.jit.norm import gen_norm_module  # noqa: PLC0415
+
+        started = time.monotonic()
+        gen_norm_module().build(verbose=False)
+        log(f"TEST DOUBLE: FlashInfer JIT built the norm module in {time.monotonic() - started:.1f} s")
+        return
+    subprocess.run(["ninja", "--version"], check=True, capture_output=True, timeout=30)
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]"), int(port)
@@ -621,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     crash_after = os.environ.get("SGLANG_STANDIN_CRASH_AFTER")
     if crash_after:
         crash_later(float(crash_after))
+    first_forward_jit()  # a missing tool ends the server here, with its traceback, as on a real host
     peers = rendezvous(args)  # noqa: F841 - held open: a peer's death ends this process
     Handler.state = state
     handler = HealthOnlyHandler if args.nnodes > 1 and args.node_rank >= 1 else Handler
