@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import re
 
+# A build tool's name as a JIT build runs it: ninja, nvcc, a C/C++ compiler driver, with an optional target
+# prefix and version suffix (x86_64-linux-gnu-g++-12).
+_BUILD_TOOL = r"(?:[\w.]+-)*(?:ninja|nvcc|c\+\+|g\+\+|gcc|cc)(?:-\d+(?:\.\d+)*)?"
+
 SIGNATURES: list[dict] = [
     {
         "id": "torch_symm_mem_keyerror",
@@ -46,6 +50,32 @@ SIGNATURES: list[dict] = [
         "source": "flashinfer issue #3675, vLLM issue #50705",
     },
     {
+        # A JIT build (FlashInfer's run_ninja, torch's cpp_extension, a ninja rule's shell command) could not
+        # find its build tool on the server's PATH. Python's subprocess says `FileNotFoundError: [Errno 2] No
+        # such file or directory: 'ninja'` (seen on an H200, SGLang 0.5.16: sgl_kernel -> flashinfer.norm ->
+        # gen_norm_module().build_and_load() -> run_ninja); a command ninja runs through /bin/sh says
+        # `/bin/sh: 1: nvcc: not found`; nvcc without its host compiler `gcc: No such file or directory`.
+        # Before every generic row: the tool names no module and no GPU.
+        "id": "jit_tool_missing",
+        "patterns": [
+            rf"No such file or directory: '(?P<tool>(?:[^']*/)?{_BUILD_TOOL})'",
+            r"(?:^|\s)(?:/bin/|/usr/bin/)?(?:ba|da)?sh: (?:\d+: |line \d+: )?"
+            rf"(?P<tool>(?:[^\s:]*/)?{_BUILD_TOOL}): (?:command )?not found",
+            # nvcc found, its host compiler not: "gcc: No such file or directory", then "nvcc fatal   : Failed
+            # to preprocess host compiler properties."
+            rf"(?:^|\s)(?P<tool>(?:[^\s:]*/)?{_BUILD_TOOL}): No such file or directory\s*$",
+        ],
+        "summary": "a JIT build (FlashInfer / torch extensions) found no {tool} on the server's PATH",
+        "remedy": "the server's PATH needs the ML env's bin/ (ninja, from pip's ninja wheel) and the CUDA "
+        "toolkit's bin/ (nvcc): sglang_server puts them first (the env's bin/, then CUDA_HOME/bin where a "
+        "toolkit is known, then the service PATH); a server whose PATH lacks them hits this, e.g. a "
+        "hand-made unit, or a PATH in epforge_server.env, which replaces epforge's; with no toolkit known "
+        "(cuda_home, the cuda_toolkit role's fact) nvcc is not on it; c++/gcc come from the host's compiler "
+        "package (build-essential)",
+        "source": "CPython Lib/subprocess.py (Popen._execute_child raises FileNotFoundError, ENOENT) under "
+        "flashinfer flashinfer/jit/cpp_ext.py run_ninja; /bin/sh 'not found' for a command of a ninja rule",
+    },
+    {
         "id": "deep_ep_missing",
         "patterns": [
             r"No module named '?deep_ep'?",
@@ -73,6 +103,72 @@ SIGNATURES: list[dict] = [
         "dist_timeout bounds the wait",
         "source": "torch.distributed TCPStore (c10d) timeouts; sglang srt/distributed/bootstrap.py "
         "init_distributed_environment(distributed_init_method=tcp://dist_init_addr)",
+    },
+    {
+        # A context_length (extra_args --context-length) above the one the model's config derives, refused at
+        # launch unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (then SGLang only warns, without the
+        # "To allow overriding" sentence, which this pattern needs).
+        "id": "context_length_exceeds_model",
+        "patterns": [
+            r"context_length \(\d+\) is greater than the derived context_length \(\d+\).*"
+            r"To allow overriding this maximum"
+        ],
+        "summary": "the requested context length is longer than the model's own (its config.json)",
+        "remedy": "drop --context-length from extra_args or lower it to the model's derived length; "
+        "only if the model really takes more (e.g. RoPE scaling), set "
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in env",
+        "source": "sglang python/sglang/srt/configs/model_config.py (ModelConfig._derive_context_length)",
+    },
+    {
+        # A request longer than the server's context length (input alone, or input + max_new_tokens), refused
+        # by the tokenizer manager. The auto-truncate warnings share the words but end "Truncating ...".
+        "id": "context_length_exceeded",
+        "patterns": [
+            r"The input \(\d+ tokens\) is longer than the model's context length \(\d+ tokens\)\.\s*$",
+            r"Requested token count exceeds the model's maximum context length of \d+ tokens",
+        ],
+        "summary": "a request is longer than the server's context length (its input, or its input plus "
+        "max_new_tokens)",
+        "remedy": "shorten the request or its max_new_tokens, or serve a longer context (--context-length in "
+        "extra_args, up to the model's own); --allow-auto-truncate makes SGLang truncate instead",
+        "source": "sglang python/sglang/srt/managers/tokenizer_manager.py "
+        "(TokenizerManager._validate_one_request)",
+    },
+    {
+        "id": "model_arch_unsupported",
+        "patterns": [r"Model architectures \[.*\] are not supported for now"],
+        "summary": "this SGLang release has no implementation of the model's architecture (config.json "
+        "architectures)",
+        "remedy": "use a stack whose SGLang release supports the architecture (the error lists those it "
+        "knows), or a model of a supported architecture",
+        "source": "sglang python/sglang/srt/models/registry.py (_ModelRegistry._raise_for_unsupported)",
+    },
+    {
+        # Hybrid sliding-window models: the SWA pool sized from the request cap (max_running_requests with
+        # the radix cache off) takes the whole KV budget.
+        "id": "swa_pool_cap",
+        # (GiB in the hybrid SWA configurator, GB in 0.5.23's DeepSeek V4 one: "The DSV4 SWA pool cap (...)")
+        "patterns": [r"SWA pool cap \(\d+ tokens, [\d.]+ Gi?B\) leaves no room for the full"],
+        "summary": "the sliding-window (SWA) KV pool, sized for max_running_requests, leaves no memory for "
+        "the full-attention KV pool",
+        "remedy": "lower --max-running-requests (extra_args), lower SGLANG_SWA_EVICTION_INTERVAL (env) or, "
+        "for DeepSeek V4 on 0.5.23, --swa-prefix-tails, or raise --mem-fraction-static; more GPUs (tp_size) "
+        "give each a larger KV budget",
+        "source": "sglang python/sglang/srt/model_executor/pool_configurator.py "
+        "(calculate_pool_sizes of SWAChunkCapPoolConfigurator in 0.5.16, SWARequestCapPoolConfigurator and "
+        "DSV4PoolConfigurator in 0.5.23)",
+    },
+    {
+        # Hybrid sliding-window models: the SWA pool (full tokens x swa_full_tokens_ratio) is below one
+        # request's admission floor, so every request would wait forever; SGLang refuses to start.
+        "id": "swa_pool_too_small",
+        "patterns": [r"SWA pool \(\d+ tokens\) cannot hold even one request"],
+        "summary": "the sliding-window (SWA) KV pool is too small to admit even one request",
+        "remedy": "raise --swa-full-tokens-ratio (extra_args) or the total KV budget "
+        "(--mem-fraction-static, or more GPUs with tp_size)",
+        "source": "sglang python/sglang/srt/model_executor/pool_configurator.py "
+        "(HybridSWAPoolConfigurator._solve_pool_sizes in 0.5.16, MemoryPoolConfigurator."
+        "validate_swa_pool_size in 0.5.23)",
     },
     {
         # Any other missing module: the summary and remedy name the package and the role that installs it
@@ -259,9 +355,10 @@ def module_provider(module: str) -> tuple[str, str]:
 
 
 def _fill(row: dict, match: re.Match) -> tuple[str, str]:
-    """summary and remedy of a row, with {module}/{remedy} filled from the matching line."""
+    """summary and remedy of a row, with {module}/{remedy} (or a named group, e.g. {tool}) filled from the
+    matching line."""
     if row["id"] != "python_module_missing":
-        return row["summary"], row["remedy"]
+        return row["summary"].format(**match.groupdict()), row["remedy"]
     module = match.group(1)
     package, how = module_provider(module)
     return (row["summary"].format(module=module), f"install {package} into the server's environment: {how}")
