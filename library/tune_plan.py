@@ -13,9 +13,13 @@ description:
   - Builds the search space of one host (issue 22, the tuner) - by default from its GPU facts and the
     requested settings (tensor parallel over every GPU; with two GPUs or more expert parallel with each
     all-to-all backend the installed SGLang offers of C(none) and C(deepep); speculative decoding on and off
-    when O(draft_model) is given; CUDA graphs up to SGLang's default and up to the workload's largest
+    when O(draft_model) is given; CUDA graphs off, at SGLang's default and up to the workload's largest
     concurrency; on PCIe hosts NCCL as it is and with C(NCCL_P2P_LEVEL=SYS NCCL_PROTO=LL,LL128,Simple)), or
     the grid or list given in O(space).
+  - In the default space each CUDA-graph candidate sets every CUDA-graph setting of the decode phase itself,
+    whatever O(server) says - graphs on drop its C(disable_cuda_graph), graphs off drop its batch sizes -
+    and the request's own graph settings are one more candidate (C(graph-request)) when they are none of
+    these. Such a candidate's C(note) and its plan line say what it replaces of the request.
   - Every candidate is the request with its changes over it, checked against the settings schema and the
     release's flag table (a malformed space fails here, naming each problem, before anything changes), then
     judged by the known-issues table - a known dead end is listed as refused with the rule and never
@@ -116,6 +120,8 @@ candidates:
       lays over the request), C(settings) (the request with them), C(reason); a planned one its
       C(server_object) and C(adjustments); a duplicate the C(same_as) candidate; a refused one the known
       issues it hit (C(refused_by), each with C(id), C(consequence), C(remedy)).
+    - A default-space candidate that changes the request's own CUDA-graph settings, or keeps them, says so
+      in C(note).
   returned: always
   type: list
   elements: dict
@@ -146,7 +152,9 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_object import bu
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings
 from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import (
     check_names,
+    described_graphs,
     ep_first,
+    graph_settings,
     nccl_costs,
     ordered,
     settings_of,
@@ -186,6 +194,7 @@ class Planner:
                 flag_table=p["flag_table"],
                 draft_model=p["draft_model"],
                 concurrencies=p["concurrencies"],
+                request=p["server"],
             )
         except ValueError as exc:
             self.module.fail_json(msg=f"the search space is malformed: {exc}")
@@ -259,8 +268,18 @@ class Planner:
         }
         tally = ", ".join(f"{number} {status}" for status, number in counts.items())
         plan = [f"{kind} space, {len(judged)} candidates ({tally}); {order}"]
-        plan += [f"{i + 1:>3}. {c['name']}: {c['reason']}" for i, c in enumerate(planned)]
-        plan += [f"  -  {c['name']}: {c['reason']}" for c in rest]
+        own = graph_settings(self.params["server"]) if kind == "default" else {}
+        if own:
+            plan.append(
+                f"cuda_graph: every candidate sets CUDA graphs itself over the request's "
+                f"{described_graphs(own)} (each one's note says what it replaces or keeps)"
+            )
+
+        def line(c: dict) -> str:
+            return f"{c['name']}: {c['reason']}" + (f" - {c['note']}" if c.get("note") else "")
+
+        plan += [f"{i + 1:>3}. {line(c)}" for i, c in enumerate(planned)]
+        plan += [f"  -  {line(c)}" for c in rest]
         return {
             "candidates": planned + rest,
             "space": {"kind": kind, "dimensions": dimensions},

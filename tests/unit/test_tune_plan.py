@@ -14,10 +14,17 @@ import yaml
 from conftest import ROOT
 from gpu_fact_samples import gpu_facts
 
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import build_server_argv, flag_name
+
 STACK = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
 TABLE = yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text())
 FLAGS = json.loads((ROOT / "data" / "sglang_flags" / f"{STACK['sglang']['version']}.json").read_text())
 ONE_H200 = gpu_facts("9.0", 1, "none")
+# Every pinned release: its stack, and the flag table of its SGLang (flag names move between releases).
+STACKS = {
+    path.stem: yaml.safe_load(path.read_text())["epforge_stack_spec"]
+    for path in sorted((ROOT / "stacks").glob("*.yml"))
+}
 EIGHT_PCIE = gpu_facts("12.0", 8, "pcie")
 
 
@@ -41,14 +48,14 @@ def names(result: dict, status: str = "planned") -> list[str]:
 def test_a_one_gpu_host_and_an_eight_gpu_pcie_host_get_different_default_spaces():
     rc, one = plan(ONE_H200)
     assert rc == 0, one.get("msg")
-    assert names(one) == ["tp1+graph-default", "tp1+graph-bs64"]
+    assert names(one) == ["tp1+graph-default", "tp1+graph-bs64", "tp1+graph-off"]
     assert one["space"] == {"kind": "default", "dimensions": ["parallel", "cuda_graph"]}
 
     rc, eight = plan(EIGHT_PCIE, draft_model="/models/draft")
     assert rc == 0, eight.get("msg")
     assert eight["space"]["dimensions"] == ["parallel", "speculative", "cuda_graph", "nccl"]
-    # 3 layouts (TP; EP with SGLang 0.5.23 backends none and deepep) x spec on/off x 2 graphs x 2 NCCL sets
-    assert eight["counts"] == {"planned": 24, "duplicate": 0, "refused": 0}
+    # 3 layouts (TP; EP with SGLang 0.5.23 backends none and deepep) x spec on/off x 3 graphs x 2 NCCL sets
+    assert eight["counts"] == {"planned": 36, "duplicate": 0, "refused": 0}
     by_name = {c["name"]: c for c in eight["candidates"]}
     fastest_guess = by_name["tp8-ep8-deepep+eagle3+graph-bs64+nccl-pcie"]
     settings = fastest_guess["settings"]
@@ -135,7 +142,7 @@ def test_the_probe_estimate_puts_the_cheaper_parallelism_first():
 
 def test_a_space_past_the_limit_is_refused_before_anything_is_judged():
     rc, result = plan(EIGHT_PCIE, max_candidates=5)
-    assert rc != 0 and "12 candidates, more than max_candidates (5)" in result["msg"]
+    assert rc != 0 and "18 candidates, more than max_candidates (5)" in result["msg"]
 
 
 def test_the_api_key_of_the_request_never_shows_in_the_plan():
@@ -177,3 +184,92 @@ def test_the_latency_curve_puts_the_faster_nccl_settings_first():
     )
     assert other["candidates"][0]["name"].endswith("nccl-default")
     assert "no latency curve" in plan(EIGHT_PCIE)[1]["order"]
+
+
+def release_plan(stack: dict, server: dict, concurrencies: list[int]) -> dict:
+    """The default plan of the one-GPU H200 for this stack's SGLang release."""
+    version = stack["sglang"]["version"]
+    flag_table = json.loads((ROOT / "data" / "sglang_flags" / f"{version}.json").read_text())
+    rc, result = plan(
+        ONE_H200,
+        server=server,
+        stack=stack,
+        flag_table=flag_table,
+        sglang_version=version,
+        concurrencies=concurrencies,
+    )
+    assert rc == 0, result.get("msg")
+    for candidate in result["candidates"]:
+        obj = candidate.get("server_object")
+        if obj:  # the argv is what the server's one rendering function makes of the object's settings
+            assert obj["argv"] == build_server_argv(
+                obj["settings"], sglang_version=version, flag_table=flag_table
+            )
+    return result
+
+
+def argv_of(result: dict, name: str) -> list[str]:
+    return next(c for c in result["candidates"] if c["name"] == name)["server_object"]["argv"]
+
+
+@pytest.mark.parametrize("stack", STACKS, ids=list(STACKS))
+def test_a_request_without_cuda_graphs_still_gets_graphs_tried_and_the_plan_says_so(stack):
+    """Issue 34 on an H200: the request had disable_cuda_graph true, and both default candidates ran without
+    graphs (graph-bs16 rendered `--cuda-graph-max-bs 16 --disable-cuda-graph`)."""
+    stack = STACKS[stack]
+    version = stack["sglang"]["version"]
+    max_bs = flag_name("cuda_graph_max_bs", version)
+    request = {"model_path": "/models/m", "disable_cuda_graph": True}
+    result = release_plan(stack, request, [1, 16])
+    assert names(result) == ["tp1+graph-default", "tp1+graph-bs16", "tp1+graph-off"]
+    default, bs16, off = (argv_of(result, n) for n in names(result))
+    assert "--disable-cuda-graph" not in default and not [a for a in default if "cuda-graph" in a]
+    assert "--disable-cuda-graph" not in bs16 and bs16[bs16.index(max_bs) :][:2] == [max_bs, "16"]
+    assert "--disable-cuda-graph" in off and not [a for a in off if a.startswith("--cuda-graph")]
+    # the request's own setting is a candidate (graphs off), and the plan says what each one does with it
+    notes = {c["name"]: c["note"] for c in result["candidates"]}
+    assert notes["tp1+graph-off"] == "the request's own CUDA-graph settings (disable_cuda_graph: true)"
+    assert notes["tp1+graph-bs16"].endswith("in place of the request's disable_cuda_graph: true")
+    assert result["plan"][1].startswith(
+        "cuda_graph: every candidate sets CUDA graphs itself over the request's disable_cuda_graph: true"
+    )
+    assert result["plan"][3].startswith("  2. tp1+graph-bs16: planned - CUDA graphs up to batch size 16")
+
+
+def test_a_request_with_its_own_graph_batch_size_keeps_it_as_one_more_candidate():
+    stack = STACKS["cu130-torch211"]  # SGLang 0.5.16, the H200's stack
+    result = release_plan(stack, {"model_path": "/models/m", "cuda_graph_max_bs": 48}, [1, 64])
+    assert names(result) == ["tp1+graph-default", "tp1+graph-bs64", "tp1+graph-off", "tp1+graph-request"]
+    assert argv_of(result, "tp1+graph-request")[-2:] == ["--cuda-graph-max-bs", "48"]
+    assert argv_of(result, "tp1+graph-bs64")[-2:] == ["--cuda-graph-max-bs", "64"]
+    off = argv_of(result, "tp1+graph-off")
+    assert "--disable-cuda-graph" in off and "--cuda-graph-max-bs" not in off  # graphs off drop the size
+    assert "--cuda-graph-max-bs" not in argv_of(result, "tp1+graph-default")
+    assert result["plan"][-1] == (
+        "  4. tp1+graph-request: planned - the request's own CUDA-graph settings (cuda_graph_max_bs: 48)"
+    )
+    # a request whose size is the largest concurrency's is graph-bs64 itself: no extra candidate
+    same = release_plan(stack, {"model_path": "/models/m", "cuda_graph_max_bs": 64}, [1, 64])
+    assert names(same) == ["tp1+graph-default", "tp1+graph-bs64", "tp1+graph-off"]
+    # a request without graph settings: no notes, the plan as before
+    plain = release_plan(stack, {"model_path": "/models/m"}, [1, 64])
+    assert all("note" not in c for c in plain["candidates"]) and not plain["plan"][1].startswith("cuda_graph")
+
+
+def test_a_candidate_with_graphs_off_and_a_graph_batch_size_is_refused_naming_both():
+    for space in (
+        {"list": [{"name": "off-bs16", "server": {"disable_cuda_graph": True, "cuda_graph_max_bs": 16}}]},
+        {"grid": {"cuda_graph_max_bs": [16, 32]}},  # over a request with disable_cuda_graph true
+    ):
+        rc, result = plan(
+            ONE_H200, space=space, server={"model_path": "/models/m", "disable_cuda_graph": True}
+        )
+        assert rc != 0 and "candidates" not in result
+        assert (
+            "disable_cuda_graph: true (--disable-cuda-graph) turns CUDA graphs off, but cuda_graph_max_bs: 16"
+            in (result["msg"])
+        )
+        assert (
+            "remove cuda_graph_max_bs to run without CUDA graphs, or remove disable_cuda_graph"
+            in result["msg"]
+        )

@@ -1,14 +1,19 @@
 """The tuner's search space (issue 22): the candidate server settings one host tries.
 
-A candidate is {name, changes, env}: `changes` are settings laid over the requested settings (a value of
-None removes that setting), `env` environment variables laid over the request's `env`. The default space is
-derived from the host's GPU facts and the request:
+A candidate is {name, changes, env[, note]}: `changes` are settings laid over the requested settings (a value
+of None removes that setting), `env` environment variables laid over the request's `env`, `note` what it does
+with the request's own settings where that needs saying. The default space is derived from the host's GPU
+facts and the request:
 
 - parallelism: tensor parallel over every GPU; with two GPUs or more also expert parallel (ep_size = the GPU
   count) with each all-to-all backend of EP_BACKENDS that the installed SGLang's parser offers;
 - speculative decoding off, and on (EAGLE3 with the draft model) when a draft model is given;
-- CUDA graphs up to SGLang's own default batch size, and up to the workload's largest concurrency (rounded up
-  to a multiple of 8) when that is larger;
+- CUDA graphs at SGLang's own default batch sizes, up to the workload's largest concurrency (rounded up to
+  a multiple of 8), and off, whatever the request says: each of these sets every CUDA-graph setting of
+  the decode phase (sglang_args.GRAPH_KEYS) itself, so graphs on drop the request's disable_cuda_graph and
+  graphs off drop its batch sizes (`--cuda-graph-max-bs 16 --disable-cuda-graph` runs without graphs, issue
+  34); the request's own graph settings are one more candidate (graph-request) when they are none of these.
+  Each of them notes what it replaces of the request;
 - on PCIe hosts with two GPUs or more, NCCL as it is and with PCIE_NCCL (NCCL_P2P_LEVEL=SYS with the
   LL, LL128 and Simple protocols: on 8x RTX PRO 6000 it raised speculative throughput from about 1003 to
   1131 tok/s, local-inference-lab's rtx6kpro wiki, NCCL tuning page).
@@ -22,6 +27,15 @@ from __future__ import annotations
 import itertools
 import json
 import re
+
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
+    GRAPH_KEYS,
+    SETTINGS_SCHEMA,
+    sizes_graphs,
+    table_flags,
+    table_spec,
+    turns_graphs_off,
+)
 
 # The all-to-all backends the default space tries for expert parallelism, where the installed SGLang offers
 # them (its flag table's choices for moe_a2a_backend); "none" is EP over the usual collectives.
@@ -50,14 +64,71 @@ def graph_batch_size(concurrencies: list[int]) -> int:
     return -(-top // 8) * 8
 
 
+def graph_settings(settings: dict) -> dict:
+    """The decode CUDA-graph settings (GRAPH_KEYS) that settings set: unset, false and empty ones left out."""
+    return {key: settings[key] for key in GRAPH_KEYS if settings.get(key) not in (None, False, [])}
+
+
+def described_graphs(graphs: dict) -> str:
+    """Graph settings as the plan names them: "key: value, ..." (values as JSON: true, 48, [1, 2])."""
+    return ", ".join(f"{key}: {json.dumps(value)}" for key, value in graphs.items())
+
+
+def graph_options(request: dict, flag_table: dict | None, concurrencies: list[int]) -> list[tuple]:
+    """The cuda_graph dimension: [(label, changes, env, note), ...]. SGLang's default, up to the largest
+    concurrency and off each set every graph setting the release knows (and any the request holds), so none
+    keeps a request's setting that would contradict it; the request's own graph settings are one more
+    option when they are none of these (and not themselves a contradiction validate_settings refuses).
+    The notes say what each replaces of the request (none when it sets no graph setting)."""
+    flags = table_flags(flag_table)
+    cleared = {
+        key: None for key in GRAPH_KEYS if key in SETTINGS_SCHEMA or table_spec(key, flags) or key in request
+    }
+    size = graph_batch_size(concurrencies)
+    # SGLang's default first: the likely strong incumbent, against which the tuner stops weaker ones early.
+    options = [("graph-default", cleared, "CUDA graphs at SGLang's default batch sizes")]
+    if size > 0:
+        options.append(
+            (
+                f"graph-bs{size}",
+                {**cleared, "cuda_graph_max_bs": size},
+                f"CUDA graphs up to batch size {size} (the largest concurrency)",
+            )
+        )
+    options.append(("graph-off", {**cleared, "disable_cuda_graph": True}, "CUDA graphs off"))
+    own = graph_settings(request)
+    if not own:
+        return [(label, changes, {}, "") for label, changes, _note in options]
+    asked = f"the request's own CUDA-graph settings ({described_graphs(own)})"
+    found = [
+        (
+            label,
+            changes,
+            {},
+            asked
+            if graph_settings(changes) == own
+            else f"{note}, in place of the request's {described_graphs(own)}",
+        )
+        for label, changes, note in options
+    ]
+    contradiction = any(turns_graphs_off(k, v) for k, v in own.items()) and any(
+        sizes_graphs(k, v) for k, v in own.items()
+    )
+    if not contradiction and all(note != asked for *_option, note in found):
+        found.append(("graph-request", {}, {}, asked))
+    return found
+
+
 def default_dimensions(
     gpu_facts: dict,
     *,
     flag_table: dict | None = None,
     draft_model: str = "",
     concurrencies: list[int] | None = None,
-) -> list[tuple[str, list[tuple[str, dict, dict]]]]:
-    """[(dimension, [(label, changes, env), ...]), ...]: the default space, one option list per dimension."""
+    request: dict | None = None,
+) -> list[tuple[str, list[tuple]]]:
+    """[(dimension, [(label, changes, env[, note]), ...]), ...]: the default space, one option list per
+    dimension (a note says what an option replaces of the request)."""
     gpus = max(1, int(gpu_facts.get("gpu_count") or 0))
     parallel = [(f"tp{gpus}", {"tp_size": gpus, "ep_size": 1}, {})]
     if gpus >= 2:
@@ -75,11 +146,7 @@ def default_dimensions(
         dimensions.append(
             ("speculative", [("nospec", dict.fromkeys(SPECULATIVE_KEYS), {}), ("eagle3", eagle, {})])
         )
-    graph = [("graph-default", {}, {})]
-    size = graph_batch_size(concurrencies or [])
-    if size > 0:
-        graph.append((f"graph-bs{size}", {"cuda_graph_max_bs": size}, {}))
-    dimensions.append(("cuda_graph", graph))
+    dimensions.append(("cuda_graph", graph_options(request or {}, flag_table, concurrencies or [])))
     if gpus >= 2 and gpu_facts.get("interconnect") == "pcie":
         dimensions.append(("nccl", [("nccl-default", {}, {}), ("nccl-pcie", {}, dict(PCIE_NCCL))]))
     return dimensions
@@ -114,17 +181,19 @@ def grid_dimensions(grid: dict) -> list[tuple[str, list[tuple[str, dict, dict]]]
     return dimensions
 
 
-def candidates_of(dimensions: list[tuple[str, list[tuple[str, dict, dict]]]]) -> list[dict]:
-    """Every combination of one option per dimension, in order, named by its options' labels."""
+def candidates_of(dimensions: list[tuple[str, list[tuple]]]) -> list[dict]:
+    """Every combination of one option per dimension, in order, named by its options' labels; an option's
+    note (a fourth item) goes to the candidate's `note`."""
     found = []
     for combination in itertools.product(*(options for _name, options in dimensions)):
         changes: dict = {}
         env: dict = {}
-        for _label, option_changes, option_env in combination:
+        for _label, option_changes, option_env, *_note in combination:
             changes.update(option_changes)
             env.update(option_env)
-        name = "+".join(label for label, _changes, _env in combination)
-        found.append({"name": name, "changes": changes, "env": env})
+        name = "+".join(option[0] for option in combination)
+        note = "; ".join(option[3] for option in combination if len(option) > 3 and option[3])
+        found.append({"name": name, "changes": changes, "env": env, **({"note": note} if note else {})})
     return found
 
 
