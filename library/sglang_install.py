@@ -19,7 +19,8 @@ description:
   - I(profile=server) (an air-gapped GPU host whose image already has torch) installs SGLang and
     I(kernel_package) with C(--no-deps), then I(server_deps) (what C(python -m sglang.launch_server) imports),
     each pinned to the requirement the installed SGLang's own metadata declares (C(Requires-Dist), extras
-    dropped) and skipped by pip when the env already has it.
+    dropped) and skipped by pip when the env already has it; those named in I(server_no_deps) in a
+    C(--no-deps) run of their own, before the others.
   - I(overrides) (pins such as C(transformers==5.12.1)) are installed after SGLang in a pip run of their own,
     over SGLang's pins, and checked on every run like the release itself.
   - pip uses the index, or a wheelhouse when the task's environment sets C(PIP_NO_INDEX) and
@@ -72,6 +73,17 @@ options:
   server_deps:
     description: Distributions that C(python -m sglang.launch_server) imports (I(profile=server)), pinned from
       SGLang's metadata when it names them; an item with its own version specifier is used as given.
+    type: list
+    elements: str
+    default: []
+  server_no_deps:
+    description:
+      - Distributions (names, or requirements whose name counts) of I(server_deps) that I(profile=server)
+        installs with C(--no-deps), in a pip run of their own before the others (role sglang's
+        C(sglang_server_no_deps), by default the stack's FlashInfer where role flashinfer installs it without
+        its optional dependencies). They never appear in the run with dependencies, where pip would resolve
+        their declared dependencies again (plugins/module_utils/wheelhouse.py C(server_profile_runs), the
+        rule role wheelhouse plans with).
     type: list
     elements: str
     default: []
@@ -241,7 +253,10 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import che
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_install.pip_guard import refuse_replacing
 from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 from ansible_collections.epforge.ep.plugins.module_utils.watch import import_paths, watch_list
-from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import pin_from_metadata
+from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
+    pin_from_metadata,
+    server_profile_runs,
+)
 
 # Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
 VERSIONS_SCRIPT = r"""
@@ -295,6 +310,8 @@ def desired_inputs(params: dict) -> dict:
     # Only present when used, so stamps written before these inputs existed stay valid.
     if profile == "server":
         inputs["server_deps"] = sorted(params.get("server_deps") or [])
+        if params.get("server_no_deps"):
+            inputs["server_no_deps"] = sorted(params["server_no_deps"])
     if params.get("overrides"):
         inputs["overrides"] = list(params["overrides"])
     return inputs
@@ -327,9 +344,13 @@ def pip_commands(python: str, inputs: dict, server_deps: list[str] | None = None
         extra = [inputs["kernel_package"]] if inputs["kernel_package"] else []
         return [[*base, sglang, *extra, *inputs["keep"]], *tail_runs]
     if inputs["mode"] == "server":
-        extra = [inputs["kernel_package"]] if inputs["kernel_package"] else []
         deps = server_deps if server_deps is not None else inputs["server_deps"]
-        return [[*base, "--no-deps", sglang, *extra], [*base, *deps, *inputs["keep"]], *tail_runs]
+        runs = server_profile_runs(
+            sglang, inputs["kernel_package"], deps, inputs["keep"], inputs.get("server_no_deps")
+        )
+        return [
+            [*base, *(["--no-deps"] if run["no_deps"] else []), *run["requirements"]] for run in runs
+        ] + tail_runs
     commands = [[*base, "--no-deps", sglang]]
     if inputs["parser_deps"] or inputs["keep"]:
         commands.append([*base, *inputs["parser_deps"], *inputs["keep"]])
@@ -361,6 +382,7 @@ ARGUMENT_SPEC = {
     "parser_deps": {"type": "list", "elements": "str", "default": []},
     "profile": {"type": "str", "choices": ["full", "parser", "server"]},
     "server_deps": {"type": "list", "elements": "str", "default": []},
+    "server_no_deps": {"type": "list", "elements": "str", "default": []},
     "overrides": {"type": "list", "elements": "str", "default": []},
     "pip_source": {"type": "str", "default": "registry"},
     "keep": {"type": "list", "elements": "str", "default": []},
@@ -392,7 +414,8 @@ def input_problem(params: dict) -> str | None:
             "set epforge_stack_spec.sglang.version in the stack file"
         )
     requirements = [params["kernel_package"], *params["keep"], *params["parser_deps"]]
-    for requirement in [*requirements, *params["server_deps"], *params["overrides"]]:
+    requirements += [*params["server_deps"], *params["server_no_deps"], *params["overrides"]]
+    for requirement in requirements:
         if requirement and not requirement_name(requirement):
             return f"{requirement!r} is not a pip requirement (e.g. sglang-kernel==0.4.10)"
     for requirement in params["overrides"]:
@@ -456,8 +479,9 @@ def first_action(wanted: dict, before: dict, mode: str) -> str:
     return f"re-run pip for changed inputs ({mode})"
 
 
-def pinned_server_argv(module, inputs: dict) -> list[str]:
-    """Once SGLang is in (--no-deps): the server deps pinned to what this release declares."""
+def pinned_server_commands(module, inputs: dict) -> list[list[str]]:
+    """Once SGLang is in (--no-deps): the pip commands with the server deps pinned to what this release
+    declares (the same runs as planned: pinning changes no name)."""
     python = module.params["python"]
     requires_argv = [python, "-c", SGLANG_REQUIRES_SCRIPT]
     proc = run_bounded(requires_argv, timeout=300)
@@ -470,7 +494,7 @@ def pinned_server_argv(module, inputs: dict) -> list[str]:
             output=proc.output,
         )
     pinned = pin_from_metadata(json.loads(proc.out.strip().splitlines()[-1]), inputs["server_deps"])
-    return pip_commands(python, inputs, pinned)[1]
+    return pip_commands(python, inputs, pinned)
 
 
 def run_pip(module, inputs: dict, commands: list[list[str]], result: dict) -> list[str]:
@@ -480,14 +504,17 @@ def run_pip(module, inputs: dict, commands: list[list[str]], result: dict) -> li
     env = dict(os.environ, PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
     # Before any install: refuse a plan that would replace the kept torch (an adopted image's above all).
     # With a wheelhouse (PIP_NO_INDEX, PIP_FIND_LINKS) these dry runs also prove every wheel is there.
+    keep = inputs["keep"]
     for argv in commands:
-        refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=timeout, result=result)
+        refuse_replacing(module, python, argv, keep, env=env, timeout=timeout, result=result)
     actions = []
-    for index, planned in enumerate(commands):
-        argv = planned
+    for index in range(len(commands)):
         if inputs["mode"] == "server" and index == 1:
-            argv = pinned_server_argv(module, inputs)
-            refuse_replacing(module, python, argv, inputs["keep"], env=env, timeout=timeout, result=result)
+            pinned = pinned_server_commands(module, inputs)
+            for changed in [argv for argv in pinned[1:] if argv not in commands]:
+                refuse_replacing(module, python, changed, keep, env=env, timeout=timeout, result=result)
+            commands = pinned
+        argv = commands[index]
         rc, seconds = run_logged(argv, log_path, env=env, timeout=timeout, header="sglang_install")
         if rc != 0:
             what = f"timed out after {timeout} s" if rc == 124 else f"failed (rc {rc})"

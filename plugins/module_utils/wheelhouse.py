@@ -14,7 +14,11 @@ import zipfile
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
-from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_name
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import (
+    normalize,
+    requirement_key,
+    requirement_name,
+)
 
 MANIFEST_SCHEMA = 1
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
@@ -89,9 +93,9 @@ def _flashinfer_groups(stack: dict, choice: dict) -> list[dict]:
     flashinfer = stack.get("flashinfer", {})
     if not choice.get("flashinfer", True) or not flashinfer.get("version"):
         return []
-    return [
-        _group("flashinfer", [f"{flashinfer.get('package', 'flashinfer-python')}=={flashinfer['version']}"])
-    ]
+    # flashinfer_no_deps: role flashinfer installs it --no-deps (flashinfer_pip_extra_args), so the plan does.
+    requirement = f"{flashinfer.get('package', 'flashinfer-python')}=={flashinfer['version']}"
+    return [_group("flashinfer", [requirement], no_deps=bool(choice.get("flashinfer_no_deps")))]
 
 
 def _deepep_groups(stack: dict, choice: dict) -> list[dict]:
@@ -107,6 +111,44 @@ def _deepep_groups(stack: dict, choice: dict) -> list[dict]:
     return groups
 
 
+# The server profile's run of the pins declared no-deps (sglang_server_no_deps).
+SERVER_NO_DEPS_RUN = "sglang server deps (--no-deps)"
+
+
+def split_no_deps(requirements: list[str], no_deps: list[str] | None) -> tuple[list[str], list[str]]:
+    """(the requirements pip installs with --no-deps, the others), in their order. A requirement goes to the
+    first when its distribution is named in no_deps (names or requirements there: only the normalised
+    distribution name counts, so 'apache-tvm-ffi==0.1.11' names apache_tvm_ffi>=0.1)."""
+    names = {requirement_key(n) for n in no_deps or []} - {""}
+    without = [r for r in requirements if requirement_key(r) in names]
+    return without, [r for r in requirements if requirement_key(r) not in names]
+
+
+def server_profile_runs(
+    release: str, kernel: str, deps: list[str], keep: list[str], no_deps: list[str] | None = None
+) -> list[dict]:
+    """The pip runs of SGLang's install profile server, in order: [{name, requirements, no_deps}].
+
+    The one rule, used by role sglang (module sglang_install runs them on the host) and role wheelhouse
+    (requirement_groups plans the same runs):
+    1. 'sglang': the release and its kernel package, --no-deps;
+    2. 'sglang server deps (--no-deps)', only when no_deps names some of deps (sglang_server_no_deps: the
+       stack's FlashInfer where role flashinfer installs it --no-deps, without its optional CuTe-DSL/cuDNN
+       dependencies): those, --no-deps. Before run 3, so that a run-3 package depending on one of them
+       (xgrammar -> apache-tvm-ffi) finds it installed instead of resolving it again;
+    3. 'sglang server deps': the other deps with their dependencies, and keep (the env's torch).
+    A distribution of run 2 never appears in run 3: pip asked for an installed distribution again resolves
+    its declared dependencies, which is what the inventory left out.
+    """
+    without, with_deps = split_no_deps(deps, no_deps)
+    runs = [{"name": "sglang", "requirements": [r for r in (release, kernel) if r], "no_deps": True}]
+    if without:
+        runs.append({"name": SERVER_NO_DEPS_RUN, "requirements": without, "no_deps": True})
+    if with_deps or keep:
+        runs.append({"name": "sglang server deps", "requirements": [*with_deps, *keep], "no_deps": False})
+    return runs
+
+
 def _sglang_groups(stack: dict, choice: dict, keep: list[str]) -> list[dict]:
     """SGLang as its profile installs it (full, server or parser), then any overrides of its pins."""
     if not choice.get("sglang", True):
@@ -118,10 +160,19 @@ def _sglang_groups(stack: dict, choice: dict, keep: list[str]) -> list[dict]:
     if profile == "full":
         groups = [_group("sglang full", [release, kernel, *keep])]
     elif profile == "server":
-        # As role sglang does: SGLang + kernel --no-deps, then its imports pinned from its Requires-Dist.
+        # As role sglang does (the same function): SGLang + kernel --no-deps, then its imports pinned from its
+        # Requires-Dist, those named in sglang_no_deps --no-deps.
+        runs = server_profile_runs(
+            release, kernel, list(choice.get("sglang_deps", [])), keep, choice.get("sglang_no_deps")
+        )
         groups = [
-            _group("sglang", [release, kernel], no_deps=True),
-            _group("sglang server deps", [*choice.get("sglang_deps", []), *keep], pin_from="sglang"),
+            _group(
+                run["name"],
+                run["requirements"],
+                no_deps=run["no_deps"],
+                pin_from="" if run["name"] == "sglang" else "sglang",
+            )
+            for run in runs
         ]
     else:
         groups = [
@@ -161,12 +212,16 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
 
     choice holds the roles' settings that change what they install: ml (bool, default true: the ML env's
     runs at all; false on a host that only runs the gateway), cuda_toolkit_method, ml_env_method,
-    ml_env_build_packages, flashinfer (bool), deepep (bool), sglang (bool), sglang_profile (full | parser |
-    server), sglang_deps (the profile's list), sglang_keep, sglang_overrides, gateway (bool, default false),
-    extra (list of groups).
+    ml_env_build_packages, flashinfer (bool), flashinfer_no_deps (bool: role flashinfer's run is --no-deps),
+    deepep (bool), sglang (bool), sglang_profile (full | parser | server), sglang_deps (the profile's list),
+    sglang_no_deps (profile server: those of sglang_deps installed --no-deps, server_profile_runs),
+    sglang_keep, sglang_overrides, gateway (bool, default false), extra (list of groups).
     env 'ml' groups install into the ML env (resolved against what it already holds, in this order);
     env 'venv' groups install into a venv of their own (resolved alone, with their dependencies);
     env 'download' groups are fetched with --no-deps and unpacked or inspected by a role, not installed.
+    A distribution that an ML-env run declared no_deps (an extra group's no_deps, sglang_no_deps,
+    flashinfer_no_deps) installs without its dependencies is never resolved with them by another ML-env run:
+    ValueError naming both runs (no_deps_conflict).
     """
     keep = list(choice.get("sglang_keep") or [f"torch=={stack.get('torch', {}).get('version')}"])
     ml = [
@@ -178,9 +233,57 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     ]
     if not choice.get("ml", True):
         ml = []
-    groups = [*ml, *_gateway_groups(stack, choice), *_extra_groups(choice)]
+    extra = _extra_groups(choice)
+    groups = [*ml, *_gateway_groups(stack, choice), *extra]
     # A run with nothing to install (no build tools asked for, say) is no pip run at all.
-    return [group for group in groups if group["requirements"]]
+    groups = [group for group in groups if group["requirements"]]
+    declared = [(g, "wheelhouse_extra_requirements") for g in extra if g["no_deps"] and g["env"] == "ml"]
+    declared += [(g, "sglang_server_no_deps") for g in ml if g["name"] == SERVER_NO_DEPS_RUN]
+    declared += [(g, "flashinfer_pip_extra_args") for g in ml if g["name"] == "flashinfer" and g["no_deps"]]
+    conflict = no_deps_conflict(groups, declared)
+    if conflict:
+        raise ValueError(conflict)
+    return groups
+
+
+# Where a run with dependencies names a distribution another run installs --no-deps: how to say it once.
+_NO_DEPS_HINT = {
+    "sglang server deps": "name them in sglang_server_no_deps (role sglang then installs them --no-deps too; "
+    "its default names the stack's FlashInfer and flashinfer_extra_packages when flashinfer_pip_extra_args "
+    "holds --no-deps)",
+    "flashinfer": "give role flashinfer flashinfer_pip_extra_args: [--no-deps] (its run is then planned "
+    "--no-deps too), or leave it out of the wheelhouse (wheelhouse_flashinfer: false)",
+}
+
+
+def no_deps_conflict(groups: list[dict], declared: list[tuple[dict, str]]) -> str:
+    """'' when no ML-env run resolves with its dependencies a distribution that a declared no-deps run
+    installs without them; else the conflicts, named with both runs and where the no-deps run comes from.
+    declared: (run, the variable it comes from): wheelhouse_extra_requirements' no_deps runs of env ml, the
+    server profile's --no-deps deps. Such a run would fetch exactly what the inventory leaves out (for
+    FlashInfer about 200 MB of CuTe-DSL and cuDNN wheels), and on the host pip would install it."""
+    owners: dict[str, str] = {}
+    for group, source in declared:
+        for requirement in group["requirements"]:
+            owners.setdefault(requirement_key(requirement), f"'{group['name']}' ({source})")
+    problems = []
+    for group in groups:
+        if group["no_deps"] or group["env"] != "ml":
+            continue
+        clashes = [r for r in group["requirements"] if requirement_key(r) in owners]
+        if not clashes:
+            continue
+        by_owner: dict[str, list[str]] = {}
+        for requirement in clashes:
+            by_owner.setdefault(owners[requirement_key(requirement)], []).append(requirement_key(requirement))
+        without = " and ".join(f"pip run {o} installs {', '.join(names)}" for o, names in by_owner.items())
+        hint = _NO_DEPS_HINT.get(group["name"], "declare them the same way in both runs")
+        problems.append(
+            f"pip run '{group['name']}' would resolve {', '.join(clashes)} with their dependencies, while "
+            f"{without} without them (no_deps): the wheelhouse would hold, and the host install, what the "
+            f"inventory leaves out; {hint}"
+        )
+    return ". ".join(problems)
 
 
 def manylinux_platforms(machine: str, glibc: str) -> list[str]:
