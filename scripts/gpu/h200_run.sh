@@ -78,6 +78,8 @@ for stage in "$@"; do
     cp -r /var/log/epforge/. $O/logs/ 2>/dev/null
     cp /root/sbs/*.log $O/logs/ 2>/dev/null
     cp ~/.cache/epforge/wheelhouse.log $O/logs/ 2>/dev/null
+    cp /var/lib/epforge/server-jit-*.json $O/ 2>/dev/null
+    cp -r /var/lib/epforge/tuning $O/ 2>/dev/null
     tar czf $OUT/h200-$(date +%H%M%S).tgz -C /root out
     ls -la $OUT
     ;;
