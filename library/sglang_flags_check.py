@@ -70,13 +70,25 @@ options:
     default: 180
   cache_path:
     description:
-      - JSON file remembering the last successful check. When the flags, the SGLang version, I(python),
-        I(cache_evidence) and this module's check script are unchanged, the earlier outcome is returned
-        without running the parser (no import of torch and SGLang on a rerun). Not written in check mode.
-      - Failed checks are never remembered.
+      - JSON file of the verdicts of successful checks, one per settings object's digest (a raw I(argv) or
+        I(settings) by its flags). When the flags, the SGLang version, I(python), I(cache_evidence) and this
+        module's check script are unchanged, the earlier outcome is returned without running the parser
+        (no import of torch and SGLang on a rerun).
+      - The parser never sees the environment, so an object whose flags were judged for another object
+        (same argv, another env) is answered from that run, and its own verdict is recorded under its
+        digest, which role C(sglang_server) looks for before a launch.
+      - Keeps the newest 32 verdicts besides those of the current I(plan). Not written in check mode.
+        Failed checks are never remembered.
     type: path
   cache_evidence:
     description: Extra evidence the remembered outcome depends on (the install stamp's hash, for example).
+    type: str
+    default: ""
+  plan:
+    description:
+      - The plan this object belongs to (a tuner run, a sweep). The verdicts of the plan named by the
+        latest write are never dropped from I(cache_path), however many candidates it has, so its winner
+        is not judged a second time; empty for a single object.
     type: str
     default: ""
 author: epforge developers (@epforge)
@@ -220,6 +232,7 @@ def main() -> None:
             "timeout": {"type": "int", "default": 180},
             "cache_path": {"type": "path"},
             "cache_evidence": {"type": "str", "default": ""},
+            "plan": {"type": "str", "default": ""},
         },
         required_one_of=[("settings", "argv", "server_object")],
         mutually_exclusive=[("settings", "argv", "server_object")],
@@ -252,6 +265,7 @@ def main() -> None:
         evidence=params["cache_evidence"],
         digest=(params["server_object"] or {}).get("digest", ""),
         reuse_digest=params["server_object"] is not None,
+        plan=params["plan"],
     )
     module.exit_json(changed=False, argv=shown_argv, **outcome)
 

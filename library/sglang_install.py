@@ -130,9 +130,11 @@ options:
     default: 300
   flags_cache_path:
     description:
-      - JSON file remembering the successful flag checks (the newest 32), each keyed by the flags, the SGLang
-        version, I(python), the stamp's hash and the check script, and naming the object's digest; an
-        unchanged rerun imports nothing, and role C(sglang_server) launches only a digest judged here.
+      - JSON file of the verdicts of successful flag checks, one per settings object's digest (the key role
+        C(sglang_server) looks for before it launches an object), each naming the parser run it came from
+        (the flags, the SGLang version, I(python), the stamp's hash and the check script); an unchanged rerun
+        imports nothing. Keeps the newest 32 besides those of a tuner's or sweep's current plan (module
+        C(sglang_flags_check), option C(plan)).
       - Not written in check mode; a failed check is never remembered.
     type: path
 extends_documentation_fragment:

@@ -32,6 +32,8 @@ import moduletools
 import pytest
 import yaml
 
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import RESULT_MARK
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "sglang-parser"
 STACK = yaml.safe_load((ROOT / "stacks" / "cu130.yml").read_text())["epforge_stack_spec"]
@@ -47,6 +49,34 @@ TORCHVISION_FOR_TORCH = {"2.14.1": "0.29.1"}
 
 def run_module(module: str, args: dict, check: bool = False) -> tuple[int, dict]:
     return moduletools.run_module(module, args, check=check, diff=True, timeout=1800)
+
+
+# A sitecustomize.py that counts the processes running the project's SGLang flag-check script (each one is a
+# parser run): the script is passed with -c, so its mark is in the process's own command line.
+COUNTER = f"""\
+import os
+try:
+    with open("/proc/self/cmdline", "rb") as handle:
+        if {RESULT_MARK.strip().encode()!r} in handle.read():
+            with open(os.environ["EPFORGE_TEST_PARSER_COUNT"], "a") as out:
+                out.write(str(os.getpid()) + "\\n")
+except OSError:
+    pass
+"""
+
+
+def parser_run_counter(directory: Path) -> tuple[dict, Path]:
+    """(the environment that makes every python of a playbook run count SGLang parser runs, the count file):
+    pass the environment to run_playbook, read the count with parser_runs."""
+    site = directory / "parser-counter"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(COUNTER)
+    count_file = directory / "parser-runs.txt"
+    return {"PYTHONPATH": str(site), "EPFORGE_TEST_PARSER_COUNT": str(count_file)}, count_file
+
+
+def parser_runs(count_file: Path) -> int:
+    return len(count_file.read_text().splitlines()) if count_file.exists() else 0
 
 
 def install_args(python: str, state: Path, **over) -> dict:

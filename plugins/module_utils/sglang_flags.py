@@ -1,5 +1,6 @@
 """SGLang's own parser as the judge of server flags: the check script run in the ML env's python, its
-result, and the remembered outcome of the last successful check (so an unchanged rerun imports nothing).
+result, and the remembered verdicts of successful checks (so an unchanged rerun imports nothing), one per
+settings object's digest.
 
 Used by module sglang_flags_check (a check on its own) and module sglang_install (the sglang role's one
 call: install, then judge the settings' flags). Pure Python; the script itself runs in a process of its own.
@@ -185,55 +186,96 @@ def run_parser_batch(
 
 
 def cache_key_of(argv: list[str], version: str | None, python: str, construct: bool, evidence: str) -> str:
-    """What a remembered outcome depends on: the flags, SGLang's version, the python, the check script."""
+    """What a parser run's outcome depends on: the flags, SGLang's version, the python, the check script
+    (and the caller's evidence, e.g. the install stamp's hash). The environment is not in it: SGLang's
+    parser never sees it, so objects that differ only in env share one parser run."""
     return hashlib.sha256(
         json.dumps([argv, version, python, construct, evidence, CHECK_SCRIPT]).encode()
     ).hexdigest()
 
 
-# Verdicts kept in one cache file: one per distinct argv judged (a sweep judges one per configuration).
+# The verdict file, schema 2: {"schema": 2, "verdicts": [{"digest", "argv_key", "plan", "outcome"}, ...]},
+# oldest first (a list: epforge's JSON files sort their keys, so a mapping would lose the order). One key for
+# verdicts: an entry is found by the settings object's digest (the key role sglang_server checks before a
+# launch), or for a raw argv with no object by its argv key. argv_key says which parser run the outcome came
+# from, so one run serves every object with the same argv (a new digest gets its own entry, a copy of that
+# outcome: a launch finds it by its digest). A file of another shape counts as empty.
+VERDICTS_SCHEMA = 2
+# Entries kept besides the current plan's (see _kept).
 VERDICTS_KEPT = 32
 
 
+def _slot(entry: dict) -> str:
+    return entry.get("digest") or entry["argv_key"]
+
+
 def _verdicts(path: str) -> dict:
+    """slot -> entry, oldest first."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError):
         return {}
-    verdicts = data.get("verdicts") if isinstance(data, dict) else None
-    return verdicts if isinstance(verdicts, dict) else {}
+    if not isinstance(data, dict) or data.get("schema") != VERDICTS_SCHEMA:
+        return {}
+    entries = data.get("verdicts")
+    if not isinstance(entries, list):
+        return {}
+    return {
+        _slot(entry): entry
+        for entry in entries
+        if isinstance(entry, dict) and isinstance(entry.get("outcome"), dict) and entry.get("argv_key")
+    }
+
+
+def _kept(verdicts: dict, plan: str) -> dict:
+    """The entries to keep after a write for plan: every entry of plan, and the newest VERDICTS_KEPT others.
+
+    Why not a plain count: a tuner or sweep judges each candidate right before its launch and relaunches
+    the winner (or the server that ran before) at the end; a plan of more than VERDICTS_KEPT candidates
+    would push out its own first verdicts and pay a parser run (an import of torch and SGLang) again for
+    the winner. So the bound is VERDICTS_KEPT + the plan's size, which cannot be smaller than the plan.
+    A plan's entries become ordinary ones once another plan (or a caller without a plan: role sglang,
+    serve.yml) writes; verdicts of other callers are not pushed out by a large plan either."""
+    others = [slot for slot, entry in verdicts.items() if not plan or entry.get("plan") != plan]
+    dropped = set(others[: max(0, len(others) - VERDICTS_KEPT)])
+    return {slot: entry for slot, entry in verdicts.items() if slot not in dropped}
+
+
+def _write(path: str, verdicts: dict) -> None:
+    data = {"schema": VERDICTS_SCHEMA, "verdicts": list(verdicts.values())}
+    write_json_atomic(path, data, indent=1, default=str)
+
+
+def write_cache(path: str, key: str, outcome: dict, digest: str = "", plan: str = "") -> None:
+    """Remember a successful check (atomically) beside the others, under digest (else the argv key), newest
+    last, so an unchanged rerun needs no SGLang import; older entries are dropped as _kept says."""
+    verdicts = _verdicts(path)
+    slot = digest or key
+    verdicts.pop(slot, None)
+    verdicts[slot] = {"digest": digest, "argv_key": key, "plan": plan, "outcome": outcome}
+    _write(path, _kept(verdicts, plan))
 
 
 def read_cache(path: str, key: str) -> dict | None:
-    """The outcome of an earlier successful check with the same key, else None."""
-    entry = _verdicts(path).get(key)
-    return entry.get("outcome") if isinstance(entry, dict) else None
-
-
-def write_cache(path: str, key: str, outcome: dict, digest: str = "") -> None:
-    """Remember a successful check (atomically) beside the others, so an unchanged rerun needs no SGLang
-    import; the oldest verdicts beyond VERDICTS_KEPT are dropped."""
-    verdicts = _verdicts(path)
-    verdicts.pop(key, None)
-    verdicts[key] = {"digest": digest, "outcome": outcome}
-    kept = dict(list(verdicts.items())[-VERDICTS_KEPT:])
-    write_json_atomic(path, {"verdicts": kept}, indent=1, default=str)
+    """The outcome of an earlier successful parser run on the same argv key (any digest), else None."""
+    for entry in _verdicts(path).values():
+        if entry.get("argv_key") == key:
+            return entry["outcome"]
+    return None
 
 
 def verdict_by_digest(path: str, digest: str, version: str | None) -> dict | None:
     """The outcome an earlier check of the same settings object (digest) got from this SGLang release."""
-    for entry in _verdicts(path).values():
-        if isinstance(entry, dict) and entry.get("digest") == digest:
-            outcome = entry.get("outcome") or {}
-            if outcome.get("sglang_version") == version:
-                return outcome
+    entry = _verdicts(path).get(digest) if digest else None
+    if entry and entry.get("digest") == digest and entry["outcome"].get("sglang_version") == version:
+        return entry["outcome"]
     return None
 
 
 def judged_digests(path: str) -> set[str]:
     """The settings-object digests whose argv SGLang's parser accepted (recorded in the cache file)."""
-    return {e.get("digest") for e in _verdicts(path).values() if isinstance(e, dict) and e.get("digest")}
+    return {e["digest"] for e in _verdicts(path).values() if e.get("digest")}
 
 
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
@@ -289,21 +331,35 @@ def check_flags(
     evidence: str = "",
     digest: str = "",
     reuse_digest: bool = False,
+    plan: str = "",
 ) -> dict:
     """Judge argv with SGLang's parser, or answer from cache_path when nothing it depends on changed.
 
     Fails the module with SGLang's message when the flags are refused. Returns the outcome
-    (sglang_version, parsed, constructed, notes, warnings_sglang) plus cached (and seconds after a run); a
-    successful run is remembered in cache_path (with the settings object's digest, when given), except in
-    check mode; reuse_digest also answers from a verdict another caller recorded for the same digest.
+    (sglang_version, parsed, constructed, notes, warnings_sglang) plus cached (and seconds after a run).
+    Every success leaves a verdict under the settings object's digest (when given) in cache_path, except in
+    check mode: a parser run's, or an earlier run's on the same argv key (another object with the same
+    flags and another env), copied to this digest. reuse_digest also takes the verdict another caller
+    recorded for the same digest (role sglang judges with its install stamp as evidence). plan tags the
+    verdict as one of a tuner's or sweep's plan, which eviction keeps (_kept).
     """
     key = cache_key_of(argv, version, python, construct, evidence)
-    cached = read_cache(cache_path, key) if cache_path else None
-    if cached is None and reuse_digest and digest and cache_path:
-        # The same object judged by another caller (role sglang): one parser run per distinct argv.
-        cached = verdict_by_digest(cache_path, digest, version)
-    if cached is not None:
-        return {**cached, "cached": True}
+    verdicts = _verdicts(cache_path) if cache_path else {}
+    own = verdicts.get(digest or key)
+    same_release = own is not None and own["outcome"].get("sglang_version") == version
+    if own is not None and own["argv_key"] != key and not (reuse_digest and digest and same_release):
+        own = None  # this digest was judged under other evidence (SGLang reinstalled since): judge again
+    if own is not None:
+        outcome, judged_as = own["outcome"], own["argv_key"]
+    else:
+        # The same flags judged for another object: the parser does not see the environment.
+        same = next((entry for entry in verdicts.values() if entry["argv_key"] == key), None)
+        outcome, judged_as = (same["outcome"], key) if same else (None, key)
+    if outcome is not None:
+        # Record what a launch will look for: this digest (and the plan that uses it), when not there yet.
+        if cache_path and not module.check_mode and (own is None or (plan and own.get("plan") != plan)):
+            write_cache(cache_path, judged_as, outcome, digest, plan)
+        return {**outcome, "cached": True}
     result = run_parser(python, argv, construct=construct, timeout=timeout)
     if not result["ok"]:
         fail_parser(module, result, argv, version)
@@ -315,5 +371,5 @@ def check_flags(
         "warnings_sglang": result["warnings"],
     }
     if cache_path and not module.check_mode:
-        write_cache(cache_path, key, outcome, digest)
+        write_cache(cache_path, key, outcome, digest, plan)
     return {**outcome, "cached": False, "seconds": result["seconds"]}

@@ -527,4 +527,4 @@ def test_flags_check_remembered_outcome_needs_the_same_evidence(tmp_path):
         rc, res = run_module("sglang_flags_check", {**args, **change})
         assert rc != 0 and "SGLang's parser failed" in res["msg"], res
         assert "No module named 'sglang'" in res["log_tail"]
-    assert list(json.loads(cache.read_text())["verdicts"]) == [key]
+    assert [entry["argv_key"] for entry in json.loads(cache.read_text())["verdicts"]] == [key]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import sglang_parser_env
 import yaml
-from sglang_parser_env import ROOT, SGLANG_VERSION, STACK, TORCH_PIN, install_args, run_module
+from sglang_parser_env import ROOT, SGLANG_VERSION, STACK, TORCH_PIN, install_args, parser_runs, run_module
 
 from ansible_collections.epforge.ep.plugins.module_utils import sglang_flags as epforge_sglang_flags
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import build_server_argv, flag_name
@@ -433,23 +433,6 @@ OBJECT_PLAY = """\
     - role: sglang_server
 """
 
-# Counts the processes that run the project's SGLang flag-check script (each one is a parser run): the
-# script is passed with -c, so it is found in the process's own command line.
-COUNTER = f"""\
-import os
-try:
-    with open("/proc/self/cmdline", "rb") as handle:
-        if {epforge_sglang_flags.RESULT_MARK.strip()!r}.encode() in handle.read():
-            with open(os.environ["EPFORGE_TEST_PARSER_COUNT"], "a") as out:
-                out.write(str(os.getpid()) + "\\n")
-except OSError:
-    pass
-"""
-
-
-def parser_runs(count_file: Path) -> int:
-    return len(count_file.read_text().splitlines()) if count_file.exists() else 0
-
 
 def object_run_vars(base: Path, sglang_env: dict, port: int, user: str, key: str) -> dict:
     """The fake 8x PCIe host's request (deepep_mode auto, which preflight adjusts) and the roles' variables:
@@ -543,15 +526,12 @@ def test_one_settings_object_is_judged_recorded_and_launched_byte_identical(sgla
     from playbooks import JSON_CALLBACK, json_report, run_playbook, write_vars  # noqa: PLC0415
 
     user, key = "epforge-object-test", "sk-object-test-launcher-only"
-    (tmp_path / "counter").mkdir()
-    (tmp_path / "counter" / "sitecustomize.py").write_text(COUNTER)
-    count_file = tmp_path / "parser-runs.txt"
+    counting, count_file = sglang_parser_env.parser_run_counter(tmp_path)
     book = tmp_path / "object.yml"
     book.write_text(OBJECT_PLAY)
     env = {
         "PATH": sm120_pcie_host(tmp_path),
-        "PYTHONPATH": str(tmp_path / "counter"),
-        "EPFORGE_TEST_PARSER_COUNT": str(count_file),
+        **counting,
         **JSON_CALLBACK,
     }
     with bench_env.service_base_dir("epforge-object-", user) as base:

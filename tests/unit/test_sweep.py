@@ -2,7 +2,9 @@
 known-issues table, launched and verified by the sglang_server role (process manager, the SGLang stand-in:
 a TEST DOUBLE told to crash for one configuration), benchmarked by the sglang_benchmark role with SGLang's
 REAL bench_serving client, and stopped. One configuration crashes, one is refused by the table; the sweep
-goes on and records every outcome.
+goes on and records every outcome. SGLang's REAL parser (the cached parser-only venv of
+tests/sglang_parser_env.py) judges each configuration before its launch, as on a real host
+(sglang_server_require_verdict true); the NCCL configuration differs from the baseline only in env.
 
 The server role creates its unprivileged service account: this test uses `epforge-sweep-test` and removes it.
 """
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sglang_parser_env
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
@@ -26,6 +29,7 @@ from playbooks import LOCAL_INVENTORY, run_playbook  # noqa: E402
 
 USER = "epforge-sweep-test"
 PLAYBOOK = ROOT / "playbooks" / "sweep.yml"
+sglang_env = sglang_parser_env.sglang_env
 # The server runs as the unprivileged service account: a python it can execute (the stand-in needs only the
 # standard library; the project's venv python may live under root's home).
 
@@ -75,12 +79,12 @@ def port_is_free(port: int) -> bool:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
-def test_sweep_records_ok_refused_and_failed(bench_client, base_dir):
+def test_sweep_records_ok_refused_and_failed(bench_client, sglang_env, base_dir):
     python, tok = bench_client
     port = bench_env.free_port()
     facts = base_dir / "facts"
     extra = {
-        **bench_env.standin_server_vars(base_dir, tok, port, USER),
+        **bench_env.standin_server_vars(base_dir, tok, port, USER, sglang_env["python"]),
         "sglang_server_poll_interval": 0.1,
         "sglang_benchmark_python": str(python),
         "sglang_benchmark_require_gpu": False,
@@ -119,6 +123,13 @@ def test_sweep_records_ok_refused_and_failed(bench_client, base_dir):
     refused = outcomes["tp-nccl-tree"]
     assert refused["outcome"] == "refused" and refused["class"] == "nccl_algo_tree_with_cuda_graphs"
     assert "Tree" in refused["reason"]
+
+    # every launched configuration's digest has its verdict (the NCCL one shares the baseline's argv)
+    verdicts = json.loads((base_dir / "state" / "sglang-flags-check.json").read_text())["verdicts"]
+    ok_digests = {o["settings_digest"] for o in outcomes.values() if o["outcome"] == "ok"}
+    assert len(ok_digests) == 3 and ok_digests <= {v["digest"] for v in verdicts}
+    # four launched (the crashing one too: judged before its launch), four verdicts of this sweep's plan
+    assert len({v["digest"] for v in verdicts if v["plan"].startswith("sweep-")}) == 4
 
     history = json.loads((facts / "epforge_bench.fact").read_text())["history"]
     assert [e["label"] for e in history] == ["tp-baseline", "tp-eagle3-speculative", "tp-nccl-p2p-sys-ll"]

@@ -11,6 +11,11 @@ The answer known in advance (objective: highest output tok/s at concurrency 4 wi
 - crashes: dies at start-up the way SGLang does without DeepEP - classified, the search goes on;
 - nccl-tree: refused by the known-issues table - never launched.
 
+Every candidate is judged by SGLang's REAL parser (the cached parser-only venv of tests/sglang_parser_env.py)
+before its launch, as on a real host (sglang_server_require_verdict true): the candidates above differ only
+in their environment, which the parser never sees, so one parser run judges them all and each digest must
+still get its own verdict (issue 34 item 2: on a real H200, 4 of 5 such candidates were refused unjudged).
+
 The server role creates its unprivileged service account: each test uses `epforge-tune-<crc of its name>` and
 removes it.
 """
@@ -28,6 +33,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+import sglang_parser_env
+from sglang_parser_env import parser_run_counter, parser_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
@@ -39,6 +46,7 @@ from playbooks import ANSIBLE_PLAYBOOK, LOCAL_INVENTORY, run_playbook  # noqa: E
 # may run them at the same time.
 ACCOUNTS: dict[Path, str] = {}
 PLAYBOOK = ROOT / "playbooks" / "tune.yml"
+sglang_env = sglang_parser_env.sglang_env
 CRASH = {
     "SGLANG_STANDIN_CRASH_AFTER": "0.2",
     "SGLANG_STANDIN_CRASH_LINE": "ModuleNotFoundError: No module named 'deep_ep'",
@@ -73,9 +81,12 @@ def candidates() -> list[dict]:
 LIGHT = {"name": "tune-light", "input_len": 32, "output_len": 32, "num_prompts": 8, "concurrencies": [4]}
 
 
-def tune_vars(base_dir: Path, python: Path, tok: Path, port: int, space: list[dict], **extra) -> dict:
+def tune_vars(
+    base_dir: Path, python: Path, tok: Path, port: int, space: list[dict], *, parser: dict, **extra
+) -> dict:
+    """The tuner's variables; parser: the sglang_env fixture (SGLang's real parser judges each candidate)."""
     return {
-        **bench_env.standin_server_vars(base_dir, tok, port, ACCOUNTS[base_dir]),
+        **bench_env.standin_server_vars(base_dir, tok, port, ACCOUNTS[base_dir], parser["python"]),
         "sglang_server_poll_interval": 0.1,
         "tuner_require_gpu": False,
         "tuner_python": str(python),
@@ -107,10 +118,12 @@ def base_dir(request):
         yield path
 
 
-def run_tune(base_dir: Path, extra: dict, *args: str, name: str = "tune") -> subprocess.CompletedProcess:
+def run_tune(
+    base_dir: Path, extra: dict, *args: str, name: str = "tune", env: dict | None = None
+) -> subprocess.CompletedProcess:
     vars_file = base_dir / f"{name}-vars.json"
     vars_file.write_text(json.dumps(extra))
-    proc = run_playbook(PLAYBOOK, *args, vars_file=vars_file, timeout=1200)
+    proc = run_playbook(PLAYBOOK, *args, vars_file=vars_file, env=env, timeout=1200)
     (base_dir.parent / f"{base_dir.name}-{name}.log").write_text(proc.stdout + proc.stderr)
     return proc
 
@@ -135,26 +148,39 @@ def server_info(port: int) -> dict:
         return json.loads(answer.read())
 
 
+def verdicts(base_dir: Path) -> list[dict]:
+    """The parser's verdicts on this host (role sglang_server's sglang_server_verdicts_file), oldest first."""
+    return json.loads((base_dir / "state" / "sglang-flags-check.json").read_text())["verdicts"]
+
+
 def launches(base_dir: Path, proc: subprocess.CompletedProcess) -> list[str]:
     """The candidates a run launched, from its own output."""
     return [c["name"] for c in candidates() if f"TASK [Launch and verify {c['name']}]" in proc.stdout]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
-def test_tune_picks_the_fastest_valid_candidate_and_leaves_it_serving(bench_client, base_dir):
+def test_tune_picks_the_fastest_valid_candidate_and_leaves_it_serving(bench_client, sglang_env, base_dir):
     python, tok = bench_client
     port = bench_env.free_port()
-    extra = tune_vars(base_dir, python, tok, port, candidates())
+    extra = tune_vars(base_dir, python, tok, port, candidates(), parser=sglang_env)
+    counting, count_file = parser_run_counter(base_dir.parent / f"{base_dir.name}-counter")
 
     check = run_tune(base_dir, extra, "--check", name="check")
     assert check.returncode == 0, check.stdout[-4000:]
     assert "4 planned" in check.stdout and "nccl-tree" in check.stdout
     assert launches(base_dir, check) == [] and not (base_dir / "state" / "tuning").exists()
 
-    proc = run_tune(base_dir, extra)
+    proc = run_tune(base_dir, extra, env=counting)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     fact = tuning_fact(base_dir)
     results = {r["name"]: r for r in fact["results"]}
+    assert "has not judged this argv" not in proc.stdout, [r["reason"] for r in fact["results"]]
+    # one argv, four environments: one run of SGLang's parser, and a verdict under each launched digest
+    # (what role sglang_server checks), all of this run's plan
+    assert parser_runs(count_file) == 1
+    planned = [v for v in verdicts(base_dir) if v["plan"].startswith("tune-")]
+    assert len({v["digest"] for v in planned}) == 4 and len({v["plan"] for v in planned}) == 1, planned
+    assert fact["winner_object_digest"] in {v["digest"] for v in planned}
     assert fact["winner"] == "cold-heavy", json.dumps(fact["ranking"], indent=1)
     assert fact["decision"] == "winner serving"
     # the fastest broke the TTFT constraint and lost to the second
@@ -188,22 +214,25 @@ def test_tune_picks_the_fastest_valid_candidate_and_leaves_it_serving(bench_clie
     assert server_info(port)["port"] == port
 
     # a space where every candidate fails: the server that ran before (the winner) is restored
-    all_fail = tune_vars(base_dir, python, tok, port, [{"name": "crash-a", "env": CRASH}])
-    failed = run_tune(base_dir, all_fail, name="all-fail")
+    all_fail = tune_vars(base_dir, python, tok, port, [{"name": "crash-a", "env": CRASH}], parser=sglang_env)
+    failed = run_tune(base_dir, all_fail, name="all-fail", env=counting)
     assert failed.returncode == 0, failed.stdout[-6000:]
     after = tuning_fact(base_dir)
     assert after["winner"] is None and "previous server was restored" in after["decision"]
     assert server_fact(base_dir)["settings_digest"] == running["settings_digest"]
     assert server_info(port)["port"] == port
+    assert parser_runs(count_file) == 1  # the same argv again: judged from the first run's verdicts
     stop_server(base_dir, extra)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
-def test_a_sigkilled_search_resumes_without_running_a_finished_candidate_again(bench_client, base_dir):
+def test_a_sigkilled_search_resumes_without_running_a_finished_candidate_again(
+    bench_client, sglang_env, base_dir
+):
     python, tok = bench_client
     port = bench_env.free_port()
     space = [c for c in candidates() if c["name"] in ("steady-slower", "cold-heavy", "fastest-bad-ttft")]
-    extra = tune_vars(base_dir, python, tok, port, space, tuner_workload=LIGHT)
+    extra = tune_vars(base_dir, python, tok, port, space, parser=sglang_env, tuner_workload=LIGHT)
     vars_file = base_dir / "vars.json"
     vars_file.write_text(json.dumps(extra))
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
@@ -287,31 +316,35 @@ def test_check_mode_prints_each_hosts_default_plan_and_launches_nothing(tmp_path
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
-def test_a_spent_budget_lists_the_rest_as_not_tried_and_the_best_so_far_wins(bench_client, base_dir):
+def test_a_spent_budget_lists_the_rest_as_not_tried_and_the_best_so_far_wins(
+    bench_client, sglang_env, base_dir
+):
     python, tok = bench_client
     port = bench_env.free_port()
     space = [c for c in candidates() if c["name"] in ("steady-slower", "cold-heavy")]
-    proc = run_tune(
-        base_dir,
-        tune_vars(base_dir, python, tok, port, space, tuner_budget_s=1, tuner_workload=LIGHT),
-        name="budget",
+    extra = tune_vars(
+        base_dir, python, tok, port, space, parser=sglang_env, tuner_budget_s=1, tuner_workload=LIGHT
     )
+    proc = run_tune(base_dir, extra, name="budget")
     assert proc.returncode == 0, proc.stdout[-6000:]
     fact = tuning_fact(base_dir)
     # the first candidate ran (the budget was not spent before it), and used it up
     assert [r["name"] for r in fact["results"]] == ["cold-heavy"] and fact["not_tried"] == ["steady-slower"]
     assert fact["winner"] == "cold-heavy" and fact["budget"]["spent_s"] > fact["budget"]["budget_s"]
     assert launches(base_dir, proc) == ["cold-heavy"]
-    stop_server(base_dir, tune_vars(base_dir, python, tok, port, space))
+    stop_server(base_dir, tune_vars(base_dir, python, tok, port, space, parser=sglang_env))
 
 
-def group_inventory(base_dir: Path, tok: Path, ports: dict, gpu: dict | None = None) -> Path:
+def group_inventory(
+    base_dir: Path, tok: Path, ports: dict, gpu: dict | None = None, parser_python: str | None = None
+) -> Path:
     """Two hosts of group `boxes` on this machine (local connection), each with its own facts, state, logs,
     server port and files; the service account and its home are shared (one account on one machine)."""
     hosts = {}
     for name, port in ports.items():
         own = base_dir / name
-        standin = bench_env.standin_server_vars(own, tok, port, ACCOUNTS.get(base_dir, "epforge-tune-check"))
+        account = ACCOUNTS.get(base_dir, "epforge-tune-check")
+        standin = bench_env.standin_server_vars(own, tok, port, account, parser_python)
         hosts[name] = {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
@@ -335,15 +368,17 @@ def run_group(base_dir: Path, inventory: Path, extra: dict, *args: str) -> subpr
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
-def test_a_group_is_measured_on_its_first_host_and_every_host_serves_the_winner(bench_client, base_dir):
+def test_a_group_is_measured_on_its_first_host_and_every_host_serves_the_winner(
+    bench_client, sglang_env, base_dir
+):
     python, tok = bench_client
     ports = {"box-a": bench_env.free_port(), "box-b": bench_env.free_port()}
-    inventory = group_inventory(base_dir, tok, ports)
+    inventory = group_inventory(base_dir, tok, ports, parser_python=sglang_env["python"])
     space = [c for c in candidates() if c["name"] in ("cold-heavy", "steady-slower")]
     shared = {
         k: v
         for k, v in tune_vars(
-            base_dir, python, tok, 0, space, tuner_group="boxes", tuner_workload=LIGHT
+            base_dir, python, tok, 0, space, parser=sglang_env, tuner_group="boxes", tuner_workload=LIGHT
         ).items()
         if k.startswith("tuner_") or k == "sglang_server_poll_interval"
     }
