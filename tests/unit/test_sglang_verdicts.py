@@ -1,5 +1,6 @@
 """The parser's verdicts, one per settings object's digest (issue 34 item 2), judged by SGLang's REAL parser
-(the cached parser-only venv of tests/sglang_parser_env.py).
+(the cached parser-only venv of tests/sglang_parser_env.py). The stand-in tuner and sweep tests (test_tune.py,
+test_sweep.py) judge every candidate with it too.
 
 On a real H200 run, 4 of 5 tuner candidates that differed only in `env` were refused "SGLang's parser has not
 judged this argv": the judge answered them from the verdict of the first candidate's argv (the parser never
@@ -23,21 +24,21 @@ sglang_env = sglang_parser_env.sglang_env
 ARGV = ["--model-path", "/models/demo-moe", "--tp-size", "1", "--host", "127.0.0.1", "--port", "30000"]
 
 
-def env_only_objects(count: int, argv: list[str] = ARGV) -> list[dict]:
+def env_only_objects(count: int, tag: str = "plan") -> list[dict]:
     """Server settings objects with one argv that differ only in their environment (as tuner candidates
     over NCCL variables or the stand-in's knobs do)."""
     objects = []
     for index in range(count):
-        env = {"HF_HUB_OFFLINE": "1", "NCCL_DEBUG_SUBSYS": f"INIT,{index}"}
+        env = {"HF_HUB_OFFLINE": "1", "NCCL_DEBUG_SUBSYS": f"{tag},{index}"}
         objects.append(
             {
                 "schema": 1,
                 "sglang_version": SGLANG_VERSION,
                 "settings": {"model_path": "/models/demo-moe", "tp_size": 1, "env": env},
                 "adjustments": [],
-                "argv": list(argv),
+                "argv": list(ARGV),
                 "env": env,
-                "digest": digest_of(SGLANG_VERSION, argv, env),
+                "digest": digest_of(SGLANG_VERSION, ARGV, env),
             }
         )
     return objects
@@ -52,23 +53,21 @@ class Judge:
         pytest.fail(f"the parser refused: {result}")
 
 
-def test_objects_that_differ_only_in_env_each_get_their_verdict_from_one_parser_run(sglang_env, tmp_path):
-    cache = tmp_path / "sglang-flags-check.json"
-    objects = env_only_objects(3)
-    cached = []
-    for obj in objects:
-        args = {"python": sglang_env["python"], "server_object": obj, "sglang_version": SGLANG_VERSION}
-        rc, result = run_module("sglang_flags_check", {**args, "cache_path": str(cache)})
-        assert rc == 0, result
-        cached.append(result["cached"])
-    # one parser run (the parser never sees env), and every digest - what a launch checks - has its verdict
-    assert cached == [False, True, True]
-    assert sglang_flags.judged_digests(str(cache)) == {obj["digest"] for obj in objects}
-
-
-def test_a_plan_larger_than_the_verdict_file_keeps_every_verdict_of_its_own(sglang_env, tmp_path):
+def test_each_digest_gets_its_verdict_from_one_parser_run_and_a_plan_keeps_all_its_own(sglang_env, tmp_path):
     cache = str(tmp_path / "sglang-flags-check.json")
     python, kept = sglang_env["python"], sglang_flags.VERDICTS_KEPT
+
+    # Objects that differ only in env, judged as role sglang_server judges them (module sglang_flags_check):
+    # one parser run (the parser never sees env), and every digest - what a launch checks - has its verdict.
+    objects = env_only_objects(3, tag="first")
+    cached = []
+    for obj in objects:
+        args = {"python": python, "server_object": obj, "sglang_version": SGLANG_VERSION, "cache_path": cache}
+        rc, result = run_module("sglang_flags_check", args)
+        assert rc == 0, result
+        cached.append(result["cached"])
+    assert cached == [False, True, True]
+    assert sglang_flags.judged_digests(cache) == {obj["digest"] for obj in objects}
 
     def judge(obj: dict, plan: str) -> dict:
         return sglang_flags.check_flags(
@@ -76,19 +75,20 @@ def test_a_plan_larger_than_the_verdict_file_keeps_every_verdict_of_its_own(sgla
             reuse_digest=True, plan=plan,
         )  # fmt: skip
 
-    # an earlier run's verdicts (role sglang's object, an older tune) fill the file
-    earlier = env_only_objects(kept, argv=[*ARGV, "--mem-fraction-static", "0.8"])
-    assert [judge(obj, "")["cached"] for obj in earlier] == [False] + [True] * (kept - 1)
+    # A plan larger than the file's 32 entries, after an earlier run's verdicts filled it (no parser run:
+    # the argv was judged above).
+    earlier = env_only_objects(kept, tag="earlier")
+    assert all(judge(obj, "")["cached"] for obj in earlier)
     plan = env_only_objects(kept + 8)
-    assert [judge(obj, "tune-a")["cached"] for obj in plan] == [False] + [True] * (kept + 7)
+    assert all(judge(obj, "tune-a")["cached"] for obj in plan)
     judged = sglang_flags.judged_digests(cache)
     assert {obj["digest"] for obj in plan} <= judged, "the plan dropped verdicts of its own"
     # bounded by the plan: its own entries and the newest 32 others
     assert {obj["digest"] for obj in earlier} <= judged and len(judged) == 2 * kept + 8
-    # the winner's relaunch (the plan's first candidate) needs no parser run
+    # the winner's relaunch (the plan's first candidate) finds its verdict
     assert judge(plan[0], "tune-a")["cached"] is True
     # the next plan's first write: the finished plan's verdicts are ordinary ones, the newest 32 of them kept
-    judge(env_only_objects(kept + 9)[-1], "tune-b")
+    judge(env_only_objects(1, tag="next")[0], "tune-b")
     with open(cache, encoding="utf-8") as handle:
         verdicts = json.load(handle)["verdicts"]
     assert len(verdicts) == kept + 1
