@@ -43,8 +43,11 @@ options:
         restarts it; C(stopped) stops it (the unit stays); C(absent) stops it and removes its unit and
         environment file.
       - C(probed) changes nothing and says whether the process that became ready at the last verified
-        launch still runs (RV(ended), RV(ended_at)). The role asks every rank of a multi-node group before
-        a launch, so a group where one rank ended is stopped whole, naming the rank that ended first.
+        launch still runs (RV(ended), RV(ended_at)), and what its log since that launch names as the cause
+        (RV(classification), RV(log_tail)). The role asks every rank of a multi-node group before a launch,
+        so a group where one rank ended is stopped whole, naming the rank that ended first; the tuner and
+        the sweep ask after a failed measurement, so a failure is classified from the server's log first
+        and the client's symptom second.
     type: str
     choices: [started, stopped, restarted, absent, probed]
     default: started
@@ -277,13 +280,15 @@ server_info:
 classification:
   description: >-
     Known failure signatures found in the log (id, summary, remedy, source, line), primary first; when none
-    matches, one entry with id C(unclassified) whose line is the log's final exception line.
-  returned: on failure
+    matches, one entry with id C(unclassified) whose line is the log's final exception line. With
+    O(state=probed), those found in the log since the last verified launch (the C(unclassified) entry only
+    when that process ended; empty without a log file).
+  returned: on failure, and with O(state=probed)
   type: list
   elements: dict
 log_tail:
-  description: Last lines of the server log since this start.
-  returned: on failure
+  description: Last lines of the server log since this start (O(state=probed), since the last verified one).
+  returned: on failure, and with O(state=probed)
   type: str
 log_path:
   description: The server's log file (empty for the journal).
@@ -651,6 +656,8 @@ class Server:
         ready = {
             "pid": self.result["pid"],
             "ready_at": previous["ready_at"] if same else self.result["ready_at"],
+            # where this launch's output starts in the log (state probed classifies from there)
+            "log_offset": previous.get("log_offset", 0) if same else self.manager.log_offset,
         }
         record_last_ready(self.p["state_dir"], self.name, {**self.launch, **ready})
         self.exit()
@@ -669,8 +676,23 @@ class Server:
             ready_pid=ready_pid,
             ended=ended,
             ended_at=self.manager.ended_at(float(record.get("ready_at") or 0)) if ended else None,
+            **self.cause_since_ready(record, ended),
         )
         self.exit()
+
+    def cause_since_ready(self, record: dict, ended: bool) -> dict:
+        """What the log says since the recorded launch: its known failure signatures (a process that ended
+        also gets the unclassified entry naming the final exception line) and its last lines."""
+        if not self.p["log_path"]:
+            return {"classification": [], "log_tail": ""}
+        if isinstance(record.get("log_offset"), int):
+            self.manager.log_offset = record["log_offset"]
+        else:
+            self.manager.follow_recent_log()
+        text = self.manager.log_text()
+        found = [c for c in explain_failure(text) if ended or c["id"] != "unclassified"]
+        shown = tail(redact(text, [self.api_key]), self.p["log_tail_lines"])
+        return {"classification": found, "log_tail": shown}
 
     def exit(self) -> None:
         self.manager.exit()

@@ -7,7 +7,8 @@ epforge run site|sweep|PLAYBOOK [-i INVENTORY] [-e KEY=VALUE|@FILE] [--limit HOS
 epforge tune [-i INVENTORY] [-e KEY=VALUE|@FILE] [--limit HOSTS] [--check] [-v]
     Runs playbooks/tune.yml (role tuner): per host, the candidates judged before any launch, each measured,
     the fastest valid one left serving and recorded (local fact epforge_tuning); --check prints the plan and
-    launches nothing. Interrupted, the same command continues where it stopped.
+    launches nothing. Interrupted, the same command continues where it stopped. Ends with each host's winner
+    and its figures; a host where no candidate qualified (its previous server restored) exits non-zero.
 epforge report [-i INVENTORY] [--limit HOSTS] [-e ...] [--from DIR] [-o OUT]
     Collects the epforge local facts of every host (setup's ansible_local, through ansible-runner), saves them
     under OUT/facts/HOST/, and renders OUT/report.md and OUT/report.html: a per-host provisioning overview,
@@ -39,8 +40,15 @@ COLLECT_PLAYBOOK = """---
 """
 
 
+def per_host_stats(result: runner.RunResult, name: str) -> dict:
+    """A set_stats mapping of host -> value (the sweep's outcomes, the tune's decision), {} when absent."""
+    data = (result.stats or {}).get(name)
+    return data if isinstance(data, dict) else ({"(run)": data} if data else {})
+
+
 def summarize_run(result: runner.RunResult) -> list[str]:
     lines = []
+    tuned = per_host_stats(result, "epforge_tune")
     hosts = sorted(set(result.facts) | set(result.counts))
     for host in hosts:
         facts = result.facts.get(host, {})
@@ -50,7 +58,9 @@ def summarize_run(result: runner.RunResult) -> list[str]:
             f"failed={counts.get('failures', 0)} unreachable={counts.get('dark', 0)}"
         )
         bench = facts.get("epforge_bench_result")
-        if bench:
+        # on a tuned host the last bench_serving result is a candidate's window, a loser as often as not:
+        # the tune's own lines (tune_lines) say what won
+        if bench and host not in tuned:
             f = bench.get("figures") or {}
             if bench.get("status") == "ok":
                 lines.append(
@@ -63,9 +73,7 @@ def summarize_run(result: runner.RunResult) -> list[str]:
                     f"  benchmark {bench.get('label')}: {bench.get('status')} "
                     f"({(bench.get('error') or {}).get('class', '')})"
                 )
-    sweep = (result.stats or {}).get("epforge_sweep")
-    per_host = sweep if isinstance(sweep, dict) else ({"(run)": sweep} if sweep else {})
-    for host, outcomes in per_host.items():
+    for host, outcomes in per_host_stats(result, "epforge_sweep").items():
         lines.append(f"sweep on {host}:")
         for o in outcomes:
             figures = o.get("figures") or {}
@@ -79,6 +87,26 @@ def summarize_run(result: runner.RunResult) -> list[str]:
     for host in sorted(result.steps):
         lines.append(f"steps on {host}:")
         lines.extend(f"  {line}" for line in result.steps[host])
+    return lines
+
+
+def tune_lines(result: runner.RunResult) -> list[str]:
+    """What each host's tune decided (role tuner's set_stats): the winner and its figures at the objective's
+    concurrency, or that none qualified and what runs instead, with the failed candidates' causes."""
+    lines = []
+    for host, tune in sorted(per_host_stats(result, "epforge_tune").items()):
+        winner = tune.get("winner")
+        if winner:
+            f = tune.get("figures") or {}
+            lines.append(
+                f"tune on {host}: winner {winner} ({tune.get('metric')} {float(tune.get('value') or 0):.2f}"
+                f" at concurrency {tune.get('concurrency')}): {float(f.get('output_throughput') or 0):.1f} "
+                f"output tok/s, TTFT p99 {float(f.get('ttft_p99_ms') or 0):.1f} ms, TPOT median "
+                f"{float(f.get('tpot_median_ms') or 0):.2f} ms; {tune.get('decision')}"
+            )
+        else:
+            lines.append(f"tune on {host}: no winner - {tune.get('decision')}")
+        lines.extend(f"  failed {line[:240]}" for line in tune.get("failed") or [])
     return lines
 
 
@@ -104,6 +132,9 @@ def cmd_run(args) -> int:
     for failure in result.failures:
         if result.counts.get(failure["host"], {}).get("failures", 0) > 0:
             print(f"FAILED {failure['host']} / {failure['task']}: {failure['msg'][:300]}")
+    # last: what each host's tune decided (the winner and its figures)
+    for line in tune_lines(result):
+        print(line)
     return 0 if result.rc == 0 else (result.rc or 1)
 
 

@@ -148,3 +148,52 @@ def test_benchmark_playbook_alone_skips_a_host_without_gpu(tmp_path):
     )
     assert "Warm up the server" not in proc.stdout and "bench_serving failed" not in proc.stdout
     assert not (tmp_path / "state" / "bench").exists()
+
+
+def test_benchmark_playbook_fails_the_run_on_an_invalid_measurement(bench_client, tmp_path):
+    """Issue 34 item 4: playbooks/benchmark.yml through `epforge run` against a stand-in (a TEST DOUBLE) that
+    stops every generation after 4 tokens although the client asked 16: the run is recorded (status invalid,
+    its figures, the step failed) and then fails the run - `epforge` exits non-zero and says why."""
+    from playbooks import write_vars  # noqa: PLC0415
+
+    python, tok = bench_client
+    server, url = bench_env.start_standin(str(tok), env={"SGLANG_STANDIN_MAX_NEW_TOKENS": "4"})
+    try:
+        extra = {
+            "epforge_facts_dir": str(tmp_path / "facts"),
+            "epforge_state_dir": str(tmp_path / "state"),
+            "epforge_log_dir": str(tmp_path / "log"),
+            "preflight_min_free_gib": 1,
+            "sglang_benchmark_require_gpu": False,
+            "sglang_benchmark_python": str(python),
+            "sglang_benchmark_base_url": url,
+            "sglang_benchmark_tokenizer": str(tok),
+            "sglang_benchmark_warmup": False,
+            "sglang_benchmark_label": "capped",
+            "sglang_benchmark_workload": {
+                "name": "capped",
+                "input_len": 32,
+                "output_len": 16,
+                "num_prompts": 4,
+                "max_concurrency": 2,
+            },
+        }
+        vars_file = write_vars(tmp_path / "vars.json", extra)
+        proc = subprocess.run(
+            [sys.executable, "-m", "epforge.cli", "run", "playbooks/benchmark.yml", "-e", f"@{vars_file}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert proc.returncode != 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    bench = json.loads((tmp_path / "facts" / "epforge_bench.fact").read_text())
+    assert bench["last"]["status"] == "invalid" and bench["last"]["label"] == "capped", bench["last"]
+    assert "benchmark capped: invalid" in proc.stdout
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED localhost / ")]
+    assert len(failed) == 1 and "sglang_benchmark failed: INVALID (" in failed[0], proc.stdout[-3000:]

@@ -10,6 +10,10 @@ The answer known in advance (objective: highest output tok/s at concurrency 4 wi
 - steady-slower: 8 ms per token - valid, but its first window is far below the incumbent: stopped early;
 - crashes: dies at start-up the way SGLang does without DeepEP - classified, the search goes on;
 - nccl-tree: refused by the known-issues table - never launched.
+Run as users run it, `epforge tune`: its closing lines name the winner and its figures. Then a space whose
+one candidate dies of CUDA out of memory under its first measured request (issue 34 item 4): classified from
+the server's log first (cuda_out_of_memory), the client's symptom second; no winner, so the previous server
+is restored and the run (ansible-playbook, `epforge tune`) fails.
 
 Every candidate is judged by SGLang's REAL parser (the cached parser-only venv of tests/sglang_parser_env.py)
 before its launch, as on a real host (sglang_server_require_verdict true): the candidates above differ only
@@ -50,6 +54,13 @@ sglang_env = sglang_parser_env.sglang_env
 CRASH = {
     "SGLANG_STANDIN_CRASH_AFTER": "0.2",
     "SGLANG_STANDIN_CRASH_LINE": "ModuleNotFoundError: No module named 'deep_ep'",
+}
+# Ready and verified (the launch's own checks take two generations), then dead at the cold burst's first
+# request the way a real server dies of a CUDA OOM: its client sees the connection drop, then refused.
+OOM = {
+    "SGLANG_STANDIN_CRASH_ON_REQUEST": "3",
+    "SGLANG_STANDIN_CRASH_LINE": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+    "GPU 0 has a total capacity of 139.81 GiB of which 1.19 GiB is free.",
 }
 
 
@@ -119,13 +130,31 @@ def base_dir(request):
 
 
 def run_tune(
-    base_dir: Path, extra: dict, *args: str, name: str = "tune", env: dict | None = None
+    base_dir: Path, extra: dict, *args: str, name: str = "tune", env: dict | None = None, cli: bool = False
 ) -> subprocess.CompletedProcess:
+    """tune.yml through ansible-playbook, or (cli) as users run it: `epforge tune` (ansible-runner)."""
     vars_file = base_dir / f"{name}-vars.json"
     vars_file.write_text(json.dumps(extra))
-    proc = run_playbook(PLAYBOOK, *args, vars_file=vars_file, env=env, timeout=1200)
+    if cli:
+        run_env = dict(os.environ, **(env or {}))
+        run_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT / "src"), run_env.get("PYTHONPATH")) if p
+        )
+        argv = [sys.executable, "-m", "epforge.cli", "tune", "-e", f"@{vars_file}", *args]
+        proc = subprocess.run(
+            argv, cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False, env=run_env
+        )
+    else:
+        proc = run_playbook(PLAYBOOK, *args, vars_file=vars_file, env=env, timeout=1200)
     (base_dir.parent / f"{base_dir.name}-{name}.log").write_text(proc.stdout + proc.stderr)
     return proc
+
+
+def closing_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """The lines `epforge tune` ends with from its first 'tune on HOST:' line on."""
+    lines = proc.stdout.strip().splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("tune on ")), len(lines))
+    return lines[first:]
 
 
 def stop_server(base_dir: Path, extra: dict) -> None:
@@ -155,7 +184,58 @@ def verdicts(base_dir: Path) -> list[dict]:
 
 def launches(base_dir: Path, proc: subprocess.CompletedProcess) -> list[str]:
     """The candidates a run launched, from its own output."""
-    return [c["name"] for c in candidates() if f"TASK [Launch and verify {c['name']}]" in proc.stdout]
+    return [c["name"] for c in candidates() if f"Launch and verify {c['name']}" in proc.stdout]
+
+
+def assert_the_cli_names_the_winner_and_each_digest_was_judged(
+    base_dir: Path, proc: subprocess.CompletedProcess, fact: dict, count_file: Path
+) -> None:
+    """`epforge tune` ends with the winner and its figures at the objective's concurrency (not the last window
+    a candidate measured: before, a loser's), then the failed candidate with its cause. One argv, four
+    environments: one run of SGLang's parser, and a verdict under each launched digest (what role
+    sglang_server checks), all of this run's plan."""
+    results = {r["name"]: r for r in fact["results"]}
+    closing = closing_lines(proc)
+    winner = results["cold-heavy"]["steady"]["4"]
+    assert closing[:1] == [
+        f"tune on localhost: winner cold-heavy (output_throughput {fact['value']:.2f} at concurrency 4): "
+        f"{winner['output_throughput']:.1f} output tok/s, TTFT p99 {winner['ttft_p99_ms']:.1f} ms, "
+        f"TPOT median {winner['tpot_median_ms']:.2f} ms; winner serving"
+    ], proc.stdout[-3000:]
+    assert len(closing) == 2 and closing[1].startswith("  failed crashes: deep_ep_missing"), closing
+    assert "  benchmark " not in proc.stdout
+    assert "has not judged this argv" not in proc.stdout, [r["reason"] for r in fact["results"]]
+    assert parser_runs(count_file) == 1
+    planned = [v for v in verdicts(base_dir) if v["plan"].startswith("tune-")]
+    assert len({v["digest"] for v in planned}) == 4 and len({v["plan"] for v in planned}) == 1, planned
+    assert fact["winner_object_digest"] in {v["digest"] for v in planned}
+
+
+def assert_an_oom_fails_the_run_after_the_restore(
+    base_dir: Path, failed: subprocess.CompletedProcess, port: int, running: dict
+) -> None:
+    """The candidate that died of CUDA OOM under its first measured request: classified from the server's log
+    first, the client's symptom second; the server that ran before (the winner) restored, then the run
+    failed, and `epforge tune` ends saying so."""
+    assert failed.returncode != 0, failed.stdout[-6000:]
+    after = tuning_fact(base_dir)
+    assert after["winner"] is None and "previous server was restored" in after["decision"]
+    (oom,) = after["results"]
+    assert oom["status"] == "failed" and oom["reason"].startswith("cuda_out_of_memory: "), oom
+    assert oom["cause"]["id"] == "cuda_out_of_memory" and "CUDA out of memory" in oom["cause"]["line"], oom
+    symptom = oom["symptom"]["class"]
+    assert symptom and symptom != "cuda_out_of_memory" and f"; client: {symptom}: " in oom["reason"], oom
+    assert server_fact(base_dir)["settings_digest"] == running["settings_digest"]
+    assert server_info(port)["port"] == port
+    closing = closing_lines(failed)
+    assert closing[0] == (
+        "tune on localhost: no winner - no candidate met the constraints: the previous server was restored"
+    ), failed.stdout[-3000:]
+    assert closing[1].startswith("  failed oom: cuda_out_of_memory: ") and len(closing) == 2, closing
+    assert (
+        "FAILED localhost / Fail where one of these steps recorded a failure: tune: tune failed:"
+        in failed.stdout
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
@@ -170,17 +250,11 @@ def test_tune_picks_the_fastest_valid_candidate_and_leaves_it_serving(bench_clie
     assert "4 planned" in check.stdout and "nccl-tree" in check.stdout
     assert launches(base_dir, check) == [] and not (base_dir / "state" / "tuning").exists()
 
-    proc = run_tune(base_dir, extra, env=counting)
+    proc = run_tune(base_dir, extra, env=counting, cli=True)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     fact = tuning_fact(base_dir)
     results = {r["name"]: r for r in fact["results"]}
-    assert "has not judged this argv" not in proc.stdout, [r["reason"] for r in fact["results"]]
-    # one argv, four environments: one run of SGLang's parser, and a verdict under each launched digest
-    # (what role sglang_server checks), all of this run's plan
-    assert parser_runs(count_file) == 1
-    planned = [v for v in verdicts(base_dir) if v["plan"].startswith("tune-")]
-    assert len({v["digest"] for v in planned}) == 4 and len({v["plan"] for v in planned}) == 1, planned
-    assert fact["winner_object_digest"] in {v["digest"] for v in planned}
+    assert_the_cli_names_the_winner_and_each_digest_was_judged(base_dir, proc, fact, count_file)
     assert fact["winner"] == "cold-heavy", json.dumps(fact["ranking"], indent=1)
     assert fact["decision"] == "winner serving"
     # the fastest broke the TTFT constraint and lost to the second
@@ -213,14 +287,10 @@ def test_tune_picks_the_fastest_valid_candidate_and_leaves_it_serving(bench_clie
     assert running["settings_digest"] == fact["winner_object_digest"]
     assert server_info(port)["port"] == port
 
-    # a space where every candidate fails: the server that ran before (the winner) is restored
-    all_fail = tune_vars(base_dir, python, tok, port, [{"name": "crash-a", "env": CRASH}], parser=sglang_env)
-    failed = run_tune(base_dir, all_fail, name="all-fail", env=counting)
-    assert failed.returncode == 0, failed.stdout[-6000:]
-    after = tuning_fact(base_dir)
-    assert after["winner"] is None and "previous server was restored" in after["decision"]
-    assert server_fact(base_dir)["settings_digest"] == running["settings_digest"]
-    assert server_info(port)["port"] == port
+    # a space whose one candidate dies of CUDA OOM under its first measured request
+    all_fail = tune_vars(base_dir, python, tok, port, [{"name": "oom", "env": OOM}], parser=sglang_env)
+    failed = run_tune(base_dir, all_fail, name="all-fail", env=counting, cli=True)
+    assert_an_oom_fails_the_run_after_the_restore(base_dir, failed, port, running)
     assert parser_runs(count_file) == 1  # the same argv again: judged from the first run's verdicts
     stop_server(base_dir, extra)
 

@@ -41,8 +41,9 @@ def write(state_dir: str, name: str, launch: dict) -> None:
     """Record a launch that became ready; an unchanged record is not rewritten (no-op reruns write none)."""
     record = {"schema": SCHEMA, **{field: launch[field] for field in FIELDS}}
     # The main pid of that launch (optional, older records lack it): a later run tells whether the process
-    # that became ready still runs (one model across nodes: did a rank end since the group's launch?).
-    for field in ("pid", "ready_at"):
+    # that became ready still runs (one model across nodes: did a rank end since the group's launch?), and
+    # where its output starts in the log (what ended it, classified from there).
+    for field in ("pid", "ready_at", "log_offset"):
         if launch.get(field):
             record[field] = launch[field]
     text = json.dumps(record, indent=1, sort_keys=True) + "\n"

@@ -21,6 +21,9 @@ Behaviour knobs (environment variables, all optional):
   SGLANG_STANDIN_HANG          "1": never become ready (stays alive, /health 503 forever)
   SGLANG_STANDIN_CRASH_AFTER   seconds after start to crash: print SGLANG_STANDIN_CRASH_LINE (default a
                                RuntimeError) to stderr and exit SGLANG_STANDIN_CRASH_RC (default 1)
+  SGLANG_STANDIN_CRASH_ON_REQUEST  N: crash the same way when the Nth generation request arrives (a server
+                               that dies under load, e.g. with a CUDA out-of-memory error: its client sees
+                               the connection drop, then refused)
   SGLANG_STANDIN_TOKEN_DELAY_MS  milliseconds per generated token (default 2)
   SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS  milliseconds before the first token of every generation, as a
                                prefill (time to first token; default 0)
@@ -168,6 +171,8 @@ class State:
         self.first_token_delay = float(os.environ.get("SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS", "0")) / 1000.0
         self.cold_left = int(os.environ.get("SGLANG_STANDIN_COLD_REQUESTS", "0"))
         self.cold_factor = float(os.environ.get("SGLANG_STANDIN_COLD_FACTOR", "1"))
+        self.crash_on = int(os.environ.get("SGLANG_STANDIN_CRASH_ON_REQUEST", "0"))
+        self.generations = 0
         # A capacity like a real server's: at most --max-running-requests generations at once, others queue.
         limit = args.max_running_requests
         self.running = threading.BoundedSemaphore(limit) if limit else contextlib.nullcontext()
@@ -197,6 +202,12 @@ class State:
             self.cold_left -= 1 if cold else 0
         factor = self.cold_factor if cold else 1.0
         return self.first_token_delay * factor, self.token_delay * factor
+
+    def crash_due(self) -> bool:
+        """Whether this generation request is the SGLANG_STANDIN_CRASH_ON_REQUEST-th since start."""
+        with self.lock:
+            self.generations += 1
+            return self.generations == self.crash_on
 
     @property
     def speculative(self) -> bool:
@@ -381,6 +392,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         if path not in ("/generate", "/v1/chat/completions", "/v1/completions"):
             self.send_json(404, {"detail": "Not Found"})
+            return
+        if self.state.crash_due():
+            crash_later(0)  # the process ends under this request: no answer, then nothing listens
+            time.sleep(30)
             return
         with self.state.running:
             if path == "/generate":
