@@ -138,7 +138,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_env import (
     server_base_env,
     toolkit_home,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signatures import (
+from ansible_collections.epforge.ep.plugins.module_utils.signatures import (
     describe,
     explain_failure,
 )

@@ -24,7 +24,7 @@ description:
   - "Then it polls O(health_path) at a bounded rate until it answers 200, at most O(timeout) seconds. A
     server that exits, fails or enters an automatic restart ends the wait within one poll interval, with
     the log tail and, when the log matches a known failure signature
-    (C(plugins/module_utils/sglang_server/signatures.py)), its classification and remedy; a log that matches
+    (C(plugins/module_utils/signatures.py)), its classification and remedy; a log that matches
     none is
     reported as C(unclassified) with its final exception line (for example
     C(ModuleNotFoundError: No module named 'flashinfer'))."
@@ -365,7 +365,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback 
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.rollback import (
     write as record_last_ready,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signatures import (
+from ansible_collections.epforge.ep.plugins.module_utils.signatures import (
     describe,
     explain_failure,
 )

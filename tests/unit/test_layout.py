@@ -84,7 +84,8 @@ def test_the_import_graph_is_read():
     users = users_of_each_util()
     assert len(UTIL_NAMES) >= 30
     assert {"sglang_server", "sglang_bench"} <= users["process"]
-    assert users["sglang_server.signatures"] == {"sglang_server"}
+    assert users["sglang_server.confirm"] == {"sglang_server"}
+    assert {"sglang_server", "server_jit_check"} <= users["signatures"]
 
 
 @pytest.mark.parametrize("util", sorted(u for u in UTIL_NAMES if "." not in u))

@@ -26,7 +26,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload i
     sanitize,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.confirm import confirm_settings
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signatures import (
+from ansible_collections.epforge.ep.plugins.module_utils.signatures import (
     classify,
     explain_failure,
 )

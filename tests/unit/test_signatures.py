@@ -1,4 +1,4 @@
-"""Known failure signatures -> classification (plugins/module_utils/sglang_server/signatures.py), and the
+"""Known failure signatures -> classification (plugins/module_utils/signatures.py), and the
 bounded
 readiness wait of plugins/module_utils/http.py.
 
@@ -11,7 +11,7 @@ import pytest
 from test_signatures_upstream import UPSTREAM_TESTED_IDS
 
 from ansible_collections.epforge.ep.plugins.module_utils.http import MIN_POLL_INTERVAL, wait_until
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signatures import (
+from ansible_collections.epforge.ep.plugins.module_utils.signatures import (
     SIGNATURES,
     classify,
     describe,

@@ -1,4 +1,4 @@
-"""Signatures of plugins/module_utils/sglang_server/signatures.py checked against the error text of the code
+"""Signatures of plugins/module_utils/signatures.py checked against the error text of the code
 that raises it, never against a line pasted here.
 
 SGLang rows: each pinned release's wheel (downloaded once into .cache/sglang-wheels by the helper of
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.signatures import SIGNATURES, classify
+from ansible_collections.epforge.ep.plugins.module_utils.signatures import SIGNATURES, classify
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = ROOT / ".cache" / "sglang-wheels"

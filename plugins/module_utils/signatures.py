@@ -1,8 +1,9 @@
 """Known failure signatures of an SGLang launch (and the builds under it): log text -> classification.
 
-A launch that dies after minutes of loading prints hundreds of lines; the one that matters is often a
-single line deep in a traceback. This table turns such lines into a name, a plain summary and a remedy,
-so a failed start says *why* and *what to do* in its first line.
+Shared by module sglang_server (a failed start) and module server_jit_check (provision's JIT build as the
+server's account). A launch that dies after minutes of loading prints hundreds of lines; the one that
+matters is often a single line deep in a traceback. This table turns such lines into a name, a plain
+summary and a remedy, so a failed start says *why* and *what to do* in its first line.
 
 Each row: id, patterns (regular expressions; any one matching a line selects the row), optional
 `requires` (expressions that must also match somewhere in the text), summary, remedy, source.
@@ -447,7 +448,7 @@ def explain_failure(text: str | None) -> list[dict]:
             "id": "unclassified",
             "summary": summary,
             "remedy": "read the log tail (log_path) around that line; "
-            "if it is a recurring failure, add a row to plugins/module_utils/sglang_server/signatures.py",
+            "if it is a recurring failure, add a row to plugins/module_utils/signatures.py",
             "source": "the server log",
             "line": line,
         }
