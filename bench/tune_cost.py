@@ -16,18 +16,29 @@ bench_serving client.
   The savings come only from the windows the stopped candidates skip; both launch the same candidates.
 
 Prints each run's wall time, launches, windows measured and winner, and the ratio tuner / exhaustive
-(target <= 0.6, issue 22); the winners must be the same. Needs root (the server role creates a service
+(target <= 0.6, issue 22); the winners must be the same.
+
+--breakdown (issue 34 item 7: on the H200 a window's start to the next one's took 21-25 s for 1-5 s of
+traffic): the tuner run alone, every task timed (bench/callback_plugins/task_times.py), and for each pair of
+windows in a row the time from one window's start to the next one's split into: the traffic (bench_serving's
+own duration), the client's start-up and wind-down inside its run (its wall time less the traffic), the
+module around the client (the task's wall time less the client's), and the Ansible tasks between the two
+(named, slowest first). The client's start-up is split further by two side measurements in the same run:
+importing sglang.bench_serving and loading the tokenizer, each in a fresh process. Pairs with a launch
+between them (the next candidate) are left out. Needs root (the server role creates a service
 account) and the bench client venv (built once by tests/fixtures/bench_serving/bench_env.py).
 
-    .venv/bin/python bench/tune_cost.py [--scale 0.01] [--json OUT]
+    .venv/bin/python bench/tune_cost.py [--scale 0.01] [--json OUT] [--breakdown]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -73,7 +84,9 @@ def space(scale: float) -> list[dict]:
     return candidates
 
 
-def run(label: str, base: Path, python: Path, tok: Path, *, scale: float, margin: float) -> dict:
+def run(
+    label: str, base: Path, python: Path, tok: Path, *, scale: float, margin: float, times: Path | None = None
+) -> dict:
     port = bench_env.free_port()
     extra = {
         **bench_env.standin_server_vars(base, tok, port, USER),
@@ -96,6 +109,12 @@ def run(label: str, base: Path, python: Path, tok: Path, *, scale: float, margin
     vars_file = base / f"{label}.json"
     vars_file.write_text(json.dumps(extra))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    if times is not None:
+        env.update(
+            ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "bench" / "callback_plugins"),
+            ANSIBLE_CALLBACKS_ENABLED="epforge.ep.preload,task_times",
+            EPFORGE_TASK_TIMES=str(times),
+        )
     started = time.monotonic()
     proc = subprocess.run(
         [str(ANSIBLE_PLAYBOOK), str(ROOT / "playbooks" / "tune.yml"), "-e", f"@{vars_file}"],
@@ -133,14 +152,83 @@ def run(label: str, base: Path, python: Path, tok: Path, *, scale: float, margin
     }
 
 
+WINDOW_TASKS = ("Measure the cold first burst", "Run the steady window at concurrency")
+
+
+def side_seconds(python: Path, code: str) -> float:
+    """Wall seconds of code in a fresh process of the client's python (its own clock, import included)."""
+    timed = f"import time; t = time.monotonic(); {code}; print(time.monotonic() - t)"
+    out = subprocess.run([str(python), "-c", timed], capture_output=True, text=True, check=True, timeout=300)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def gaps(times: Path) -> dict:
+    """Each window's start to the next one's, split by part (see the module docstring)."""
+    tasks = [json.loads(line) for line in times.read_text().splitlines() if line.strip()]
+    windows = [i for i, t in enumerate(tasks) if t["task"].startswith(WINDOW_TASKS) and t["status"] == "ok"]
+    pairs, between_by_task = [], {}
+    for a, b in itertools.pairwise(windows):
+        if any(t["task"].startswith("Launch and verify") for t in tasks[a + 1 : b]):
+            continue  # the next candidate: its launch is not a gap between windows
+        this, after = tasks[a], tasks[b]
+        client = this["client_s"] or 0.0
+        traffic = this["traffic_s"] or 0.0
+        for t in tasks[a + 1 : b]:
+            name = t["task"].split(":")[0].split(" of ")[0]
+            between_by_task[name] = between_by_task.get(name, 0.0) + t["end"] - t["start"]
+        pairs.append(
+            {
+                "start_to_start_s": after["start"] - this["start"],
+                "traffic_s": traffic,
+                "client_overhead_s": client - traffic,
+                "module_overhead_s": (this["end"] - this["start"]) - client,
+                "between_tasks_s": after["start"] - this["end"],
+                "tasks_between": b - a - 1,
+            }
+        )
+    if not pairs:
+        return {"pairs": 0}
+    mean = {k: round(statistics.fmean(p[k] for p in pairs), 2) for k in pairs[0]}
+    top = sorted(between_by_task.items(), key=lambda kv: -kv[1])[:8]
+    return {
+        "pairs": len(pairs),
+        "mean": mean,
+        "between_slowest_total_s": {k: round(v, 2) for k, v in top},
+    }
+
+
+def breakdown(python: Path, scale: float) -> dict:
+    with bench_env.service_base_dir("epforge-tune-cost-breakdown-", USER) as base:
+        tok = bench_env.make_tokenizer_with(python, base / "tokenizer")
+        times = base / "task-times.jsonl"
+        result = run("breakdown", base, python, tok, scale=scale, margin=0.1, times=times)
+        split = gaps(times)
+        split["client_import_s"] = round(side_seconds(python, "import sglang.bench_serving"), 2)
+        split["tokenizer_load_s"] = round(
+            side_seconds(
+                python, f"from transformers import AutoTokenizer; AutoTokenizer.from_pretrained({str(tok)!r})"
+            ),
+            2,
+        )
+    return {"run": result, "gap": split}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=0.01, help="time to ready: the real server's x this")
     parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument("--breakdown", action="store_true", help="the gap between windows, part by part")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("tune_cost needs root: the server role creates the service account it runs the stand-in as")
     python = bench_env.bench_client_python()
+    if args.breakdown:
+        found = breakdown(python, args.scale)
+        print(json.dumps(found, indent=1))
+        print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(found, indent=1))
+        return 0
     results = {}
     for label, margin in (("exhaustive", 1000.0), ("tuner", 0.1)):
         with bench_env.service_base_dir(f"epforge-tune-cost-{label}-", USER) as base:
