@@ -784,8 +784,6 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    # Reads only, so it starts first: the interpreter runs while the rest of this module does.
-    python_version = start_python(params["python"] or "")
     tables = load_tables(module)
     table = tables[1]
     if params["facts_dir"] and table is None:
@@ -797,6 +795,10 @@ def main() -> None:
     module.no_log_values.update(secret_values(params["server"] or {}))
     # One run at a time on this host, decided before anything is written.
     lock = take_run_lock(module) if params["run_lock"] and not module.check_mode else None
+    # Every bounded command starts after the lock is held: its timeout counts its own run, never the lock
+    # wait (issue 35 item 5: a 30 s probe started before a 60 s wait failed as "cannot run python3").
+    # Reads only, so it starts first: the interpreter runs while the GPU facts are gathered.
+    python_version = start_python(params["python"] or "")
     gpu_facts = start(module)
     verdict, table_error, server, server_error = judged(tables, gpu_facts, stack, params)
     result = host_checks(params, gpu_facts, python_version)
