@@ -15,10 +15,12 @@ names its holder (controller host and pid, user, since), which a refused run quo
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import signal
+import stat
 import subprocess
 import time
 
@@ -95,7 +97,8 @@ for pgid in groups:
             pass
 holder = 0
 try:
-    with open(lock_path) as handle:
+    # never through a link (run_lock.open_lock_file): a run.lock that is a symlink names no holder
+    with os.fdopen(os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)) as handle:
         holder = int(json.loads(handle.read() or "{}").get("holder_pid") or 0)
     with open("/proc/%d/cmdline" % holder, "rb") as handle:
         if mark.encode() in handle.read():
@@ -111,6 +114,38 @@ print(json.dumps({"groups": groups, "holder": holder}))
 
 class LockBusy(Exception):
     """Another run holds the lock; args[0] is the holder's record (or {})."""
+
+
+class LockRefused(OSError):
+    """The lock path is a symbolic link or not a regular file: nothing is opened, created or truncated."""
+
+
+def open_lock_file(path: str, flags: int) -> int:
+    """A descriptor of the lock file itself, never of what a link at path points to (O_NOFOLLOW): a run.lock
+    that is a symlink - dangling or not - is refused (LockRefused), as is anything but a regular file, so the
+    lock never creates, truncates or writes a file elsewhere. O_NONBLOCK: a FIFO at path cannot hang it."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise LockRefused(
+                errno.ELOOP,
+                f"the run lock {path} is a symbolic link (to {target}): refused, a lock is never opened "
+                f"through a link (that would create or overwrite {target}). Remove the link (rm {path}) and "
+                "run again",
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LockRefused(
+            errno.EINVAL,
+            f"the run lock {path} is not a regular file: refused. Remove it and run again",
+        )
+    return fd
 
 
 def boot_id() -> str:
@@ -149,9 +184,10 @@ def visible_here(controller: dict) -> bool:
 
 
 def read_holder(path: str) -> dict:
-    """The record of whoever holds (or last held) the lock; {} when there is none or it cannot be read."""
+    """The record of whoever holds (or last held) the lock; {} when there is none or it cannot be read (a
+    symlink at path is not followed: open_lock_file)."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with os.fdopen(open_lock_file(path, os.O_RDONLY), encoding="utf-8") as handle:
             record = json.loads(handle.read() or "{}")
     except (OSError, ValueError):
         return {}
@@ -161,7 +197,7 @@ def read_holder(path: str) -> dict:
 def is_held(path: str) -> bool:
     """Whether some process holds the lock now (a test lock taken and dropped at once)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_lock_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:
@@ -254,8 +290,10 @@ def take_lock(
     break_stale: str = "",
 ) -> dict:
     """Hold the lock for this run; returns {'taken': 'new'|'already', 'watching': bool, 'holder': record}.
-    Raises LockBusy(record) when another run holds it past wait_s."""
+    Raises LockBusy(record) when another run holds it past wait_s, LockRefused when path is a symlink or not
+    a regular file (nothing is created or written then)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    os.close(open_lock_file(path, os.O_RDWR | os.O_CREAT))  # refused here, before any holder is looked at
     token = token_of(controller)
     current = read_holder(path)
     if is_held(path):
@@ -296,7 +334,7 @@ def take_lock(
 
 def _lock_within(path: str, wait_s: float) -> int:
     """An open descriptor of the lock file, locked (flock, exclusive) within wait_s; LockBusy otherwise."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock_file(path, os.O_RDWR | os.O_CREAT)
     deadline = time.monotonic() + wait_s
     while True:
         try:
