@@ -21,6 +21,10 @@ description:
     C(disable_cuda_graph), C(disable_decode_cuda_graph) or C(cuda_graph_backend_decode=disabled) - together
     with a graph batch size - C(cuda_graph_max_bs), C(cuda_graph_bs) or their per-release names - which
     SGLang accepts and then runs without graphs, ignoring the size)."
+  - A C(model_path) or C(speculative_draft_model_path) that is neither a Hub repo ID (C(org/name)) nor an
+    absolute directory (C(m), C(./m), C(../m)) is refused here, by the rule of
+    C(plugins/module_utils/model_paths.py), before preflight records anything (role C(model) refused it only
+    after preflight).
   - Role C(preflight) runs it first, before any role installs anything. The installed SGLang's own parser
     stays the final judge of choices that move between releases (role C(sglang), module
     C(sglang_flags_check)).
@@ -83,6 +87,7 @@ keys:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.epforge.ep.plugins.module_utils.model_paths import model_path_problems
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table, validate_settings
 
@@ -110,7 +115,7 @@ def main() -> None:
             module.fail_json(msg=str(exc))
     problems = validate_settings(
         settings, require_model=module.params["require_model"], flag_table=flag_table
-    )
+    ) + model_path_problems(settings)
     keys = sorted(str(key) for key in settings) if isinstance(settings, dict) else []
     if problems:
         numbered = " ".join(f"({number}) {problem}" for number, problem in enumerate(problems, 1))

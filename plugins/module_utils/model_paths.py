@@ -25,6 +25,26 @@ def is_repo_id(value) -> bool:
     return isinstance(value, str) and not value.startswith("/") and REPO_ID.fullmatch(value) is not None
 
 
+def model_path_problems(settings) -> list[str]:
+    """Why the model settings of a request cannot name a model (empty: they can). The one rule, checked in
+    preflight (module epforge_server_settings, its first task) before anything is recorded or installed:
+    each of MODEL_KEYS is a Hub repo ID (org/name) or an absolute directory on the host. A relative path
+    ('m', './m', '../m') is refused: relative to what? Ansible, the module and the server each run in
+    another working directory."""
+    problems = []
+    for key in MODEL_KEYS:
+        value = (settings or {}).get(key) if isinstance(settings, dict) else None
+        if not isinstance(value, str) or not value.strip() or is_repo_id(value) or value.startswith("/"):
+            continue
+        dotted = ".." in value.split("/")
+        problems.append(
+            f"{key} {value!r} is a relative path{' going up (..)' if dotted else ''}: give the model's "
+            "absolute directory on the host (e.g. /var/lib/epforge/models/org/name) or a Hugging Face "
+            "repo ID (org/name) that role model fetches"
+        )
+    return problems
+
+
 def local_path(repo_id: str, model_dir: str = DEFAULT_MODEL_DIR) -> str:
     """The directory role model fetches repo_id to."""
     if not is_repo_id(repo_id):
