@@ -138,7 +138,7 @@ def cmd_run(args) -> int:
     return 0 if result.rc == 0 else (result.rc or 1)
 
 
-def collect_facts(args) -> dict:
+def collect_facts(args, skipped: list[str]) -> dict:
     from epforge.report import from_ansible_local  # noqa: PLC0415
 
     workdir = Path(args.output) / ".collect"
@@ -155,7 +155,7 @@ def collect_facts(args) -> dict:
     )
     hosts = {}
     for host, facts in result.facts.items():
-        collected = from_ansible_local(facts.get("ansible_local") or {})
+        collected = from_ansible_local(facts.get("ansible_local") or {}, host, skipped)
         if collected:
             hosts[host] = collected
     for failure in result.failures:
@@ -167,18 +167,21 @@ def cmd_report(args) -> int:
     from epforge import report  # noqa: PLC0415 - matplotlib loads only for reports
 
     out = Path(args.output)
+    skipped: list[str] = []  # facts that are not facts: named on stderr and in the report, the rest shown
     if args.from_dir:
-        hosts = report.load_fact_dir(args.from_dir)
+        hosts = report.load_fact_dir(args.from_dir, skipped)
         source = f"saved facts in {args.from_dir}"
     else:
-        hosts = collect_facts(args)
+        hosts = collect_facts(args, skipped)
         report.save_fact_dir(hosts, out / "facts")
         source = "the hosts' local facts"
+    for line in skipped:
+        print(line, file=sys.stderr)
     if not hosts:
         print(f"no epforge facts found in {source}", file=sys.stderr)
         return 1
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    written = report.render(hosts, out, title=args.title, generated=stamp)
+    written = report.render(hosts, out, title=args.title, generated=stamp, skipped=skipped)
     print(f"report of {len(hosts)} host(s), {written['configurations']} configuration row(s), from {source}:")
     print(f"  {written['markdown']}\n  {written['html']}")
     for image in written["images"]:

@@ -4,7 +4,9 @@ matrix, configurations, history, probes, plots), and write them with the plots i
 from __future__ import annotations
 
 import html
+import sys
 from pathlib import Path
+from urllib.parse import quote
 
 from epforge.report.fleet import TEXT as FLEET_TEXT
 from epforge.report.fleet import gateway_table, server_table, throughput_table
@@ -20,7 +22,7 @@ from epforge.report.overview import (
 from epforge.report.plots import all_plots
 from epforge.report.tables import config_table, configuration_rows, history_table, probe_tables
 from epforge.report.to_html import CSS, html_table, matrix_html
-from epforge.report.to_markdown import matrix_md, md_table
+from epforge.report.to_markdown import matrix_md, md_fence, md_line, md_table, md_text
 from epforge.report.tuning import tuning_sections
 
 NO_FACTS_TEXT = (
@@ -75,13 +77,18 @@ def _sections(hosts: dict[str, dict], rows: list[dict], overview: list[dict]) ->
 
 def _page_start(title: str, generated: str, hosts: dict[str, dict]) -> tuple[list[str], list[str]]:
     """The Markdown and HTML lines before the first section."""
-    md = [f"# {title}", ""]
+    md = [f"# {md_text(title)}", ""]
     html_parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
     ]
     if generated:
-        md += [f"Generated {generated} from the local facts of {len(hosts)} host(s): {', '.join(hosts)}.", ""]
+        md += [
+            md_line(
+                f"Generated {generated} from the local facts of {len(hosts)} host(s): {', '.join(hosts)}."
+            ),
+            "",
+        ]
         html_parts.append(
             f"<p>Generated {html.escape(generated)} from the local facts of {len(hosts)} host(s): "
             f"{html.escape(', '.join(hosts))}.</p>"
@@ -90,7 +97,7 @@ def _page_start(title: str, generated: str, hosts: dict[str, dict]) -> tuple[lis
 
 
 def _add_section(md: list[str], html_parts: list[str], heading: str, text: str, tables: list) -> None:
-    md += [f"## {heading}", "", text, ""]
+    md += [f"## {md_text(heading)}", "", md_line(text), ""]
     html_parts.append(f"<h2>{html.escape(heading)}</h2><p>{html.escape(text)}</p>")
     for head, body in tables:
         md += [md_table(head, body), ""]
@@ -105,7 +112,8 @@ def _add_paste_block(md: list[str], html_parts: list[str], block: str) -> None:
     if not block:
         return
     intro = "The winner's settings, to paste into the inventory:"
-    md += [intro, "", "```yaml", block, "```", ""]
+    fence = md_fence(block)
+    md += [intro, "", f"{fence}yaml", block, fence, ""]
     html_parts.append(f"<p>{html.escape(intro)}</p><pre>{html.escape(block)}</pre>")
 
 
@@ -119,25 +127,76 @@ def _add_plots(md: list[str], html_parts: list[str], images: list[tuple[str, Pat
     md += ["## Plots", ""]
     html_parts.append("<h2>Plots</h2>")
     for caption, path in images:
-        md += [f"![{caption}]({path.name})", ""]
+        # the file name as a URL (plots.py names a host's plot with read.host_file_name: `%` stays literal)
+        md += [f"![{md_text(caption)}]({quote(path.name)})", ""]
         html_parts.append(
-            f"<h3>{html.escape(caption)}</h3><img src='{html.escape(path.name)}' "
+            f"<h3>{html.escape(caption)}</h3><img src='{html.escape(quote(path.name))}' "
             f"alt='{html.escape(caption)}'>"
         )
 
 
+SKIPPED_TEXT = "These facts were left out of this report, each with why:"
+
+
+def _tables(hosts: dict[str, dict]) -> tuple:
+    """Everything the page shows but the plots: (rows, overview, matrix, sections, tunings)."""
+    rows = configuration_rows(hosts)
+    overview = overview_rows(hosts)
+    return rows, overview, coverage_matrix(hosts), _sections(hosts, rows, overview), tuning_sections(hosts)
+
+
+def usable_facts(hosts: dict[str, dict], skipped: list[str]) -> dict[str, dict]:
+    """hosts without the facts the report cannot show: when the whole set renders, all of it (one pass);
+    else the facts are added one by one and a fact whose addition makes a table fail is left out, named in
+    skipped with the error, so one malformed fact never takes the rest of the report with it."""
+    try:
+        _tables(hosts)
+    except Exception:  # a fact's shape: found and named below
+        failed = True
+    else:
+        failed = False
+    if not failed:
+        return hosts
+    kept: dict[str, dict] = {}
+    for host, facts in hosts.items():
+        for name, fact in facts.items():
+            trial = {**kept, host: {**kept.get(host, {}), name: fact}}
+            try:
+                _tables(trial)
+            except Exception as exc:  # any error a fact's content causes: skip and name it
+                skipped.append(
+                    f"skipped {host}: fact epforge_{name}: cannot be shown ({type(exc).__name__}: {exc})"
+                )
+                continue
+            kept = trial
+    return kept
+
+
+def _add_skipped(md: list[str], html_parts: list[str], skipped: list[str]) -> None:
+    md += ["## Skipped facts", "", SKIPPED_TEXT, "", *[f"- {md_text(line)}" for line in skipped], ""]
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in skipped)
+    html_parts.append(f"<h2>Skipped facts</h2><p>{html.escape(SKIPPED_TEXT)}</p><ul>{items}</ul>")
+
+
 def render(
-    hosts: dict[str, dict], out_dir: str | Path, title: str = "epforge report", generated: str = ""
+    hosts: dict[str, dict],
+    out_dir: str | Path,
+    title: str = "epforge report",
+    generated: str = "",
+    skipped: list[str] | None = None,
 ) -> dict:
-    """Write report.md, report.html and PNG plots into out_dir; return what was written."""
+    """Write report.md, report.html and PNG plots into out_dir; return what was written. skipped: lines naming
+    facts left out while reading (read.py); a fact that cannot be shown is added there too, printed on
+    stderr and listed in a last section of the report."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = configuration_rows(hosts)
-    images = all_plots(hosts, rows, out)
-    overview = overview_rows(hosts)
-    matrix = coverage_matrix(hosts)
-    sections = _sections(hosts, rows, overview)
-    tunings = tuning_sections(hosts)
+    skipped = list(skipped or [])
+    known = len(skipped)
+    hosts = usable_facts(hosts, skipped)
+    rows, overview, matrix, sections, tunings = _tables(hosts)
+    images = all_plots(hosts, rows, out, skipped)
+    for line in skipped[known:]:
+        print(line, file=sys.stderr)
     md, html_parts = _page_start(title, generated, hosts)
     for index, section in enumerate(sections):
         _add_section(md, html_parts, *section)
@@ -152,6 +211,8 @@ def render(
     if not sections and not tunings:
         md += [NO_FACTS_TEXT, ""]
         html_parts.append(f"<p>{NO_FACTS_TEXT}</p>")
+    if skipped:
+        _add_skipped(md, html_parts, skipped)
     html_parts.append("</body></html>")
     (out / "report.md").write_text("\n".join(md))
     (out / "report.html").write_text("\n".join(html_parts))
@@ -163,4 +224,5 @@ def render(
         "tunings": [heading for heading, _, _, _ in tunings],
         "overview_hosts": [r["host"] for r in overview],
         "hosts": list(hosts),
+        "skipped": skipped,
     }

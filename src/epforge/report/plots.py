@@ -185,33 +185,61 @@ def _size_label(size: int) -> str:
     return f"{size} B"
 
 
-def all_plots(hosts: dict[str, dict], rows: list[dict], out: Path) -> list[tuple[str, Path]]:
-    """(caption, PNG) of every plot there is data for."""
+def all_plots(
+    hosts: dict[str, dict], rows: list[dict], out: Path, skipped: list[str] | None = None
+) -> list[tuple[str, Path]]:
+    """(caption, PNG) of every plot there is data for. A host's plot file is named with
+    read.host_file_name, so it is always inside out; a plot its data cannot make is left out and named in
+    skipped (with the fact it was drawn from), the other plots are still made."""
+    from epforge.report.read import host_file_name  # noqa: PLC0415
+    from epforge.report.tuning import plot_pareto  # noqa: PLC0415 - one owner of the tuning view
+
     images: list[tuple[str, Path]] = []
-    for caption, made in (
-        ("Output throughput per configuration", plot_throughput(rows, out / "throughput.png")),
-        ("Latency per configuration (median and p99)", plot_latency(rows, out / "latency.png")),
-        ("Throughput over the history", plot_history(hosts, out / "history.png")),
-    ):
+    plots = [
+        (
+            "Output throughput per configuration",
+            "the configurations",
+            plot_throughput,
+            (rows, out / "throughput.png"),
+        ),
+        (
+            "Latency per configuration (median and p99)",
+            "the configurations",
+            plot_latency,
+            (rows, out / "latency.png"),
+        ),
+        ("Throughput over the history", "the bench histories", plot_history, (hosts, out / "history.png")),
+    ]
+    for host, facts in hosts.items():
+        name = host_file_name(host)
+        if facts.get("tuning"):
+            plots.append(
+                (
+                    f"Tuning on {host}: throughput against TTFT and TPOT",
+                    f"{host}: fact epforge_tuning",
+                    plot_pareto,
+                    (facts["tuning"], out / f"tuning-{name}.png", host),
+                )
+            )
+        collective = facts.get("collective") or {}
+        if collective.get("table"):
+            args = (collective, out / f"collective-{name}.png", f"NCCL per-call latency on {host}")
+            plots.append(
+                (f"Collective probe on {host}", f"{host}: fact epforge_collective", plot_probe, args)
+            )
+        if collective.get("curve"):
+            args = (collective, out / f"collective-curve-{name}.png", f"NCCL latency curve on {host}")
+            plots.append(
+                (f"Collective latency curve on {host}", f"{host}: fact epforge_collective", plot_curve, args)
+            )
+    for caption, source, plot, args in plots:
+        try:
+            made = plot(*args)
+        except Exception as exc:  # a fact's content: the plot is left out and named
+            if skipped is None:
+                raise
+            skipped.append(f"skipped the plot {caption!r} ({source}): {type(exc).__name__}: {exc}")
+            continue
         if made:
             images.append((caption, made))
-    for host, facts in hosts.items():
-        if facts.get("tuning"):
-            from epforge.report.tuning import plot_pareto  # noqa: PLC0415 - one owner of the tuning view
-
-            made = plot_pareto(facts["tuning"], out / f"tuning-{host}.png", host)
-            if made:
-                images.append((f"Tuning on {host}: throughput against TTFT and TPOT", made))
-        if (facts.get("collective") or {}).get("table"):
-            made = plot_probe(
-                facts["collective"], out / f"collective-{host}.png", f"NCCL per-call latency on {host}"
-            )
-            if made:
-                images.append((f"Collective probe on {host}", made))
-        if (facts.get("collective") or {}).get("curve"):
-            made = plot_curve(
-                facts["collective"], out / f"collective-curve-{host}.png", f"NCCL latency curve on {host}"
-            )
-            if made:
-                images.append((f"Collective latency curve on {host}", made))
     return images
