@@ -25,6 +25,9 @@ description:
     absolute directory (C(m), C(./m), C(../m)) is refused here, by the rule of
     C(plugins/module_utils/model_paths.py), before preflight records anything (role C(model) refused it only
     after preflight).
+  - Warns (and accepts) when C(env) sets C(PATH) or C(LD_PRELOAD): epforge puts the env's C(bin/) first on
+    every server's PATH (C(plugins/module_utils/server_env.py)), which a PATH of the request replaces, and a
+    preload reaches every process of the server (C(server_env.env_warnings)).
   - Role C(preflight) runs it first, before any role installs anything. The installed SGLang's own parser
     stays the final judge of choices that move between releases (role C(sglang), module
     C(sglang_flags_check)).
@@ -89,6 +92,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import model_path_problems
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.server_env import env_warnings
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table, validate_settings
 
 
@@ -124,6 +128,10 @@ def main() -> None:
             problems=problems,
             keys=keys,
         )
+    for warning in env_warnings(
+        settings.get("env") if isinstance(settings, dict) else None, module.params["name"] + ".env"
+    ):
+        module.warn(warning)
     module.exit_json(changed=False, problems=[], keys=keys)
 
 

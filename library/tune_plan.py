@@ -148,6 +148,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.known_issues import TableError, evaluate
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.server_env import env_warnings
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings
 from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import (
@@ -215,6 +216,9 @@ class Planner:
             candidate["settings"] = settings_of(self.params["server"], candidate)
             for problem in validate_settings(candidate["settings"], flag_table=self.params["flag_table"]):
                 problems.append(f"{candidate['name']}: {problem}")
+            # PATH or LD_PRELOAD of the candidate's own env (the request's were warned about in preflight)
+            for warning in env_warnings(candidate.get("env"), f"tuner candidate {candidate['name']}: env"):
+                self.module.warn(warning)
         if problems:
             self.module.fail_json(
                 msg=f"{len(problems)} problem(s) in the candidates' settings: " + " | ".join(problems),

@@ -58,6 +58,30 @@ def server_base_env(python: str, cuda_home: str) -> dict:
     return env
 
 
+# Variables a request's env may set that replace what the server's processes rely on: accepted (a user may
+# mean it), never silently. Named by env_warnings, in preflight (the request) and in the tuner's plan (each
+# candidate).
+OVERRIDING_ENV = {
+    "PATH": "it replaces the PATH epforge gives every server (the env's bin/ first, for ninja, then the "
+    "toolkit's bin/, for nvcc, then the service PATH): SGLang's JIT builds find only what it names and fail "
+    "with FileNotFoundError for ninja or nvcc where it lacks them; leave PATH out, or keep those directories "
+    "in it",
+    "LD_PRELOAD": "every process of the server (its workers, the JIT compilers, NCCL's helpers) loads that "
+    "library first: a missing one prints a loader error in each, a wrong one crashes CUDA or the build, and "
+    "it runs its code inside the server; set it only for a library you mean every process to load",
+}
+
+
+def env_warnings(env, where: str) -> list[str]:
+    """One warning per OVERRIDING_ENV variable env sets; where names whose env it is (the request, a
+    candidate). Not a mapping: nothing to say here (the schema check names it)."""
+    if not isinstance(env, dict):
+        return []
+    return [
+        f"{where} sets {name}={env[name]!r}: {why}" for name, why in OVERRIDING_ENV.items() if name in env
+    ]
+
+
 def child_env(env: dict, account: pwd.struct_passwd, inherit: dict | None = None) -> dict:
     """A process-managed service's whole environment: the locale, the service PATH, the account's HOME,
     USER and LOGNAME, then env (which may set its own PATH)."""
