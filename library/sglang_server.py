@@ -211,6 +211,21 @@ pid:
   description: Main process id of the server.
   returned: when started and not in check mode
   type: int
+process_groups:
+  description:
+    - Every live process group of the launch (C(pgid), C(pids)), found by the identity the stamp recorded at
+      the launch (session id, the launcher's start time, boot id, uid), never by a process name; empty once
+      stopped.
+  returned: manager process
+  type: list
+  elements: dict
+stopped_leftovers:
+  description:
+    - The process groups a launch whose launcher was gone (killed) still ran, which this run stopped before
+      starting, stopping or removing the server.
+  returned: manager process, when there were any
+  type: list
+  elements: dict
 ready_at:
   description: Epoch seconds at which the health endpoint first answered 200 (for lag measurements).
   returned: when started and not in check mode

@@ -87,7 +87,9 @@ options:
     elements: dict
     default: []
   max_candidates:
-    description: The most candidates a space may hold (a larger one is refused before anything is judged).
+    description:
+      - The most candidates a space may hold. A larger one is refused from its size alone (a grid's is the
+        product of its value lists' lengths, a list's its length), before any candidate is built or judged.
     type: int
     default: 64
 extends_documentation_fragment:
@@ -152,6 +154,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_env import env_w
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings
 from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import (
+    SpaceTooLarge,
     check_names,
     described_graphs,
     ep_first,
@@ -196,14 +199,12 @@ class Planner:
                 draft_model=p["draft_model"],
                 concurrencies=p["concurrencies"],
                 request=p["server"],
+                limit=p["max_candidates"],
             )
+        except SpaceTooLarge as exc:
+            self.module.fail_json(msg=str(exc))
         except ValueError as exc:
             self.module.fail_json(msg=f"the search space is malformed: {exc}")
-        if len(candidates) > p["max_candidates"]:
-            self.module.fail_json(
-                msg=f"the search space holds {len(candidates)} candidates, more than max_candidates "
-                f"({p['max_candidates']}): narrow the grid or raise the limit"
-            )
         problems = check_names(candidates)
         if problems:
             self.module.fail_json(msg="the search space is malformed: " + "; ".join(problems))

@@ -6,7 +6,9 @@ unpack per task (0.35-0.6 s on a 2-core controller) for an answer the controller
 no-op rerun is made of such tasks. The module file in library/ stays the single owner of the rule, its
 documentation and its argument_spec: this runs that same main() with the task's arguments, check and diff
 mode included, and returns its result exactly as a host run would. The worker is a forked process per task,
-so nothing the module sets outlives the task.
+so nothing the module sets outlives the task; and the task does not outlive the play: while main() runs, the
+worker watches its controller chain as a module's running command does (process.ending_with_controller) and
+ends when ansible-playbook is gone, SIGKILL included.
 
 A module opts in with `action_plugin: epforge.ep.controller_side` under its name in meta/runtime.yml. On an
 ansible-core without module_utils.testing.patch_module_args the task runs the module on the host as before.
@@ -22,6 +24,8 @@ import traceback
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import module_loader
 from ansible.vars.clean import remove_internal_keys
+
+from ansible_collections.epforge.ep.plugins.module_utils.process import ending_with_controller
 
 try:
     from ansible.module_utils.testing import patch_module_args
@@ -59,7 +63,7 @@ def run_main(module, args: dict) -> str:
     module.warn() in the controller shows the warning at once through Display (ansible-core 2.19), so
     nothing collects across the items of a loop."""
     printed = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(printed):
+    with ending_with_controller(), patch_module_args(args), contextlib.redirect_stdout(printed):
         try:
             module.main()
         except SystemExit:

@@ -32,6 +32,8 @@ from typing import NamedTuple
 
 TIMED_OUT = 124
 NOT_STARTED = 127
+# The status of a controller-side worker that ended because its controller was gone (128 + SIGTERM).
+TERMINATED = 143
 KILL_GRACE_S = 10
 # After an interrupt the group gets less time to end on SIGTERM: the user is waiting for the prompt.
 INTERRUPT_GRACE_S = 3
@@ -126,6 +128,71 @@ def _stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[19]
 
 
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+class Member(NamedTuple):
+    """A live process of a session: its pid, process group, start time (ticks since boot) and real uid."""
+
+    pid: int
+    pgid: int
+    start: str
+    uid: int
+
+
+def boot_id() -> str:
+    """This boot's id ('' where the kernel does not say): start times are counted from the boot."""
+    try:
+        with open(BOOT_ID_PATH, encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name ([0] state, [1] ppid, [2] pgrp, [3] session, [19] start time),
+    [] when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rpartition(")")[2].split()
+    except OSError:
+        return []
+
+
+def process_start(pid: int) -> str | None:
+    """When pid started (ticks since boot), a zombie's too; None when there is no such process."""
+    fields = _stat_fields(pid) if pid > 0 else []
+    return fields[19] if len(fields) > 19 else None
+
+
+def _real_uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def session_members(sid: int) -> list[Member]:
+    """The live (not zombie) processes of session sid, every process group of it, read from /proc (a daemon
+    started by start_detached leads its own session: sid is its pid). Found by the session id alone: the
+    kernel keeps a pid that is still some process's session or group id from being reused."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if len(fields) < 20 or fields[0] in ("Z", "X") or int(fields[3]) != sid:
+            continue
+        uid = _real_uid(int(entry))
+        if uid is not None:
+            found.append(Member(int(entry), int(fields[2]), fields[19], uid))
+    return found
+
+
 def _names_ansible(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -190,31 +257,68 @@ def _stop_group_on_interrupt(proc: subprocess.Popen, log=None):
             signal.signal(signum, handler)
 
 
-def _wait_watching(proc: subprocess.Popen, timeout: float | None, wait) -> object:
-    """wait(timeout) as it is (no polling: a command that ends is seen at once), while a thread watches the
-    controller chain: when it breaks, the thread stops the command's group and Interrupted is raised here."""
-    chain = controller_chain()
-    if not chain:
-        return wait(timeout)
+@contextlib.contextmanager
+def _watching(chain: list[tuple[int, int, str]], on_gone):
+    """While the block runs, a thread looks at the controller chain every WATCH_INTERVAL_S; the first time it
+    is broken, the thread calls on_gone() and stops looking. Yields the event set when it broke."""
     gone, done = threading.Event(), threading.Event()
 
     def watch() -> None:
         while not done.wait(WATCH_INTERVAL_S):
             if not chain_intact(chain):
                 gone.set()
-                _stop_group(proc, INTERRUPT_GRACE_S)
+                on_gone()
                 return
 
     watcher = threading.Thread(target=watch, name="epforge-controller-watch", daemon=True)
     watcher.start()
     try:
-        answer = wait(timeout)
+        yield gone
     finally:
         done.set()
         watcher.join()
+
+
+def _wait_watching(proc: subprocess.Popen, timeout: float | None, wait) -> object:
+    """wait(timeout) as it is (no polling: a command that ends is seen at once), while a thread watches the
+    controller chain: when it breaks, the thread stops the command's group and Interrupted is raised here."""
+    chain = controller_chain()
+    if not chain:
+        return wait(timeout)
+    with _watching(chain, lambda: _stop_group(proc, INTERRUPT_GRACE_S)) as gone:
+        answer = wait(timeout)
     if gone.is_set():
         raise Interrupted("the controller's ansible-playbook run that started this is gone")
     return answer
+
+
+# How long a process that ends with the controller gives the command it runs to stop (_stop_group with
+# INTERRUPT_GRACE_S: SIGTERM, then SIGKILL) before it ends itself regardless.
+ENDING_GRACE_S = 2 * INTERRUPT_GRACE_S + 1
+
+
+@contextlib.contextmanager
+def ending_with_controller():
+    """For work done in the controller's own worker process (plugins/action/controller_side.py: a module's
+    main() run there): while the block runs, the same watch as a running command's (controller_chain) ends
+    this process when the controller's ansible-playbook is gone, SIGKILL included, so a long computation
+    never runs on as an orphan. First SIGTERM to this process: a command it runs is stopped whole by
+    _stop_group_on_interrupt, and Ansible's worker ends on it; then, after ENDING_GRACE_S (a main thread busy
+    in C code sees no signal), os._exit. Outside Ansible (no ansible process above this one) nothing is
+    watched."""
+    chain = controller_chain()
+    if not chain:
+        yield
+        return
+
+    def end() -> None:
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(ENDING_GRACE_S)
+        os._exit(TERMINATED)
+
+    with _watching(chain, end):
+        yield
 
 
 class Pending:

@@ -11,6 +11,7 @@ argv and environment to the manager (request()), then waits for readiness and co
 
 from __future__ import annotations
 
+import errno
 import grp
 import hashlib
 import json
@@ -22,7 +23,14 @@ import time
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_atomic
-from ansible_collections.epforge.ep.plugins.module_utils.process import Completed, run_bounded, start_detached
+from ansible_collections.epforge.ep.plugins.module_utils.process import (
+    Completed,
+    boot_id,
+    process_start,
+    run_bounded,
+    session_members,
+    start_detached,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import child_env
@@ -419,16 +427,26 @@ class SystemdManager(ServerManager):
 
 # A pidfile holds a pid padded to this width (pids are at most 7 digits: /proc/sys/kernel/pid_max <= 2^22).
 PIDFILE_WIDTH = 16
+# Room reserved in the launch stamp for the launch's identity (written in place after the spawn).
+SESSION_RESERVE = 256
 
 
 class ProcessManager(ServerManager):
-    """A daemonized process with a pidfile and a stamp of its launch settings (hosts without systemd)."""
+    """A daemonized process with a pidfile and a stamp of its launch settings (hosts without systemd).
+
+    What it tracks is the launch's whole session, not one pid: the launcher (start_detached: it leads a new
+    session, sid = its pid) forks the server into a process group of its own, and the server's workers may
+    make more. The stamp records the launch's identity (session id, the launcher's start time, the boot id,
+    the uid), so every process group of that launch is found again - also the ones a launcher killed with
+    SIGKILL left behind - by that identity, never by a process name: it is stopped whole (stop_server) and
+    reported (process_groups, stopped_leftovers)."""
 
     def __init__(self, module, result: dict, diffs: list, **service) -> None:
         super().__init__(module, result, diffs, **service)
         self.pidfile = os.path.join(self.state_dir, f"{self.name}.pid")
         self.stamp_path = os.path.join(self.state_dir, f"{self.name}.json")
         self.proc = None
+        self.launched: dict = {}
         self.result.update(pidfile=self.pidfile)
 
     def read_pid(self) -> int:
@@ -438,9 +456,14 @@ class ProcessManager(ServerManager):
             return 0
 
     def pid_alive(self, pid: int) -> bool:
-        """Whether pid is a live (not zombie) process of our launcher, not a pid reused by another."""
+        """Whether pid is a live (not zombie) process of our launcher, not a pid reused by another: by the
+        launch's recorded identity (its start time, this boot); a stamp written before identities were
+        recorded falls back to the launcher's name in the command line."""
         if pid <= 0:
             return False
+        identity = self.identity()
+        if identity:
+            return self.launcher_alive(identity) and pid == identity["sid"]
         try:
             with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
                 stat = handle.read()
@@ -452,6 +475,42 @@ class ProcessManager(ServerManager):
             return False
         launcher = (self.p["launcher"] or "epforge_sglang_launch.py").encode()
         return any(part.endswith(os.path.basename(launcher)) for part in cmdline)
+
+    def identity(self) -> dict:
+        """The launch's identity {sid, start, boot, uid}: this run's spawn, else the one the stamp recorded
+        ({} for none)."""
+        if self.launched:
+            return self.launched
+        identity = self.read_stamp().get("session")
+        if isinstance(identity, dict) and isinstance(identity.get("sid"), int) and identity.get("start"):
+            return identity
+        return {}
+
+    @staticmethod
+    def launcher_alive(identity: dict) -> bool:
+        """Whether the launcher (the session leader) is the live process of that pid, in this boot."""
+        sid = identity["sid"]
+        if identity.get("boot") != boot_id() or process_start(sid) != identity["start"]:
+            return False
+        fields = (read_text(f"/proc/{sid}/stat") or "").rpartition(")")[2].split()
+        return bool(fields) and fields[0] not in ("Z", "X")
+
+    def session_groups(self) -> dict[int, list[int]]:
+        """{process group: [pids]} of every live process of the recorded launch: its session's members, each
+        started no earlier than the launcher, as the recorded uid, in this boot. A pid is not reused while it
+        is a live process's session id, so a session id whose leader is another process than the launcher
+        (another start time) means the launch ended whole: nothing of it is left."""
+        identity = self.identity()
+        if not identity or identity.get("boot") != boot_id():
+            return {}
+        leader_start = process_start(identity["sid"])
+        if leader_start is not None and leader_start != identity["start"]:
+            return {}
+        groups: dict[int, list[int]] = {}
+        for member in session_members(identity["sid"]):
+            if int(member.start) >= int(identity["start"]) and member.uid == identity.get("uid", member.uid):
+                groups.setdefault(member.pgid, []).append(member.pid)
+        return {pgid: sorted(pids) for pgid, pids in sorted(groups.items())}
 
     def is_running(self) -> bool:
         return self.pid_alive(self.read_pid())
@@ -490,36 +549,59 @@ class ProcessManager(ServerManager):
         return self.pid_alive(pid)
 
     def wait_gone(self, pid: int) -> bool:
-        """Wait up to stop_timeout for the server to exit; whether it did."""
+        """Wait up to stop_timeout for the launcher and every process of its launch to end; whether so."""
         deadline = time.monotonic() + self.p["stop_timeout"]
         while time.monotonic() < deadline:
-            if not self.ours_alive(pid):
+            if not self.ours_alive(pid) and not self.session_groups():
                 return True
             time.sleep(0.05)
         return False
 
-    def kill_group(self, pid: int) -> None:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if self.proc is not None:
-            self.proc.wait(timeout=10)
-
-    def stop_server(self) -> None:
-        """SIGTERM the server's process group, SIGKILL it after stop_timeout; drop the pidfile."""
-        pid = self.proc.pid if self.proc is not None else self.read_pid()
-        if self.pid_alive(pid) or (self.proc is not None and self.proc.poll() is None):
+    @staticmethod
+    def signal_groups(groups, signum: int) -> None:
+        for pgid in groups:
             try:
-                os.killpg(pid, signal.SIGTERM)
+                os.killpg(pgid, signum)
             except (ProcessLookupError, PermissionError):
                 pass
-            if not self.wait_gone(pid):
-                self.kill_group(pid)
+
+    def kill_group(self, pid: int) -> None:
+        """SIGKILL the launcher's group and every group of its launch; reap the launcher when it is ours."""
+        self.signal_groups([pid, *self.session_groups()], signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while self.session_groups() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop_server(self) -> None:
+        """Stop the launch whole: SIGTERM to the launcher (it forwards it to the server's group once) or, when
+        the launcher is gone, to each process group its launch left; SIGKILL to all of them after
+        stop_timeout; drop the pidfile."""
+        pid = self.proc.pid if self.proc is not None else self.read_pid()
+        launcher = self.pid_alive(pid) or (self.proc is not None and self.proc.poll() is None)
+        groups = self.session_groups()
+        if launcher:
+            self.signal_groups([pid], signal.SIGTERM)
+        elif groups:
+            self.report_leftovers(groups)
+            self.signal_groups(groups, signal.SIGTERM)
+        if (launcher or groups) and not self.wait_gone(pid):
+            self.kill_group(pid)
         remove_files(self.pidfile)
 
+    def report_leftovers(self, groups: dict[int, list[int]]) -> None:
+        """A launch whose launcher is gone (killed with SIGKILL) but whose server still runs: say so."""
+        self.result["stopped_leftovers"] = [{"pgid": pgid, "pids": pids} for pgid, pids in groups.items()]
+        pids = ", ".join(str(pid) for members in groups.values() for pid in members)
+        self.module.warn(
+            f"{self.what} {self.name}: its launcher (pid {self.identity()['sid']}) was gone but its launch "
+            f"still ran (process groups {', '.join(map(str, groups))}: pids {pids}); stopped them"
+        )
+
     def stale_files(self) -> list[str]:
-        return [self.pidfile] if os.path.exists(self.pidfile) and not self.is_running() else []
+        stale = [self.pidfile] if os.path.exists(self.pidfile) and not self.is_running() else []
+        return stale or ([self.stamp_path] if self.session_groups() else [])
 
     def refuse_bad_user(self) -> None:
         if self.p["user"] == "root":
@@ -530,9 +612,10 @@ class ProcessManager(ServerManager):
     def read_stamp(self) -> dict:
         old = read_text(self.stamp_path)
         try:
-            return json.loads(old) if old else {}
+            stamp = json.loads(old) if old else {}
         except ValueError:
             return {}
+        return stamp if isinstance(stamp, dict) else {}
 
     def child_env(self) -> dict:
         """The server's environment, allow-listed (server_env.child_env: the locale, the account's HOME, USER
@@ -541,11 +624,19 @@ class ProcessManager(ServerManager):
         account = pwd.getpwuid(self.uid if self.p["user"] else os.geteuid())
         return {**child_env(self.env, account), **self.secrets}
 
+    @staticmethod
+    def stamp_text(stamp: dict, size: int = 0) -> str:
+        """The stamp as JSON, blank-padded to size (JSON allows blanks) so that a rewrite fits in place."""
+        text = json.dumps(stamp, indent=1, sort_keys=True)
+        return text.ljust(max(size - 1, len(text))) + "\n"
+
     def reserve_records(self, stamp: dict) -> None:
-        """Before the spawn: write the launch stamp and a pidfile of its final size, so that recording the
-        pid later rewrites bytes the disk already holds; a full disk fails here, before any server runs."""
+        """Before the spawn: write the launch stamp with room for the launch's identity, and a pidfile of its
+        final size, so that recording them later rewrites bytes the disk already holds; a full disk fails
+        here, before any server runs."""
+        text = self.stamp_text({**stamp, "session": None})
         try:
-            write_atomic(self.stamp_path, json.dumps(stamp, indent=1, sort_keys=True) + "\n", 0o600)
+            write_atomic(self.stamp_path, self.stamp_text(stamp, len(text) + SESSION_RESERVE), 0o600)
             write_atomic(self.pidfile, "0".ljust(PIDFILE_WIDTH - 1) + "\n", 0o644)
         except OSError as exc:
             self.fail_unrecorded(
@@ -558,14 +649,27 @@ class ProcessManager(ServerManager):
         remove_files(self.pidfile, self.stamp_path)
         self.module.fail_json(msg=f"{why}: free space there or set state_dir elsewhere", cmd=self.argv, rc=1)
 
-    def record_pid(self, pid: int) -> None:
-        """The pid into the reserved pidfile, in place (same size: no new block is needed)."""
-        fd = os.open(self.pidfile, os.O_WRONLY)
+    @staticmethod
+    def rewrite_in_place(path: str, text: str) -> None:
+        """text over the file's bytes (same size or smaller, blank-padded: no new block is needed)."""
+        fd = os.open(path, os.O_WRONLY)
         try:
-            os.pwrite(fd, f"{pid}".ljust(PIDFILE_WIDTH - 1).encode() + b"\n", 0)
+            size = os.fstat(fd).st_size
+            if len(text) > size:
+                raise OSError(errno.EFBIG, "no room reserved for the record", path)
+            os.pwrite(fd, (text[:-1].ljust(size - 1) + "\n").encode(), 0)
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def record_pid(self, pid: int, stamp: dict) -> None:
+        """The pid into the reserved pidfile and the launch's identity into the reserved stamp, in place
+        (the identity first: a pidfile that names a pid is never without it)."""
+        self.rewrite_in_place(self.stamp_path, self.stamp_text({**stamp, "session": self.launched}))
+        self.rewrite_in_place(self.pidfile, f"{pid}".ljust(PIDFILE_WIDTH - 1) + "\n")
+
+    def launch_uid(self) -> int:
+        return self.uid if self.p["user"] else os.geteuid()
 
     def spawn(self, stamp: dict) -> None:
         as_user = bool(self.p["user"])
@@ -582,12 +686,13 @@ class ProcessManager(ServerManager):
         except OSError as exc:
             remove_files(self.pidfile, self.stamp_path)
             self.module.fail_json(msg=f"cannot start {self.argv[0]}: {exc}", cmd=self.argv, rc=127)
+        pid = self.proc.pid  # it leads a new session (start_detached): its groups are the session's
+        self.launched = {"sid": pid, "start": process_start(pid), "boot": boot_id(), "uid": self.launch_uid()}
         try:
-            self.record_pid(self.proc.pid)
+            self.record_pid(self.proc.pid, stamp)
         except OSError as exc:
             # A server no record names would outlive this run unseen (a rerun calls it "another process",
             # state absent cannot stop it): stop what was spawned, then say where and why.
-            pid = self.proc.pid
             self.kill_group(pid)
             self.fail_unrecorded(
                 f"cannot record the server's pid in {self.pidfile} ({exc.strerror or exc}); the server it "
@@ -600,6 +705,8 @@ class ProcessManager(ServerManager):
         old_stamp = self.read_stamp()
         changed_settings = old_stamp.get("fingerprint") != stamp["fingerprint"]
         running = self.is_running()
+        # a launch whose launcher is gone but whose server still runs is stopped whole, then started again
+        leftovers = {} if running else self.session_groups()
         need_start = force_restart or changed_settings or not running
         self.result["changed"] = bool(need_start)
         self.result["restarted"] = bool(running and need_start)
@@ -611,9 +718,9 @@ class ProcessManager(ServerManager):
         if not need_start:
             self.follow_recent_log()
             return
-        if running:
+        if running or leftovers:
             self.stop_server()
-        else:
+        if not running:
             self.refuse_taken_port()
         os.makedirs(self.state_dir, exist_ok=True)
         self.prepare_log()
@@ -621,13 +728,20 @@ class ProcessManager(ServerManager):
 
     def remove(self) -> None:
         running = self.is_running()
+        leftovers = {} if running else self.session_groups()
         exists = os.path.exists(self.stamp_path) or os.path.exists(self.pidfile)
-        self.result["changed"] = bool(running or exists)
+        self.result["changed"] = bool(running or leftovers or exists)
         if self.module.check_mode:
             return
-        if running:
+        if running or leftovers:
             self.stop_server()
         remove_files(self.pidfile, self.stamp_path)
+
+    def exit(self) -> None:
+        """The answer names every process group the launch runs in (none once it is stopped)."""
+        groups = self.session_groups() if os.path.exists(self.stamp_path) else {}
+        self.result["process_groups"] = [{"pgid": pgid, "pids": pids} for pgid, pids in groups.items()]
+        super().exit()
 
 
 MANAGERS = {"systemd": SystemdManager, "process": ProcessManager}

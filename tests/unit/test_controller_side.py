@@ -11,8 +11,12 @@ The results are compared with the same module run as a process on the host (test
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +25,7 @@ from conftest import ROOT
 from gpu_fact_samples import gpu_facts
 from moduletools import run_module
 
-from playbooks import JSON_CALLBACK, json_report, run_playbook
+from playbooks import ANSIBLE_PLAYBOOK, JSON_CALLBACK, LOCAL_INVENTORY, json_report, run_playbook
 
 NO_INTERPRETER = "/nonexistent/python3"
 HOST_PYTHON = sys.executable
@@ -161,3 +165,72 @@ def test_each_opted_in_action_loads(name, tmp_path):
     (result,) = play(tmp_path, [{"name": "Bad call", f"epforge.ep.{name}": {"no_such_option": 1}}])
     assert result["failed"] is True
     assert "Unsupported parameters" in result["msg"] or "missing required arguments" in result["msg"], result
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()] if path.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def wait_until(predicate, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_a_killed_play_ends_its_controller_side_worker(tmp_path):
+    """Issue 35 (2): a controller-side module runs in Ansible's forked worker; ansible-playbook killed with
+    SIGKILL left that worker running on as an orphan (a tuner plan over a large space: minutes of CPU and
+    memory). The worker watches its controller chain while the module runs and ends with the play."""
+    grid = {"max_running_requests": list(range(1, 201)), "chunked_prefill_size": list(range(1, 201))}
+    vars_file = tmp_path / "vars.json"
+    vars_file.write_text(json.dumps({"grid": grid, "stack": STACK, "table": SM120_DEEPEP["table"]}))
+    task = {
+        "name": "Plan 40,000 candidates (minutes of work)",
+        "epforge.ep.tune_plan": {
+            "server": {"model_path": "/m"},
+            "gpu_facts": gpu_facts("9.0", 1, "none"),
+            "stack": "{{ stack }}",
+            "table": "{{ table }}",
+            "sglang_version": "{{ stack.sglang.version }}",
+            "space": {"grid": "{{ grid }}"},
+            "max_candidates": 1000000,
+        },
+    }
+    book = write_play(tmp_path, [task], NO_INTERPRETER)
+    argv = [str(ANSIBLE_PLAYBOOK), "-i", str(LOCAL_INVENTORY), str(book)]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    playbook = subprocess.Popen(
+        [*argv, "-e", f"@{vars_file}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    workers: list[int] = []
+    try:
+        assert wait_until(lambda: bool(children(playbook.pid)), 60), "no worker started"
+        time.sleep(4)  # the worker templated its arguments and is planning
+        workers = children(playbook.pid)
+        assert workers and all(alive(pid) for pid in workers) and playbook.poll() is None
+        os.kill(playbook.pid, signal.SIGKILL)
+        playbook.wait()
+        assert wait_until(lambda: not any(alive(pid) for pid in workers), 10), (
+            f"the worker outlived the play: {[pid for pid in workers if alive(pid)]}"
+        )
+    finally:
+        for pid in [*workers, playbook.pid]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        playbook.wait()

@@ -865,6 +865,60 @@ def test_stopped_removes_a_stale_pidfile(server, tmp_path):
     assert run_module(MODULE, {**server, "state": "stopped"}, tmp_path)["changed"] is False
 
 
+def alive(pid: int) -> bool:
+    """Whether pid is a live process (a zombie is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_server_whose_launcher_was_killed_is_found_stopped_and_reported_whole(server, tmp_path):
+    """Issue 35 (1): `kill -9 $(cat NAME.pid)` kills the launcher only; the server it forked (a process group
+    of its own) keeps the port. The manager finds that group by the launch's recorded identity (session,
+    start time), never by name: the next start stops it and starts afresh, state absent stops it too, and
+    the result names every process group of the launch."""
+    server = {**server, "stop_timeout": 5}
+    port = server["settings"]["port"]
+    first = run_module(MODULE, server, tmp_path)
+    assert first["_rc"] == 0, first
+    (child,) = server_pids(first["pid"])
+    assert os.getpgid(child) == child != first["pid"]  # the server leads its own group
+    os.kill(first["pid"], signal.SIGKILL)
+    assert wait_for(lambda: not alive(first["pid"]), 5)
+    with socket.socket() as sock:  # the defect's state: an untracked server holds the port
+        assert alive(child) and sock.connect_ex(("127.0.0.1", port)) == 0
+
+    second = run_module(MODULE, server, tmp_path)
+    assert second["_rc"] == 0, second.get("msg")
+    assert second["changed"] is True and second["pid"] != first["pid"]
+    assert second["stopped_leftovers"] == [{"pgid": child, "pids": [child]}], second
+    assert "was gone but its launch still ran" in json.dumps(second.get("warnings")), second
+    assert not alive(child)
+    (child,) = server_pids(second["pid"])
+    assert second["process_groups"] == [
+        {"pgid": pgid, "pids": [pgid]} for pgid in sorted((second["pid"], child))
+    ], second
+
+    os.kill(second["pid"], signal.SIGKILL)
+    assert wait_for(lambda: not alive(second["pid"]), 5)
+    removed = run_module(MODULE, {**server, "state": "absent"}, tmp_path)
+    assert removed["_rc"] == 0 and removed["changed"] is True, removed
+    assert not alive(child), "state absent removed the records but left the server running"
+    assert removed["process_groups"] == []
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def wait_for(predicate, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
 def test_a_python_the_service_account_cannot_run_is_refused_before_the_account_exists(tmp_path):
     """Issue 'nothing let in' (9): the env's python under a directory the service account cannot enter
     (pytest's tmp dirs are 0700, like a pyenv python in root's home) is refused by playbooks/serve.yml with

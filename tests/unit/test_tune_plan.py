@@ -28,7 +28,7 @@ STACKS = {
 EIGHT_PCIE = gpu_facts("12.0", 8, "pcie")
 
 
-def plan(host: dict, **args) -> tuple[int, dict]:
+def plan(host: dict, timeout: float = 120, **args) -> tuple[int, dict]:
     base = {
         "server": {"model_path": "/models/m"},
         "gpu_facts": host,
@@ -38,7 +38,7 @@ def plan(host: dict, **args) -> tuple[int, dict]:
         "sglang_version": STACK["sglang"]["version"],
         "concurrencies": [1, 16, 64],
     }
-    return moduletools.run_module("tune_plan", {**base, **args})
+    return moduletools.run_module("tune_plan", {**base, **args}, timeout=timeout)
 
 
 def names(result: dict, status: str = "planned") -> list[str]:
@@ -143,6 +143,21 @@ def test_the_probe_estimate_puts_the_cheaper_parallelism_first():
 def test_a_space_past_the_limit_is_refused_before_anything_is_judged():
     rc, result = plan(EIGHT_PCIE, max_candidates=5)
     assert rc != 0 and "18 candidates, more than max_candidates (5)" in result["msg"]
+
+
+def test_a_huge_grid_is_refused_from_its_size_before_any_candidate_is_built():
+    """Issue 35 (2): a 4 x 100-value grid is 10^8 candidates; building them all before max_candidates was
+    looked at grew the worker to 6.7 GB in 49 s. The space is counted from its dimensions first: refused at
+    once (well within the 10 s this allows), naming the count, the dimensions and the limit."""
+    grid = {
+        key: list(range(1, 101))
+        for key in ("max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "cuda_graph_max_bs")
+    }
+    rc, result = plan(ONE_H200, space={"grid": grid}, timeout=10)
+    assert rc != 0, result
+    assert "holds 100000000 candidates, more than max_candidates (64)" in result["msg"], result["msg"]
+    assert "100 max_running_requests x 100 chunked_prefill_size" in result["msg"]
+    assert "before any candidate was built" in result["msg"]
 
 
 def test_the_api_key_of_the_request_never_shows_in_the_plan():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
@@ -221,8 +222,30 @@ def listed_candidates(entries: list) -> list[dict]:
     return found
 
 
-def space_candidates(space: dict | None, gpu_facts: dict, **defaults) -> tuple[str, list[dict], list[str]]:
-    """(kind: default|grid|list, candidates, dimension names): the space the user gave, else the default."""
+class SpaceTooLarge(ValueError):
+    """A space that holds more candidates than its limit: counted before any candidate is built."""
+
+
+def space_size(dimensions: list[tuple[str, list[tuple]]]) -> int:
+    """How many candidates the dimensions make (the product of their sizes), without making one."""
+    return math.prod(len(options) for _name, options in dimensions)
+
+
+def refuse_past_limit(count: int, limit: int | None, how: str) -> None:
+    """Raise SpaceTooLarge when count passes limit (None: no limit)."""
+    if limit is not None and count > limit:
+        raise SpaceTooLarge(
+            f"the search space holds {count} candidates, more than max_candidates ({limit}): {how}; "
+            "counted before any candidate was built: narrow the grid or raise the limit"
+        )
+
+
+def space_candidates(
+    space: dict | None, gpu_facts: dict, *, limit: int | None = None, **defaults
+) -> tuple[str, list[dict], list[str]]:
+    """(kind: default|grid|list, candidates, dimension names): the space the user gave, else the default.
+    A space of more than limit candidates is refused (SpaceTooLarge) from its dimensions' sizes, before any
+    candidate is built: a grid of 4 settings x 100 values would be 10^8 of them."""
     space = space or {}
     unknown = sorted(set(space) - {"grid", "list"})
     if unknown or len(space) > 1:
@@ -231,10 +254,14 @@ def space_candidates(space: dict | None, gpu_facts: dict, **defaults) -> tuple[s
             f"got keys {sorted(space)}"
         )
     if "list" in space:
+        if isinstance(space["list"], list):
+            refuse_past_limit(len(space["list"]), limit, "the length of the list")
         return "list", listed_candidates(space["list"]), []
     dimensions = (
         grid_dimensions(space["grid"]) if "grid" in space else default_dimensions(gpu_facts, **defaults)
     )
+    sizes = " x ".join(f"{len(options)} {name}" for name, options in dimensions)
+    refuse_past_limit(space_size(dimensions), limit, sizes)
     return (
         ("grid" if "grid" in space else "default"),
         candidates_of(dimensions),
