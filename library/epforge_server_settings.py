@@ -25,7 +25,7 @@ description:
     absolute directory (C(m), C(./m), C(../m)) is refused here, by the rule of
     C(plugins/module_utils/model_paths.py), before preflight records anything (role C(model) refused it only
     after preflight).
-  - Warns (and accepts) when C(env) sets C(PATH) or C(LD_PRELOAD): epforge puts the env's C(bin/) first on
+  - Warns (and accepts) when C(env) sets C(PATH) or C(LD_PRELOAD) - epforge puts the env's C(bin/) first on
     every server's PATH (C(plugins/module_utils/server_env.py)), which a PATH of the request replaces, and a
     preload reaches every process of the server (C(server_env.env_warnings)).
   - Role C(preflight) runs it first, before any role installs anything. The installed SGLang's own parser

@@ -16,10 +16,14 @@ description:
     C(hf_xet) where installed), run in O(python). The requested O(revision) (branch, tag or commit) is
     resolved once to its commit; the commit is recorded, and later runs re-check that commit without asking
     the Hub again unless O(update=true).
-  - Refused before any byte moves, each naming the problem - an unknown repository or revision, a gated
-    repository without a token, no weights SGLang loads without unpickling (safetensors expected; pickle-only
-    refused unless O(allow_pickle=true)), and not enough free space for the files still to fetch (their
-    sizes from the Hub's metadata plus O(space_margin_mb)).
+  - Refused before any byte moves, each naming the problem - an unknown repository or revision (a revision
+    the repository lacks, when the repository answers at C(main), is named so, whatever the server answered
+    for it - a mirror's bare HTTP 500 included), a gated repository without a token, no weights SGLang loads
+    without unpickling (safetensors expected; pickle-only refused unless O(allow_pickle=true)), no
+    C(config.json) or (O(needs_tokenizer)) tokenizer file, and not enough free space for the files still to
+    fetch (their sizes from the Hub's metadata plus O(space_margin_mb)). The C(*.safetensors.index.json)
+    files are fetched first and alone, so an index that names a shard the commit lacks is refused before any
+    shard moves.
   - Files are fetched into C(PATH/.epforge-partial), checked against the Hub's hash (the LFS sha256, else the
     git blob id) and only then moved into O(path) (mode 0644, directories 0755). An interrupted fetch
     (SIGKILL, a dropped connection, a reboot) resumes on the next run without fetching completed files
@@ -513,6 +517,12 @@ class ModelWeights:
                 f"{repo} at revision {rev} was not found at {where} (unknown repository or revision; a "
                 f"private or gated repository answers the same without a token): {error['message']}"
             )
+        if kind == "missing_revision":
+            return (
+                f"{repo} at revision {rev} was not found at {where}: the repository answers at its branch "
+                f"main, this revision does not ({error['message']}); set model_revision to a branch, a tag "
+                f"or a full commit id of {repo}"
+            )
         if kind == "gated":
             return f"{repo} is gated: its files need a token with access (model_token or model_token_file)"
         if kind == "missing_library":
@@ -548,7 +558,10 @@ class ModelWeights:
         names = list(files)
         if any(model_files.matches_any(n, model_files.SAFE_WEIGHTS) for n in names):
             names = [n for n in names if not model_files.matches_any(n, self.p["ignore_patterns"])]
-        problems = model_files.loadable_problems(names, self.p["allow_pickle"])
+        # What the file list alone shows (config, tokenizer, loadable weights): refused before any byte moves.
+        problems = model_files.completeness_problems(
+            "", names, self.p["needs_tokenizer"], self.p["allow_pickle"], indexes=False
+        )
         if problems:
             self.module.fail_json(msg=f"{self.p['repo']}: " + "; ".join(problems) + "; nothing was fetched")
         return {
@@ -591,7 +604,26 @@ class ModelWeights:
             self.pending = True  # files would be fetched: nothing to check for completeness yet
             return manifest
         self.unstamp()
-        self.fetch(manifest, missing)
+        # The safetensors indexes first and alone: a shard an index names that the commit lacks is refused
+        # before any shard moves (issue 35 item 10: it was refused after every other file was downloaded).
+        indexes = [n for n in missing if n.endswith(model_files.INDEX_SUFFIX)]
+        if indexes:
+            self.fetch(manifest, indexes)
+        problems = [
+            problem
+            for index in model_files.index_names(files)
+            for problem in model_files.index_problems(self.path, index, files)
+        ]
+        if problems:
+            self.module.fail_json(
+                msg=f"{self.p['repo']} at commit {manifest['commit']} is not a model SGLang can load: "
+                + "; ".join(problems)
+                + "; only its index was fetched, no shard",
+                **self.result,
+            )
+        rest = [n for n in missing if n not in indexes]
+        if rest:
+            self.fetch(manifest, rest)
         # Files of a previous commit that this one does not have: a stale shard must not be loaded.
         for name in sorted(set(old.get("files", {})) - set(files)):
             with contextlib.suppress(FileNotFoundError):
@@ -652,10 +684,12 @@ class ModelWeights:
             },
             on_event,
         )
-        self.result["fetched"] = names
-        self.result["bytes_fetched"] = total
+        self.result["fetched"] += names
+        self.result["bytes_fetched"] += total
         shutil.rmtree(staging, ignore_errors=True)
-        self.log.line(f"fetched {len(names)} files, {human(total)}")
+        # so far in this run (the indexes are fetched first, alone)
+        fetched, moved = len(self.result["fetched"]), human(self.result["bytes_fetched"])
+        self.log.line(f"fetched {fetched} files, {moved}")
 
     @staticmethod
     def partial_bytes(staging: str) -> int:

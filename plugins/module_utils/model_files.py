@@ -130,6 +130,9 @@ def matches_any(name: str, patterns) -> bool:
     return any(fnmatch.fnmatch(os.path.basename(name), p) or fnmatch.fnmatch(name, p) for p in patterns)
 
 
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
 def loadable_problems(names, allow_pickle: bool) -> list[str]:
     """Why a file list holds no weights SGLang loads: safetensors expected; pickle-only refused unless
     allowed."""
@@ -147,9 +150,35 @@ def loadable_problems(names, allow_pickle: bool) -> list[str]:
     return ["no weights: no *.safetensors file"]
 
 
-def completeness_problems(directory: str, names, needs_tokenizer: bool, allow_pickle: bool) -> list[str]:
-    """config.json, the tokenizer (a main model; a draft model has none), loadable weights, and every shard a
-    safetensors index names."""
+def index_names(names) -> list[str]:
+    """The safetensors indexes among names, in order."""
+    return sorted(n for n in names if n.endswith(INDEX_SUFFIX))
+
+
+def index_problems(directory: str, index: str, names) -> list[str]:
+    """What the safetensors index DIRECTORY/INDEX names that is not among names (the model's files): no
+    shard at all, or shards that are not there. Module model_weights asks it as soon as the index is
+    fetched, before any shard, so a repository whose index names a file it lacks moves no shard."""
+    data = read_json(os.path.join(directory, index))
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    shards = (
+        sorted({v for v in weight_map.values() if isinstance(v, str)}) if isinstance(weight_map, dict) else []
+    )
+    if not shards:
+        return [f"{index} names no shard (no weight_map)"]
+    names = set(names)
+    missing = [s for s in shards if s not in names]
+    if missing:
+        return [f"{index} names shards that are not there: {', '.join(missing[:5])}"]
+    return []
+
+
+def completeness_problems(
+    directory: str, names, needs_tokenizer: bool, allow_pickle: bool, indexes: bool = True
+) -> list[str]:
+    """config.json, the tokenizer (a main model; a draft model has none), loadable weights, and (indexes)
+    every shard a safetensors index names. Without indexes it needs names only: module model_weights asks it
+    of a repository's file list before any byte moves."""
     names = set(names)
     found = []
     if "config.json" not in names:
@@ -157,14 +186,8 @@ def completeness_problems(directory: str, names, needs_tokenizer: bool, allow_pi
     if needs_tokenizer and not names.intersection(TOKENIZER_FILES):
         found.append(f"no tokenizer file (one of {', '.join(TOKENIZER_FILES)})")
     found += loadable_problems(names, allow_pickle)
-    for index in sorted(n for n in names if n.endswith(".safetensors.index.json")):
-        data = read_json(os.path.join(directory, index)) or {}
-        shards = sorted(set((data.get("weight_map") or {}).values()))
-        if not shards:
-            found.append(f"{index} names no shard (no weight_map)")
-        missing = [s for s in shards if s not in names]
-        if missing:
-            found.append(f"{index} names shards that are not there: {', '.join(missing[:5])}")
+    for index in index_names(names) if indexes else []:
+        found += index_problems(directory, index, names)
     return found
 
 

@@ -7,7 +7,9 @@ Output: JSON lines on stdout, one per event; huggingface_hub's own messages go t
 
 Commands:
 - resolve: the revision's commit, whether the repo is gated, and every file with its size and the hash the
-  Hub reports (LFS sha256, else the git blob id), from model_info + list_repo_tree at that commit.
+  Hub reports (LFS sha256, else the git blob id), from model_info + list_repo_tree at that commit. A revision
+  the repository lacks (the repository answers at main) is the error kind missing_revision,
+  whatever the server answered for it (a mirror's bare HTTP 500 included).
 - fetch: each named file with hf_hub_download(revision=COMMIT, local_dir=STAGING), one after another, an
   event before and after each; the module verifies, places and times them.
 """
@@ -54,11 +56,38 @@ def classify(exc: BaseException) -> str:
     return "error"
 
 
+def missing_revision(api, request: dict, exc: BaseException) -> str:
+    """When the repository answers at its default branch (main) but not at the revision asked for: what the
+    server answered for that one (the Hub: RevisionNotFoundError; a mirror may answer a commit it lacks with a
+    bare server error - olah 0.5: HTTP 500); else '' (the repository itself is unknown, gated or
+    unreachable)."""
+    if classify(exc) not in ("unknown_revision", "error") or request["revision"] in ("", "main"):
+        return ""
+    # The Hub's default branch (a bare /api/models/REPO is not answered by every mirror); twice, as a server
+    # that answered with an error may reset the kept-alive connection the next request goes out on (olah).
+    for attempt in (1, 2):
+        try:
+            api.model_info(request["repo"], revision="main")
+            break
+        except Exception:  # the repository does not answer either: the first error says why
+            if attempt == 2:
+                return ""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return f"it answered HTTP {status} for it" if status else f"it answered {type(exc).__name__} for it"
+
+
 def resolve(request: dict) -> int:
     from huggingface_hub import HfApi  # noqa: PLC0415 (only the worker's python has it)
 
     api = HfApi(endpoint=request["endpoint"] or None, token=request["token"] or False)
-    info = api.model_info(request["repo"], revision=request["revision"])
+    try:
+        info = api.model_info(request["repo"], revision=request["revision"])
+    except Exception as exc:
+        missing = missing_revision(api, request, exc)
+        if not missing:
+            raise
+        emit("error", kind="missing_revision", message=missing)
+        return 2
     commit = info.sha
     files = []
     for entry in api.list_repo_tree(request["repo"], revision=commit, recursive=True):
