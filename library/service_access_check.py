@@ -20,6 +20,10 @@ description:
   - The account's classes are read from the system when it exists (its uid, primary and supplementary
     groups); an account that does not exist yet is neither the owner nor a member of any group but
     O(group) when that group exists, so the "other" bits (and O(group)'s) decide. POSIX ACLs are not read.
+  - With O(home), an account that exists with another home and has processes running is refused - C(usermod)
+    cannot move the home of an account in use, and a changed home means the settings changed under a running
+    service (C(epforge_state_dir) changed while the server runs). The refusal names both homes, the processes
+    and what to do; an account without processes may move (C(usermod -d) does it).
   - Reads only; the same answer in check mode.
 options:
   user:
@@ -42,6 +46,17 @@ options:
     description: What the account needs the paths for, worded into the failure message.
     type: str
     default: run the server
+  home:
+    description:
+      - The home the account is about to be given (the task after this one). Refused when the account exists
+        with another home and processes run as it. Empty - not checked.
+    type: path
+  home_hint:
+    description: What to do instead, appended to the refusal of O(home) (how to stop the running service).
+    type: str
+    default: >-
+      stop what runs as the account first, with the settings it was started with, then run again (or keep
+      the previous home)
 author: epforge developers (@epforge)
 """
 
@@ -62,9 +77,14 @@ blocked:
   type: list
   elements: dict
 account:
-  description: The classes the account was judged by (uid, gids, exists).
+  description: The classes the account was judged by (uid, gids, exists), and its home when it exists.
   returned: always
   type: dict
+running:
+  description: Pids of the processes running as the account, when O(home) differs from its home.
+  returned: when O(home) is set
+  type: list
+  elements: int
 """
 
 import grp
@@ -93,7 +113,30 @@ def account_classes(user: str, group: str | None) -> dict:
             except KeyError:
                 pass
         return {"exists": False, "uid": None, "gids": gids}
-    return {"exists": True, "uid": entry.pw_uid, "gids": sorted(set(os.getgrouplist(user, entry.pw_gid)))}
+    return {
+        "exists": True,
+        "uid": entry.pw_uid,
+        "gids": sorted(set(os.getgrouplist(user, entry.pw_gid))),
+        "home": entry.pw_dir,
+    }
+
+
+def processes_of(uid: int) -> list[int]:
+    """Pids of the processes whose real uid is uid (what usermod refuses to move a home under)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", encoding="ascii", errors="replace") as handle:
+                for line in handle:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(name))
+                        break
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return sorted(pids)
 
 
 def allowed(st: os.stat_result, account: dict, need: int) -> bool:
@@ -149,6 +192,12 @@ def main() -> None:
             "paths": {"type": "list", "elements": "path", "required": True},
             "execute": {"type": "bool", "default": True},
             "purpose": {"type": "str", "default": "run the server"},
+            "home": {"type": "path", "default": ""},
+            "home_hint": {
+                "type": "str",
+                "default": "stop what runs as the account first, with the settings it was started with, then "
+                "run again (or keep the previous home)",
+            },
         },
         supports_check_mode=True,
     )
@@ -174,6 +223,19 @@ def main() -> None:
             msg=f"the service account {p['user']!r} could not {p['purpose']}: {words}. Nothing was created: "
             "put the env where the account can reach it (e.g. under /opt) or grant it access (o+x on the "
             "directories, o+rx on the files)",
+            **result,
+        )
+    moving = (
+        p["home"] and account["exists"] and os.path.normpath(account["home"]) != os.path.normpath(p["home"])
+    )
+    if p["home"]:
+        result["running"] = processes_of(account["uid"]) if moving else []
+    if result.get("running"):
+        shown = ", ".join(str(pid) for pid in result["running"][:5])
+        module.fail_json(
+            msg=f"the service account {p['user']!r} has the home {account['home']} and would get "
+            f"{p['home']}, but processes run as it (pid {shown}): usermod cannot move the home of an account "
+            f"in use. Nothing was changed: {p['home_hint']}",
             **result,
         )
     module.exit_json(**result)
