@@ -73,7 +73,10 @@ options:
     type: bool
     default: false
   endpoint:
-    description: Hub-compatible endpoint (C(HF_ENDPOINT)); required for O(source=mirror), empty for the Hub.
+    description:
+      - Hub-compatible endpoint (C(HF_ENDPOINT)); required for O(source=mirror), empty for the Hub.
+      - Credentials in it (C(http://user:TOKEN@mirror)) reach huggingface_hub only - they are masked in the
+        result and written as C(http://<redacted>@mirror) in the log, messages and the manifest.
     type: str
     default: ""
   token:
@@ -237,9 +240,17 @@ from ansible_collections.epforge.ep.plugins.module_utils.process import (
     chain_intact,
     controller_chain,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact_url, url_secrets
 
 FACT = "epforge_model"
 MIB = 1 << 20
+
+
+def shown(manifest: dict) -> dict:
+    """A manifest as it may be written and returned: the mirror's URL without its credentials."""
+    if not manifest.get("endpoint"):
+        return manifest
+    return {**manifest, "endpoint": redact_url(manifest["endpoint"])}
 
 
 def human(n: float) -> str:
@@ -255,7 +266,12 @@ class ModelWeights:
         self.module = module
         self.p = module.params
         self.path = self.p["path"].rstrip("/") or "/"
-        self.log = Log(self.p["log_path"], module.check_mode)
+        self.token = self.p["token"] or self.read_token()
+        # The mirror's URL as it may be shown (messages, the log, the manifest): its credentials redacted.
+        self.where = redact_url(self.p["endpoint"]) or "the Hugging Face Hub"
+        self.log = Log(
+            self.p["log_path"], module.check_mode, secrets=(self.token, *url_secrets(self.p["endpoint"]))
+        )
         self.started = time.monotonic()
         self.result: dict = {
             "changed": False,
@@ -273,7 +289,6 @@ class ModelWeights:
             "manifest": {},
             "log_path": self.p["log_path"],
         }
-        self.token = self.p["token"] or self.read_token()
         self.pending = False
 
     # -- input
@@ -311,6 +326,9 @@ class ModelWeights:
         manifest = model_files.read_json(os.path.join(self.path, model_files.MANIFEST))
         if not manifest or not model_files.stamped(self.path, manifest):
             return None
+        if shown(manifest) != manifest:  # written by an epforge that kept the mirror's credentials in it
+            self.stamp(manifest)
+            manifest = shown(manifest)
         p = self.p
         if p["source"] == "local":
             smoke = model_files.read_json(os.path.join(self.path, model_files.SMOKE_MANIFEST))
@@ -358,6 +376,7 @@ class ModelWeights:
 
     def stamp(self, manifest: dict) -> None:
         """Write the manifest (when it differs) and the stamp: the verdict a rerun's probe reads."""
+        manifest = shown(manifest)
         if self.module.check_mode:
             self.result["changed"] = True
             return
@@ -491,6 +510,7 @@ class ModelWeights:
             for event in worker.events(0.5):
                 if event["event"] == "eof":
                     worker.proc.wait(timeout=30)
+                    worker.drain_stderr()
                     return self.ended(worker, events)
                 if event["event"] == "versions":
                     self.result["libraries"] = {k: v for k, v in event.items() if k != "event"}
@@ -510,7 +530,7 @@ class ModelWeights:
         return events
 
     def error_message(self, error: dict) -> str:
-        repo, rev, where = self.p["repo"], self.p["revision"], self.p["endpoint"] or "the Hugging Face Hub"
+        repo, rev, where = self.p["repo"], self.p["revision"], self.where
         kind = error["kind"]
         if kind in ("unknown_repo", "unknown_revision"):
             return (
@@ -543,7 +563,7 @@ class ModelWeights:
             if same and recorded.get("commit") and not self.p["update"]
             else self.p["revision"]
         )
-        self.log.line(f"resolving {self.p['repo']} at {revision} ({self.p['endpoint'] or 'huggingface.co'})")
+        self.log.line(f"resolving {self.p['repo']} at {revision} ({self.where})")
         events = self.call("resolve", {"revision": revision})
         resolved = next(e for e in events if e["event"] == "resolved")
         if resolved["gated"] and not self.token:
@@ -585,7 +605,7 @@ class ModelWeights:
             "repo": self.p["repo"],
             "revision": self.p["revision"],
             "commit": resolved["commit"],
-            "endpoint": self.p["endpoint"],
+            "endpoint": redact_url(self.p["endpoint"]),
             "files": files,
         }
         old = model_files.read_json(os.path.join(self.path, model_files.MANIFEST)) or {}
@@ -705,10 +725,7 @@ class ModelWeights:
         problem, _found = model_files.file_problem(fetched, expected)
         if problem:
             os.unlink(fetched)
-            worker.fail(
-                f"{name} as fetched from {self.p['endpoint'] or 'the Hub'} does not match its metadata: "
-                f"{problem}"
-            )
+            worker.fail(f"{name} as fetched from {self.where} does not match its metadata: {problem}")
         target = os.path.join(self.path, name)
         os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
         os.chmod(fetched, 0o644)
@@ -736,6 +753,7 @@ class ModelWeights:
         self.module.exit_json(**self.result)
 
     def report(self, manifest: dict) -> None:
+        manifest = shown(manifest)
         files = manifest.get("files", {})
         self.result.update(
             manifest=manifest,
@@ -814,6 +832,9 @@ ARGUMENT_SPEC = {
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    # A mirror URL's credentials (http://user:TOKEN@mirror) are masked wherever Ansible prints this module's
+    # result or arguments (-v, the invocation); the log and the manifest get the redacted URL (ModelWeights).
+    module.no_log_values.update(url_secrets(module.params["endpoint"]))
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     ModelWeights(module).run()
 

@@ -20,6 +20,11 @@ description:
     or go on - and writes nothing.
   - Only steady-state figures at the objective's concurrency rank a candidate; its cold first burst is kept
     apart. The winner is the valid candidate (finished, every constraint met) with the best metric.
+  - The journal is sealed like the probe cache's records (plugins/module_utils/seal.py) - an HMAC over the
+    plan's digest and the results with a key derived from the controller's secret, which the module's action
+    plugin passes (O(seal_key)). A journal edited by hand, copied from another controller or cut off is not
+    believed - its results are dropped with a warning naming the file and the candidates run again; the next
+    record keeps it as C(PATH.rejected) and writes a new one.
   - Supports check mode (a record is reported, not written) and diff mode.
 options:
   directory:
@@ -58,6 +63,12 @@ options:
       candidate is stopped early.
     type: float
     default: 0.1
+  seal_key:
+    description:
+      - The key that seals the journal, derived from the controller's secret. Set by the module's action
+        plugin (plugins/action/tune_journal.py); a task does not set it.
+    type: str
+    required: true
 author: epforge developers (@epforge)
 """
 
@@ -106,20 +117,23 @@ reason:
   type: str
 """
 
+import contextlib
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.bench_figures import FIGURE_KEYS
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
-from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.seal import seal, sealed
 from ansible_collections.epforge.ep.plugins.module_utils.tune_journal.objective import (
     objective_problems,
     ranking,
     stop_early,
 )
 
-SCHEMA = 1
+SCHEMA = 2  # 2: sealed
 STATUSES = ("ok", "failed", "refused", "stopped_early", "not_tried")
 
 
@@ -135,8 +149,44 @@ class Journal:
             module.fail_json(msg="the tuning objective is malformed: " + "; ".join(problems))
         self.plan_digest = digest(p["plan"])
         self.path = os.path.join(p["directory"], f"{self.plan_digest[:16]}.json")
-        found = read_json(self.path) or {}
-        self.results = found.get("results", []) if found.get("plan_digest") == self.plan_digest else []
+        self.key = p["seal_key"].encode()
+        self.rejected = False
+        self.results = self.read()
+
+    def read(self) -> list:
+        """The journal's results when its seal holds; else none, with a warning naming the file."""
+        try:
+            with open(self.path, "rb") as handle:
+                text = handle.read()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            self.module.fail_json(msg=f"the tuning journal {self.path} cannot be read: {exc}")
+        try:
+            found = json.loads(text)
+        except ValueError:  # UnicodeDecodeError included
+            found = None
+        if not isinstance(found, dict) or not isinstance(found.get("results"), list):
+            return self.reject(
+                f"is not a whole journal ({len(text)} bytes, no JSON object of results: cut off?)"
+            )
+        if found.get("plan_digest") != self.plan_digest:
+            return self.reject("belongs to another plan")
+        results = found["results"]
+        if not sealed(self.key, [self.plan_digest, results], found.get("seal")):
+            return self.reject(
+                f"is not sealed by this controller (edited by hand, written by another controller or by an "
+                f"epforge before journals were sealed): its {len(results)} results are not believed"
+            )
+        return results
+
+    def reject(self, why: str) -> list:
+        self.rejected = True
+        self.module.warn(
+            f"tuning journal {self.path} {why}; its candidates run again, and the next record keeps the file "
+            f"as {self.path}.rejected and starts a new journal"
+        )
+        return []
 
     def answer(self, **extra) -> dict:
         return {
@@ -158,10 +208,18 @@ class Journal:
             self.module.fail_json(msg=f"result {name}: steady maps concurrencies to figures, got {steady!r}")
         before = list(self.results)
         self.results = [r for r in self.results if r["name"] != name] + [dict(result, steady=steady)]
-        content = {"schema": SCHEMA, "plan_digest": self.plan_digest, "results": self.results}
-        changed = before != self.results
+        content = {
+            "schema": SCHEMA,
+            "plan_digest": self.plan_digest,
+            "results": self.results,
+            "seal": seal(self.key, [self.plan_digest, self.results]),
+        }
+        changed = before != self.results or self.rejected
         if changed and not self.module.check_mode:
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            if self.rejected:
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(self.path, f"{self.path}.rejected")
             write_json_atomic(self.path, content, mode=0o600)
         diff = {"before": json_text(before), "after": json_text(self.results)} if changed else {}
         return self.answer(changed=changed, diff=diff)
@@ -184,6 +242,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["read", "record", "window"], "default": "read"},
             "result": {"type": "dict", "default": {}},
             "margin": {"type": "float", "default": 0.1},
+            "seal_key": {"type": "str", "required": True, "no_log": True},
         },
         supports_check_mode=True,
     )

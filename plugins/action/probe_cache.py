@@ -14,8 +14,9 @@ find it current again as long as its inputs and the files it read are unchanged.
     ctime_ns, inode; or missing) of every path the record watches with what it was when the module ran;
   - same key, same states: the recorded result is the answer (changed false) and the module does not run;
   - the record is sealed: an HMAC over its key, result and watch list with a secret that never leaves the
-    controller (~/.cache/epforge/probe-cache.key, 0600). A record whose result was edited on the host, or one
-    written by another controller, is a miss: the module runs;
+    controller (~/.cache/epforge/probe-cache.key, 0600; plugins/module_utils/seal.py owns it and refuses one
+    that others can read, or an empty one, with the remedy). A record whose result was edited on the host, or
+    one written by another controller, is a miss: the module runs;
   - otherwise the module runs as it always did. When its result is unchanged (not failed, not changed, not in
     check mode) and names the paths its verdict depends on (its `watch` return), the record is (re)written.
 
@@ -33,10 +34,7 @@ import copy
 import hashlib
 import hmac
 import json
-import os
-import secrets
 import shlex
-import time
 from pathlib import Path
 
 from ansible.errors import AnsibleError
@@ -48,6 +46,7 @@ from ansible.plugins.loader import module_loader
 from ansible.release import __version__ as ansible_version
 from ansible.vars.clean import remove_internal_keys
 
+from ansible_collections.epforge.ep.plugins.module_utils import seal
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 
 # Both host scripts (run with no site packages) compare a path by this state: a rewrite, a touch, a rename
@@ -168,33 +167,15 @@ def probe_key(name: str, module_path: str, args: dict, environment: str) -> str:
     return digest(material)
 
 
-# The controller's secret for sealing records (created on first use, 0600; never sent to a host).
-SEAL_KEY_PATH = os.path.join(os.path.expanduser("~"), ".cache", "epforge", "probe-cache.key")
-
-
-def seal_key() -> bytes:
-    """The controller's sealing secret, created at first use (O_EXCL: two workers agree on one)."""
-    os.makedirs(os.path.dirname(SEAL_KEY_PATH), mode=0o700, exist_ok=True)
-    try:
-        fd = os.open(SEAL_KEY_PATH, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        for _ in range(50):  # another worker is writing it this instant
-            with open(SEAL_KEY_PATH, "rb") as handle:
-                key = handle.read().strip()
-            if key:
-                return key
-            time.sleep(0.01)
-        raise AnsibleError(f"the probe cache's key {SEAL_KEY_PATH} is empty") from None
-    key = secrets.token_hex(32).encode()
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key)
-    return key
-
-
 def seal_of(key: str, result: dict, watch: list[str]) -> str:
-    """HMAC-SHA256 over what a record answers for: its key, its result, the paths it watched."""
-    material = json.dumps([key, result, sorted(watch)], sort_keys=True, default=str).encode()
-    return hmac.new(seal_key(), material, hashlib.sha256).hexdigest()
+    """HMAC-SHA256 over what a record answers for: its key, its result, the paths it watched, with the
+    controller's secret (plugins/module_utils/seal.py: a key others can read, or an empty one, fails the task
+    with the remedy)."""
+    try:
+        secret = seal.controller_key()
+    except seal.SealKeyError as exc:
+        raise AnsibleError(str(exc)) from None
+    return seal.seal(secret, [key, result, sorted(watch)])
 
 
 def recordable(result: dict, check_mode: bool) -> bool:

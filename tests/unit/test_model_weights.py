@@ -574,3 +574,37 @@ def test_a_sigkilled_play_leaves_no_fetch_running_and_its_rerun_fetches_only_the
     assert fetched_again == 10 - len(placed), (
         f"{fetched_again} files fetched again, {len(placed)} shards kept"
     )
+
+
+def test_a_mirror_url_with_credentials_leaves_them_in_no_file_fact_or_output(tmp_path, hub):
+    """Issue 35 item 3: model_endpoint=http://user:TOKEN@mirror put TOKEN in the model log (0644), in
+    <model dir>/.epforge-model.json (0644) and in the module's result (what -v/-vvv print: the invocation, a
+    failure's message with huggingface_hub's URL). The URL is redacted where it is shown or written, its
+    credentials are no_log values, and the log is 0600."""
+    secret = "mirrorPASSq8w2e4r6"  # noqa: S105 - made up; the test proves it never shows
+    host = hub.endpoint.removeprefix("http://")
+    a = args(tmp_path, hub, "acme/draft", endpoint=f"http://epforge:{secret}@{host}", needs_tokenizer=False)
+    fetched = run_module_in(tmp_path, "model_weights", a)
+    assert fetched["_rc"] == 0, fetched.get("msg")
+    assert fetched["fetched"], "nothing came through the mirror"
+    log = Path(a["log_path"])
+    manifest = Path(a["path"]) / ".epforge-model.json"
+
+    def leaks(**outputs) -> list[str]:
+        texts = {
+            "model log": log.read_text(),
+            "manifest": manifest.read_text(),
+            "fact": (tmp_path / "facts" / "epforge_model.fact").read_text(),
+            **outputs,
+        }
+        return [name for name, text in texts.items() if secret in text]
+
+    assert leaks(**{"result (-v) of the fetch": fetched["_stdout"]}) == []
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert json.loads(manifest.read_text())["endpoint"] == f"http://<redacted>@{host}"
+
+    # A failure: huggingface_hub's error names the URL it asked, credentials and all.
+    unknown = {**a, "repo": "acme/not-there", "path": str(tmp_path / "models" / "acme" / "not-there")}
+    missing = run_module_in(tmp_path, "model_weights", unknown)
+    assert missing["_rc"] != 0 and f"not found at http://<redacted>@{host}" in missing["msg"], missing["msg"]
+    assert leaks(**{"result (-v) of the failure": missing["_stdout"]}) == []

@@ -429,3 +429,35 @@ def test_a_long_record_reaches_a_podman_host_without_stdin(probe, molecule_image
         assert answers[1]["probe_cache"]["hit"] is True, answers[1]["probe_cache"]
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "0", container], capture_output=True, check=False)
+
+
+def test_a_sealing_key_others_can_read_is_refused_and_an_empty_one_says_how_to_recover(probe):
+    """Issue 35 item 11: the controller's sealing secret (plugins/module_utils/seal.py) is made 0600 at first
+    use; one that others can read was used silently (anyone who reads it can forge a record) and is now
+    refused with the remedy; an empty one failed every run without saying how to recover and now says it."""
+    home = probe["tmp"] / "home"
+    probe["env"]["HOME"] = str(home)  # a controller of its own: the key is made at first use
+    key = home / ".cache" / "epforge" / "probe-cache.key"
+    assert play(probe)["probe_cache"]["hit"] is False
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(key.read_text()) == 64
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+
+    key.chmod(0o644)
+    refused = play(probe, ignore_errors=True)
+    assert refused.get("failed") is True, refused
+    assert f"sealing key {key} is readable or writable by others (mode 0644)" in refused["msg"]
+    assert f"rm {key}" in refused["msg"] and f"chmod 600 {key}" in refused["msg"]
+
+    key.chmod(0o600)
+    key.write_text("")
+    empty = play(probe, ignore_errors=True)
+    assert empty.get("failed") is True and f"sealing key {key} is empty" in empty["msg"], empty
+    assert f"remove it (rm {key}) and the next run makes a new one" in empty["msg"]
+
+    key.unlink()  # the remedy: a new key; the old key's record is a miss once, then sealed again
+    again = play(probe)
+    assert (
+        again["probe_cache"]["hit"] is False
+        and "not sealed by this controller" in again["probe_cache"]["reason"]
+    )
+    assert play(probe)["probe_cache"]["hit"] is True

@@ -14,7 +14,9 @@ from ansible_collections.epforge.ep.plugins.module_utils.secrets import (
     REDACTED,
     is_secret_name,
     redact,
+    redact_url,
     secret_values,
+    url_secrets,
     without_secrets,
 )
 
@@ -95,3 +97,17 @@ def test_without_secrets_and_secret_values_agree():
     assert without_secrets(server) == {"tp_size": 8, "env": {"NCCL_P2P_LEVEL": "SYS"}}
     assert sorted(secret_values(server)) == ["hf_x", "sk-1"]
     assert server["api_key"] == "sk-1"
+
+
+def test_a_url_s_credentials_are_secrets_and_redacted_but_an_account_name_is_not():
+    """Issue 35 item 3: the user:password part of any URL, or a bare user on http(s) (a token), is a secret;
+    ssh's git@ is an account."""
+    assert url_secrets("http://user:p%40ss@mirror:8090") == ["p%40ss", "p@ss", "user:p%40ss", "user:p@ss"]
+    assert url_secrets("https://hf_TOKEN@mirror/x") == ["hf_TOKEN"]
+    assert url_secrets("ssh://git@github.com/a/b") == [] and url_secrets("http://mirror:8090") == []
+    text = "404 for url: http://user:TOKEN@mirror:8090/api/models/a/b and ssh://git@github.com/a"
+    assert (
+        redact_url(text)
+        == "404 for url: http://<redacted>@mirror:8090/api/models/a/b and ssh://git@github.com/a"
+    )
+    assert redact({"msg": text})["msg"] == redact_url(text)

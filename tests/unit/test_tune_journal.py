@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import moduletools
 import pytest
+import yaml
+
+from playbooks import JSON_CALLBACK, json_report, run_playbook
 
 PLAN = {"candidates": [["fast-but-slow-ttft", "d1"], ["second", "d2"], ["cold-heavy", "d3"], ["crash", "d4"]]}
+SEAL_KEY = "0f" * 32
 OBJECTIVE = {
     "metric": "output_throughput",
     "goal": "max",
@@ -21,7 +26,13 @@ OBJECTIVE = {
 
 
 def journal(tmp_path, state="read", result=None, check=False, **extra) -> tuple[int, dict]:
-    args = {"directory": str(tmp_path / "tuning"), "plan": PLAN, "objective": OBJECTIVE, "state": state}
+    args = {
+        "directory": str(tmp_path / "tuning"),
+        "plan": PLAN,
+        "objective": OBJECTIVE,
+        "state": state,
+        "seal_key": SEAL_KEY,  # what the action plugin passes (a key derived from the controller's secret)
+    }
     if result is not None:
         args["result"] = result
     return moduletools.run_module("tune_journal", {**args, **extra}, check=check)
@@ -128,3 +139,92 @@ def test_the_lowest_tpot_wins_a_min_objective(tmp_path):
         rc, answer = journal(tmp_path, "record", result, objective=objective)
         assert rc == 0, answer.get("msg")
     assert answer["ranking"]["winner"] == "b" and answer["ranking"]["valid"] == ["b", "c", "a"]
+
+
+JOURNAL_PLAY = """
+- name: The journal as the tuner keeps it
+  hosts: localhost
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: {python}
+    edit: [{python}, -c, "{edit}"]
+    plan: {plan}
+    objective: {objective}
+  tasks:
+    - name: Record the honest candidate
+      epforge.ep.tune_journal: &journal
+        directory: {directory}
+        plan: "{{{{ plan }}}}"
+        objective: "{{{{ objective }}}}"
+        state: record
+        result: {honest}
+      register: recorded
+    - name: Forge a winner in the file, its seal left as it was
+      ansible.builtin.command:
+        argv: "{{{{ edit + ['forge', recorded.path] }}}}"
+    - name: Read the forged journal
+      epforge.ep.tune_journal: {{<<: *journal, state: read}}
+    - name: Record again after the forgery
+      epforge.ep.tune_journal: *journal
+    - name: Cut the journal off
+      ansible.builtin.command:
+        argv: "{{{{ edit + ['truncate', recorded.path] }}}}"
+    - name: Read the cut-off journal
+      epforge.ep.tune_journal: {{<<: *journal, state: read}}
+    - name: Record again after the cut
+      epforge.ep.tune_journal: *journal
+    - name: Read the journal written by this controller
+      epforge.ep.tune_journal: {{<<: *journal, state: read}}
+"""
+
+EDIT = (
+    "import json, sys; how, path = sys.argv[1:]; text = open(path).read(); "
+    "data = json.loads(text) if how == 'forge' else None; "
+    "how == 'forge' and data['results'].append(dict(data['results'][0], name='fake', "
+    "steady={'16': {'output_throughput': 99999.0, 'ttft_p99_ms': 1.0}})); "
+    "open(path, 'w').write(json.dumps(data) if how == 'forge' else text[: len(text) // 2])"
+)
+
+
+def test_a_journal_edited_by_hand_or_cut_off_is_not_believed_and_the_file_is_named(tmp_path):
+    """Issue 35 item 11: the journal is sealed with a key derived from the controller's secret (the probe
+    cache's, plugins/module_utils/seal.py). A fake 99999 tok/s winner added by hand is not believed and a
+    journal cut in half is not dropped silently: each is a warning naming the file, its candidates run again,
+    the file is kept as .rejected; a journal this controller wrote resumes as before."""
+    directory = tmp_path / "tuning"
+    play = tmp_path / "journal.yml"
+    play.write_text(
+        JOURNAL_PLAY.format(
+            python=sys.executable,
+            edit=EDIT.replace('"', '\\"'),
+            plan=json.dumps(PLAN),
+            objective=json.dumps(OBJECTIVE),
+            directory=directory,
+            honest=json.dumps(ok("honest", 1000.0, 300.0)),
+        )
+    )
+    yaml.safe_load(play.read_text())
+    home = tmp_path / "home"  # the controller's secret, made at first use: a fresh one
+    proc = run_playbook(play, env={**JSON_CALLBACK, "HOME": str(home)}, timeout=120)
+    tasks = json_report(proc)["plays"][0]["tasks"]
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    answers = {t["task"]["name"]: t["hosts"]["localhost"] for t in tasks}
+    path = answers["Record the honest candidate"]["path"]
+
+    forged = answers["Read the forged journal"]
+    assert forged["ranking"]["winner"] is None and forged["finished"] == [], forged["ranking"]
+    warning = " ".join(forged.get("warnings", []))
+    assert f"tuning journal {path} is not sealed by this controller" in warning, forged
+    assert "its 2 results are not believed" in warning and "candidates run again" in warning
+
+    cut = answers["Read the cut-off journal"]
+    assert cut["finished"] == [] and f"tuning journal {path} is not a whole journal" in " ".join(
+        cut.get("warnings", [])
+    ), cut
+    assert os.path.getsize(f"{path}.rejected") > 0  # the cut-off file, kept aside by the next record
+
+    resumed = answers["Read the journal written by this controller"]
+    assert resumed["finished"] == ["honest"] and not resumed.get("warnings"), resumed
+    assert resumed["ranking"]["winner"] == "honest"
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert (home / ".cache" / "epforge" / "probe-cache.key").stat().st_mode & 0o777 == 0o600
