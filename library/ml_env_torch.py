@@ -23,8 +23,12 @@ description:
     requirements' files, their native libraries, their RECORDs;
     C(plugins/module_utils/ml_env_torch/dist_files.py)). When
     that changed (a deleted C(__init__.py), a truncated C(.so), a reinstall), torch is imported again before
-    the stamp is trusted; torch that no longer imports is reinstalled (C(--force-reinstall --no-deps)). A
-    C(.py) file edited in place is not seen.
+    the stamp is trusted; torch that no longer imports is reinstalled (C(--force-reinstall --no-deps)).
+  - Every rerun also checks each C(.py) and native file torch's dist-info RECORD lists against the size the
+    RECORD records (a stat per file, about 2,450 for torch 2.14, tens of milliseconds, no import); a file
+    missing or of another size (C(torch/nn/modules/linear.py) deleted) means torch is reinstalled
+    (C(--force-reinstall --no-deps)). The directories holding torch's C(.py) files are in RV(watch), so the
+    probe cache sees a deletion too. A C(.py) file edited in place with its size kept is not seen.
   - Refuses, before anything changes, a torch build whose declared CUDA major (O(torch_cuda)) differs from
     the toolkit's, since torch refuses to build extensions with an nvcc of another major version.
   - With O(facts_dir) set it also records the local fact C(epforge_ml_env), only when its content changes.
@@ -183,6 +187,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.files import read_json,
 from ansible_collections.epforge.ep.plugins.module_utils.ml_env_fact import FACT_NAME, record_ml_env_fact
 from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files import (
     integrity_paths,
+    record_problems,
     states_digest,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
@@ -352,6 +357,13 @@ def answer_from_stamp(
     torch's files changed since. Returns (without exiting) True when torch no longer imports."""
     venv = p["path"]
     files = torch_files(venv)
+    broken = record_problems(site_packages(venv) or "", "torch")
+    if broken:
+        # pip's RECORD says what it installed: a file missing or of another size is a broken torch, whether
+        # or not `import torch` happens to reach it
+        result["reason"] = f"torch's files differ from its RECORD ({'; '.join(broken)}): it is reinstalled"
+        module.warn(result["reason"])
+        return True
     if stamp.get("files_digest") != states_digest(files):
         toolkit_major, archs = checks
         what = {"stamp": stamp, "stamp_path": stamp_path, "toolkit_major": toolkit_major, "archs": archs}

@@ -249,7 +249,8 @@ def test_torch_broken_under_a_matching_stamp_is_seen_and_reinstalled(torch_venv,
     still matches is not trusted: the changed file states make the module import torch again, and torch
     that no longer imports is planned for a forced reinstall (check mode here). The breaks happen in a private
     overlay of the shared venv (overlay_venv), never in the venv itself that other tests import at once."""
-    venv = overlay_venv(torch_venv, tmp_path / "overlay", private=["torch/__init__.py", "torch/_C.*.so"])
+    private = ["torch/__init__.py", "torch/_C.*.so", "torch/nn/modules/linear.py"]
+    venv = overlay_venv(torch_venv, tmp_path / "overlay", private=private)
     args = {**base_args(tmp_path, venv), "base_python": "python3"}
     rc, res = run_module("ml_env_torch", args, timeout=300)
     assert rc == 0, res
@@ -259,6 +260,18 @@ def test_torch_broken_under_a_matching_stamp_is_seen_and_reinstalled(torch_venv,
     extension = next(torch_dir.glob("_C.*.so"))
     assert str(extension) in res["watch"] and str(torch_dir) in res["watch"]  # the probe cache sees them too
 
+    # Issue 35 item 6: a module file deep in the tree deleted (import torch fails) was "stamp matches".
+    linear, kept = torch_dir / "nn" / "modules" / "linear.py", tmp_path / "linear.py.kept"
+    assert str(linear.parent) in res["watch"]
+    linear.rename(kept)
+    try:
+        rc, res = run_module("ml_env_torch", args, check=True, timeout=300)
+    finally:
+        kept.rename(linear)
+    assert rc == 0 and res["changed"] is True, res
+    assert "torch/nn/modules/linear.py is missing" in res["reason"], res["reason"]
+    assert res["actions"][0] == "pip install --force-reinstall torch==2.14.1", res["actions"]
+
     init, kept = torch_dir / "__init__.py", tmp_path / "init.py.kept"
     init.rename(kept)
     try:
@@ -267,7 +280,7 @@ def test_torch_broken_under_a_matching_stamp_is_seen_and_reinstalled(torch_venv,
         kept.rename(init)
     assert rc == 0 and res["changed"] is True, res
     assert res["actions"][0] == "pip install --force-reinstall torch==2.14.1", res["actions"]
-    assert "torch no longer imports" in res["reason"], res["reason"]
+    assert "torch/__init__.py is missing" in res["reason"], res["reason"]  # its RECORD tells, no import
 
     saved = extension.read_bytes()
     try:
@@ -276,10 +289,78 @@ def test_torch_broken_under_a_matching_stamp_is_seen_and_reinstalled(torch_venv,
         rc, res = run_module("ml_env_torch", args, check=True, timeout=300)
     finally:
         extension.write_bytes(saved)
-    assert res["changed"] is True and "torch no longer imports" in res["reason"], res
+    assert res["changed"] is True and "its RECORD says" in res["reason"], res
     # Restored (other file states, same content): the import proves the stamp again, nothing to change.
     rc, res = run_module("ml_env_torch", args, timeout=300)
     assert rc == 0 and res["changed"] is False and res["verified"] is True, res
     assert "the import proves it again" in res["reason"]
     rc, res = run_module("ml_env_torch", args)
     assert res["changed"] is False and res["verified"] is False and res["reason"] == "stamp matches"
+
+
+FAKE_TORCH = {
+    "torch/__init__.py": "from torch import cuda, version\nfrom torch.nn.modules import linear\n"
+    "__version__ = '2.14.1+cu130'\n",
+    "torch/version.py": "cuda = '13.0'\n",
+    "torch/cuda/__init__.py": "def get_arch_list():\n    return ['sm_90', 'sm_120']\n",
+    "torch/nn/__init__.py": "",
+    "torch/nn/modules/__init__.py": "",
+    "torch/nn/modules/linear.py": "class Linear:\n    pass\n",
+}
+
+
+@pytest.fixture
+def small_torch_venv(tmp_path):
+    """A real venv whose torch is a small package that really imports (its version, CUDA and arch list as the
+    stack's) with a pip-style RECORD (path,hash,size), and the build tools named by dist-info dirs: the
+    module's real import and RECORD check run on it in seconds."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    for dist in ("setuptools-80.0.0", "wheel-0.45.0", "ninja-1.13.0", "packaging-25.0"):
+        (site / f"{dist}.dist-info").mkdir()
+    info = site / "torch-2.14.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.14.1\n\n")
+    record = []
+    for rel, text in FAKE_TORCH.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+        record.append(f"{rel},sha256=x,{len(text.encode())}")
+    (info / "RECORD").write_text("\n".join([*record, "torch-2.14.1.dist-info/RECORD,,"]) + "\n")
+    return venv, site
+
+
+def test_a_torch_file_deleted_or_resized_deep_in_the_tree_is_seen_without_an_import(
+    tmp_path, small_torch_venv
+):
+    """Issue 35 item 6: `rm torch/nn/modules/linear.py` (import torch fails) was answered "stamp matches":
+    only torch/'s own directory state was in the digest. Every rerun now checks each .py/.so file the RECORD
+    lists against its recorded size (a stat each, no import) and watches the directories holding them."""
+    venv, site = small_torch_venv
+    args = base_args(tmp_path, venv)
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["verified"] is True and res["torch_version"] == "2.14.1+cu130", res
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["changed"] is False and res["reason"] == "stamp matches", res
+    modules = site / "torch" / "nn" / "modules"
+    assert str(modules) in res["watch"]  # the probe cache sees a deletion there too
+    linear = modules / "linear.py"
+    text = linear.read_text()
+
+    linear.unlink()
+    rc, res = run_module("ml_env_torch", args, check=True)
+    assert rc == 0 and res["changed"] is True, res
+    assert "torch/nn/modules/linear.py is missing" in res["reason"], res["reason"]
+    assert res["actions"][0] == "pip install --force-reinstall torch==2.14.1", res["actions"]
+
+    # Rewritten in place with another size: no directory changes; the RECORD's size still tells.
+    linear.write_text(text + "# edited\n")
+    rc, res = run_module("ml_env_torch", args, check=True)
+    assert res["changed"] is True and "linear.py is" in res["reason"] and "its RECORD says" in res["reason"]
+
+    linear.write_text(text)  # restored: the import proves the stamp again, then the stamp is trusted
+    rc, res = run_module("ml_env_torch", args)
+    assert rc == 0 and res["changed"] is False, res
+    rc, res = run_module("ml_env_torch", args)
+    assert res["changed"] is False and res["verified"] is False and res["reason"] == "stamp matches", res

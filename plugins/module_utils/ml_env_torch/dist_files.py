@@ -8,8 +8,13 @@ mtime_ns, ctime_ns, inode) of a few paths per distribution stands for its files:
   holds one of its native libraries;
 - every native library it ships (.so): one truncated or rewritten in place changes only itself;
 - its RECORD (a reinstall rewrites it).
-Not seen (the docs say so): a .py file edited in place, or one deleted below the top-level directories
-(torch/nn/...): about 200 paths instead of the ~1,900 directories of torch, for the no-op rerun's sake.
+- for the distribution itself (torch, not its requirements), every directory that holds one of its .py or
+  native files (torch/nn/modules/: linear.py deleted or renamed changes it; 368 directories for torch 2.14).
+And, apart from the digest, record_problems checks every .py and native file the RECORD lists against the
+size the RECORD records (one stat per file, ~2,450 for torch, ~25 ms, no import): a file missing or cut
+short or grown is found even when no directory state changed.
+Not seen (the docs say so): a .py file edited in place with its size kept (only importing or hashing would
+see it; `verify: full` is not offered for torch because a reinstall is the remedy either way).
 
 Used by ml_env_torch (library/ml_env_torch.py): a changed digest makes it import torch again before it
 trusts its stamp; the same paths go into its probe-cache `watch` list.
@@ -47,6 +52,54 @@ def requirements(info_dir: str) -> list[str]:
     except OSError:
         pass
     return names
+
+
+def _record_entries(site: str, info_dir: str) -> list[tuple[str, int | None]]:
+    """(path, recorded size or None) for each file the RECORD lists inside site."""
+    entries = []
+    try:
+        with open(os.path.join(info_dir, "RECORD"), encoding="utf-8") as handle:
+            for line in handle:
+                parts = line.rstrip("\n").rsplit(",", 2)
+                if len(parts) != 3 or not parts[0] or parts[0].startswith(".."):
+                    continue
+                size = int(parts[2]) if parts[2].isdigit() else None
+                entries.append((os.path.normpath(os.path.join(site, parts[0])), size))
+    except OSError:
+        pass
+    return entries
+
+
+def _is_code(path: str) -> bool:
+    name = os.path.basename(path)
+    return name.endswith((".py", ".so")) or ".so." in name
+
+
+def record_problems(site: str, name: str, limit: int = 3) -> list[str]:
+    """The distribution's .py and native files that are missing or whose size differs from its RECORD's
+    (at most `limit` named, then a count); empty when all match or the RECORD cannot be read."""
+    info_dir = dist_info(site, name)
+    if info_dir is None:
+        return []
+    problems = []
+    for path, size in _record_entries(site, info_dir):
+        if size is None or not _is_code(path):
+            continue
+        try:
+            have = os.stat(path).st_size
+        except OSError:
+            problems.append(f"{os.path.relpath(path, site)} is missing")
+            continue
+        if have != size:
+            problems.append(f"{os.path.relpath(path, site)} is {have} bytes, its RECORD says {size}")
+    if len(problems) > limit:
+        problems[limit:] = [f"{len(problems) - limit} more"]
+    return problems
+
+
+def _code_dirs(site: str, info_dir: str) -> set[str]:
+    """The directories holding the distribution's .py and native files (a file deleted there changes them)."""
+    return {os.path.dirname(path) for path, _ in _record_entries(site, info_dir) if _is_code(path)}
 
 
 def _record_paths(site: str, info_dir: str) -> list[str]:
@@ -88,6 +141,7 @@ def integrity_paths(site: str, name: str) -> list[str]:
             continue
         paths.update(_record_paths(site, info_dir))
         if current == normalize(name):
+            paths.update(_code_dirs(site, info_dir))
             queue.extend(requirements(info_dir))  # direct requirements only: torch's NVIDIA libs, triton
     return sorted(paths)
 
