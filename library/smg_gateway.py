@@ -18,14 +18,21 @@ description:
   - "Before anything changes: every worker URL must answer C(/health) from this host (a server bound to
     127.0.0.1 on another host cannot be fronted, and is named), a worker on a non-loopback address needs
     O(api_key), and O(extra_args) may not carry a flag the module owns."
+  - "Before the running gateway is touched, every worker must answer as an SGLang server with the model:
+    C(GET /get_model_info) with the key is SGLang's model info (C(model_path), C(is_generation)), and
+    O(model) is its C(model_path) or a C(/v1/models) id (its C(served_model_name)); a worker that answers
+    C(503) (still loading) is waited for up to O(timeout). A worker that is the gateway's own address (its
+    port on an address of this host that the gateway binds) is refused: smg would route to itself. The
+    refusal names each bad worker and why; the running gateway keeps serving."
   - "smg 1.13 checks the client's C(Authorization) on its serving path with C(--api-key) and passes the
     client's header on to the worker (measured: a C(--tenant-api-key) client gets 401 from a worker that
     has a key), so the gateway's clients and its workers share one key: O(api_key)."
   - Ready means smg's own C(GET /workers) lists every worker, healthy, with the O(model) it serves; bounded
     by O(timeout). A gateway that is not ready by then is stopped, and the failure names each worker's
-    problem with the gateway's log tail. Then one real generation goes through the gateway
-    (C(/generate)), and O(verify_requests) more with distinct prompts, so the workers' access logs show
-    that requests reached each of them (the gateway role counts them on each worker's host).
+    problem with the gateway's log tail. When the start replaced a running gateway, its previous
+    configuration is started again (C(rolled_back)) and waited for. Then one real generation goes through
+    the gateway (C(/generate)), and O(verify_requests) more with distinct prompts, so the workers' access
+    logs show that requests reached each of them (the gateway role counts them on each worker's host).
   - Idempotent. The same request and a running gateway report C(changed=false) (the verification requests
     change nothing); a changed worker list, policy or key restarts it. Workers are on the command line, so
     a restarted gateway keeps them. Check mode and diff mode show the unit and environment file changes.
@@ -184,6 +191,23 @@ log_tail:
   description: Last lines of the gateway log since this start.
   returned: on failure
   type: str
+rolled_back:
+  description: >-
+    Whether a failed new configuration was replaced by the previous one (the gateway that ran before this
+    start; manager process: its command line with the current key; manager systemd: its unit and
+    environment file as they were).
+  returned: when a start that replaced a running gateway failed
+  type: bool
+rollback_workers:
+  description: smg's worker list after the previous configuration was brought back.
+  returned: when rolled_back
+  type: list
+  elements: dict
+bad_workers:
+  description: The workers refused before anything changed, each with why (url, why).
+  returned: when workers were refused as not SGLang, another model or the gateway itself
+  type: list
+  elements: dict
 unreachable_workers:
   description: >-
     The workers this host got no HTTP answer from (named so; a key C(unreachable) would make Ansible call the
@@ -194,6 +218,7 @@ unreachable_workers:
 """
 
 import os
+import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
@@ -214,7 +239,9 @@ from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.request imp
 )
 from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.traffic import (
     generate,
+    is_own_url,
     listed_workers,
+    sglang_problem,
     unreachable_workers,
     worker_verdict,
 )
@@ -232,6 +259,7 @@ class Gateway:
         self.api_key = self.p["api_key"] or ""
         self.result: dict = {"changed": False, "log_path": self.p["log_path"] or ""}
         self.diffs: list[dict] = []
+        self.previous = None
         self.manager = MANAGERS[self.p["manager"]](
             module, self.result, self.diffs, what="smg gateway", owner="smg_gateway"
         )
@@ -254,6 +282,15 @@ class Gateway:
             path = self.p[option]
             if not self.module.check_mode and not os.path.exists(path):
                 self.module.fail_json(msg=f"{option} {path} does not exist (the gateway role installs it)")
+        own = [w for w in request.workers if is_own_url(w, request.host, request.port)]
+        if own:
+            self.module.fail_json(
+                msg="these workers are the gateway's own address, so smg would route to itself: "
+                + ", ".join(own)
+                + f" (the gateway serves on port {request.port} of this host), so the gateway was left as it "
+                "was; list SGLang servers only",
+                bad_workers=[{"url": w, "why": "the gateway's own address"} for w in own],
+            )
         unreachable = unreachable_workers(request.workers)
         if unreachable:
             self.module.fail_json(
@@ -263,6 +300,7 @@ class Gateway:
                 "127.0.0.1 on another host): set its host and give the servers an API key",
                 unreachable_workers=[url for url, _ in unreachable],
             )
+        self.refuse_bad_workers(request)
         self.request = request
         self.argv = [self.p["python"], self.p["launcher"], *request.flags()]
         self.url = request.url
@@ -271,6 +309,31 @@ class Gateway:
         self.manager.request(
             self.argv, {MODULE_VAR: "smg"}, host=request.connect_host, port=request.port, uid=uid, gid=gid
         )
+
+    def refuse_bad_workers(self, request: GatewayRequest) -> None:
+        """Every worker answers as an SGLang server with the model, before the running gateway is touched;
+        one still loading (HTTP 503) is asked again until timeout."""
+        headers = auth_headers(self.api_key)
+        deadline = time.monotonic() + self.p["timeout"]
+        pending = list(request.workers)
+        bad: list[tuple[str, str]] = []
+        while pending:
+            verdicts = [(url, *sglang_problem(url, headers, self.p["model"])) for url in pending]
+            bad += [(url, why) for url, kind, why in verdicts if kind == "refused"]
+            starting = [(url, why) for url, kind, why in verdicts if kind == "starting"]
+            if not starting or time.monotonic() >= deadline:
+                bad += starting
+                break
+            pending = [url for url, _ in starting]
+            time.sleep(max(0.05, self.p["poll_interval"]))
+        if bad:
+            self.module.fail_json(
+                msg="these workers are not SGLang servers serving "
+                + (repr(self.p["model"]) if self.p["model"] else "a model")
+                + ", so the gateway was left as it was: "
+                + "; ".join(f"{url} {why}" for url, why in bad),
+                bad_workers=[{"url": url, "why": why} for url, why in bad],
+            )
 
     def version(self) -> str:
         argv = [self.p["python"], "-m", "smg", "--version"]
@@ -302,11 +365,45 @@ class Gateway:
                 f"smg gateway {self.p['name']} did not list every worker healthy within "
                 f"{self.p['timeout']:g} s: " + "; ".join(problems)
             )
+        self.give_up(msg, problems=problems)
+
+    def give_up(self, msg: str, **fields) -> None:
+        """The new configuration failed: stop it (a gateway that is not ready would route to workers that are
+        not either) and, when it replaced a running gateway, bring the previous configuration back."""
         log_tail = self.log_tail()
-        self.manager.stop_server()  # a gateway that is not ready would route to workers that are not either
+        self.manager.stop_server()
         self.result["changed"] = True
-        self.fail(
-            msg + "; the gateway was stopped", rc=1, cmd=self.argv, log_tail=log_tail, problems=problems
+        if self.previous:
+            msg += self.roll_back()
+        else:
+            msg += "; the gateway was stopped"
+        self.fail(msg, rc=1, cmd=self.argv, log_tail=log_tail, **fields)
+
+    def roll_back(self) -> str:
+        """Start the previous configuration again and wait until smg lists its workers healthy; the clause
+        the failure message ends with."""
+        self.manager.restore(self.previous)
+        self.result["rolled_back"] = True
+        seen: dict = {"workers": []}
+
+        def probe() -> bool:
+            seen["workers"] = listed_workers(self.url, auth_headers(self.api_key))
+            return bool(seen["workers"]) and all(w["healthy"] for w in seen["workers"])
+
+        outcome = wait_until(
+            probe, timeout=self.p["timeout"], interval=self.p["poll_interval"], alive=self.manager.death
+        )
+        self.result["rollback_workers"] = seen["workers"]
+        if outcome["ready"]:
+            self.result["pid"] = self.manager.main_pid()
+            return (
+                "; the previous configuration was brought back and lists its workers healthy "
+                f"({', '.join(w['url'] for w in seen['workers'])})"
+            )
+        self.manager.stop_server()
+        return (
+            "; the previous configuration was started again but did not list its workers healthy "
+            f"({outcome['reason']}), so the gateway was stopped"
         )
 
     def log_tail(self) -> str:
@@ -318,11 +415,8 @@ class Gateway:
         first = generate(self.url, headers, "epforge gateway check")
         self.result["generation"] = first
         if first["status"] != 200 or not first.get("text"):
-            self.fail(
-                f"a generation through the gateway failed (HTTP {first['status']}: {first.get('error')})",
-                rc=1,
-                cmd=self.argv,
-                log_tail=self.log_tail(),
+            self.routing_failed(
+                f"a generation through the gateway failed (HTTP {first['status']}: {first.get('error')})"
             )
         extra = self.p["verify_requests"]
         extra = 4 * len(self.request.workers) if extra < 0 else extra
@@ -336,13 +430,17 @@ class Gateway:
         ]
         self.result["requests_sent"] = 1 + extra
         if failed:
-            self.fail(
+            self.routing_failed(
                 f"{len(failed)} of {extra} generations through the gateway failed "
-                f"(first: HTTP {failed[0]['status']}: {failed[0].get('error')})",
-                rc=1,
-                cmd=self.argv,
-                log_tail=self.log_tail(),
+                f"(first: HTTP {failed[0]['status']}: {failed[0].get('error')})"
             )
+
+    def routing_failed(self, msg: str) -> None:
+        """A new configuration that replaced a running gateway is given up (the previous one comes back);
+        a gateway this run did not restart is left as it runs."""
+        if self.previous:
+            self.give_up(msg)
+        self.fail(msg, rc=1, cmd=self.argv, log_tail=self.log_tail())
 
     def run(self) -> None:
         state = self.p["state"]
@@ -350,7 +448,10 @@ class Gateway:
             self.prepare()
             if os.path.exists(self.p["python"]):  # check mode before the env exists: no version yet
                 self.result["version"] = self.version()
+            previous = None if self.module.check_mode else self.manager.snapshot()
             self.manager.ensure_started(force_restart=state == "restarted")
+            # only a start that replaced a running gateway has a previous configuration to bring back
+            self.previous = previous if self.result.get("restarted") else None
             if not self.module.check_mode:
                 self.wait_ready()
                 self.prove_routing()

@@ -218,6 +218,15 @@ class ServerManager:
     def remove(self) -> None:
         raise NotImplementedError
 
+    # Rollback (used by smg_gateway only; ensure_started itself never calls these).
+    def snapshot(self) -> dict | None:
+        """What runs now, for restore() after a new configuration failed; None when nothing runs."""
+        return None
+
+    def restore(self, snapshot: dict) -> None:
+        """Start the configuration snapshot() saw again, in place of the one that failed (stopped first)."""
+        raise NotImplementedError
+
 
 class SystemdManager(ServerManager):
     """A systemd unit run as an unprivileged user, its environment (and key) in a root-only 0600 file."""
@@ -423,6 +432,25 @@ class SystemdManager(ServerManager):
         remove_files(self.unit_path, self.env_file)
         self.systemctl("daemon-reload")
         self.systemctl("reset-failed", self.unit, check=False)
+
+    def snapshot(self) -> dict | None:
+        """The unit and environment file (key included) of the unit that runs now."""
+        if not systemd_running() or not self.is_running():
+            return None
+        return {"unit": read_text(self.unit_path), "env": read_text(self.env_file)}
+
+    def restore(self, snapshot: dict) -> None:
+        self.stop_server()
+        if snapshot.get("env") is not None:
+            write_atomic(self.env_file, snapshot["env"], 0o600)
+        if snapshot.get("unit") is not None:
+            write_atomic(self.unit_path, snapshot["unit"], 0o644)
+        self.systemctl("daemon-reload")
+        self.log_offset = file_size(self.log_path)
+        self.systemctl("reset-failed", self.unit, check=False)
+        self.restarts0 = 0
+        self.systemctl("start", self.unit)
+        self.remember_invocation()
 
 
 # A pidfile holds a pid padded to this width (pids are at most 7 digits: /proc/sys/kernel/pid_max <= 2^22).
@@ -736,6 +764,21 @@ class ProcessManager(ServerManager):
         if running or leftovers:
             self.stop_server()
         remove_files(self.pidfile, self.stamp_path)
+
+    def snapshot(self) -> dict | None:
+        """The command line of the launch that runs now (its stamp's argv); the key is not recorded, so a
+        restore runs it with the current one."""
+        if not self.is_running():
+            return None
+        argv = self.read_stamp().get("argv")
+        return {"argv": list(argv)} if isinstance(argv, list) and argv else None
+
+    def restore(self, snapshot: dict) -> None:
+        self.stop_server()
+        self.proc, self.launched = None, {}
+        self.argv = list(snapshot["argv"])
+        self.prepare_log()
+        self.spawn({"fingerprint": self.fingerprint(), "argv": self.argv})
 
     def exit(self) -> None:
         """The answer names every process group the launch runs in (none once it is stopped)."""

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import bench_env
@@ -281,15 +284,84 @@ def test_an_unreachable_worker_is_refused_before_anything_starts(tmp_path, worke
     assert not (tmp_path / "state").exists() and not (tmp_path / "gateway.log").exists()
 
 
-def test_a_worker_with_another_model_keeps_the_gateway_from_ready(tmp_path, workers):
+def test_a_worker_with_another_model_is_refused_before_the_gateway_starts(tmp_path, workers):
     result = run_module_in(
         tmp_path, "smg_gateway", gateway_args(tmp_path, workers, model="/models/other", timeout=4)
     )
     assert result["failed"] is True
     assert f"{workers[0]} serves '{MODEL}', not '/models/other'" in result["msg"]
-    assert result["msg"].endswith("the gateway was stopped")
+    assert f"{workers[1]} serves '{MODEL}', not '/models/other'" in result["msg"]
+    assert [w["url"] for w in result["bad_workers"]] == workers
     assert not (tmp_path / "state" / "epforge-gateway.pid").exists()
     assert cmdlines_with(str(tmp_path / "state")) == []
+
+
+class NotSglang(BaseHTTPRequestHandler):
+    """A plain web server that answers 200 to everything (its /health too), not SGLang."""
+
+    def do_GET(self):
+        body = b"<html><body>hello</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def plain_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotSglang)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_bad_new_worker_is_refused_before_the_gateway_is_touched_and_a_failed_start_rolled_back(
+    tmp_path, workers, plain_server
+):
+    """Issue 35 item 4: a running gateway with a good worker; a rerun with one more worker that is a plain web
+    server, or the gateway's own URL, is refused before the running gateway is touched (it keeps serving,
+    same pid), naming the worker and why; a new configuration that fails after its start (smg exits) brings
+    the previous one back."""
+    args = gateway_args(tmp_path, workers[:1], verify_requests=0, timeout=10)
+    own = f"http://127.0.0.1:{args['port']}"
+    try:
+        first = run_module_in(tmp_path, "smg_gateway", args)
+        assert first.get("failed") is not True, first.get("msg")
+        for bad, why in (
+            (plain_server, "does not answer as an SGLang server (GET /get_model_info: HTTP 200"),
+            (own, "are the gateway's own address"),
+        ):
+            started = time.monotonic()
+            refused = run_module_in(tmp_path, "smg_gateway", dict(args, workers=[workers[0], bad]))
+            assert refused.get("failed") is True, refused
+            assert bad in refused["msg"] and why in refused["msg"], refused["msg"]
+            assert [w["url"] for w in refused["bad_workers"]] == [bad]
+            assert "rolled_back" not in refused and time.monotonic() - started < 8
+            kept = run_module_in(tmp_path, "smg_gateway", args)
+            assert kept.get("failed") is not True, kept.get("msg")
+            assert kept["changed"] is False and kept["pid"] == first["pid"]
+            assert kept["generation"]["status"] == 200
+
+        # smg refuses a flag at its start: the new configuration dies, the previous one comes back
+        failed = run_module_in(
+            tmp_path, "smg_gateway", dict(args, workers=workers, extra_args=["--no-such-smg-flag"])
+        )
+        assert failed.get("failed") is True and failed["rolled_back"] is True, failed
+        assert "stopped while starting" in failed["msg"]
+        assert "the previous configuration was brought back" in failed["msg"], failed["msg"]
+        assert [(w["url"], w["healthy"]) for w in failed["rollback_workers"]] == [(workers[0], True)]
+        back = run_module_in(tmp_path, "smg_gateway", args)
+        assert back.get("failed") is not True, back.get("msg")
+        assert back["changed"] is False and back["pid"] == failed["pid"] != first["pid"]
+        assert back["generation"]["status"] == 200
+    finally:
+        run_module_in(tmp_path, "smg_gateway", dict(args, state="absent"))
 
 
 def test_check_mode_shows_the_systemd_unit_it_would_write(tmp_path, workers):

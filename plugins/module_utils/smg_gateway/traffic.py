@@ -1,9 +1,13 @@
-"""What the smg_gateway module asks over HTTP: whether a worker answers from the gateway's host, smg's own
-worker list (GET /workers) and the verdict on it, and a generation through the gateway."""
+"""What the smg_gateway module asks over HTTP: whether a worker answers from the gateway's host, whether it
+answers as an SGLang server with the model (before the running gateway is touched), smg's own worker list
+(GET /workers) and the verdict on it, and a generation through the gateway."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
+import urllib.parse
 
 from ansible_collections.epforge.ep.plugins.module_utils.http import get_json, post_json, request
 
@@ -17,6 +21,77 @@ def unreachable_workers(workers, timeout: float = 3.0) -> list[tuple[str, str]]:
         if status == 0:
             found.append((url, error or "no answer"))
     return found
+
+
+def local_addresses(host: str) -> set[str]:
+    """The addresses host resolves to that belong to this machine (an address this host can bind is its
+    own); empty when it resolves to none."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return set()
+    own = set()
+    for family, _, _, _, sockaddr in infos:
+        addr = sockaddr[0]
+        if ipaddress.ip_address(addr.split("%")[0]).is_loopback:
+            own.add(addr)
+            continue
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((addr, 0))
+            own.add(addr)
+        except OSError:
+            pass
+    return own
+
+
+def is_own_url(worker: str, host: str, port: int) -> bool:
+    """Whether worker is the gateway's own address: its port, on an address of this machine that the
+    gateway's bind (host; every interface for 0.0.0.0 or ::) covers. smg would route to itself."""
+    parts = urllib.parse.urlsplit(worker)
+    if parts.port != port or not parts.hostname:
+        return False
+    mine = local_addresses(parts.hostname)
+    if not mine:
+        return False
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - compared with, never bound to
+        return True
+    bound = local_addresses(host)
+    loopback = {a for a in mine if ipaddress.ip_address(a.split("%")[0]).is_loopback}
+    return bool(mine & bound) or bool(
+        loopback and bound and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in bound)
+    )
+
+
+def sglang_problem(url: str, headers: dict, model: str, timeout: float = 5.0) -> tuple[str, str]:
+    """Whether url answers as an SGLang server serving model: ("", "") when it does, else (kind, why) with
+    kind "starting" (HTTP 503: SGLang still loading, worth waiting for) or "refused" (not SGLang, the key
+    refused, another model). SGLang's /get_model_info is a JSON object with model_path and is_generation;
+    the model is its served_model_name (/v1/models ids) or its model_path."""
+    status, info, error = get_json(url + "/get_model_info", headers=headers, timeout=timeout)
+    if status == 503:
+        return "starting", "still starting (GET /get_model_info: HTTP 503)"
+    if status in (401, 403):
+        return "refused", f"refuses the gateway's API key (GET /get_model_info: HTTP {status})"
+    if (
+        status != 200
+        or not isinstance(info, dict)
+        or not isinstance(info.get("model_path"), str)
+        or ("is_generation" not in info)
+    ):
+        answer = f"HTTP {status}" if status else (error or "no answer")
+        if status == 200:
+            answer += ", not SGLang's model info"
+        return "refused", f"does not answer as an SGLang server (GET /get_model_info: {answer})"
+    if not model:
+        return "", ""
+    served = {info["model_path"]}
+    status, listing, _ = get_json(url + "/v1/models", headers=headers, timeout=timeout)
+    if status == 200 and isinstance(listing, dict):
+        served |= {str(m.get("id")) for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id")}
+    if model not in served:
+        return "refused", f"serves {', '.join(repr(m) for m in sorted(served))}, not {model!r}"
+    return "", ""
 
 
 def listed_workers(url: str, headers: dict) -> list[dict]:
