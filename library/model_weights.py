@@ -44,6 +44,11 @@ description:
   - The token is read from O(token) or O(token_file), handed to the worker on its stdin, and never written to
     argv, the environment, the log, the result or the fact.
   - Check mode reports what would be fetched or verified and changes nothing.
+  - What the rerun's probe cannot see - a file whose content changed with its size, mtime and inode kept (a
+    flipped byte written back with its mtime restored, silent disk corruption) - only O(verify=full) finds; it
+    hashes every file against the manifest whatever the stamp says (and, for O(source=hub) and
+    O(source=mirror), fetches again what does not match). Schedule it (a timer, a weekly run); a run that
+    finds everything matching reports no change.
 version_added: "0.1.0"
 options:
   name:
@@ -128,6 +133,14 @@ options:
     description: Seconds the whole fetch may take.
     type: int
     default: 86400
+  verify:
+    description:
+      - C(quick) - a stamp whose files all still have the size, mtime and inode they had when hashed answers
+        for them (a stat per file, no read).
+      - C(full) - every file is hashed against the manifest, the stamp notwithstanding (reads every byte).
+    type: str
+    choices: [quick, full]
+    default: quick
   progress_interval:
     description: Seconds between progress lines in O(log_path).
     type: float
@@ -323,6 +336,8 @@ class ModelWeights:
     # -- the probe
     def stamped_manifest(self) -> dict | None:
         """The directory's manifest when the stamp still vouches for it and it answers this request."""
+        if self.p["verify"] == "full":
+            return None  # every file is hashed, the stamp notwithstanding
         manifest = model_files.read_json(os.path.join(self.path, model_files.MANIFEST))
         if not manifest or not model_files.stamped(self.path, manifest):
             return None
@@ -377,17 +392,22 @@ class ModelWeights:
     def stamp(self, manifest: dict) -> None:
         """Write the manifest (when it differs) and the stamp: the verdict a rerun's probe reads."""
         manifest = shown(manifest)
+        manifest_path = os.path.join(self.path, model_files.MANIFEST)
+        stamp_path = os.path.join(self.path, model_files.STAMP)
+        stats = model_files.stats(self.path, manifest["files"]) if os.path.isdir(self.path) else None
+        digest = model_files.manifest_digest(manifest)
+        stamp = {"schema": model_files.SCHEMA, "manifest": digest, "stats": stats}
+        same = model_files.read_json(manifest_path) == manifest and model_files.read_json(stamp_path) == stamp
+        if stats is not None and same:  # a full verification that found everything as stamped changes nothing
+            return
         if self.module.check_mode:
             self.result["changed"] = True
             return
         os.makedirs(self.path, mode=0o755, exist_ok=True)
-        if model_files.read_json(os.path.join(self.path, model_files.MANIFEST)) != manifest:
-            write_json_atomic(os.path.join(self.path, model_files.MANIFEST), manifest)
-        stats = model_files.stats(self.path, manifest["files"])
-        write_json_atomic(
-            os.path.join(self.path, model_files.STAMP),
-            {"schema": model_files.SCHEMA, "manifest": model_files.manifest_digest(manifest), "stats": stats},
-        )
+        if model_files.read_json(manifest_path) != manifest:
+            write_json_atomic(manifest_path, manifest)
+        stamp["stats"] = model_files.stats(self.path, manifest["files"])
+        write_json_atomic(stamp_path, stamp)
         self.result["changed"] = True
 
     def unstamp(self) -> None:
@@ -609,7 +629,8 @@ class ModelWeights:
             "files": files,
         }
         old = model_files.read_json(os.path.join(self.path, model_files.MANIFEST)) or {}
-        if old.get("files") == files and model_files.stamped(self.path, old):
+        quick = self.p["verify"] == "quick"
+        if quick and old.get("files") == files and model_files.stamped(self.path, old):
             if old != manifest:
                 self.stamp(manifest)
             return manifest
@@ -825,6 +846,7 @@ ARGUMENT_SPEC = {
     "file_timeout": {"type": "int", "default": 3600},
     "timeout": {"type": "int", "default": 86400},
     "progress_interval": {"type": "float", "default": 10},
+    "verify": {"type": "str", "default": "quick", "choices": ["quick", "full"]},
     "log_path": {"type": "path", "required": True},
     "facts_dir": {"type": "path"},
 }

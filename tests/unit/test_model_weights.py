@@ -608,3 +608,30 @@ def test_a_mirror_url_with_credentials_leaves_them_in_no_file_fact_or_output(tmp
     missing = run_module_in(tmp_path, "model_weights", unknown)
     assert missing["_rc"] != 0 and f"not found at http://<redacted>@{host}" in missing["msg"], missing["msg"]
     assert leaks(**{"result (-v) of the failure": missing["_stdout"]}) == []
+
+
+def test_a_flip_with_size_and_mtime_kept_is_found_only_by_verify_full(tmp_path, hub):
+    """Issue 35 item 6: a shard with one byte flipped, its size, mtime and inode kept, is "verified; stamp
+    unchanged" by the quick probe (a stat per file: it cannot see it, and says so in its docs); verify=full
+    hashes every file whatever the stamp says, fetches the flipped shard again, and a full run that finds
+    everything matching changes nothing."""
+    a = args(tmp_path, hub, "acme/ckpt")
+    first = run_module_in(tmp_path, "model_weights", a)
+    assert first["_rc"] == 0, first.get("msg")
+    shard = Path(a["path"]) / "model-00002-of-00003.safetensors"
+    good, before = sha256(shard), shard.stat()
+    with shard.open("r+b") as handle:
+        handle.seek(5 * MIB)
+        byte = handle.read(1)
+        handle.seek(5 * MIB)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+    quick = run_module_in(tmp_path, "model_weights", a)
+    assert quick["_rc"] == 0 and quick["changed"] is False and quick["verified"] == 0  # the stat-only probe
+    full = run_module_in(tmp_path, "model_weights", {**a, "verify": "full"})
+    assert full["_rc"] == 0 and full["changed"] is True, full.get("msg")
+    assert full["needs_fetch"] == [shard.name] and full["fetched"] == [shard.name]
+    assert sha256(shard) == good
+    again = run_module_in(tmp_path, "model_weights", {**a, "verify": "full"})
+    assert again["_rc"] == 0 and again["changed"] is False and again["verified"] == again["files"], again
+    assert again["fetched"] == []
