@@ -246,7 +246,8 @@ def test_a_stalled_mirror_hits_the_file_and_the_total_timeout_and_the_token_stay
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         log = Path(a["log_path"])
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "fetching 10 of 10 files" not in (
+        # the index first and alone (issue 35 item 10), then the other 9 files
+        while time.monotonic() < deadline and "fetching 9 of 10 files" not in (
             log.read_text() if log.exists() else ""
         ):
             time.sleep(0.02)
@@ -571,8 +572,10 @@ def test_a_sigkilled_play_leaves_no_fetch_running_and_its_rerun_fetches_only_the
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     assert "acme/big@" in rerun.stdout
     fetched_again = len(hub.downloads("acme/big")) - served
-    assert fetched_again == 10 - len(placed), (
-        f"{fetched_again} files fetched again, {len(placed)} shards kept"
+    # the index is fetched first and alone (issue 35 item 10), so it was in place before any shard
+    assert (model / "model.safetensors.index.json").is_file()
+    assert fetched_again == 10 - len(placed) - 1, (
+        f"{fetched_again} files fetched again, {len(placed)} shards and the index kept"
     )
 
 
