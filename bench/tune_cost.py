@@ -38,9 +38,11 @@ import itertools
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -165,16 +167,19 @@ def side_seconds(python: Path, code: str) -> float:
 def gaps(times: Path) -> dict:
     """Each window's start to the next one's, split by part (see the module docstring)."""
     tasks = [json.loads(line) for line in times.read_text().splitlines() if line.strip()]
-    windows = [i for i, t in enumerate(tasks) if t["task"].startswith(WINDOW_TASKS) and t["status"] == "ok"]
+    # names as Ansible gives them: "ROLE : NAME"
+    windows = [
+        i for i, t in enumerate(tasks) if any(w in t["task"] for w in WINDOW_TASKS) and t["status"] == "ok"
+    ]
     pairs, between_by_task = [], {}
     for a, b in itertools.pairwise(windows):
-        if any(t["task"].startswith("Launch and verify") for t in tasks[a + 1 : b]):
+        if any("Launch and verify" in t["task"] for t in tasks[a + 1 : b]):
             continue  # the next candidate: its launch is not a gap between windows
         this, after = tasks[a], tasks[b]
         client = this["client_s"] or 0.0
         traffic = this["traffic_s"] or 0.0
         for t in tasks[a + 1 : b]:
-            name = t["task"].split(":")[0].split(" of ")[0]
+            name = t["task"].split(" : ", 1)[-1].split(":")[0].split(" of ")[0]
             between_by_task[name] = between_by_task.get(name, 0.0) + t["end"] - t["start"]
         pairs.append(
             {
@@ -202,6 +207,9 @@ def breakdown(python: Path, scale: float) -> dict:
         tok = bench_env.make_tokenizer_with(python, base / "tokenizer")
         times = base / "task-times.jsonl"
         result = run("breakdown", base, python, tok, scale=scale, margin=0.1, times=times)
+        shutil.copy(
+            times, Path(tempfile.gettempdir()) / "epforge-tune-cost-task-times.jsonl"
+        )  # kept to read again
         split = gaps(times)
         split["client_import_s"] = round(side_seconds(python, "import sglang.bench_serving"), 2)
         split["tokenizer_load_s"] = round(
