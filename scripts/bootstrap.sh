@@ -32,7 +32,9 @@ pick_python() {
 apt_packages=(libibverbs-dev rsync gnupg gcc g++ dpkg-dev git python3-venv)
 if [ "$profile" = test ]; then
   # pciutils: the fabric tests read this machine's own lspci -D -vvv (tests/unit/test_pci_fabric.py)
-  apt_packages+=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs chromium pciutils)
+  # ninja-build: the SGLang stand-in runs ninja at start as FlashInfer's JIT does (tests/sglang_standin);
+  # tests that run it with the system python as a service account find it on the service PATH
+  apt_packages+=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs chromium pciutils ninja-build)
 fi
 missing=()
 for pkg in "${apt_packages[@]}"; do
