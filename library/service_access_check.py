@@ -51,6 +51,7 @@ options:
       - The home the account is about to be given (the task after this one). Refused when the account exists
         with another home and processes run as it. Empty - not checked.
     type: path
+    default: ""
   home_hint:
     description: What to do instead, appended to the refusal of O(home) (how to stop the running service).
     type: str
