@@ -133,6 +133,12 @@ PLAYBOOK = """\
         dest: /opt/standin-env/lib/python3.11/site-packages/sglang/
         mode: "0644"
         directory_mode: "0755"
+    # ninja in the env's bin/, as pip puts it into a real SGLang env: the stand-in runs it at start
+    - name: Put ninja into the stand-in env's bin/
+      ansible.builtin.copy:
+        src: "{{ playbook_dir }}/ninja"
+        dest: /opt/standin-env/bin/ninja
+        mode: "0755"
   roles:
     - role: epforge.ep.preflight
     - role: epforge.ep.sglang
@@ -218,6 +224,7 @@ def podman_host(sglang_env, molecule_image):
 def test_a_playbook_outside_the_checkout_converges_twice_on_a_podman_host(collection, podman_host):
     work = collection["work"]
     shutil.copytree(ROOT / "tests" / "sglang_standin", work / "standin", dirs_exist_ok=True)
+    shutil.copy2(Path(sys.executable).parent / "ninja", work / "ninja")  # pip's ninja (the test extra)
     (work / "serve.yml").write_text(PLAYBOOK)
     inventory = {"all": {"hosts": {HOST: host_vars(podman_host)}}}
     (work / "inventory.yml").write_text(yaml.safe_dump(inventory))

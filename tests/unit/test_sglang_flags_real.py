@@ -170,7 +170,9 @@ def batch(sglang_env) -> dict:
     argvs["motivating"] = build_server_argv(MOTIVATING, sglang_version=SGLANG_VERSION)
     argvs["old_name"] = build_server_argv(MOTIVATING, sglang_version="0.5.10.post1")
     argvs["abbreviated"] = [*argvs["motivating"], "--mem-fraction", "0.8"]
-    argvs["deprecated"] = build_server_argv({**MOTIVATING, "disable_cuda_graph": True})
+    # graphs off without the graph batch size (both together are refused since issue 34 item 3)
+    graphs_off = {k: v for k, v in MOTIVATING.items() if k != "cuda_graph_max_bs"}
+    argvs["deprecated"] = build_server_argv({**graphs_off, "disable_cuda_graph": True})
     results = epforge_sglang_flags.run_parser_batch(sglang_env["python"], list(argvs.values()))
     return dict(zip(argvs, results, strict=True))
 
