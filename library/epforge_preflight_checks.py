@@ -14,7 +14,8 @@ description:
     driver must be at least the stack's C(driver.min_version) and must support the stack's CUDA
     (C(cuda_driver_version) >= C(cuda.version)); every GPU's arch must be in the stack's C(arch_list) (12.0
     and 12.0a count as the same base arch); the host's Python must be at least C(python.min_version);
-    the filesystem of C(disk_path) must have C(min_free_gib) free.
+    the filesystem of C(disk_path) must have C(min_free_gib) free (a run that builds nothing, O(builds=false),
+    needs at most 2 GiB of it).
   - On a host without a usable GPU the GPU checks are skipped with the reason and C(gpu_runtime) lists the
     steps that need a GPU as skipped, unless C(require_gpu) is true, which fails.
   - Fails with one line per failed check, each naming the problem and the remedy.
@@ -131,9 +132,19 @@ options:
     type: path
     default: /var/lib/epforge
   min_free_gib:
-    description: Free space needed on C(disk_path) in GiB (0 skips the check).
+    description:
+      - Free space needed on C(disk_path) in GiB (0 skips the check) by a run that builds the toolkit, torch
+        and SGLang environments and extensions.
     type: float
     default: 20
+  builds:
+    description:
+      - Whether this run builds the toolkit, environments and extensions (site.yml's provision steps).
+      - False for a run that only serves, tunes or benchmarks what was built: the disk check then needs at
+        most 2 GiB (logs, results, JIT caches), so a host that provisioning itself filled past
+        C(min_free_gib) can still serve.
+    type: bool
+    default: true
   gpu_steps:
     description:
       - Steps that need a GPU at runtime; listed in C(gpu_runtime.skipped_steps) on a host without one.
@@ -307,6 +318,9 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_object import bu
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table
 
 GIB = 1024**3
+# What a run that builds nothing writes under the state dir at most: server and client logs, results, the
+# FlashInfer and DeepGEMM JIT caches of one model (GiB).
+RUN_NEED_GIB = 2
 DEFAULT_GPU_STEPS = ("sglang_server", "sglang_benchmark", "collective_probe", "deepep_gpu_verify")
 PY_VERSION_ARGV = ["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"]
 
@@ -492,13 +506,26 @@ def existing_parent(path: str) -> str:
     return path
 
 
-def disk_check(path: str, min_free_gib: float, free_bytes: int | None, measured_on: str) -> dict:
+def disk_need_gib(min_free_gib: float, builds: bool) -> float:
+    """GiB the run needs free: min_free_gib for a building run, at most RUN_NEED_GIB for one that is not."""
+    return min_free_gib if builds else min(min_free_gib, RUN_NEED_GIB)
+
+
+def disk_check(
+    path: str, min_free_gib: float, free_bytes: int | None, measured_on: str, builds: bool = True
+) -> dict:
     """Check disk: free space on the filesystem of path (measured on its nearest existing parent).
 
     A passing detail holds no free-byte count, so the result is stable across reruns.
     """
     if not min_free_gib or min_free_gib <= 0:
         return _check("disk", "skipped", "skipped: preflight_min_free_gib is 0")
+    need = disk_need_gib(min_free_gib, builds)
+    what = (
+        "toolkit, torch and SGLang environments, extension builds"
+        if builds
+        else "a run that builds nothing: logs, results, JIT caches"
+    )
     # The passing detail names only the requested path: the measured parent changes once later roles
     # create the directory, and the fact must not change with it.
     where = path if measured_on == path else f"{path} (measured on {measured_on})"
@@ -506,15 +533,14 @@ def disk_check(path: str, min_free_gib: float, free_bytes: int | None, measured_
         return _check(
             "disk", "failed", f"cannot read free space of {where}: check that the path is reachable"
         )
-    if free_bytes < min_free_gib * GIB:
+    if free_bytes < need * GIB:
         return _check(
             "disk",
             "failed",
-            f"{free_bytes / GIB:.1f} GiB free on {where}, {min_free_gib:g} GiB needed (toolkit, "
-            "torch and SGLang environments, extension builds): free space there, point "
-            "preflight_disk_path at a larger filesystem, or lower preflight_min_free_gib",
+            f"{free_bytes / GIB:.1f} GiB free on {where}, {need:g} GiB needed ({what}): free space there, "
+            "point preflight_disk_path at a larger filesystem, or lower preflight_min_free_gib",
         )
-    return _check("disk", "passed", f"at least {min_free_gib:g} GiB free on {path}")
+    return _check("disk", "passed", f"at least {need:g} GiB free on {path}")
 
 
 def gpu_runtime(gpu_facts: dict, steps: list[str]) -> dict:
@@ -569,6 +595,7 @@ ARGUMENT_SPEC = {
     "python": {"type": "str", "default": "python3"},
     "disk_path": {"type": "path", "default": "/var/lib/epforge"},
     "min_free_gib": {"type": "float", "default": 20},
+    "builds": {"type": "bool", "default": True},
     "gpu_steps": {"type": "list", "elements": "str", "default": list(DEFAULT_GPU_STEPS)},
     "known_issues_table": {"type": "raw"},
     "server": {"type": "dict", "default": {}},
@@ -636,7 +663,9 @@ def host_checks(params: dict, gpu_facts: dict, python_version=None) -> dict:
         free = stat.f_bavail * stat.f_frsize
     except OSError:
         free = None
-    checks.append(disk_check(params["disk_path"], params["min_free_gib"], free, measured_on))
+    checks.append(
+        disk_check(params["disk_path"], params["min_free_gib"], free, measured_on, params["builds"])
+    )
     return {
         "checks": checks,
         "failed": [c["name"] for c in checks if c["status"] == "failed"],

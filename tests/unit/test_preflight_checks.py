@@ -195,6 +195,24 @@ def test_disk_check():
     assert disk_check("/x", 1, None, "/")["status"] == "failed"
 
 
+def test_a_run_that_builds_nothing_needs_only_what_a_server_run_writes():
+    """serve.yml, tune.yml and benchmark.yml (builds=False) need at most 2 GiB; a building run the full need;
+    a need below 2 GiB stays as set."""
+    assert disk_check("/v", 20, int(16.9 * GIB), "/", builds=False) == {
+        "name": "disk",
+        "ok": True,
+        "status": "passed",
+        "detail": "at least 2 GiB free on /v",
+    }
+    assert disk_check("/v", 20, int(16.9 * GIB), "/", builds=True)["status"] == "failed"
+    short = disk_check("/v", 20, int(1.5 * GIB), "/v", builds=False)
+    assert short["status"] == "failed"
+    assert short["detail"].startswith("1.5 GiB free on /v, 2 GiB needed (a run that builds nothing")
+    assert (
+        disk_check("/v", 0.5, int(0.6 * GIB), "/v", builds=False)["detail"] == "at least 0.5 GiB free on /v"
+    )
+
+
 def test_gpu_runtime():
     steps = ["sglang_server", "collective_probe"]
     assert gpu_runtime(NO_GPU, steps) == {
