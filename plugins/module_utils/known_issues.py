@@ -6,7 +6,9 @@ The table (a YAML mapping) has two keys:
   inventory's ``epforge_server`` leaves a key out).
 - ``issues``: one row per known dead end with ``id``, ``title``, ``severity`` (error | warning | adjust),
   ``condition``, ``consequence``, ``remedy``, ``source`` and, for adjust rows, ``adjust`` (the change);
-  optionally ``shows``, a fact path whose value the finding names (``found``: the bridges, the GPUs).
+  optionally ``shows``, a fact path whose value the finding names (``found``: the bridges, the GPUs), and
+  ``claims`` / ``claims_unchecked``: what the row says about upstream releases, as data a test checks against
+  the wheels (module_utils/release_claims.py says the form; a row whose seen_on names a release needs one).
 
 A condition is a small declarative tree, never a template or code:
 
@@ -36,6 +38,7 @@ import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import base_arch
 from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import fabric_context
+from ansible_collections.epforge.ep.plugins.module_utils.release_claims import row_claim_problems
 from ansible_collections.epforge.ep.plugins.module_utils.releases import planned_releases
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import without_secrets
 from ansible_collections.epforge.ep.plugins.module_utils.version import (
@@ -266,6 +269,7 @@ def _validate_row(row: dict, where: str, duplicate: bool) -> list[str]:
     if row.get("condition"):
         problems += validate_condition(row["condition"], f"{where}.condition")
     problems += _validate_releases(row, where)
+    problems += row_claim_problems(row, where)
     if "shows" in row and not _is_fact_path(row["shows"]):
         problems.append(f"{where}: shows must be a fact path starting with one of {', '.join(FACT_ROOTS)}")
     return problems + _validate_adjust(row, where)

@@ -131,6 +131,31 @@ CASES = {
             (SM120_PCIE, CU130, {"tp_size": 8, "disable_custom_all_reduce": True}),
         ],
     ),
+    "pcie_ipc_allreduce_opt_in": (
+        "warning",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8}),  # SGLang 0.5.23 with FlashInfer 0.7.2
+            # independent of SGLang's own custom all-reduce, which the flag turns off
+            (gpu_facts("12.0", 4, "mixed"), CU130, {"tp_size": "4", "disable_custom_all_reduce": True}),
+        ],
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "env": {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "env": {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0"}}),  # answered
+            (SM120_PCIE, CU130, {"tp_size": 6}),  # the kernels build 2, 4 or 8 ranks only
+            (SM120_PCIE, CU130, {"tp_size": 1}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "enable_deterministic_inference": True}),
+            (SM120_PCIE, CU130, {"tp_size": 8, "nnodes": 2, "dist_init_addr": "10.0.0.1:5000"}),
+            (SM120_PCIE, CU128, {"tp_size": 8}),  # SGLang 0.5.10.post1 lacks it
+            # SGLang 0.5.21 carries it but pins FlashInfer 0.6.18, which lacks the kernels
+            (
+                SM120_PCIE,
+                {**CU130, "sglang": {"version": "0.5.21"}, "flashinfer": {"version": "0.6.18"}},
+                {"tp_size": 8},
+            ),
+            (gpu_facts("9.0", 8, "nvlink"), CU130, {"tp_size": 8}),
+            (NO_GPU, CU130, {"tp_size": 8}),  # a build host: no interconnect to judge
+        ],
+    ),
     "deepep_normal_mode_needs_nvlink": (
         "adjust",
         [
@@ -651,7 +676,11 @@ def test_module_fails_on_an_error_row_with_problem_and_remedy():
     assert how == "fail"
     assert result["msg"].startswith("1 known dead end(s) in the requested server settings: [torch_symm_mem")
     assert "KeyError: 12" in result["msg"] and "Remedy:" in result["msg"]
-    assert result["matched"] == ["torch_symm_mem_sm120_pcie", "custom_allreduce_pcie_multi_gpu"]
+    assert result["matched"] == [
+        "torch_symm_mem_sm120_pcie",
+        "pcie_ipc_allreduce_opt_in",
+        "custom_allreduce_pcie_multi_gpu",
+    ]
     assert "sk-1" not in repr(result)
 
 
@@ -684,11 +713,13 @@ def test_module_reports_adjustments_and_warnings():
     assert [m.split(" ", 2)[:2] for m in result["messages"]] == [
         ["ADJUSTED", "[custom_allreduce_pcie_multi_gpu]"],
         ["ADJUSTED", "[deepep_normal_mode_needs_nvlink]"],
+        ["WARNING", "[pcie_ipc_allreduce_opt_in]"],
         ["WARNING", "[deepep_deepgemm_disabled_sm120]"],
         ["WARNING", "[deepep_unquantized_no_runner_sm120]"],
         ["WARNING", "[deepep_peer_access_unknown]"],
     ]
-    assert len(result["_warnings"]) == 3 and "DeepGEMM" in result["_warnings"][0]
+    assert len(result["_warnings"]) == 4 and "PCIe-IPC" in result["_warnings"][0]
+    assert "DeepGEMM" in result["_warnings"][1]
 
 
 def test_module_refuses_a_malformed_table():
