@@ -25,6 +25,16 @@ description:
     absolute directory (C(m), C(./m), C(../m)) is refused here, by the rule of
     C(plugins/module_utils/model_paths.py), before preflight records anything (role C(model) refused it only
     after preflight).
+  - "With O(env_table_path), refuses a variable of C(env) named C(SGLANG_*) or C(SGL_*) (SGLang reads C(SGL_X)
+    as C(SGLANG_X)) that the stack's SGLang release reads nowhere - neither the typed table of its
+    C(sglang/srt/environ.py) nor any literal of its modules names it - with the closest name it does read,
+    and a value that does not parse as the variable's type (an C(EnvBool) takes only the spellings its
+    C(parse) accepts; an C(EnvInt) an integer, an C(EnvFloat) a number, and so does a variable a module reads
+    through C(int) or C(float)). SGLang itself only warns on such a value and runs with the default.
+    Other variables (C(NCCL_*), C(CUDA_*), ...) pass as they are."
+  - "With O(flag_successors_path), a setting or an C(extra_args) flag the release does not know is named with
+    what became of it - removed in which release, and the successor an older release's own parser names
+    (C(elastic_ep_rejoin) -> C(ep_join_mode: recover)) - instead of a look-alike name."
   - Warns (and accepts) when C(env) sets C(PATH) or C(LD_PRELOAD) - epforge puts the env's C(bin/) first on
     every server's PATH (C(plugins/module_utils/server_env.py)), which a PATH of the request replaces, and a
     preload reaches every process of the server (C(server_env.env_warnings)).
@@ -63,6 +73,18 @@ options:
         C(epforge.ep.controller_side)); a release without a file knows only epforge's own settings. Cheaper
         than passing the table through a template. Mutually exclusive with O(flag_table).
     type: path
+  env_table_path:
+    description:
+      - The environment variables of the same release (C(data/sglang_env/VERSION.json), written from the
+        release's wheel by C(scripts/sglang_env_data.py)), read where the module runs. A release without a
+        file checks no variable by name.
+    type: path
+  flag_successors_path:
+    description:
+      - What became of the releases' retired flags (C(data/sglang_flag_successors.json), written from the
+        releases' wheels and flag tables by C(scripts/sglang_flag_successors.py)), read where the module runs.
+        Without it an unknown flag gets the closest name only.
+    type: path
 author: epforge developers (@epforge)
 """
 
@@ -81,6 +103,9 @@ problems:
   elements: str
   sample:
     - "unknown server setting 'tpsize' (did you mean 'tp_size'?) (value 8); known settings: ..."
+    - "env.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE must be one of true, 1, yes, y, false, 0, no, n (any case) for
+      SGLang 0.5.23 (EnvBool in sglang/srt/environ.py), got 'on': SGLang would only warn and use its
+      default False"
 keys:
   description: The settings given (names only), sorted.
   returned: always
@@ -95,6 +120,13 @@ from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_v
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import env_warnings
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table, validate_settings
 
+# option -> what the table is called in messages: the release's tables read from their files
+TABLE_FILES = {
+    "flag_table_path": "flag table",
+    "env_table_path": "env table",
+    "flag_successors_path": "flag successors table",
+}
+
 
 def main() -> None:
     module = AnsibleModule(
@@ -104,6 +136,8 @@ def main() -> None:
             "name": {"type": "str", "default": "epforge_server"},
             "flag_table": {"type": "dict", "default": {}},
             "flag_table_path": {"type": "path"},
+            "env_table_path": {"type": "path"},
+            "flag_successors_path": {"type": "path"},
         },
         mutually_exclusive=[("flag_table", "flag_table_path")],
         supports_check_mode=True,
@@ -111,14 +145,18 @@ def main() -> None:
     settings = module.params["settings"]
     if isinstance(settings, dict):
         module.no_log_values.update(secret_values(settings))
-    flag_table = module.params["flag_table"]
-    if module.params["flag_table_path"]:
+    tables = {}
+    for option, what in TABLE_FILES.items():
         try:
-            flag_table = load_flag_table(module.params["flag_table_path"])
+            tables[option] = load_flag_table(module.params[option], what) if module.params[option] else {}
         except ValueError as exc:
             module.fail_json(msg=str(exc))
     problems = validate_settings(
-        settings, require_model=module.params["require_model"], flag_table=flag_table
+        settings,
+        require_model=module.params["require_model"],
+        flag_table=tables["flag_table_path"] or module.params["flag_table"],
+        env_table=tables["env_table_path"],
+        flag_successors=tables["flag_successors_path"],
     ) + model_path_problems(settings)
     keys = sorted(str(key) for key in settings) if isinstance(settings, dict) else []
     if problems:

@@ -13,7 +13,10 @@ Every other flag of a release is known by name through that release's flag table
 (data/sglang_flags/<version>.json, written by scripts/sglang_flag_data.py from the release's own parser): a
 setting named like a flag's argparse dest (chunked_prefill_size, attention_backend, ...) is checked against
 the flag's kind and choices and rendered after the schema's flags, in name order. Without a table only the
-schema's keys are known.
+schema's keys are known. A flag the release lacks is named with what became of it where the releases' data
+says (data/sglang_flag_successors.json, plugins/module_utils/flag_successors.py), and the request's SGLANG_/
+SGL_ variables are checked against the release's own (data/sglang_env/<version>.json,
+plugins/module_utils/sglang_env.py).
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ import difflib
 import json
 import re
 
+from ansible_collections.epforge.ep.plugins.module_utils.flag_successors import retired_flag
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import is_secret_name
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST, DEFAULT_PORT
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_env import env_problems, render_value
+from ansible_collections.epforge.ep.plugins.module_utils.suggest import closest
 from ansible_collections.epforge.ep.plugins.module_utils.version import version_tuple
 
 # The schema of the settings: the one list of keys epforge knows, each with its value kind and, where
@@ -428,18 +434,19 @@ def table_spec(key: str, flags: dict) -> dict | None:
     return flags.get(key) or (flags.get(partner) if partner else None)
 
 
-def load_flag_table(path: str) -> dict:
+def load_flag_table(path: str, what: str = "flag table") -> dict:
     """A release's flag table read from its file ({} when the release has none: only epforge's own keys are
-    known). Raises ValueError naming the file when it is not a JSON object."""
+    known); the same for its other tables (what: env table, flag successors). Raises ValueError naming the
+    file when it is not a JSON object."""
     try:
         with open(path, encoding="utf-8") as handle:
             table = json.load(handle)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise ValueError(f"the flag table {path} cannot be read: {exc}") from exc
+        raise ValueError(f"the {what} {path} cannot be read: {exc}") from exc
     if not isinstance(table, dict):
-        raise ValueError(f"the flag table {path} is not a JSON object")
+        raise ValueError(f"the {what} {path} is not a JSON object")
     return table
 
 
@@ -494,9 +501,12 @@ def as_float(value) -> float | None:
         return None
 
 
-def _unknown_key_problem(key, value, known: list[str], version: str) -> str:
-    close = difflib.get_close_matches(str(key), known, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+def _unknown_key_problem(key, value, known: list[str], version: str, retired: str | None = None) -> str:
+    if retired:
+        # The releases' data says what became of it: that, not a look-alike name.
+        return f"unknown server setting '{key}' (value {value!r}): {retired}"
+    close = closest(str(key), known)
+    hint = f" (did you mean '{close}'?)" if close else ""
     where = f"SGLang {version}'s flags" if version else "the known settings"
     return (
         f"unknown server setting '{key}'{hint} (value {value!r}): not among {where}; "
@@ -522,9 +532,10 @@ def _control_problems(settings: dict) -> list[str]:
     ]
 
 
-def _key_problems(settings: dict, flags: dict, version: str) -> list[str]:
-    """Keys that are neither epforge's settings nor flags of the release's table, table values of the wrong
-    kind, and a table key that names the flag a schema setting already renders."""
+def _key_problems(settings: dict, flags: dict, version: str, successors: dict | None = None) -> list[str]:
+    """Keys that are neither epforge's settings nor flags of the release's table (what became of a retired
+    one, from successors), table values of the wrong kind, and a table key that names the flag a schema
+    setting already renders."""
     problems: list[str] = []
     for key, value in settings.items():
         if key in SETTINGS_SCHEMA:
@@ -536,7 +547,8 @@ def _key_problems(settings: dict, flags: dict, version: str) -> list[str]:
                 problems.append(problem)
             continue
         known = sorted(set(SETTINGS_SCHEMA) | (set(flags) - _NEVER_SETTINGS))
-        problems.append(_unknown_key_problem(key, value, known, version))
+        retired = retired_flag(str(key), flags, version, successors) if flags else None
+        problems.append(_unknown_key_problem(key, value, known, version, retired))
     # A flag named twice: a table key whose flag is the one a schema setting renders (a renamed flag).
     rendered = {flag_name(k, version or None): k for k in SETTINGS_SCHEMA if settings.get(k) is not None}
     for key in settings:
@@ -549,14 +561,23 @@ def _key_problems(settings: dict, flags: dict, version: str) -> list[str]:
     return problems
 
 
-def validate_settings(settings, *, require_model: bool = True, flag_table: dict | None = None) -> list[str]:
+def validate_settings(
+    settings,
+    *,
+    require_model: bool = True,
+    flag_table: dict | None = None,
+    env_table: dict | None = None,
+    flag_successors: dict | None = None,
+) -> list[str]:
     """Shape and range errors in server settings that can be named before SGLang sees them (empty: none).
 
-    Refuses a non-mapping, unknown keys (with the closest known key), values of the wrong type, out of
-    range or outside fixed choices, and settings that contradict each other (ep_size vs tp_size, node_rank
-    vs nnodes, CUDA graphs turned off with a graph batch size). Each message names the setting, the value
-    and what would be accepted. Choices that move between releases (moe_a2a_backend) are left to the
-    installed SGLang's parser (sglang_flags_check).
+    Refuses a non-mapping, unknown keys (with the closest known key, or what became of a retired flag:
+    flag_successors), values of the wrong type, out of range or outside fixed choices, and settings that
+    contradict each other (ep_size vs tp_size, node_rank vs nnodes, CUDA graphs turned off with a graph
+    batch size). With the release's env_table, an SGLANG_/SGL_ variable of env that the release reads
+    nowhere, or whose value does not parse as its type (sglang_env.env_problems). Each message names the
+    setting, the value and what would be accepted. Choices that move between releases (moe_a2a_backend)
+    are left to the installed SGLang's parser (sglang_flags_check).
     """
     if not isinstance(settings, dict):
         return [
@@ -565,7 +586,7 @@ def validate_settings(settings, *, require_model: bool = True, flag_table: dict 
             + ", ".join(sorted(SETTINGS_SCHEMA))
         ]
     flags = table_flags(flag_table)
-    problems = _key_problems(settings, flags, (flag_table or {}).get("sglang_version", ""))
+    problems = _key_problems(settings, flags, (flag_table or {}).get("sglang_version", ""), flag_successors)
     problems += _control_problems(settings)
     for key, spec in SETTINGS_SCHEMA.items():
         problem = _kind_problem(key, spec["kind"], settings.get(key))
@@ -577,6 +598,8 @@ def validate_settings(settings, *, require_model: bool = True, flag_table: dict 
         value = settings.get(key)
         if isinstance(value, str) and value != value.strip():
             problems.append(f"{key} has leading or trailing whitespace: {value!r}")
+    if _dict_problem("env", settings.get("env") or {}) is None:
+        problems.extend(env_problems(settings.get("env"), env_table))
     problems.extend(_relation_problems(settings))
     problems.extend(_graph_problems(settings, flags, (flag_table or {}).get("sglang_version", "")))
     dist = settings.get("dist_init_addr")
@@ -593,14 +616,14 @@ def validate_settings(settings, *, require_model: bool = True, flag_table: dict 
                     f"extra_args repeats {item.split('=', 1)[0]}, which a setting of its own "
                     "controls: set that setting instead"
                 )
-        problems.extend(_unknown_extra_flags(extra, flag_table))
+        problems.extend(_unknown_extra_flags(extra, flag_table, flag_successors))
     return problems
 
 
-def _unknown_extra_flags(extra: list, flag_table: dict | None) -> list[str]:
+def _unknown_extra_flags(extra: list, flag_table: dict | None, successors: dict | None = None) -> list[str]:
     """extra_args flags the release's flag table does not know (the table is SGLang's own parser's flags,
     so these are refused in preflight, before any fact is written; without a table the parser judges them
-    after the install)."""
+    after the install), each with what became of it where the releases' data says (successors)."""
     flags = table_flags(flag_table)
     if not flags:
         return []
@@ -615,8 +638,12 @@ def _unknown_extra_flags(extra: list, flag_table: dict | None) -> list[str]:
     for item in extra:
         name = item.split("=", 1)[0] if isinstance(item, str) else ""
         if name.startswith("--") and name not in known:
-            close = difflib.get_close_matches(name, sorted(k for k in known if k), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            retired = retired_flag(name, flags, version, successors, as_setting=False)
+            if retired:
+                problems.append(f"extra_args names {name}, which SGLang {version} does not know: {retired}")
+                continue
+            close = closest(name, known)
+            hint = f" (did you mean {close}?)" if close else ""
             problems.append(f"extra_args names {name}, which SGLang {version} does not know{hint}")
     return problems
 
@@ -684,10 +711,4 @@ def build_server_env(settings: dict) -> dict[str, str]:
     """The environment of a launch: the variables the settings ask for (e.g. NCCL_P2P_LEVEL), as strings,
     and HF_HUB_OFFLINE=1 always - SGLang loads what role model verified and never downloads at launch."""
     env = (settings or {}).get("env") or {}
-    return {
-        **{
-            str(name): (str(value).lower() if isinstance(value, bool) else str(value))
-            for name, value in env.items()
-        },
-        "HF_HUB_OFFLINE": "1",
-    }
+    return {**{str(name): render_value(value) for name, value in env.items()}, "HF_HUB_OFFLINE": "1"}

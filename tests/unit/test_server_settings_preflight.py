@@ -40,6 +40,20 @@ EXPECTED = {
     "string": "server settings (epforge_server) must be a mapping of setting names to values, e.g. "
     "{model_path: /models/m, tp_size: 8}, got str 'tp=8'",
 }
+# Refused by the stack's SGLang release (cu130: 0.5.23) through the tables role epforge names by path
+# (epforge_sglang_env_file, epforge_sglang_flag_successors_file): the playbook test proves they reach
+# the task.
+BY_RELEASE = {
+    "envname": {"model_path": "/m", "env": {"SGLANG_ENABLE_PCIE_IPC_ALLREDCE": "1"}},
+    "retired": {"model_path": "/m", "keep_mm_feature_on_device": True},
+}
+EXPECTED |= {
+    "envname": "env.SGLANG_ENABLE_PCIE_IPC_ALLREDCE is not a variable SGLang 0.5.23 reads (did you mean "
+    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE?)",
+    "retired": "--keep-mm-feature-on-device was removed in SGLang 0.5.23 (deprecated in 0.5.16); SGLang "
+    "0.5.16 names its successor --mm-feature-transport=cuda_ipc: did you mean mm_feature_transport: "
+    "cuda_ipc?",
+}
 
 
 def test_module_refuses_each_bad_input_and_passes_a_good_one():
@@ -73,7 +87,7 @@ def test_provision_refuses_each_bad_input_in_preflight_before_cuda_toolkit(tmp_p
             "ansible_python_interpreter": sys.executable,
             "epforge_server": settings,
         }
-        for name, settings in BAD.items()
+        for name, settings in (BAD | BY_RELEASE).items()
     }
     inventory = tmp_path / "inventory.json"
     inventory.write_text(
@@ -111,7 +125,7 @@ def test_provision_refuses_each_bad_input_in_preflight_before_cuda_toolkit(tmp_p
     report = json.loads(proc.stdout)
     assert proc.returncode != 0
     tasks = [task for play in report["plays"] for task in play["tasks"]]
-    for name in BAD:
+    for name in BAD | BY_RELEASE:
         ran = [task["task"]["name"] for task in tasks if name in task["hosts"]]
         failed = [task["task"]["name"] for task in tasks if task["hosts"].get(name, {}).get("failed")]
         assert failed == [SETTINGS_TASK], (name, failed)
@@ -122,6 +136,6 @@ def test_provision_refuses_each_bad_input_in_preflight_before_cuda_toolkit(tmp_p
         ]
         result = next(task["hosts"][name] for task in tasks if task["task"]["name"] == SETTINGS_TASK)
         assert EXPECTED[name] in result["msg"], (name, result["msg"])
-    assert report["stats"].keys() == BAD.keys()
+    assert report["stats"].keys() == (BAD | BY_RELEASE).keys()
     assert all(stats["failures"] == 1 and stats["changed"] == 0 for stats in report["stats"].values())
     assert not (tmp_path / "facts").exists()
