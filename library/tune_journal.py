@@ -14,12 +14,16 @@ description:
     (the candidates, the workload, the objective); a rerun of the same plan finds the results of the
     candidates that finished before it was interrupted (Ctrl-C, SIGKILL of the play, a reboot) and re-runs
     none of them; another plan starts another journal.
-  - O(state=read) returns the finished results and their ranking. O(state=record) adds one candidate's result,
-    written atomically (temp file, fsync, rename) the moment the candidate finishes, and ranks again.
-    O(state=window) judges a candidate's first steady measurement window against the incumbent - stop early
-    or go on - and writes nothing.
+  - O(state=read) returns the finished results. O(state=record) adds one candidate's result, written
+    atomically (temp file, fsync, rename) the moment the candidate finishes. Given an O(objective), both also
+    rank the results by it, and O(state=window) judges a candidate's first steady measurement window against
+    the incumbent - stop early or go on - and writes nothing.
   - Only steady-state figures at the objective's concurrency rank a candidate; its cold first burst is kept
-    apart. The winner is the valid candidate (finished, every constraint met) with the best metric.
+    apart. The winner is the valid candidate (finished, every constraint met) with the best metric. The rules
+    are plugins/module_utils/tune_objective.py's, the ones role tuner applies on the controller.
+  - Role tuner passes no objective - it resolves and checks its objective once per run and ranks on the
+    controller (filters C(epforge.ep.tune_run), C(epforge.ep.tune_verdict), C(epforge.ep.tune_decision)) -
+    so this module only keeps its results.
   - The journal is sealed like the probe cache's records (plugins/module_utils/seal.py) - an HMAC over the
     plan's digest and the results with a key derived from the controller's secret, which the module's action
     plugin passes (O(seal_key)). A journal edited by hand, copied from another controller or cut off is not
@@ -42,8 +46,9 @@ options:
       - C(metric) (a bench figure such as C(output_throughput) or C(tpot_median_ms)), C(goal) (C(max) or
         C(min)), C(concurrency) (whose steady figures rank; default the largest measured) and C(constraints),
         a list of C({figure, max}) or C({figure, min}).
+      - When given, it is checked (a malformed one fails, naming each problem) and the answer ranks the
+        results by it; O(state=window) needs it. Without it, the answer has no C(ranking).
     type: dict
-    required: true
   state:
     description: What to do.
     type: str
@@ -105,7 +110,7 @@ finished:
 ranking:
   description: >-
     C(winner) (or null), its C(value), C(valid) (names, best first) and C(invalid) (name to reason).
-  returned: always
+  returned: when objective is given
   type: dict
 stop_early:
   description: With O(state=window), whether to stop the candidate now.
@@ -127,7 +132,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.bench_figures import FI
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.seal import seal, sealed
-from ansible_collections.epforge.ep.plugins.module_utils.tune_journal.objective import (
+from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import (
     objective_problems,
     ranking,
     stop_early,
@@ -144,7 +149,7 @@ class Journal:
         self.module = module
         p = module.params
         self.objective = p["objective"]
-        problems = objective_problems(self.objective, set(FIGURE_KEYS))
+        problems = objective_problems(self.objective, set(FIGURE_KEYS)) if self.objective is not None else []
         if problems:
             module.fail_json(msg="the tuning objective is malformed: " + "; ".join(problems))
         self.plan_digest = digest(p["plan"])
@@ -189,11 +194,12 @@ class Journal:
         return []
 
     def answer(self, **extra) -> dict:
+        ranked = {"ranking": ranking(self.results, self.objective)} if self.objective is not None else {}
         return {
             "path": self.path,
             "results": self.results,
             "finished": [r["name"] for r in self.results],
-            "ranking": ranking(self.results, self.objective),
+            **ranked,
             **extra,
         }
 
@@ -238,12 +244,13 @@ def main() -> None:
         argument_spec={
             "directory": {"type": "path", "required": True},
             "plan": {"type": "dict", "required": True},
-            "objective": {"type": "dict", "required": True},
+            "objective": {"type": "dict"},
             "state": {"type": "str", "choices": ["read", "record", "window"], "default": "read"},
             "result": {"type": "dict", "default": {}},
             "margin": {"type": "float", "default": 0.1},
             "seal_key": {"type": "str", "required": True, "no_log": True},
         },
+        required_if=[("state", "window", ["objective"])],
         supports_check_mode=True,
     )
     journal = Journal(module)

@@ -161,9 +161,9 @@ from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import 
     graph_settings,
     nccl_costs,
     ordered,
-    settings_of,
     space_candidates,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.tune_settings import settings_of
 
 ARGUMENT_SPEC = {
     "server": {"type": "dict", "required": True},
@@ -272,7 +272,9 @@ class Planner:
             for status in ("planned", "duplicate", "refused")
         }
         tally = ", ".join(f"{number} {status}" for status, number in counts.items())
-        plan = [f"{kind} space, {len(judged)} candidates ({tally}); {order}"]
+        # the count and where it comes from (roles/tuner/README.md states the default space's bound)
+        sizes = " x ".join(f"{size} {name}" for name, size in dimensions)
+        plan = [f"{kind} space, {sizes + ' = ' if sizes else ''}{len(judged)} candidates ({tally}); {order}"]
         own = graph_settings(self.params["server"]) if kind == "default" else {}
         if own:
             plan.append(
@@ -287,7 +289,7 @@ class Planner:
         plan += [f"  -  {line(c)}" for c in rest]
         return {
             "candidates": planned + rest,
-            "space": {"kind": kind, "dimensions": dimensions},
+            "space": {"kind": kind, "dimensions": [name for name, _size in dimensions]},
             "order": order,
             "counts": counts,
             "plan": plan,

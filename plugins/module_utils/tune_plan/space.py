@@ -242,8 +242,9 @@ def refuse_past_limit(count: int, limit: int | None, how: str) -> None:
 
 def space_candidates(
     space: dict | None, gpu_facts: dict, *, limit: int | None = None, **defaults
-) -> tuple[str, list[dict], list[str]]:
-    """(kind: default|grid|list, candidates, dimension names): the space the user gave, else the default.
+) -> tuple[str, list[dict], list[tuple[str, int]]]:
+    """(kind: default|grid|list, candidates, [(dimension, its size), ...]): the space the user gave, else
+    the default.
     A space of more than limit candidates is refused (SpaceTooLarge) from its dimensions' sizes, before any
     candidate is built: a grid of 4 settings x 100 values would be 10^8 of them."""
     space = space or {}
@@ -265,7 +266,7 @@ def space_candidates(
     return (
         ("grid" if "grid" in space else "default"),
         candidates_of(dimensions),
-        [name for name, _o in dimensions],
+        [(name, len(options)) for name, options in dimensions],
     )
 
 
@@ -281,19 +282,6 @@ def check_names(candidates: list[dict]) -> list[str]:
             problems.append(f"candidate name {name!r} is used twice")
         seen.add(name)
     return problems
-
-
-def settings_of(request: dict, candidate: dict) -> dict:
-    """The request with the candidate's changes over it (None removes a setting) and its env merged in."""
-    settings = {key: value for key, value in request.items()}
-    for key, value in candidate["changes"].items():
-        if value is None:
-            settings.pop(key, None)
-        else:
-            settings[key] = value
-    if candidate["env"]:
-        settings["env"] = {**(settings.get("env") or {}), **candidate["env"]}
-    return settings
 
 
 def ep_first(estimate: list[dict]) -> tuple[bool | None, str]:
