@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import fcntl
 import hashlib
 import itertools
 import json
@@ -298,20 +299,26 @@ def find_wheel(wheel_dir: Path, version: str) -> Path | None:
 
 
 def download_wheel(pip_python: str, version: str, wheel_dir: Path) -> Path:
-    """The release's wheel in wheel_dir, downloaded with pip unless it is there already."""
+    """The release's wheel in wheel_dir, downloaded with pip unless it is there already.
+
+    Under an exclusive lock of wheel_dir: pip writes the file in place, so a second caller (another
+    pytest-xdist worker on a fresh CI machine) looking while it is written would open half a zip."""
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    found = find_wheel(wheel_dir, version)
-    if found is None:
-        proc = subprocess.run(
-            download_argv(pip_python, version, wheel_dir),
-            capture_output=True,
-            text=True,
-            timeout=DOWNLOAD_TIMEOUT,
-            check=False,
-        )
+    with open(wheel_dir / ".download.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         found = find_wheel(wheel_dir, version)
-        if proc.returncode != 0 or found is None:
-            sys.exit(f"pip download sglang=={version} failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+        if found is None:
+            proc = subprocess.run(
+                download_argv(pip_python, version, wheel_dir),
+                capture_output=True,
+                text=True,
+                timeout=DOWNLOAD_TIMEOUT,
+                check=False,
+            )
+            found = find_wheel(wheel_dir, version)
+            if proc.returncode != 0 or found is None:
+                failed = f"pip download sglang=={version} failed (rc {proc.returncode})"
+                sys.exit(f"{failed}:\n{proc.stderr[-3000:]}")
     return found
 
 
