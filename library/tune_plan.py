@@ -14,8 +14,10 @@ description:
     requested settings (tensor parallel over every GPU; with two GPUs or more expert parallel with each
     all-to-all backend the installed SGLang offers of C(none) and C(deepep); speculative decoding on and off
     when O(draft_model) is given; CUDA graphs off, at SGLang's default and up to the workload's largest
-    concurrency; on PCIe hosts NCCL as it is and with C(NCCL_P2P_LEVEL=SYS NCCL_PROTO=LL,LL128,Simple)), or
-    the grid or list given in O(space).
+    concurrency; on PCIe hosts NCCL as it is and with C(NCCL_P2P_LEVEL=SYS NCCL_PROTO=LL,LL128,Simple), and
+    SGLang's PCIe-IPC all-reduce on with NCCL as it is where known-issues row C(pcie_ipc_allreduce_opt_in)
+    applies to TP over every GPU and the model is bf16 - see O(model_config)), or the grid or list given in
+    O(space).
   - In the default space each CUDA-graph candidate sets every CUDA-graph setting of the decode phase itself,
     whatever O(server) says - graphs on drop its C(disable_cuda_graph), graphs off drop its batch sizes -
     and the request's own graph settings are one more candidate (C(graph-request)) when they are none of
@@ -92,6 +94,13 @@ options:
         product of its value lists' lengths, a list's its length), before any candidate is built or judged.
     type: int
     default: 64
+  model_config:
+    description:
+      - The text of the model's C(config.json) as read from the host (role tuner reads it); empty when unread.
+        Its C(torch_dtype) decides, under C(dtype=auto), whether SGLang's PCIe-IPC all-reduce (bf16 only) is
+        tried in the default space; unread, it is tried with that reason in the plan.
+    type: raw
+    default: ""
 extends_documentation_fragment:
   - epforge.ep.model_dir
 author: epforge developers (@epforge)
@@ -153,6 +162,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_v
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import env_warnings
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings
+from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.pcie_ipc import can_act
 from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import (
     SpaceTooLarge,
     check_names,
@@ -173,6 +183,7 @@ ARGUMENT_SPEC = {
     "sglang_version": {"type": "str", "required": True},
     "flag_table": {"type": "dict", "default": {}},
     "model_dir": {"type": "path", "default": "/var/lib/epforge/models"},
+    "model_config": {"type": "raw", "default": ""},
     "space": {"type": "dict", "default": {}},
     "draft_model": {"type": "str", "default": ""},
     "concurrencies": {"type": "list", "elements": "int", "default": []},
@@ -189,7 +200,20 @@ class Planner:
         self.module = module
         self.params = module.params
 
-    def space(self) -> tuple[str, list[dict], list[str]]:
+    def pcie_ipc(self) -> tuple[bool, str]:
+        """Whether the default space tries SGLang's PCIe-IPC all-reduce, and why (one plan line)."""
+        p = self.params
+        if p["space"]:
+            return False, ""
+        try:
+            return can_act(p["table"], p["gpu_facts"], p["stack"], p["server"], p["model_config"])
+        except TableError as exc:
+            self.module.fail_json(
+                msg=f"the known-issues table is malformed: {exc}; fix data/known_issues.yml"
+            )
+        return False, ""
+
+    def space(self, pcie_ipc: bool = False) -> tuple[str, list[dict], list[str]]:
         p = self.params
         try:
             kind, candidates, dimensions = space_candidates(
@@ -200,6 +224,7 @@ class Planner:
                 concurrencies=p["concurrencies"],
                 request=p["server"],
                 limit=p["max_candidates"],
+                pcie_ipc=pcie_ipc,
             )
         except SpaceTooLarge as exc:
             self.module.fail_json(msg=str(exc))
@@ -257,7 +282,8 @@ class Planner:
         )
 
     def run(self) -> dict:
-        kind, candidates, dimensions = self.space()
+        pcie_ipc, pcie_ipc_reason = self.pcie_ipc()
+        kind, candidates, dimensions = self.space(pcie_ipc)
         digests: dict = {}
         judged = [self.judged(c, digests) for c in self.checked(candidates)]
         ep_cheaper, order = ep_first(self.params["estimate"])
@@ -275,6 +301,8 @@ class Planner:
         # the count and where it comes from (roles/tuner/README.md states the default space's bound)
         sizes = " x ".join(f"{size} {name}" for name, size in dimensions)
         plan = [f"{kind} space, {sizes + ' = ' if sizes else ''}{len(judged)} candidates ({tally}); {order}"]
+        if pcie_ipc_reason:
+            plan.append(pcie_ipc_reason)
         own = graph_settings(self.params["server"]) if kind == "default" else {}
         if own:
             plan.append(

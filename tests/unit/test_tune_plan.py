@@ -26,6 +26,7 @@ STACKS = {
     for path in sorted((ROOT / "stacks").glob("*.yml"))
 }
 EIGHT_PCIE = gpu_facts("12.0", 8, "pcie")
+BF16_CONFIG = json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "torch_dtype": "bfloat16"})
 
 
 def plan(host: dict, timeout: float = 120, **args) -> tuple[int, dict]:
@@ -51,11 +52,15 @@ def test_a_one_gpu_host_and_an_eight_gpu_pcie_host_get_different_default_spaces(
     assert names(one) == ["tp1+graph-default", "tp1+graph-bs64", "tp1+graph-off"]
     assert one["space"] == {"kind": "default", "dimensions": ["parallel", "cuda_graph"]}
 
-    rc, eight = plan(EIGHT_PCIE, draft_model="/models/draft")
+    rc, eight = plan(EIGHT_PCIE, draft_model="/models/draft", model_config=BF16_CONFIG)
     assert rc == 0, eight.get("msg")
     assert eight["space"]["dimensions"] == ["parallel", "speculative", "cuda_graph", "nccl"]
-    # 3 layouts (TP; EP with SGLang 0.5.23 backends none and deepep) x spec on/off x 3 graphs x 2 NCCL sets
-    assert eight["counts"] == {"planned": 36, "duplicate": 0, "refused": 0}
+    # 3 layouts (TP; EP with SGLang 0.5.23 backends none and deepep) x spec on/off x 3 graphs x 3 all-reduce
+    # options (NCCL as it is, NCCL tuned for PCIe, SGLang's PCIe-IPC all-reduce with NCCL as it is)
+    assert eight["counts"] == {"planned": 54, "duplicate": 0, "refused": 0}
+    assert (
+        "PCIe-IPC all-reduce tried (on, NCCL as it is): TP 8 over PCIe, a bfloat16 model" in eight["plan"][1]
+    )
     by_name = {c["name"]: c for c in eight["candidates"]}
     fastest_guess = by_name["tp8-ep8-deepep+eagle3+graph-bs64+nccl-pcie"]
     settings = fastest_guess["settings"]
@@ -142,7 +147,7 @@ def test_the_probe_estimate_puts_the_cheaper_parallelism_first():
 
 def test_a_space_past_the_limit_is_refused_before_anything_is_judged():
     rc, result = plan(EIGHT_PCIE, max_candidates=5)
-    assert rc != 0 and "18 candidates, more than max_candidates (5)" in result["msg"]
+    assert rc != 0 and "27 candidates, more than max_candidates (5)" in result["msg"]
 
 
 def test_a_huge_grid_is_refused_from_its_size_before_any_candidate_is_built():
@@ -288,3 +293,87 @@ def test_a_candidate_with_graphs_off_and_a_graph_batch_size_is_refused_naming_bo
             "remove cuda_graph_max_bs to run without CUDA graphs, or remove disable_cuda_graph"
             in result["msg"]
         )
+
+
+# ---------------------------------------------------------------- SGLang's PCIe-IPC all-reduce (issue 37)
+
+
+def nccl_options(result: dict) -> set[str]:
+    return {c["name"].rsplit("+", 1)[1] for c in result["candidates"] if c["status"] == "planned"}
+
+
+def test_pcie_ipc_is_tried_with_nccl_as_it_is_only_where_it_can_act():
+    """On the 8x PCIe host with SGLang 0.5.23 + FlashInfer 0.7.2 and a bf16 model: one more all-reduce option,
+    the variable on and no NCCL setting (crossed with NCCL as it is, not with every NCCL set); its object
+    carries the variable and the known-issues row no longer warns for it."""
+    rc, result = plan(EIGHT_PCIE, model_config=BF16_CONFIG)
+    assert rc == 0, result.get("msg")
+    assert nccl_options(result) == {"nccl-default", "nccl-pcie", "pcie-ipc"}
+    assert result["counts"]["planned"] == 27  # 3 layouts x 3 graphs x 3 all-reduce options
+    ipc = next(c for c in result["candidates"] if c["name"] == "tp8+graph-default+pcie-ipc")
+    assert ipc["settings"]["env"] == {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
+    assert ipc["server_object"]["env"]["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    assert not any(k.startswith("NCCL_") for k in ipc["server_object"]["env"])
+
+
+@pytest.mark.parametrize(
+    ("host", "args", "why"),
+    [
+        # a float16 model: the kernels serve bf16 only, SGLang would keep every all-reduce on NCCL
+        (EIGHT_PCIE, {"model_config": json.dumps({"torch_dtype": "float16"})}, "the model is" and "float16"),
+        (
+            EIGHT_PCIE,
+            {"server": {"model_path": "/models/m", "dtype": "float16"}},
+            "the request's dtype is float16",
+        ),
+        # TP 3 (three GPUs): the kernels build IPC channels for 2, 4 or 8 ranks
+        (gpu_facts("12.0", 3, "pcie"), {"model_config": BF16_CONFIG}, "does not apply to TP 3"),
+        # deterministic inference turns it off in SGLang
+        (
+            EIGHT_PCIE,
+            {"server": {"model_path": "/models/m", "enable_deterministic_inference": True}},
+            "does not apply",
+        ),
+        # the request already decided: every candidate keeps its value
+        (
+            EIGHT_PCIE,
+            {"server": {"model_path": "/models/m", "env": {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0"}}},
+            "the request sets SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+        ),
+    ],
+)
+def test_pcie_ipc_is_left_out_where_it_cannot_act_and_the_plan_says_why(host, args, why):
+    rc, result = plan(host, **args)
+    assert rc == 0, result.get("msg")
+    assert "pcie-ipc" not in nccl_options(result) and not any("pcie-ipc" in n for n in names(result))
+    line = next(line for line in result["plan"] if "PCIe-IPC" in line)
+    assert why in line, line
+
+
+def test_pcie_ipc_is_left_out_for_a_release_without_it():
+    """SGLang 0.5.16 (stack cu130-torch211) has no PCIe-IPC all-reduce: the default space is as before."""
+    stack = STACKS["cu130-torch211"]
+    assert stack["sglang"]["version"] == "0.5.16"
+    flags = json.loads((ROOT / "data" / "sglang_flags" / "0.5.16.json").read_text())
+    rc, result = plan(
+        EIGHT_PCIE, stack=stack, flag_table=flags, sglang_version="0.5.16", model_config=BF16_CONFIG
+    )
+    assert rc == 0, result.get("msg")
+    assert nccl_options(result) == {"nccl-default", "nccl-pcie"}
+    assert any("does not apply to TP 8" in line for line in result["plan"])
+
+
+def test_no_pcie_ipc_line_where_the_question_does_not_arise():
+    """One GPU, or GPUs over NVLink: no all-reduce between PCIe peers, no option and no plan line."""
+    for host in (ONE_H200, gpu_facts("9.0", 8, "nvlink")):
+        rc, result = plan(host, model_config=BF16_CONFIG)
+        assert rc == 0, result.get("msg")
+        assert not any("pcie-ipc" in n for n in names(result))
+        assert not any("PCIe-IPC" in line for line in result["plan"])
+
+
+def test_an_unread_model_config_plans_pcie_ipc_and_says_so():
+    rc, result = plan(EIGHT_PCIE)
+    assert rc == 0, result.get("msg")
+    assert "pcie-ipc" in nccl_options(result)
+    assert any("the model's dtype is unread" in line for line in result["plan"])

@@ -16,7 +16,9 @@ facts and the request:
   Each of them notes what it replaces of the request;
 - on PCIe hosts with two GPUs or more, NCCL as it is and with PCIE_NCCL (NCCL_P2P_LEVEL=SYS with the
   LL, LL128 and Simple protocols: on 8x RTX PRO 6000 it raised speculative throughput from about 1003 to
-  1131 tok/s, local-inference-lab's rtx6kpro wiki, NCCL tuning page).
+  1131 tok/s, local-inference-lab's rtx6kpro wiki, NCCL tuning page), and SGLang's PCIe-IPC all-reduce on
+  with NCCL as it is where it can act (tune_plan/pcie_ipc.py: PCIe or mixed GPUs, TP 2/4/8, bf16, SGLang
+  >= 0.5.21 with FlashInfer >= 0.7.0), so three options and not four.
 
 A space given by the user replaces it: a grid ({setting: [values, ...], ..., env: [{...}, ...]}, every
 combination) or a list of candidates. Pure functions: no Ansible, no I/O.
@@ -37,11 +39,14 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     table_spec,
     turns_graphs_off,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.pcie_ipc import ENV_ON
 
 # The all-to-all backends the default space tries for expert parallelism, where the installed SGLang offers
 # them (its flag table's choices for moe_a2a_backend); "none" is EP over the usual collectives.
 EP_BACKENDS = ("none", "deepep")
 PCIE_NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple"}
+# SGLang's PCIe-IPC all-reduce switched on (where tune_plan/pcie_ipc.can_act says it can act).
+PCIE_IPC_ON = dict(ENV_ON)
 SPECULATIVE_KEYS = (
     "speculative_algorithm",
     "speculative_draft_model_path",
@@ -127,9 +132,12 @@ def default_dimensions(
     draft_model: str = "",
     concurrencies: list[int] | None = None,
     request: dict | None = None,
+    pcie_ipc: bool = False,
 ) -> list[tuple[str, list[tuple]]]:
     """[(dimension, [(label, changes, env[, note]), ...]), ...]: the default space, one option list per
-    dimension (a note says what an option replaces of the request)."""
+    dimension (a note says what an option replaces of the request). pcie_ipc: SGLang's PCIe-IPC all-reduce
+    can act on this host (tune_plan/pcie_ipc.can_act): one more option of the nccl dimension, crossed with
+    NCCL as it is only."""
     gpus = max(1, int(gpu_facts.get("gpu_count") or 0))
     parallel = [(f"tp{gpus}", {"tp_size": gpus, "ep_size": 1}, {})]
     if gpus >= 2:
@@ -148,8 +156,16 @@ def default_dimensions(
             ("speculative", [("nospec", dict.fromkeys(SPECULATIVE_KEYS), {}), ("eagle3", eagle, {})])
         )
     dimensions.append(("cuda_graph", graph_options(request or {}, flag_table, concurrencies or [])))
-    if gpus >= 2 and gpu_facts.get("interconnect") == "pcie":
-        dimensions.append(("nccl", [("nccl-default", {}, {}), ("nccl-pcie", {}, dict(PCIE_NCCL))]))
+    interconnect = gpu_facts.get("interconnect")
+    allreduce = []
+    if gpus >= 2 and interconnect == "pcie":
+        allreduce = [("nccl-default", {}, {}), ("nccl-pcie", {}, dict(PCIE_NCCL))]
+    if pcie_ipc and gpus >= 2 and interconnect in ("pcie", "mixed"):
+        allreduce = (allreduce or [("nccl-default", {}, {})]) + [
+            ("pcie-ipc", {}, dict(PCIE_IPC_ON), "SGLang's PCIe-IPC all-reduce on, NCCL as it is")
+        ]
+    if allreduce:
+        dimensions.append(("nccl", allreduce))
     return dimensions
 
 
