@@ -140,7 +140,7 @@ options:
   builds:
     description:
       - Whether this run builds the toolkit, environments and extensions (site.yml's provision steps).
-      - False for a run that only serves, tunes or benchmarks what was built: the disk check then needs at
+      - False for a run that only serves, tunes or benchmarks what was built. The disk check then needs at
         most 2 GiB (logs, results, JIT caches), so a host that provisioning itself filled past
         C(min_free_gib) can still serve.
     type: bool
