@@ -1,7 +1,9 @@
 """The default space's size (issue 38): the 8x RTX PRO 6000 host's default plan stays within a stated bound.
 
-The host is inventory/examples/rtx-pro-6000.yml (its request epforge_server and its stack, the role's
-defaults: no tuner_draft_model, tuner_workload's concurrencies) with the GPU facts the project models it by
+The host is inventory/examples/rtx-pro-6000.yml (its request epforge_server; its stack cu128 and each other
+pinned stack, since SGLang's PCIe-IPC all-reduce joins the NCCL dimension from 0.5.21 on for a bf16 model;
+the role's defaults: no tuner_draft_model, tuner_workload's concurrencies) with the GPU facts the project
+models it by
 (tests/gpu_fact_samples.py sm120_box: 8 SM120 GPUs over PCIe, the fabric of a written sysfs tree with ACS
 redirection off, so the fabric refuses nothing and the plan is at its largest). The plan is module
 tune_plan's, run as the role runs it, with the real known-issues table and the stack's flag table.
@@ -33,10 +35,12 @@ LAUNCHES = 16
 NCCL_ROOM = 3
 HOST = yaml.safe_load((ROOT / "inventory" / "examples" / "rtx-pro-6000.yml").read_text())["all"]["vars"]
 DEFAULTS = yaml.safe_load((ROOT / "roles" / "tuner" / "defaults" / "main.yml").read_text())
-STACK = yaml.safe_load((ROOT / "stacks" / f"{HOST['epforge_stack']}.yml").read_text())["epforge_stack_spec"]
+STACKS = {
+    p.stem: yaml.safe_load(p.read_text())["epforge_stack_spec"] for p in (ROOT / "stacks").glob("*.yml")
+}
 
 
-def default_plan(nccl_options: int | None = None) -> dict:
+def default_plan(stack: dict, nccl_options: int | None = None) -> dict:
     """tune_plan's answer for the host; nccl_options fills the NCCL dimension up to that many options."""
     real = space.default_dimensions
 
@@ -58,12 +62,13 @@ def default_plan(nccl_options: int | None = None) -> dict:
     args = {
         "server": HOST["epforge_server"],
         "gpu_facts": sm120_box(acs_redirect=False),
-        "stack": STACK,
+        "stack": stack,
         "table": yaml.safe_load((ROOT / "data" / "known_issues.yml").read_text()),
-        "sglang_version": STACK["sglang"]["version"],
+        "sglang_version": stack["sglang"]["version"],
         "flag_table": json.loads(
-            (ROOT / "data" / "sglang_flags" / f"{STACK['sglang']['version']}.json").read_text()
+            (ROOT / "data" / "sglang_flags" / f"{stack['sglang']['version']}.json").read_text()
         ),
+        "model_config": json.dumps({"torch_dtype": "bfloat16"}),  # config.json, as role tuner reads it
         "draft_model": DEFAULTS["tuner_draft_model"],
         "concurrencies": DEFAULTS["tuner_workload"]["concurrencies"],
         "max_candidates": DEFAULTS["tuner_max_candidates"],
@@ -74,9 +79,11 @@ def default_plan(nccl_options: int | None = None) -> dict:
     return answer
 
 
-@pytest.mark.parametrize("room", [False, True], ids=["as-is", "one-more-nccl-option"])
-def test_the_8x_rtx_pro_6000_default_plan_stays_within_its_bound_and_prints_its_count(room):
-    plan = default_plan(NCCL_ROOM if room else None)
+@pytest.mark.parametrize("room", [False, True], ids=["as-is", "nccl-room"])
+@pytest.mark.parametrize("stack", sorted(STACKS))
+def test_the_8x_rtx_pro_6000_default_plan_stays_within_its_bound_and_prints_its_count(stack, room):
+    assert HOST["epforge_stack"] in STACKS
+    plan = default_plan(STACKS[stack], NCCL_ROOM if room else None)
     counts = plan["counts"]
     built = sum(counts.values())
     assert plan["space"]["kind"] == "default" and "nccl" in plan["space"]["dimensions"]
