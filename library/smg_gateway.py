@@ -89,6 +89,40 @@ options:
     description: Failed health checks in a row before smg stops routing to a worker.
     type: int
     default: 3
+  health_check_timeout:
+    description:
+      - "Seconds smg waits for a worker's C(/health) (C(--health-check-timeout-secs)). C(0) derives it:
+        O(sglang_health_timeout) plus 5 s. SGLang's C(/health) generates a token and may take up to its
+        C(SGLANG_HEALTH_CHECK_TIMEOUT); smg's own default is shorter (5 s in 1.13), so a busy, healthy worker
+        would count as failed. A value given must be above O(sglang_health_timeout), else it is refused
+        before anything changes."
+    type: int
+    default: 0
+  sglang_health_timeout:
+    description:
+      - "The longest the workers' SGLang C(/health) may take, in seconds: their C(SGLANG_HEALTH_CHECK_TIMEOUT)
+        (role gateway: filter C(epforge.ep.sglang_health_timeout) reads it from the servers' environment, else
+        the release's default from C(data/sglang_env/VERSION.json)). Required when O(health_check_timeout)
+        is C(0)."
+    type: int
+  overload_protection:
+    description:
+      - "smg's worker overload protection: a worker at or above O(overload_waiting_requests) queued requests
+        or O(overload_token_usage) KV usage is left out of routing while another is under both. smg 1.13
+        switches it on when told nothing; this module always says which (C(false):
+        C(--disable-worker-overload-protection)), because it decides where a fleet benchmark's requests
+        go: off, the routing O(policy) alone decides and the benchmark measures the fleet, not the
+        gateway's load shedding."
+    type: bool
+    default: false
+  overload_waiting_requests:
+    description: With O(overload_protection), the queued requests at which a worker is left out (at least 1).
+    type: int
+    default: 8
+  overload_token_usage:
+    description: With O(overload_protection), the KV-cache usage at which a worker is left out (in (0, 1]).
+    type: float
+    default: 0.8
   api_key:
     description:
       - The key clients present to the gateway, passed on to the workers (the SGLang servers' API key).
@@ -141,6 +175,7 @@ EXAMPLES = r"""
     user: epforge-gateway
     workers: [http://10.0.0.11:30000, http://10.0.0.12:30000]
     model: /models/Qwen3-30B-A3B
+    sglang_health_timeout: 20  # health_check_timeout 0: 25 s
     api_key: "{{ vault_sglang_api_key }}"
     policy: cache_aware
   register: gateway
@@ -157,6 +192,16 @@ argv:
   returned: when started
   type: list
   elements: str
+health_check_timeout:
+  description: The C(--health-check-timeout-secs) smg runs with (O(health_check_timeout), else derived).
+  returned: when started
+  type: int
+  sample: 25
+overload_protection:
+  description: Worker overload protection as smg runs it (C(enabled); with it, the two thresholds).
+  returned: when started
+  type: dict
+  sample: {enabled: false}
 version:
   description: smg's version (C(smg --version)).
   returned: when started
@@ -304,7 +349,13 @@ class Gateway:
         self.request = request
         self.argv = [self.p["python"], self.p["launcher"], *request.flags()]
         self.url = request.url
-        self.result.update(url=self.url, argv=self.argv, workers_requested=request.workers)
+        self.result.update(
+            url=self.url,
+            argv=self.argv,
+            workers_requested=request.workers,
+            health_check_timeout=request.health_timeout,
+            overload_protection=request.overload,
+        )
         uid, gid = resolve_account(self.module, "gateway")
         self.manager.request(
             self.argv, {MODULE_VAR: "smg"}, host=request.connect_host, port=request.port, uid=uid, gid=gid
@@ -485,6 +536,11 @@ def main() -> None:
             },
             "health_check_interval": {"type": "int", "default": 10},
             "health_failure_threshold": {"type": "int", "default": 3},
+            "health_check_timeout": {"type": "int", "default": 0},
+            "sglang_health_timeout": {"type": "int"},
+            "overload_protection": {"type": "bool", "default": False},
+            "overload_waiting_requests": {"type": "int", "default": 8},
+            "overload_token_usage": {"type": "float", "default": 0.8},
             "api_key": {"type": "str", "no_log": True},
             "extra_args": {"type": "list", "elements": "str", "default": []},
             "log_path": {"type": "str", "default": "/var/log/epforge/gateway.log"},

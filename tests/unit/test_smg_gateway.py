@@ -40,6 +40,11 @@ def params(**over) -> dict:
         "policy": "cache_aware",
         "health_check_interval": 10,
         "health_failure_threshold": 3,
+        "health_check_timeout": 0,
+        "sglang_health_timeout": 20,
+        "overload_protection": False,
+        "overload_waiting_requests": 8,
+        "overload_token_usage": 0.8,
         "api_key": "",
         "extra_args": [],
     }
@@ -214,6 +219,7 @@ def gateway_args(tmp_path: Path, urls: list[str], **over) -> dict:
         "metrics_port": free_port(),
         "policy": "round_robin",
         "health_check_interval": 1,
+        "sglang_health_timeout": 20,
         "log_path": str(tmp_path / "gateway.log"),
         "state_dir": str(tmp_path / "state"),
         "timeout": 60,
@@ -246,6 +252,12 @@ def test_the_gateway_fronts_the_workers_proves_it_and_reruns_unchanged(tmp_path,
         )
         assert first["generation"]["status"] == 200 and first["generation"]["completion_tokens"] == 8
         assert first["requests_sent"] == 9  # the first + four per worker
+        # what the gateway's fact records, as on smg's argv: the derived timeout (SGLang's 20 s + 5), no
+        # overload protection
+        assert (first["health_check_timeout"], first["overload_protection"]) == (25, {"enabled": False})
+        assert "--health-check-timeout-secs\n25\n--disable-worker-overload-protection" in "\n".join(
+            first["argv"]
+        )
         # round robin: the workers' own access logs show the gateway's generations, answered 200
         counts = [
             run_module_in(tmp_path, "server_access_count", {"log_path": str(tmp_path / f"worker{i}.log")})

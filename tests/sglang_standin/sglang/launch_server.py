@@ -19,6 +19,9 @@ Behaviour knobs (environment variables, all optional):
   SGLANG_STANDIN_LOAD_SECONDS  seconds /health answers 503 before 200 (default 1.0)
   SGLANG_STANDIN_READY_AT      absolute epoch seconds at which it becomes ready (overrides LOAD_SECONDS)
   SGLANG_STANDIN_HANG          "1": never become ready (stays alive, /health 503 forever)
+  SGLANG_STANDIN_HEALTH_SECONDS  seconds a ready server takes to answer /health and /health_generate
+                               (default 0): SGLang's /health generates a token and waits for it, up to
+                               SGLANG_HEALTH_CHECK_TIMEOUT
   SGLANG_STANDIN_CRASH_AFTER   seconds after start to crash: print SGLANG_STANDIN_CRASH_LINE (default a
                                RuntimeError) to stderr and exit SGLANG_STANDIN_CRASH_RC (default 1)
   SGLANG_STANDIN_CRASH_ON_REQUEST  N: crash the same way when the Nth generation request arrives (a server
@@ -167,6 +170,7 @@ class State:
         else:
             self.ready_at = self.started + float(os.environ.get("SGLANG_STANDIN_LOAD_SECONDS", "1.0"))
         self.hang = os.environ.get("SGLANG_STANDIN_HANG", "") == "1"
+        self.health_seconds = float(os.environ.get("SGLANG_STANDIN_HEALTH_SECONDS", "0"))
         self.token_delay = float(os.environ.get("SGLANG_STANDIN_TOKEN_DELAY_MS", "2")) / 1000.0
         self.first_token_delay = float(os.environ.get("SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS", "0")) / 1000.0
         self.cold_left = int(os.environ.get("SGLANG_STANDIN_COLD_REQUESTS", "0"))
@@ -335,7 +339,10 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         st = self.state
         if path in ("/health", "/health_generate", "/ready"):
-            self.send_empty(200 if st.ready() else 503)
+            ready = st.ready()
+            if ready and path != "/ready":
+                time.sleep(st.health_seconds)  # the token SGLang's /health generates
+            self.send_empty(200 if ready else 503)
             return
         if not self.authorized():
             return
