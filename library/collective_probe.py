@@ -18,8 +18,15 @@ description:
     output is appended to O(log_path).
   - From the measured latencies and the model's layer counts (O(model)) it estimates the communication
     time of one decode step with tensor parallelism (allreduces) and with expert parallelism (all-to-all
-    dispatch and combine), per variant, mode and token count, so a user sees before a long server launch
-    whether EP pays on this interconnect.
+    dispatch and combine), per variant, mode and token count (C(estimate_by_variant)), and per mode and token
+    count from each side's fastest variant (C(estimate)), so a user sees before a long server launch whether
+    EP pays on this interconnect, against the fastest all-reduce measured (SGLang's PCIe-IPC one included).
+  - With O(pcie_ipc) the variant C(pcie_ipc) (C(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1), NCCL as it is) is added -
+    its allreduces go the way SGLang 0.5.23 sends them, to FlashInfer's PCIe-IPC kernels (bf16, 2/4/8 ranks,
+    contiguous tensors of 2 or more dimensions within the decode-sized workspace) or else NCCL, and each row
+    and curve point records its C(path). Where the kernels cannot act at all (FlashInfer without
+    C(PcieIpcAllReduceWorkspace), another world size, CPU processes) that variant is recorded as skipped with
+    the reason, not a failure.
   - A host without a usable GPU (O(gpu_count=0), or the script finding none) is not an error - the module
     returns C(skipped=true) with the reason and changes nothing.
   - Idempotent by evidence. With O(fact_path), the inputs (GPU list, variants, sizes, script hash) are
@@ -101,6 +108,19 @@ options:
     description: Environment variables for every variant (a variant's own C(env) wins).
     type: dict
     default: {}
+  pcie_ipc:
+    description:
+      - >-
+        Add the variant C({name: pcie_ipc, env: {SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: "1"}}) to O(variants)
+        unless one of them sets that variable on already. Role C(collective_probe) sets it where SGLang's
+        PCIe-IPC all-reduce can act (known-issues row C(pcie_ipc_allreduce_opt_in),
+        C(module_utils/pcie_ipc.py)).
+    type: bool
+    default: false
+  pcie_ipc_reason:
+    description: Why the caller did or did not ask for the C(pcie_ipc) variant; recorded in the fact.
+    type: str
+    default: ""
   model:
     description:
       - Layer counts for the per-step estimate. Keys (all optional) C(name), C(num_layers) (61),
@@ -176,30 +196,46 @@ ansible_facts:
           description: Hash of the inputs that decide whether a rerun measures again.
           type: str
         variants:
-          description: Per variant, its env, NCCL/torch versions, the GPU name and the rows.
+          description: >-
+            Per variant, its env, C(status) (ok, or skipped with C(reason) where its PCIe-IPC all-reduce
+            cannot act), NCCL/torch versions, the GPU name and, for the PCIe-IPC variant, C(pcie_ipc) (the
+            workspace bound C(max_numel) and where it comes from, the autotuned shapes).
+          type: dict
+        pcie_ipc:
+          description: >-
+            The variants that switch SGLang's PCIe-IPC all-reduce on (C(variants)) and why the caller asked
+            for it or not (C(reason), O(pcie_ipc_reason)).
           type: dict
         table:
           description: >-
             One row per variant, op, mode and token count with C(mean_us), C(median_us), C(p99_us)
-            (slowest rank).
+            (slowest rank) and C(path), what served it (C(pcie_ipc), or the backend: C(nccl), C(gloo)).
           type: list
           elements: dict
           sample:
             - {variant: default, op: allreduce, mode: graph, tokens: 1, mean_us: 11.0, median_us: 11.0,
-               p99_us: 11.3}
+               p99_us: 11.3, path: nccl}
         curve:
           description: >-
             The latency curve (O(curve_sizes)) - one point per variant, op and message size, eager calls, with
-            C(bytes) sent per rank and C(mean_us), C(median_us), C(p99_us) (slowest rank).
+            C(bytes) sent per rank, C(mean_us), C(median_us), C(p99_us) (slowest rank) and C(path).
           type: list
           elements: dict
           sample:
             - {variant: default, op: allreduce, size: 1048576, bytes: 1048576, mean_us: 61.2, median_us: 60.8,
-               p99_us: 66.0}
+               p99_us: 66.0, path: nccl}
         estimate:
           description: >-
-            Per variant, mode and token count, the communication microseconds of one decode step with TP
-            (C(tp_us)) and with EP (C(ep_us)), and which is cheaper.
+            Per mode and token count, the communication microseconds of one decode step with TP (C(tp_us),
+            from the fastest allreduce of any variant: C(tp_variant), C(tp_path)) and with EP (C(ep_us), the
+            variant where EP was cheapest: C(ep_variant)), and which is cheaper (C(cheaper)); C(variant) is
+            C(fastest). What role tuner orders its candidates by.
+          type: list
+          elements: dict
+        estimate_by_variant:
+          description: >-
+            The same per variant, mode and token count (C(variant), C(tp_us), C(ep_us), C(cheaper),
+            C(tp_path)).
           type: list
           elements: dict
 """
@@ -215,9 +251,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest, digest_matches
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.pcie_ipc import ENV_ON, switched_on
 from ansible_collections.epforge.ep.plugins.module_utils.process import option_argv, run_logged
 
 NO_GPU_RC = 3
+# The probe script's answer for a variant whose PCIe-IPC all-reduce cannot act on this host (status skipped).
+VARIANT_SKIPPED_RC = 4
+# SGLang's PCIe-IPC all-reduce on, NCCL as it is: the tuner's pcie-ipc candidate (tune_plan/space.py).
+PCIE_IPC_VARIANT = {"name": "pcie_ipc", "env": dict(ENV_ON)}
 MODEL_DEFAULTS = {
     "name": "Kimi-K2.5 (DeepSeek-V3 layout)",
     "num_layers": 61,
@@ -251,25 +292,40 @@ def model_spec(model: dict | None) -> dict:
     return spec
 
 
-def estimate(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict]:
-    """Per-step communication time, TP allreduce vs EP all-to-all, for every (variant, mode, tokens) that
-    has both an allreduce and an all_to_all measurement.
+def step_us(model: dict, ar: float, a2a: float) -> tuple[float, float]:
+    """(TP, EP) communication microseconds of one decode step from one allreduce and one all_to_all.
 
     TP:  num_layers x allreduce_per_layer allreduces.
     EP:  dense layers keep TP's allreduces; each MoE layer has a2a_per_moe_layer all-to-alls plus
          ep_attention_allreduce_per_layer allreduces (attention stays tensor-parallel unless DP attention).
     """
-    by_key = {(r["variant"], r["mode"], r["tokens"], r["op"]): r[stat] for r in table}
-    rows = []
     dense = model["num_layers"] - model["moe_layers"]
-    for (variant, mode, tokens, op), ar in sorted(by_key.items()):
+    tp_us = model["num_layers"] * model["allreduce_per_layer"] * ar
+    ep_us = dense * model["allreduce_per_layer"] * ar + model["moe_layers"] * (
+        model["ep_attention_allreduce_per_layer"] * ar + model["a2a_per_moe_layer"] * a2a
+    )
+    return tp_us, ep_us
+
+
+def verdict(tp_us: float, ep_us: float) -> dict:
+    """The two per-step figures, rounded, and which parallelism they make cheaper."""
+    return {
+        "tp_us": round(tp_us, 1),
+        "ep_us": round(ep_us, 1),
+        "cheaper": "ep" if ep_us < tp_us else "tp",
+        "ep_over_tp": round(ep_us / tp_us, 3) if tp_us > 0 else None,
+    }
+
+
+def estimate_by_variant(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict]:
+    """Per-step communication time, TP allreduce vs EP all-to-all, for every (variant, mode, tokens) that
+    has both an allreduce and an all_to_all measurement (step_us), with the path that served the allreduce."""
+    by_key = {(r["variant"], r["mode"], r["tokens"], r["op"]): r for r in table}
+    rows = []
+    for (variant, mode, tokens, op), row in sorted(by_key.items()):
         if op != "allreduce" or (variant, mode, tokens, "all_to_all") not in by_key:
             continue
-        a2a = by_key[(variant, mode, tokens, "all_to_all")]
-        tp_us = model["num_layers"] * model["allreduce_per_layer"] * ar
-        ep_us = dense * model["allreduce_per_layer"] * ar + model["moe_layers"] * (
-            model["ep_attention_allreduce_per_layer"] * ar + model["a2a_per_moe_layer"] * a2a
-        )
+        ar, a2a = row[stat], by_key[(variant, mode, tokens, "all_to_all")][stat]
         rows.append(
             {
                 "variant": variant,
@@ -278,10 +334,43 @@ def estimate(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict
                 "allreduce_us": ar,
                 "all_to_all_us": a2a,
                 "tp_calls": model["num_layers"] * model["allreduce_per_layer"],
-                "tp_us": round(tp_us, 1),
-                "ep_us": round(ep_us, 1),
-                "cheaper": "ep" if ep_us < tp_us else "tp",
-                "ep_over_tp": round(ep_us / tp_us, 3) if tp_us > 0 else None,
+                **verdict(*step_us(model, ar, a2a)),
+                "tp_path": row.get("path", "nccl"),
+            }
+        )
+    return rows
+
+
+def estimate(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict]:
+    """Which parallelism is cheaper per decode step, per (mode, tokens), each side at its best: TP from the
+    fastest allreduce any variant measured (so a faster all-reduce - SGLang's PCIe-IPC one, a tuned NCCL -
+    counts), EP from the variant whose EP step was cheapest (estimate_by_variant); each names its variant (a
+    candidate runs one variant's environment, so either side is a configuration the tuner can try). Ties go to
+    the first variant by name."""
+    per_variant = estimate_by_variant(table, model, stat)
+    rows = []
+    for mode, tokens in sorted({(r["mode"], r["tokens"]) for r in per_variant}):
+        ars = [r for r in table if (r["op"], r["mode"], r["tokens"]) == ("allreduce", mode, tokens)]
+        tp = min(ars, key=lambda r: (r[stat], r["variant"]))
+        ep = min(
+            (r for r in per_variant if (r["mode"], r["tokens"]) == (mode, tokens)),
+            key=lambda r: (r["ep_us"], r["variant"]),
+        )
+        tp_us = model["num_layers"] * model["allreduce_per_layer"] * tp[stat]
+        _, ep_us = step_us(model, ep["allreduce_us"], ep["all_to_all_us"])
+        rows.append(
+            {
+                "variant": "fastest",
+                "mode": mode,
+                "tokens": tokens,
+                "tp_variant": tp["variant"],
+                "tp_path": tp.get("path", "nccl"),
+                "allreduce_us": tp[stat],
+                "tp_calls": model["num_layers"] * model["allreduce_per_layer"],
+                "ep_variant": ep["variant"],
+                "ep_allreduce_us": ep["allreduce_us"],
+                "all_to_all_us": ep["all_to_all_us"],
+                **verdict(tp_us, ep_us),
             }
         )
     return rows
@@ -354,6 +443,14 @@ def validate_variants(variants: list[dict]) -> list[dict]:
     return clean
 
 
+def with_pcie_ipc(variants: list[dict], wanted: bool) -> list[dict]:
+    """variants, and the pcie_ipc variant when wanted and none of them switches SGLang's PCIe-IPC all-reduce
+    on already (validated again: its name may not clash with one of the user's)."""
+    if not wanted or any(switched_on(v["env"]) for v in variants):
+        return variants
+    return validate_variants([*variants, PCIE_IPC_VARIANT])
+
+
 def read_fact(path: str | None) -> dict:
     return (read_json(path) if path else None) or {}
 
@@ -383,6 +480,8 @@ ARGUMENT_SPEC = {
         ],
     },
     "env": {"type": "dict", "default": {}},
+    "pcie_ipc": {"type": "bool", "default": False},
+    "pcie_ipc_reason": {"type": "str", "default": ""},
     "model": {"type": "dict", "default": {}},
     "timeout": {"type": "float", "default": 300},
     "log_path": {"type": "path", "required": True},
@@ -392,8 +491,8 @@ ARGUMENT_SPEC = {
     "backend": {"type": "str", "default": "nccl", "choices": ["nccl", "gloo"]},
 }
 
-TABLE_COLUMNS = ("op", "mode", "tokens", "bytes", "mean_us", "median_us", "p99_us", "min_us")
-CURVE_COLUMNS = ("op", "size", "bytes", "mean_us", "median_us", "p99_us", "min_us")
+TABLE_COLUMNS = ("op", "mode", "tokens", "bytes", "mean_us", "median_us", "p99_us", "min_us", "path")
+CURVE_COLUMNS = ("op", "size", "bytes", "mean_us", "median_us", "p99_us", "min_us", "path")
 
 
 def input_problems(p: dict) -> tuple[list[dict], dict, list[str]]:
@@ -412,7 +511,7 @@ def input_problems(p: dict) -> tuple[list[dict], dict, list[str]]:
         problems.append("world_size 1 has no collective to measure: use 0 (every GPU) or >= 2")
     variants, model = [], {}
     try:
-        variants = validate_variants(p["variants"])
+        variants = with_pcie_ipc(validate_variants(p["variants"]), p["pcie_ipc"])
         model = model_spec(p["model"])
     except ValueError as exc:
         problems.append(str(exc))
@@ -437,7 +536,7 @@ def script_sha256(module: AnsibleModule) -> str:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def new_record(p: dict, inputs_sha256: str, model: dict) -> dict:
+def new_record(p: dict, inputs_sha256: str, model: dict, variants: list[dict]) -> dict:
     return {
         "status": "ok",
         "inputs_sha256": inputs_sha256,
@@ -450,6 +549,10 @@ def new_record(p: dict, inputs_sha256: str, model: dict) -> dict:
         "gpus": p["gpus"],
         "model": model,
         "variants": {},
+        "pcie_ipc": {
+            "variants": [v["name"] for v in variants if switched_on(v["env"])],
+            "reason": p["pcie_ipc_reason"],
+        },
         "table": [],
         "curve": [],
     }
@@ -481,6 +584,7 @@ def add_variant(record: dict, variant: dict, raw: dict, seconds: float) -> None:
     """The variant's versions and errors, and its rows in the table."""
     record["variants"][variant["name"]] = {
         "env": variant["env"],
+        "status": "ok",
         "nccl": raw.get("nccl", ""),
         "torch": raw.get("torch", ""),
         "gpu_name": raw.get("gpu_name", ""),
@@ -488,6 +592,8 @@ def add_variant(record: dict, variant: dict, raw: dict, seconds: float) -> None:
         "seconds": round(seconds, 1),
         "errors": raw.get("errors", []),
     }
+    if (raw.get("pcie_ipc") or {}).get("asked"):
+        record["variants"][variant["name"]]["pcie_ipc"] = raw["pcie_ipc"]
     for row in raw.get("results", []):
         record["table"].append({"variant": variant["name"], **{k: row[k] for k in TABLE_COLUMNS}})
     for point in raw.get("curve", []):
@@ -506,6 +612,15 @@ def measure(module: AnsibleModule, variants: list[dict], record: dict) -> None:
             module.exit_json(
                 changed=False, skipped=True, measured=False, msg=raw.get("reason", "no usable GPU")
             )
+        if rc == VARIANT_SKIPPED_RC and raw is not None and raw.get("status") == "skipped":
+            # this variant's all-reduce cannot act here (SGLang would stay on NCCL): recorded, not a failure
+            record["variants"][variant["name"]] = {
+                "env": variant["env"],
+                "status": "skipped",
+                "reason": raw.get("reason", ""),
+                "seconds": round(seconds, 1),
+            }
+            continue
         if rc != 0 or raw is None or raw.get("status") != "ok":
             reason = (raw or {}).get("reason") or ("timed out" if rc == 124 else f"exit code {rc}")
             module.fail_json(
@@ -546,11 +661,14 @@ def main() -> None:
             changed=True,
             skipped=False,
             measured=False,
-            msg="would measure " + ", ".join(v["name"] for v in variants),
+            msg="would measure "
+            + ", ".join(v["name"] for v in variants)
+            + (f"; {p['pcie_ipc_reason']}" if p["pcie_ipc_reason"] else ""),
         )
-    record = new_record(p, digest(inputs), model)
+    record = new_record(p, digest(inputs), model, variants)
     measure(module, variants, record)
     record["estimate"] = estimate(record["table"], model)
+    record["estimate_by_variant"] = estimate_by_variant(record["table"], model)
     if p["fact_path"]:
         write_atomic(p["fact_path"], json_text(record, indent=1))
     module.exit_json(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
-from collective_probe import estimate, model_spec, probe_inputs, validate_variants
+from collective_probe import estimate, estimate_by_variant, model_spec, probe_inputs, validate_variants
 from moduletools import run_module_in
 
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
@@ -29,8 +29,10 @@ def run_module(args: dict, tmp_path: Path, *, check: bool = False) -> dict:
 
 def test_estimate_from_the_h200_capture():
     fact = json.loads((FIX / "epforge_collective.fact").read_text())
-    rows = estimate(fact["table"], model_spec({}))
-    assert rows == fact["estimate"]  # the module's estimate is reproducible from its table
+    rows = estimate_by_variant(fact["table"], model_spec({}))
+    # the module's estimate of that day (per variant, no path recorded yet) is reproducible from its table
+    assert [{k: v for k, v in r.items() if k != "tp_path"} for r in rows] == fact["estimate"]
+    assert {r["tp_path"] for r in rows} == {"nccl"}
     by = {(r["variant"], r["mode"], r["tokens"]): r for r in rows}
     one = by[("default", "graph", 1)]
     ar = next(
@@ -49,8 +51,12 @@ def test_estimate_from_the_h200_capture():
     assert {r["cheaper"] for r in rows} == {"tp"}
     # with DP attention and a much cheaper all_to_all EP would win: the model is not hard-wired to TP
     cheap = [dict(r, mean_us=r["mean_us"] / 10) if r["op"] == "all_to_all" else r for r in fact["table"]]
-    dp = estimate(cheap, model_spec({"ep_attention_allreduce_per_layer": 0}))
+    dp = estimate_by_variant(cheap, model_spec({"ep_attention_allreduce_per_layer": 0}))
     assert {r["cheaper"] for r in dp} == {"ep"}
+    # the verdict rows: each side at its best variant - NVLink (default) has the faster allreduce everywhere
+    fastest = estimate(fact["table"], model_spec({}))
+    assert len(fastest) == len(rows) // 2 and {r["tp_variant"] for r in fastest} == {"default"}
+    assert {r["cheaper"] for r in fastest} == {"tp"}
 
 
 def test_h200_capture_shape():
@@ -163,6 +169,9 @@ def test_module_and_script_on_cpu_processes(bench_client_python, tmp_path):
         "iters": 10,
         "warmup": 2,
         "variants": [{"name": "default", "env": {}}, {"name": "socket", "env": {"X": "1"}}],
+        # SGLang's PCIe-IPC all-reduce cannot act on CPU processes: its variant is recorded as skipped
+        "pcie_ipc": True,
+        "pcie_ipc_reason": "asked by the test",
         "log_path": str(tmp_path / "log" / "probe.log"),
         "fact_path": str(tmp_path / "epforge_collective.fact"),
         "output_dir": str(tmp_path / "raw"),
@@ -173,7 +182,13 @@ def test_module_and_script_on_cpu_processes(bench_client_python, tmp_path):
     fact = json.loads((tmp_path / "epforge_collective.fact").read_text())
     assert len(fact["table"]) == 2 * 2 * 2  # variants x ops x tokens (eager only on CPU)
     assert {r["mode"] for r in fact["table"]} == {"eager"}
-    assert len(fact["estimate"]) == 4 and fact["variants"]["socket"]["env"] == {"X": "1"}
+    assert len(fact["estimate_by_variant"]) == 4 and fact["variants"]["socket"]["env"] == {"X": "1"}
+    assert len(fact["estimate"]) == 2  # one verdict per mode and token count, each side's fastest variant
+    assert {r["path"] for r in fact["table"]} == {"gloo"}
+    skipped = fact["variants"]["pcie_ipc"]
+    assert skipped["status"] == "skipped" and skipped["env"] == {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
+    assert "it needs CUDA devices, this run uses cpu" in skipped["reason"], skipped["reason"]
+    assert fact["pcie_ipc"] == {"variants": ["pcie_ipc"], "reason": "asked by the test"}
     assert (tmp_path / "raw" / "collective-probe-socket.json").exists()
     assert "collective probe, variant socket" in (tmp_path / "log" / "probe.log").read_text()
     again = run_module(args, tmp_path)

@@ -17,7 +17,7 @@ facts and the request:
 - on PCIe hosts with two GPUs or more, NCCL as it is and with PCIE_NCCL (NCCL_P2P_LEVEL=SYS with the
   LL, LL128 and Simple protocols: on 8x RTX PRO 6000 it raised speculative throughput from about 1003 to
   1131 tok/s, local-inference-lab's rtx6kpro wiki, NCCL tuning page), and SGLang's PCIe-IPC all-reduce on
-  with NCCL as it is where it can act (tune_plan/pcie_ipc.py: PCIe or mixed GPUs, TP 2/4/8, bf16, SGLang
+  with NCCL as it is where it can act (module_utils/pcie_ipc.py: PCIe or mixed GPUs, TP 2/4/8, bf16, SGLang
   >= 0.5.21 with FlashInfer >= 0.7.0), so three options and not four.
 
 A space given by the user replaces it: a grid ({setting: [values, ...], ..., env: [{...}, ...]}, every
@@ -31,6 +31,11 @@ import json
 import math
 import re
 
+from ansible_collections.epforge.ep.plugins.module_utils.pcie_ipc import (
+    ENV_ON,
+    VARIABLE,
+    switched_on,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     GRAPH_KEYS,
     SETTINGS_SCHEMA,
@@ -39,13 +44,12 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     table_spec,
     turns_graphs_off,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.pcie_ipc import ENV_ON
 
 # The all-to-all backends the default space tries for expert parallelism, where the installed SGLang offers
 # them (its flag table's choices for moe_a2a_backend); "none" is EP over the usual collectives.
 EP_BACKENDS = ("none", "deepep")
 PCIE_NCCL = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple"}
-# SGLang's PCIe-IPC all-reduce switched on (where tune_plan/pcie_ipc.can_act says it can act).
+# SGLang's PCIe-IPC all-reduce switched on (where module_utils/pcie_ipc.can_act says it can act).
 PCIE_IPC_ON = dict(ENV_ON)
 SPECULATIVE_KEYS = (
     "speculative_algorithm",
@@ -136,7 +140,7 @@ def default_dimensions(
 ) -> list[tuple[str, list[tuple]]]:
     """[(dimension, [(label, changes, env[, note]), ...]), ...]: the default space, one option list per
     dimension (a note says what an option replaces of the request). pcie_ipc: SGLang's PCIe-IPC all-reduce
-    can act on this host (tune_plan/pcie_ipc.can_act): one more option of the nccl dimension, crossed with
+    can act on this host (module_utils/pcie_ipc.can_act): one more option of the nccl dimension, crossed with
     NCCL as it is only."""
     gpus = max(1, int(gpu_facts.get("gpu_count") or 0))
     parallel = [(f"tp{gpus}", {"tp_size": gpus, "ep_size": 1}, {})]
@@ -321,23 +325,37 @@ def ep_first(estimate: list[dict]) -> tuple[bool | None, str]:
 DECODE_MAX_BYTES = 8 * 1024 * 1024
 
 
+def allreduce_key(env: dict | None) -> tuple:
+    """What of an environment decides how an all-reduce goes: its NCCL_* variables and SGLang's PCIe-IPC
+    all-reduce when switched on (sorted items), so a probe variant and a candidate with the same compare."""
+    key = {k: str(v) for k, v in (env or {}).items() if k.startswith("NCCL_")}
+    if switched_on(env):
+        key[VARIABLE] = "1"
+    return tuple(sorted(key.items()))
+
+
 def nccl_costs(curve: list[dict]) -> tuple[dict[tuple, float], str]:
-    """{NCCL environment (sorted items): summed allreduce median us over the curve's decode sizes} per probe
-    variant, with the reason; {} without a curve."""
-    totals: dict[tuple, float] = {}
-    names: dict[tuple, str] = {}
+    """{all-reduce environment (allreduce_key): summed allreduce median us over the curve's decode sizes} per
+    probe variant (the lower where two variants share a key), with the reason; {} without a curve."""
+    by_variant: dict[str, float] = {}
+    keys: dict[str, tuple] = {}
     for point in curve or []:
         if point.get("op") != "allreduce" or int(point.get("size") or 0) > DECODE_MAX_BYTES:
             continue
-        key = tuple(sorted((point.get("env") or {}).items()))
-        totals[key] = totals.get(key, 0.0) + float(point.get("median_us") or 0.0)
-        names[key] = point.get("variant", "?")
+        name = str(point.get("variant", "?"))
+        keys[name] = allreduce_key(point.get("env"))
+        by_variant[name] = by_variant.get(name, 0.0) + float(point.get("median_us") or 0.0)
+    totals: dict[tuple, float] = {}
+    names: dict[tuple, str] = {}
+    for name, total in sorted(by_variant.items()):
+        if keys[name] not in totals or total < totals[keys[name]]:
+            totals[keys[name]], names[keys[name]] = total, name
     if not totals:
         return {}, "no latency curve for this host: NCCL settings in the space's order"
     best = min(totals, key=totals.get)
     return totals, (
         f"the latency curve (allreduce up to {DECODE_MAX_BYTES // 1048576} MiB) was lowest with variant "
-        f"{names[best]}: its NCCL settings first"
+        f"{names[best]}: its all-reduce settings first"
     )
 
 
@@ -352,9 +370,7 @@ def ordered(
         return int(candidate["settings"].get("ep_size") or 1) > 1
 
     def nccl_cost(candidate: dict) -> float:
-        env = candidate["settings"].get("env") or {}
-        key = tuple(sorted((k, str(v)) for k, v in env.items() if k.startswith("NCCL_")))
-        return (nccl or {}).get(key, float("inf"))
+        return (nccl or {}).get(allreduce_key(candidate["settings"].get("env")), float("inf"))
 
     def rank(candidate: dict) -> tuple:
         parallelism = 0 if ep_is_cheaper is None else int(uses_ep(candidate) != ep_is_cheaper)

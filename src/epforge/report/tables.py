@@ -152,7 +152,8 @@ def probe_tables(
         est_head = ["variant", "mode", "tokens", "TP per step (ms)", "EP per step (ms)", "EP/TP", "cheaper"]
         est_body = [
             [
-                e["variant"],
+                # a verdict row names each side's fastest variant (collective_probe estimate())
+                f"TP {e['tp_variant']}, EP {e['ep_variant']}" if "tp_variant" in e else e["variant"],
                 e["mode"],
                 str(e["tokens"]),
                 fmt(e["tp_us"] / 1000, 2),

@@ -1,4 +1,5 @@
-"""Where SGLang's PCIe-IPC all-reduce can act, so the tuner's default space tries it (issue 37).
+"""Where SGLang's PCIe-IPC all-reduce can act, so the tuner's default space tries it and the collective probe
+measures it (issue 37; module tune_plan, tune_plan/space.py, module collective_probe, filter pcie_ipc_probe).
 
 SGLang >= 0.5.21 with FlashInfer >= 0.7.0 carries FlashInfer's PCIe-IPC all-reduce, opt-in with
 SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 (sglang/srt/distributed/device_communicators/pcie_ipc_ar.py). Where it
@@ -20,6 +21,8 @@ from ansible_collections.epforge.ep.plugins.module_utils.known_issues import eva
 ROW = "pcie_ipc_allreduce_opt_in"
 VARIABLE = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 ENV_ON = {VARIABLE: "1"}
+# The values SGLang's EnvBool reads as true, lower-cased (sglang/srt/environ.py; data/sglang_env/ types).
+ENV_TRUE = ("true", "1", "yes", "y")
 # SGLang's --dtype values that mean bf16 activations; "auto" follows the model (bf16 for a bf16 model).
 BF16 = ("bfloat16", "bf16")
 
@@ -46,6 +49,11 @@ def bf16(request: dict, config_text) -> tuple[bool, str]:
     if dtype is None:
         return True, "the model's dtype is unread (no config.json with torch_dtype on the host)"
     return dtype in BF16, f"a {dtype} model (its config.json)"
+
+
+def switched_on(env: dict | None) -> bool:
+    """Whether an environment switches SGLang's PCIe-IPC all-reduce on (its variable read as SGLang does)."""
+    return str((env or {}).get(VARIABLE, "")).strip().lower() in ENV_TRUE
 
 
 def can_act(table: dict, gpu_facts: dict, stack: dict, request: dict, config_text=None) -> tuple[bool, str]:
