@@ -93,7 +93,7 @@ options:
       - The most candidates a space may hold. A larger one is refused from its size alone (a grid's is the
         product of its value lists' lengths, a list's its length), before any candidate is built or judged.
     type: int
-    default: 64
+    default: 96
   model_config:
     description:
       - The text of the model's C(config.json) as read from the host (role tuner reads it); empty when unread.
@@ -192,7 +192,7 @@ ARGUMENT_SPEC = {
     "concurrencies": {"type": "list", "elements": "int", "default": []},
     "estimate": {"type": "list", "elements": "dict", "default": []},
     "curve": {"type": "list", "elements": "dict", "default": []},
-    "max_candidates": {"type": "int", "default": 64},
+    "max_candidates": {"type": "int", "default": 96},
 }
 
 

@@ -160,7 +160,7 @@ def test_a_huge_grid_is_refused_from_its_size_before_any_candidate_is_built():
     }
     rc, result = plan(ONE_H200, space={"grid": grid}, timeout=10)
     assert rc != 0, result
-    assert "holds 100000000 candidates, more than max_candidates (64)" in result["msg"], result["msg"]
+    assert "holds 100000000 candidates, more than max_candidates (96)" in result["msg"], result["msg"]
     assert "100 max_running_requests x 100 chunked_prefill_size" in result["msg"]
     assert "before any candidate was built" in result["msg"]
 

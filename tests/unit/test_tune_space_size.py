@@ -40,7 +40,7 @@ STACKS = {
 }
 
 
-def default_plan(stack: dict, nccl_options: int | None = None) -> dict:
+def default_plan(stack: dict, nccl_options: int | None = None, draft_model: str | None = None) -> dict:
     """tune_plan's answer for the host; nccl_options fills the NCCL dimension up to that many options."""
     real = space.default_dimensions
 
@@ -69,7 +69,7 @@ def default_plan(stack: dict, nccl_options: int | None = None) -> dict:
             (ROOT / "data" / "sglang_flags" / f"{stack['sglang']['version']}.json").read_text()
         ),
         "model_config": json.dumps({"torch_dtype": "bfloat16"}),  # config.json, as role tuner reads it
-        "draft_model": DEFAULTS["tuner_draft_model"],
+        "draft_model": DEFAULTS["tuner_draft_model"] if draft_model is None else draft_model,
         "concurrencies": DEFAULTS["tuner_workload"]["concurrencies"],
         "max_candidates": DEFAULTS["tuner_max_candidates"],
     }
@@ -98,3 +98,12 @@ def test_the_8x_rtx_pro_6000_default_plan_stays_within_its_bound_and_prints_its_
     assert int(sizes.group(3)) == counts["planned"]
     if room:
         assert dict((name, int(size)) for size, name in factors)["nccl"] == NCCL_ROOM
+
+
+@pytest.mark.parametrize("stack", sorted(STACKS))
+def test_with_a_draft_model_the_default_plan_is_within_the_role_s_limit(stack):
+    """A draft model doubles the space (EAGLE3 on/off): 72 built on cu130 with PCIe-IPC, which the role's
+    tuner_max_candidates (96) must admit: the limit refuses absurd grids, not the default space."""
+    plan = default_plan(STACKS[stack], draft_model="/models/Kimi-K2.5-eagle3")
+    assert "speculative" in plan["space"]["dimensions"]
+    assert sum(plan["counts"].values()) <= DEFAULTS["tuner_max_candidates"]
