@@ -103,6 +103,17 @@ CASES = {
             (SM120_PCIE, CU130, {"tp_size": 8, "enable_flashinfer_allreduce_fusion": False}),
         ],
     ),
+    "flashinfer_allreduce_fusion_backend_sm120": (
+        "error",
+        [
+            (SM120_PCIE, CU130, {"tp_size": 8, "flashinfer_allreduce_fusion_backend": "auto"}),
+            (SM120_PCIE, CU130, {"tp_size": 4, "flashinfer_allreduce_fusion_backend": "trtllm"}),
+        ],
+        [
+            (H200_NVLINK, CU130, {"tp_size": 2, "flashinfer_allreduce_fusion_backend": "auto"}),
+            (SM120_PCIE, CU130, {"tp_size": 8}),
+        ],
+    ),
     "torch_symm_mem_sm120_pcie": (
         "error",
         [
