@@ -122,6 +122,17 @@ options:
         C(stack), C(server) (settings; secret-looking values are redacted), C(gpu) (GPU facts).
     type: dict
     default: {}
+  windows:
+    description:
+      - Several windows in order in ONE client process (a driver that calls the release's own
+        bench_serving entry once per window, the tokenizer loaded once), instead of one run of O(workload).
+        Each item holds workload keys over O(workload) (C(name) required and unique, C(max_concurrency),
+        C(num_prompts), C(seed), ...); a window without C(seed) gets O(workload)'s seed plus its position.
+        Other keys of an item (for example C(purpose)) are returned with its result, not sent to the client.
+      - Each window is checked as a single run is (a failed window fails the call and ends the sequence;
+        the windows before it are returned in C(windows)); with O(fact_path) each window is one entry.
+    type: list
+    elements: dict
 author: epforge developers (@epforge)
 """
 
@@ -187,8 +198,25 @@ failure_class:
   description: Classified reason of a failure (C(timeout), C(connection_refused), C(incomplete_result), ...).
   returned: failure
   type: str
+windows:
+  description:
+    - With O(windows), one record per window that ran, in order - the item's own keys, C(workload),
+      C(status), C(figures), C(invalid_reasons), C(expected), C(started), C(finished) (epoch seconds) and
+      C(seconds) (its wall time in the client, traffic and the release's own warm-up request included).
+  returned: with windows
+  type: list
+  elements: dict
+client:
+  description:
+    - With O(windows), the one client process - C(seconds) (its wall time), C(startup_s) (start to the
+      client module imported), C(tokenizer_s) (the tokenizer's load, once), C(gaps_s) (each window's end to
+      the next one's start).
+  returned: with windows
+  type: dict
 """
 
+import inspect
+import json
 import os
 import time
 import uuid
@@ -198,6 +226,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench import driver
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.windows import (
+    driver_spec,
+    read_timeline,
+    window_workloads,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
     BenchError,
     bench_argv,
@@ -250,14 +284,21 @@ ARGUMENT_SPEC = {
     "history_max": {"type": "int", "default": 50},
     "record_success": {"type": "bool", "default": True},
     "record": {"type": "dict", "default": {}},
+    "windows": {"type": "list", "elements": "dict"},
 }
+# Keys of a window item that describe it to the caller and are not workload keys
+WINDOW_LABELS = ("purpose", "concurrency", "repeat")
 
 
-def input_problems(p: dict) -> tuple[dict | None, list[str]]:
-    """The normalized workload (None when it is bad) and every problem of the input."""
+def input_problems(p: dict) -> tuple[dict | list[dict] | None, list[str]]:
+    """The normalized workload (with windows: one per window; None when bad) and every problem of the
+    input."""
     problems = []
     try:
-        workload = normalize_workload(p["workload"])
+        if p["windows"] is not None:
+            workload = window_workloads(p["workload"], [_workload_keys(w) for w in p["windows"]])
+        else:
+            workload = normalize_workload(p["workload"])
     except BenchError as exc:
         problems.append(str(exc))
         workload = None
@@ -272,6 +313,10 @@ def input_problems(p: dict) -> tuple[dict | None, list[str]]:
     if p["max_failed_requests"] < 0:
         problems.append(f"max_failed_requests must be >= 0, got {p['max_failed_requests']}")
     return workload, problems
+
+
+def _workload_keys(window) -> dict:
+    return {k: v for k, v in window.items() if k not in WINDOW_LABELS} if isinstance(window, dict) else window
 
 
 def history_entry(p: dict, workload: dict) -> dict:
@@ -482,7 +527,8 @@ class BenchRun:
             )
         return None
 
-    def finish(self) -> None:
+    def outcome(self) -> dict:
+        """The run's checked result (a failure exits through fail()); its entry recorded with fact_path."""
         record, figures = self.read_record()
         status, invalid_reasons, expected = self.judge(record, figures)
         self.entry.update(
@@ -496,18 +542,164 @@ class BenchRun:
             # The figures describe a smaller load than asked: recorded (with the reasons) but never as ok.
             self.entry["invalid_reasons"] = invalid_reasons
             self.module.warn(f"benchmark {self.workload['name']} is INVALID: " + "; ".join(invalid_reasons))
-        history_length = self.record_success(figures)
+        return {
+            "figures": figures,
+            "expected": expected,
+            "status": status,
+            "invalid_reasons": invalid_reasons,
+            "history_length": self.record_success(figures),
+        }
+
+    def finish(self) -> None:
+        done = self.outcome()
         self.module.exit_json(
             changed=True,
             argv=self.argv,
-            figures=figures,
+            figures=done["figures"],
             result_file=self.result_file,
             seconds=self.seconds,
-            history_length=history_length,
+            history_length=done["history_length"],
             ansible_facts={"epforge_bench_result": self.entry},
-            status=status,
-            invalid_reasons=invalid_reasons,
-            msg=summary(self.workload, figures, invalid_reasons),
+            status=done["status"],
+            invalid_reasons=done["invalid_reasons"],
+            msg=summary(self.workload, done["figures"], done["invalid_reasons"]),
+        )
+
+
+class WindowRun(BenchRun):
+    """One window of a driver run: checked as a single run is; a failure also returns the windows before."""
+
+    def __init__(self, module: AnsibleModule, workload: dict, done: list[dict], client: dict) -> None:
+        super().__init__(module, workload)
+        self.done = done
+        self.client = client
+
+    def fail(self, msg: str, failure_class: str, explanation: str, **extra) -> None:
+        super().fail(
+            f"window {self.workload['name']}: {msg}",
+            failure_class,
+            explanation,
+            windows=self.done,
+            client=self.client,
+            **extra,
+        )
+
+
+class WindowsRun:
+    """Every window of O(windows) in one client process (plugins/module_utils/sglang_bench/driver.py)."""
+
+    def __init__(self, module: AnsibleModule, workloads: list[dict]) -> None:
+        self.module = module
+        self.p = p = module.params
+        self.items = p["windows"]
+        self.done: list[dict] = []
+        self.client: dict = {}
+        self.runs = [WindowRun(module, w, self.done, self.client) for w in workloads]
+        self.driver_path = os.path.join(p["work_dir"], "epforge_bench_windows.py")
+        self.spec_path = os.path.join(p["work_dir"], "epforge_bench_windows.json")
+        self.timeline_path = os.path.join(p["work_dir"], "epforge_bench_windows.timeline.jsonl")
+        self.argv = [p["python"], self.driver_path, self.spec_path]
+
+    def exit_check_mode(self) -> None:
+        names = ", ".join(run.workload["name"] for run in self.runs)
+        self.module.exit_json(
+            changed=True, argv=self.argv, msg=f"would run windows {names} against {self.p['base_url']}"
+        )
+
+    def prepare(self) -> int:
+        """The driver's source, its spec and an empty timeline in work_dir; the log's size before the run."""
+        offset = 0
+        for run in self.runs:
+            offset = run.prepare_dirs()
+        spec = driver_spec(
+            self.p["client_module"],
+            self.timeline_path,
+            [(run.workload, run.argv[3:]) for run in self.runs],  # the argv after `python -m MODULE`
+        )
+        try:
+            with open(self.driver_path, "w", encoding="utf-8") as handle:
+                handle.write(inspect.getsource(driver))  # works from Ansible's zipped module_utils too
+            with open(self.spec_path, "w", encoding="utf-8") as handle:
+                json.dump(spec, handle, indent=1)
+            with open(self.timeline_path, "w", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            self.module.fail_json(msg=f"cannot write the bench driver into {self.p['work_dir']}: {exc}")
+        return offset
+
+    def run(self) -> None:
+        offset = self.prepare()
+        names = ", ".join(run.workload["name"] for run in self.runs)
+        rc, seconds = run_logged(
+            self.argv,
+            self.p["log_path"],
+            env=client_env(self.p),
+            timeout=self.p["timeout"],
+            header=f"bench_serving windows {names} (one client)",
+        )
+        output = read_new_log(self.p["log_path"], offset)
+        try:
+            with open(self.timeline_path, encoding="utf-8") as handle:
+                timeline = read_timeline(handle.read())
+        except OSError:
+            timeline = read_timeline("")
+        self.client.update(
+            seconds=round(seconds, 2),
+            startup_s=timeline["startup_s"],
+            tokenizer_s=timeline["tokenizer_s"],
+            gaps_s=timeline["gaps_s"],
+        )
+        for item, run in zip(self.items, self.runs, strict=True):
+            times = timeline["windows"].get(run.workload["name"])
+            finished = times is not None and times["finished"] is not None and times["error"] is None
+            run.entry = history_entry(self.p, run.workload)
+            run.output, run.rc = output, (rc if not finished else 0)
+            run.seconds = run.entry["seconds"] = (times or {}).get("seconds") or 0.0
+            if not finished:
+                self.fail_window(run, rc, times)
+            done = run.outcome()
+            self.done.append(
+                {
+                    **item,
+                    "workload": run.workload,
+                    "status": done["status"],
+                    "figures": done["figures"],
+                    "invalid_reasons": done["invalid_reasons"],
+                    "expected": done["expected"],
+                    "started": times["started"],
+                    "finished": times["finished"],
+                    "seconds": times["seconds"],
+                }
+            )
+        last = self.runs[-1]
+        self.module.exit_json(
+            changed=True,
+            argv=self.argv,
+            windows=self.done,
+            client=self.client,
+            seconds=self.client["seconds"],
+            ansible_facts={"epforge_bench_result": last.entry},
+            msg="; ".join(
+                summary(run.workload, window["figures"], window["invalid_reasons"])
+                for run, window in zip(self.runs, self.done, strict=True)
+            )
+            + f" (one client, {self.client['seconds']} s)",
+        )
+
+    def fail_window(self, run: WindowRun, rc: int, times: dict | None) -> None:
+        """The first window that did not finish fails the call, classified from the client's output."""
+        failure_class, explanation = classify_failure(run.output, rc if rc != 0 else 1)
+        if rc == 124:
+            what = "did not finish within the timeout"
+        elif times is None:
+            what = "never started (the client failed before it)"
+        else:
+            what = f"failed ({times['error'] or 'cut off'})"
+        run.fail(
+            f"bench_serving {what}: {failure_class}: {explanation}, rc {rc}",
+            failure_class,
+            explanation,
+            seconds=self.client["seconds"],
         )
 
 
@@ -516,6 +708,12 @@ def main() -> None:
     workload, problems = input_problems(module.params)
     if problems:
         module.fail_json(msg="bad sglang_bench input: " + "; ".join(problems), problems=problems)
+    if module.params["windows"] is not None:
+        windows = WindowsRun(module, workload)
+        if module.check_mode:
+            windows.exit_check_mode()
+        windows.run()
+        return
     run = BenchRun(module, workload)
     if module.check_mode:
         run.exit_check_mode()

@@ -1,0 +1,114 @@
+"""The one-client driver (issue 38, "one client per candidate"): several bench_serving windows in order in ONE
+Python process of the client's environment, so a window costs its traffic and not a client start-up each
+(on the stand-in a start-up - importing sglang.bench_serving, loading the tokenizer - took seconds per
+window, bench/tune_cost.py --breakdown).
+
+It is SGLang's own client: each window is the release's command line entry (`cli_main` of the client module,
+in SGLang 0.5.16 and 0.5.23 `sglang/benchmark/serving.py`, re-exported by `sglang.bench_serving`) called with
+that window's argv, so its parser, checks, dataset, warm-up request and result file are the release's. The
+one change: the release's `get_tokenizer` (looked up in the module's globals by its `run_benchmark`) is
+memoized per path, so the tokenizer loads once for all windows.
+
+Run by module sglang_bench with the client's python: `python driver.py SPEC.json`, SPEC =
+{"client_module": "sglang.bench_serving", "timeline": PATH, "windows": [{"name": N, "argv": [bench_serving
+arguments]}, ...]}. The driver appends one JSON line per event to the timeline (start: the process's start,
+imported: the client module imported, then per window start and end with its wall-clock times and, on a
+failure, the error); a window that fails (the release exits or raises) ends the sequence: the windows after
+it never run (a failing server fails the candidate; more traffic would only add time). Exit code 0 when
+every window ran, else 1.
+
+Standard library only at import time (it is imported by the module for its source, on the controller's
+Python too); the client module is imported only by main().
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import sys
+import time
+import traceback
+
+
+def event(path: str, kind: str, **fields) -> dict:
+    """Append one timeline event (wall-clock time included) as a JSON line; flushed at once, so a killed
+    driver leaves every event before it."""
+    record = {"event": kind, "time": time.time(), **fields}
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+        handle.flush()
+    return record
+
+
+def memoize_tokenizer(entry, path: str) -> None:
+    """The release's get_tokenizer, as its run_benchmark looks it up (the module globals of the entry
+    point), loads each tokenizer once; the load is timed into the timeline."""
+    namespace = entry.__globals__
+    load = namespace.get("get_tokenizer")
+    if load is None or getattr(load, "epforge_memoized", False):
+        return
+
+    @functools.lru_cache(maxsize=4)
+    def cached(name, *args, **kwargs):
+        started = time.time()
+        tokenizer = load(name, *args, **kwargs)
+        event(path, "tokenizer", tokenizer=str(name), seconds=round(time.time() - started, 3))
+        return tokenizer
+
+    cached.epforge_memoized = True
+    namespace["get_tokenizer"] = cached
+
+
+def run_window(entry, module_name: str, window: dict) -> str | None:
+    """Run one window through the release's command line entry; None when it finished, else the error."""
+    saved = sys.argv
+    sys.argv = [module_name, *[str(a) for a in window["argv"]]]
+    try:
+        entry()
+    except SystemExit as exc:
+        # argparse errors and the release's own sys.exit(1) (server not ready, no model): a failed window
+        if exc.code not in (None, 0):
+            return f"bench_serving exited with {exc.code!r}"
+    except Exception as exc:  # any error of the client fails this window, with its traceback
+        traceback.print_exc()
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        sys.argv = saved
+    return None
+
+
+def run(spec: dict, import_module=importlib.import_module) -> int:
+    """Run the spec's windows in order (see the module docstring); 0 when all ran, 1 at the first failure."""
+    timeline = spec["timeline"]
+    module_name = spec.get("client_module") or "sglang.bench_serving"
+    event(timeline, "start", windows=[w["name"] for w in spec["windows"]])
+    module = import_module(module_name)
+    entry = getattr(module, "cli_main", None)
+    if entry is None:
+        event(timeline, "error", error=f"{module_name} has no cli_main (not a supported release)")
+        return 1
+    memoize_tokenizer(entry, timeline)
+    event(timeline, "imported", module=module_name)
+    for index, window in enumerate(spec["windows"]):
+        print(f"=== window {index + 1}/{len(spec['windows'])}: {window['name']}", flush=True)
+        event(timeline, "window_start", name=window["name"], index=index)
+        error = run_window(entry, module_name, window)
+        event(timeline, "window_end", name=window["name"], index=index, error=error)
+        if error is not None:
+            print(f"=== window {window['name']} failed: {error}", flush=True)
+            return 1
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: driver.py SPEC.json", file=sys.stderr)
+        return 2
+    with open(argv[1], encoding="utf-8") as handle:
+        spec = json.load(handle)
+    return run(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
