@@ -5,9 +5,12 @@ client; the window rules (plugins/module_utils/sglang_bench/windows.py)."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import itertools
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "sglang_bench.py"
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
 import bench_env  # noqa: E402
+
+WHEELS = ROOT / ".cache" / "sglang-wheels"
+# The releases the project pins (stacks/*.yml) whose client has the entry the driver calls
+RELEASES = ("0.5.16", "0.5.23")
 
 WORKLOAD = {"name": "tune", "input_len": 32, "output_len": 8, "num_prompts": 4, "seed": 42}
 WINDOWS = [
@@ -201,3 +208,54 @@ def test_the_timeline_of_a_killed_driver_keeps_the_windows_it_finished():
     assert timeline["windows"]["a"]["seconds"] == 5.5
     assert timeline["windows"]["b"]["finished"] is None
     assert timeline["gaps_s"] == [0.25]
+
+
+# ------------------------------------------------------------------ the release's entry, read in each wheel
+
+
+def flag_data():
+    spec = importlib.util.spec_from_file_location(
+        "sglang_flag_data", ROOT / "scripts" / "sglang_flag_data.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def functions(tree: ast.Module) -> dict:
+    return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+def called_names(function: ast.FunctionDef) -> set[str]:
+    return {
+        node.func.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_release_s_client_has_the_entry_the_driver_calls(release):
+    """cli_main parses sys.argv (parse_args() without arguments) and calls run_benchmark, which loads the
+    tokenizer through the module-level name the driver memoizes; sglang.bench_serving re-exports cli_main."""
+    wheel = flag_data().download_wheel(sys.executable, release, WHEELS)
+    with zipfile.ZipFile(wheel) as archive:
+        serving = ast.parse(archive.read("sglang/benchmark/serving.py"))
+        shim = archive.read("sglang/bench_serving.py").decode()
+    defined = functions(serving)
+    entry = defined[driver.ENTRY]
+    parse_calls = [
+        node
+        for node in ast.walk(entry)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "parse_args"
+    ]
+    assert parse_calls and all(not call.args for call in parse_calls)
+    assert "run_benchmark" in called_names(entry)
+    assert driver.TOKENIZER_LOADER in called_names(defined["run_benchmark"])
+    imported = {
+        alias.name for node in serving.body if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
+    assert driver.TOKENIZER_LOADER in imported  # a module global, not a local of run_benchmark
+    assert f"from sglang.benchmark.serving import {driver.ENTRY}" in shim

@@ -30,6 +30,12 @@ import sys
 import time
 import traceback
 
+# What the driver uses of the client module, in every pinned release (tests/unit/test_sglang_bench_windows.py
+# reads them in each release's sglang/benchmark/serving.py): the command line entry that parses sys.argv and
+# runs one benchmark, and the tokenizer loader its run_benchmark looks up among the module's globals.
+ENTRY = "cli_main"
+TOKENIZER_LOADER = "get_tokenizer"
+
 
 def event(path: str, kind: str, **fields) -> dict:
     """Append one timeline event (wall-clock time included) as a JSON line; flushed at once, so a killed
@@ -45,7 +51,7 @@ def memoize_tokenizer(entry, path: str) -> None:
     """The release's get_tokenizer, as its run_benchmark looks it up (the module globals of the entry
     point), loads each tokenizer once; the load is timed into the timeline."""
     namespace = entry.__globals__
-    load = namespace.get("get_tokenizer")
+    load = namespace.get(TOKENIZER_LOADER)
     if load is None or getattr(load, "epforge_memoized", False):
         return
 
@@ -57,7 +63,7 @@ def memoize_tokenizer(entry, path: str) -> None:
         return tokenizer
 
     cached.epforge_memoized = True
-    namespace["get_tokenizer"] = cached
+    namespace[TOKENIZER_LOADER] = cached
 
 
 def run_window(entry, module_name: str, window: dict) -> str | None:
@@ -84,9 +90,9 @@ def run(spec: dict, import_module=importlib.import_module) -> int:
     module_name = spec.get("client_module") or "sglang.bench_serving"
     event(timeline, "start", windows=[w["name"] for w in spec["windows"]])
     module = import_module(module_name)
-    entry = getattr(module, "cli_main", None)
+    entry = getattr(module, ENTRY, None)
     if entry is None:
-        event(timeline, "error", error=f"{module_name} has no cli_main (not a supported release)")
+        event(timeline, "error", error=f"{module_name} has no {ENTRY} (not a supported release)")
         return 1
     memoize_tokenizer(entry, timeline)
     event(timeline, "imported", module=module_name)
