@@ -4,8 +4,10 @@
 
 - tune_run: the objective resolved and checked once per run (its defaults, plugins/module_utils/
   tune_objective.py), the order of a candidate's steady windows and one window's workload;
-- tune_verdict: a candidate's first window judged against the best finished so far (stop early or go on);
-- tune_decision: the finished candidates ranked, and the winner picked from the plan;
+- tune_verdict: a candidate's first window judged against the best finished so far (stop early or go on,
+  beyond the margin and the spread: plugins/module_utils/tune_decision.py);
+- tune_decision: the finished candidates ranked under noise (median and spread, re-measure, tie;
+  plugins/module_utils/tune_decision.py), and the winner picked from the plan;
 - tune_settings: a request with a candidate's variation over it (plugins/module_utils/tune_settings.py),
   for a host of tuner_group that serves the group's winner over its own request.
 
@@ -18,13 +20,11 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.epforge.ep.plugins.module_utils import tune_decision as decision_rules
 from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import (
     DEFAULT_MARGIN,
     ObjectiveError,
-    ranking,
     resolved,
-    steady,
-    stop_early,
     window_order,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.tune_settings import settings_of
@@ -47,23 +47,25 @@ def tune_run(objective, workload) -> dict:
     }
 
 
-def tune_verdict(results, figures, objective, margin=DEFAULT_MARGIN) -> dict:
-    """{stop_early, reason}: a first steady window's figures against the best of the finished results."""
-    incumbent = ranking(results or [], objective)["value"]
-    stop, reason = stop_early(figures or {}, incumbent, objective, float(margin))
+def tune_verdict(results, figures, objective, margin=DEFAULT_MARGIN, noise=None) -> dict:
+    """{stop_early, reason}: a first steady window's figures against the best of the finished results, beyond
+    the margin and the spread (noise: role tuner's window and spread settings, defaults from the H200 run)."""
+    ranked = decision_rules.decide(results or [], [], objective, noise)
+    incumbent = ranked["stats"][ranked["valid"][0]] if ranked["valid"] else None
+    stop, reason = decision_rules.stop_early(figures or {}, incumbent, objective, float(margin), noise)
     return {"stop_early": stop, "reason": reason}
 
 
-def tune_decision(results, candidates, objective) -> dict:
-    """{ranking, winner: the planned candidate the ranking names ({} when none qualified), figures: the
-    winner's steady figures at the objective's concurrency ({} without a winner)}."""
-    ranked = ranking(results or [], objective)
+def tune_decision(results, candidates, objective, noise=None) -> dict:
+    """{ranking: the decision (verdict clear|remeasure|tie|none, winner, value, valid, invalid, stats with
+    each candidate's median, spread and interval, remeasure, tie, reason), winner: the planned candidate it
+    names ({} when none qualified or a re-measure is due), figures: the winner's median steady figures}."""
+    ranked = decision_rules.decide(results or [], candidates or [], objective, noise)
     name = ranked["winner"]
     winner = next((c for c in candidates or [] if c.get("name") == name), None) if name else {}
     if winner is None:
         raise AnsibleFilterError(f"the journal's winner {name!r} is not a candidate of this plan")
-    result = next((r for r in results if r["name"] == name), {}) if name else {}
-    figures = (steady(result, objective) or {}) if name else {}
+    figures = ranked["stats"][name]["figures"] if name else {}
     return {"ranking": ranked, "winner": winner, "figures": figures}
 
 
