@@ -93,3 +93,44 @@ def test_a_non_streaming_generation_pays_the_same_delays(standin):
         answer = json.loads(response.read())
     assert time.monotonic() - started >= 0.3
     assert answer["meta_info"]["completion_tokens"] == 10
+
+
+def factor_of(log_path) -> tuple[int, float]:
+    """(launch, speed factor) the stand-in logged for its noise."""
+    line = next(line for line in log_path.read_text().splitlines() if "TEST DOUBLE noise" in line)
+    launch = int(line.split("launch ")[1].split(",")[0])
+    return launch, float(line.rsplit(" ", 1)[1])
+
+
+def test_the_launch_noise_draws_anew_per_launch_and_the_same_per_seed(tmp_path):
+    """Issue 38: the speed moves between launches of the same settings; seeded, so a run repeats."""
+    counter = tmp_path / "launches"
+    env = {
+        "SGLANG_STANDIN_NOISE_SEED": "7",
+        "SGLANG_STANDIN_LAUNCH_NOISE": "0.5",
+        "SGLANG_STANDIN_NOISE_COUNTER": str(counter),
+        "SGLANG_STANDIN_TOKEN_DELAY_MS": "20",
+    }
+    seen = []
+    for index in range(3):
+        if index == 2:
+            counter.unlink()  # the same seed from the first launch again
+        log_path = tmp_path / f"standin-{index}.log"
+        proc, url = bench_env.start_standin("/models/none", env=env, log_path=log_path)
+        try:
+            _ttft, total = stream_times(url, 20)
+        finally:
+            bench_env.stop(proc)
+        launch, factor = factor_of(log_path)
+        # 20 tokens of 20 ms, slowed or sped by the launch's factor
+        assert total >= 0.9 * 20 * 0.020 / factor, (total, factor)
+        seen.append((launch, factor))
+    assert [launch for launch, _f in seen] == [1, 2, 1]
+    assert seen[0][1] != seen[1][1] and seen[0] == seen[2]
+
+
+def test_a_batch_size_compiles_once_before_its_first_token(standin):
+    url = standin(SGLANG_STANDIN_COMPILE_MS="4:800", SGLANG_STANDIN_TOKEN_DELAY_MS=5)
+    first, _total = stream_times(url, 4)
+    again, _total = stream_times(url, 4)
+    assert first >= 0.8 and again < 0.5, (first, again)

@@ -33,6 +33,18 @@ Behaviour knobs (environment variables, all optional):
   SGLANG_STANDIN_COLD_REQUESTS  how many generations after ready are cold (JIT compiles, CUDA-graph capture:
                                default 0); each of them takes SGLANG_STANDIN_COLD_FACTOR times as long
                                (default 1: first-token and per-token delays multiplied)
+  SGLANG_STANDIN_NOISE_SEED    seed of the noise below (default 0); a real server's speed moves between
+                               launches and between windows (issue 38: on one H200 the same settings read
+                               8403 then 6923 output tok/s in two launches)
+  SGLANG_STANDIN_LAUNCH_NOISE  log standard deviation of a speed factor drawn once per launch (default 0)
+  SGLANG_STANDIN_WINDOW_NOISE  log standard deviation of a speed factor drawn per slot of
+                               SGLANG_STANDIN_WINDOW_SECONDS (default 1.0) since ready (default 0)
+  SGLANG_STANDIN_NOISE_COUNTER  path of a file counting launches (created, incremented at each start): the
+                               launch's draws come from the seed and this count, so a relaunch of the same
+                               settings draws anew and a run with the same seed draws the same
+  SGLANG_STANDIN_COMPILE_MS    per-batch-size compile delays, "BS:MS,BS:MS" (as lazy CUDA-graph capture): the
+                               first generation that finds the running batch at a size <= BS (the smallest
+                               such BS) for the first time waits MS before its first token
   SGLANG_STANDIN_ACCEPT_LENGTH   avg_spec_accept_length reported when speculative (default 2.5)
   SGLANG_STANDIN_READY_FILE    path: written with the epoch time the server became ready
   SGLANG_STANDIN_ACCESS_LOG    "0": no access lines (default: one per request, uvicorn's format, as SGLang)
@@ -56,6 +68,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -184,6 +197,35 @@ class State:
         self.served_name = args.served_model_name or args.model_path
         self.announced = False
         self.lock = threading.Lock()
+        self.noise = Noise()
+        self.compile_ms = {
+            int(bs): float(ms)
+            for bs, ms in (
+                item.split(":") for item in os.environ.get("SGLANG_STANDIN_COMPILE_MS", "").split(",") if item
+            )
+        }
+        self.compiled: set[int] = set()
+        self.in_flight = 0
+
+    @contextlib.contextmanager
+    def flight(self):
+        """One generation running: the batch size a compile delay is keyed by."""
+        with self.lock:
+            self.in_flight += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def compile_delay(self) -> float:
+        """Seconds this generation waits for the first capture of its batch size (once per size)."""
+        with self.lock:
+            size = next((bs for bs in sorted(self.compile_ms) if self.in_flight <= bs), None)
+            if size is None or size in self.compiled:
+                return 0.0
+            self.compiled.add(size)
+        return self.compile_ms[size] / 1000.0
 
     def ready(self) -> bool:
         if self.hang or time.time() < self.ready_at:
@@ -204,8 +246,8 @@ class State:
         with self.lock:
             cold = self.cold_left > 0
             self.cold_left -= 1 if cold else 0
-        factor = self.cold_factor if cold else 1.0
-        return self.first_token_delay * factor, self.token_delay * factor
+        factor = (self.cold_factor if cold else 1.0) / self.noise.speed(time.time() - self.ready_at)
+        return self.first_token_delay * factor + self.compile_delay(), self.token_delay * factor
 
     def crash_due(self) -> bool:
         """Whether this generation request is the SGLANG_STANDIN_CRASH_ON_REQUEST-th since start."""
@@ -404,7 +446,7 @@ class Handler(BaseHTTPRequestHandler):
             crash_later(0)  # the process ends under this request: no answer, then nothing listens
             time.sleep(30)
             return
-        with self.state.running:
+        with self.state.running, self.state.flight():
             if path == "/generate":
                 self.generate(body)
             else:
@@ -636,6 +678,40 @@ def rendezvous(args) -> list[socket.socket]:
     log(f"Init parallel ends. elapsed={time.monotonic() - started:.2f} s")
     watch_peers(peers, args.node_rank)
     return peers
+
+
+class Noise:
+    """The server's speed factor: one draw per launch, one per window slot since ready (log-normal, seeded:
+    SGLANG_STANDIN_NOISE_SEED, the launch's count in SGLANG_STANDIN_NOISE_COUNTER)."""
+
+    def __init__(self) -> None:
+        self.seed = int(os.environ.get("SGLANG_STANDIN_NOISE_SEED", "0"))
+        self.window_sigma = float(os.environ.get("SGLANG_STANDIN_WINDOW_NOISE", "0"))
+        self.window_s = float(os.environ.get("SGLANG_STANDIN_WINDOW_SECONDS", "1.0"))
+        self.launch = self.count_launch(os.environ.get("SGLANG_STANDIN_NOISE_COUNTER", ""))
+        sigma = float(os.environ.get("SGLANG_STANDIN_LAUNCH_NOISE", "0"))
+        self.launch_factor = random.Random(f"{self.seed}-{self.launch}").lognormvariate(0.0, sigma)  # noqa: S311
+        if sigma or self.window_sigma:
+            log(f"TEST DOUBLE noise: launch {self.launch}, speed factor {self.launch_factor:.3f}")
+
+    @staticmethod
+    def count_launch(path: str) -> int:
+        if not path:
+            return 0
+        with open(path, "a+", encoding="utf-8") as handle:
+            handle.seek(0)
+            count = int(handle.read().strip() or "0") + 1
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{count}\n")
+        return count
+
+    def speed(self, since_ready: float) -> float:
+        if not self.window_sigma:
+            return self.launch_factor
+        slot = int(max(since_ready, 0.0) // self.window_s)
+        draw = random.Random(f"{self.seed}-{self.launch}-{slot}").lognormvariate(0.0, self.window_sigma)  # noqa: S311
+        return self.launch_factor * draw
 
 
 class HealthOnlyHandler(BaseHTTPRequestHandler):
