@@ -227,6 +227,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench import driver
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.streams import cut_streams
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.windows import (
     driver_spec,
     read_timeline,
@@ -238,6 +239,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload i
     check_record_matches,
     check_validity,
     classify_failure,
+    expected_output,
     extract_figures,
     normalize_workload,
     parse_result_lines,
@@ -492,9 +494,19 @@ class BenchRun:
                 "the client's recorded workload differs from the request",
                 result_file=self.result_file,
             )
+        # a stream that ended without its final chunk is a failed request, though the client counts it done
+        cut = cut_streams(record, workload, expected_output(workload, p["extra_args"])["ignores_eos"])
+        if cut["count"]:
+            figures["completed"] = int(figures["completed"]) - cut["count"]
+            figures["total_output_tokens"] = int(figures["total_output_tokens"]) - cut["phantom_tokens"]
+        figures["cut_streams"] = cut["count"]
         failed_requests = workload["num_prompts"] - int(figures["completed"])
         figures["failed_requests"] = failed_requests
         status, invalid_reasons, expected = check_validity(figures, workload, p["extra_args"])
+        if cut["count"]:
+            invalid_reasons.append(
+                f"{cut['count']} stream(s) ended without their final chunk (counted as failed)"
+            )
         if status == "failed":
             self.entry["figures"] = figures
             self.fail(

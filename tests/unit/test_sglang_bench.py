@@ -182,23 +182,28 @@ def test_zero_generated_tokens_is_always_a_failure(tmp_path):
 
 
 def test_short_generations_are_recorded_invalid_with_the_figures(bench_client, tmp_path):
-    """The real client against a stand-in that ends every generation after 4 of the 16 tokens asked."""
+    """The real client against a stand-in that ends every generation after 4 of the 16 tokens asked: the
+    client calls each request a success; with ignore_eos a stream short of its length ended without its
+    final chunk, so each is a failed request (streams.py), and the run is invalid."""
     _, tok = bench_client
     proc, url = bench_env.start_standin(
         str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_MAX_NEW_TOKENS": "4"}
     )
     try:
-        result = run_module(base_args(bench_client, tmp_path, url), tmp_path)
+        result = run_module({**base_args(bench_client, tmp_path, url), "max_failed_requests": 8}, tmp_path)
     finally:
         bench_env.stop(proc)
     assert result["_rc"] == 0, result.get("msg")
     assert result["status"] == "invalid"
     assert result["invalid_reasons"] == [
-        "generated 32 output tokens, fewer than the 128 asked for (num_prompts 8 x output_len 16)"
+        "completed 0 of 8 requests",
+        "generated 32 output tokens, fewer than the 128 asked for (num_prompts 8 x output_len 16)",
+        "8 stream(s) ended without their final chunk (counted as failed)",
     ]
-    assert result["msg"].startswith("INVALID (generated 32 output tokens")
+    assert result["msg"].startswith("INVALID (completed 0 of 8 requests")
     entry = result["ansible_facts"]["epforge_bench_result"]
     assert entry["status"] == "invalid" and entry["figures"]["total_output_tokens"] == 32
+    assert entry["figures"]["cut_streams"] == 8 and entry["figures"]["failed_requests"] == 8
     assert entry["expected"] == {"completed": 8, "min_output_tokens": 128, "ignores_eos": True}
     fact = json.loads(Path(base_args(bench_client, tmp_path, url)["fact_path"]).read_text())
     assert fact["last"]["status"] == "invalid" and fact.get("last_ok") is None and fact["failures"] == 1

@@ -174,7 +174,8 @@ def bench_argv(
         ("--output-file", output_file),
         ("--tag", w["name"]),
     ]
-    argv = [python, "-m", module, *option_argv(options), "--disable-tqdm"]
+    # --output-details: the per-request outcomes, so a stream cut before its final chunk is seen (streams.py)
+    argv = [python, "-m", module, *option_argv(options), "--disable-tqdm", "--output-details"]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
     if model:
