@@ -56,11 +56,12 @@ def tune_verdict(results, figures, objective, margin=DEFAULT_MARGIN, noise=None)
     return {"stop_early": stop, "reason": reason}
 
 
-def tune_decision(results, candidates, objective, noise=None) -> dict:
+def tune_decision(results, candidates, objective, noise=None, final=False) -> dict:
     """{ranking: the decision (verdict clear|remeasure|tie|none, winner, value, valid, invalid, stats with
     each candidate's median, spread and interval, remeasure, tie, reason), winner: the planned candidate it
-    names ({} when none qualified or a re-measure is due), figures: the winner's median steady figures}."""
-    ranked = decision_rules.decide(results or [], candidates or [], objective, noise)
+    names ({} when none qualified or a re-measure is due), figures: the winner's median steady figures}.
+    final: the re-measures are over (their rounds ran or the budget is spent): close leaders are a tie."""
+    ranked = decision_rules.decide(results or [], candidates or [], objective, noise, bool(final))
     name = ranked["winner"]
     winner = next((c for c in candidates or [] if c.get("name") == name), None) if name else {}
     if winner is None:

@@ -180,13 +180,20 @@ def tie_key(candidate: dict, stats: dict, index: int) -> tuple:
     return (away, 0 if sglang_default else 1, ttft if ttft is not None else math.inf, index)
 
 
-def decide(results: list[dict], candidates: list[dict], objective: dict, noise: dict | None = None) -> dict:
+def decide(
+    results: list[dict],
+    candidates: list[dict],
+    objective: dict,
+    noise: dict | None = None,
+    final: bool = False,
+) -> dict:
     """The decision over the finished results (plan order):
 
     {verdict: clear|remeasure|tie|none, winner, value, valid: [names best first], invalid: {name: reason},
      stats: {name: candidate_stats}, remeasure: the names to relaunch next, in turn (verdict remeasure) or
      None,
-     tie: {names, rule, picked} or None, reason}.
+     tie: {names, rule, picked} or None, reason}. final: no re-measure is due any more (the rounds ran, or
+    the budget is spent): leaders still close are a tie now.
     """
     noise = noise_of(noise)
     goal = objective.get("goal", DEFAULT_GOAL)
@@ -240,7 +247,7 @@ def decide(results: list[dict], candidates: list[dict], objective: dict, noise: 
     best = ordered[0]
     close = [n for n in ordered[1:] if not told_apart(stats[best], stats[n], noise)]
     rounds = max((len(r.get("relaunches") or []) for r in results), default=0)
-    if 0 < rounds < noise["max_relaunches"]:
+    if not final and 0 < rounds < noise["max_relaunches"]:
         # a re-measure runs to its bound before it is judged again: one look more, not one per relaunch
         pair = [n for n in ordered if len(_result(results, n).get("relaunches") or []) == rounds]
         return _remeasure(base, pair, rounds, noise)
@@ -252,7 +259,7 @@ def decide(results: list[dict], candidates: list[dict], objective: dict, noise: 
             else f"{best} is the only valid candidate"
         )
         return {**base, "verdict": "clear", "winner": best, "value": stats[best]["value"], "reason": reason}
-    if rounds == 0 and noise["max_relaunches"] > 0:
+    if not final and rounds == 0 and noise["max_relaunches"] > 0:
         return _remeasure(base, [best, close[0]], rounds, noise)
     tied = [best, *close]
     picked = min(tied, key=lambda n: tie_key(by_name.get(n, {}), stats[n], order.get(n, len(order))))
@@ -263,7 +270,7 @@ def decide(results: list[dict], candidates: list[dict], objective: dict, noise: 
         "value": stats[picked]["value"],
         "tie": {"names": tied, "rule": TIE_RULE, "picked": picked},
         "reason": (
-            f"TIE: {', '.join(tied)} not told apart after {rounds} relaunches of the leaders; "
+            f"TIE: {', '.join(tied)} not told apart after {rounds} relaunch round(s) of the leaders; "
             f"{picked} picked by the rule ({TIE_RULE})"
         ),
     }

@@ -10,23 +10,38 @@ import sys
 from pathlib import Path
 
 import yaml
+from test_report import chromium
 
-from epforge.report.tuning import decision_rows, pareto_front, paste_block
+from epforge.report.tuning import (
+    DECISION_HEAD,
+    decision_rows,
+    front_of,
+    pareto_front,
+    paste_block,
+    verdict_text,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "report-tuning"
 TUNING = json.loads((FIXTURE / "standin" / "epforge_tuning.fact").read_text())
+TIE_FIXTURE = ROOT / "tests" / "fixtures" / "report-tuning-tie"
+TIE = json.loads((TIE_FIXTURE / "standin-tie" / "epforge_tuning.fact").read_text())
+
+
+WHY = DECISION_HEAD.index("why")
+TOKS = DECISION_HEAD.index("output tok/s")
 
 
 def test_the_decision_table_ranks_the_winner_first_and_says_why_for_the_rest():
     rows = {r[0]: r for r in decision_rows(TUNING)}
     assert decision_rows(TUNING)[0][:2] == ["cold-heavy", "WINNER"]
-    assert rows["fastest-bad-ttft"][1] == "stopped_early" and "ttft_p99_ms" in rows["fastest-bad-ttft"][8]
-    assert rows["steady-slower"][1] == "stopped_early" and "below the incumbent" in rows["steady-slower"][8]
-    assert rows["crashes"][1] == "failed" and rows["crashes"][8].startswith("deep_ep_missing")
-    assert rows["nccl-tree"][1] == "refused" and "nccl_algo_tree_with_cuda_graphs" in rows["nccl-tree"][8]
+    assert rows["fastest-bad-ttft"][1] == "stopped_early" and "ttft_p99_ms" in rows["fastest-bad-ttft"][WHY]
+    assert rows["steady-slower"][1] == "stopped_early" and "below the incumbent" in rows["steady-slower"][WHY]
+    assert rows["crashes"][1] == "failed" and rows["crashes"][WHY].startswith("deep_ep_missing")
+    assert rows["nccl-tree"][1] == "refused" and "nccl_algo_tree_with_cuda_graphs" in rows["nccl-tree"][WHY]
     # the fastest by throughput is not the winner: it broke the TTFT constraint
-    assert float(rows["fastest-bad-ttft"][3]) > float(rows["cold-heavy"][3])
+    assert float(rows["fastest-bad-ttft"][TOKS]) > float(rows["cold-heavy"][TOKS])
+    assert all(len(row) == len(DECISION_HEAD) for row in rows.values())
 
 
 def test_the_block_to_paste_is_the_winners_settings_under_epforge_server():
@@ -67,3 +82,46 @@ def test_epforge_report_renders_the_tuning_section_and_its_pareto_plot(tmp_path)
     width, height = png_size(out / "tuning-standin.png")
     assert width > 400 and height > 600
     assert "tuning-standin.png" in md and "tuning-standin.png" in proc.stdout
+
+
+def test_the_pareto_front_goes_through_valid_candidates_only():
+    """fastest-bad-ttft has the most tok/s at the lowest TPOT, and broke the TTFT constraint: no choice."""
+    for key in ("ttft_p99_ms", "tpot_p99_ms"):
+        names = [name for _x, _y, name in front_of(TUNING, 4, key)]
+        assert names == ["cold-heavy"], (key, names)
+    assert "fastest-bad-ttft" not in TUNING["ranking"]["valid"]
+
+
+def test_a_tie_its_rule_spreads_and_re_measures_are_in_the_decision_table():
+    """The fact of a seeded tune on the stand-in (tests/fixtures/report-tuning-tie/README.md)."""
+    rows = {r[0]: dict(zip(DECISION_HEAD, r, strict=True)) for r in decision_rows(TIE)}
+    assert rows["twin"]["outcome"] == "WINNER (tie, by rule)" and rows["twin-extra"]["outcome"] == "tie"
+    for name in ("twin", "twin-extra"):
+        assert rows[name]["spread"] == "+-10 %" and rows[name]["launches"] == "2 (6 windows)"
+        assert rows[name]["why"].startswith("relaunched 1x (re-measure)")
+    assert "not told apart from twin" in rows["twin-extra"]["why"]
+    text = verdict_text(TIE)
+    assert text.startswith("TIE: twin-extra, twin were not told apart after 2 relaunch(es)")
+    assert "fewer settings away from the request" in text
+
+
+def test_the_tuning_report_with_a_tie_renders_and_the_browser_paints_it(tmp_path):
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "epforge.cli", "report", "--from", str(TIE_FIXTURE), "-o", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    md = (out / "report.md").read_text()
+    assert "TIE: twin-extra, twin were not told apart" in md and "| twin | WINNER (tie, by rule) |" in md
+    width, height = png_size(out / "tuning-standin-tie.png")
+    assert width >= 700 and height >= 800
+    shot = tmp_path / "tuning.png"
+    page = (out / "report.html").as_uri()
+    drawn = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,2000", page)
+    assert drawn.returncode == 0 and shot.exists(), drawn.stderr[-2000:]
+    assert png_size(shot) == (1400, 2000)

@@ -116,6 +116,10 @@ def tune_vars(
             "constraints": [{"figure": "ttft_p99_ms", "max": 250}],
         },
         "tuner_candidate_limit_s": 300,
+        # the stand-in's windows are short (8 prompts): they rank here; its speed barely moves between
+        # launches unless its noise knobs say so (issue 38's defaults are the H200's: 1 s, 64 requests)
+        "tuner_min_window_s": 0.1,
+        "tuner_min_window_requests": 4,
         **extra,
     }
 
@@ -403,6 +407,50 @@ def test_a_spent_budget_lists_the_rest_as_not_tried_and_the_best_so_far_wins(
     assert fact["winner"] == "cold-heavy" and fact["budget"]["spent_s"] > fact["budget"]["budget_s"]
     assert launches(base_dir, proc) == ["cold-heavy"]
     stop_server(base_dir, tune_vars(base_dir, python, tok, port, space, parser=sglang_env))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
+def test_two_leaders_within_the_launch_noise_are_relaunched_in_turn_then_declared_a_tie(
+    bench_client, sglang_env, base_dir
+):
+    """Issue 38, seeded: two candidates of the same true speed on a stand-in whose speed moves +-10 % per
+    launch (SGLANG_STANDIN_LAUNCH_NOISE, seed 38) are not told apart by one launch each: both relaunched in
+    turn (one round), then a TIE declared and broken by the stated rule (fewer settings away from the
+    request: `twin-extra` sets one variable more), in the fact and the closing lines."""
+    python, tok = bench_client
+    port = bench_env.free_port()
+    shared = base_dir / "standin-noise"  # the server runs as the service account: it counts its launches here
+    shared.mkdir()
+    shared.chmod(0o777)
+    noise = {
+        "SGLANG_STANDIN_TOKEN_DELAY_MS": "4",
+        "SGLANG_STANDIN_NOISE_SEED": "38",
+        "SGLANG_STANDIN_LAUNCH_NOISE": "0.10",
+        "SGLANG_STANDIN_WINDOW_NOISE": "0.03",
+        "SGLANG_STANDIN_WINDOW_SECONDS": "0.2",
+        "SGLANG_STANDIN_NOISE_COUNTER": str(shared / "launches"),
+    }
+    space = [
+        {"name": "twin-extra", "env": {**noise, "SGLANG_STANDIN_ACCEPT_LENGTH": "2.5"}},
+        {"name": "twin", "env": noise},
+    ]
+    extra = tune_vars(
+        base_dir, python, tok, port, space, parser=sglang_env, tuner_workload=LIGHT, tuner_max_relaunches=1
+    )
+    proc = run_tune(base_dir, extra, name="tie")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    fact = tuning_fact(base_dir)
+    assert fact["verdict"] == "tie", json.dumps(fact["ranking"], indent=1)
+    assert set(fact["tie"]["names"]) == {"twin", "twin-extra"} and fact["tie"]["picked"] == "twin"
+    assert fact["winner"] == "twin" and "fewer settings away from the request" in fact["tie"]["rule"]
+    # the leader first, then the other: one relaunch each, their windows kept in the result
+    relaunched = [r["name"] for r in fact["results"] if r.get("relaunches")]
+    assert sorted(relaunched) == ["twin", "twin-extra"] and fact["relaunches"] == 2
+    assert all(fact["stats"][name]["launches"] == 2 for name in relaunched), fact["stats"]
+    # 2 launches, 2 relaunches (and the winner's, unless it ran last)
+    assert int((shared / "launches").read_text()) >= 4
+    assert "Launch and verify again: twin" in proc.stdout and "TIE between" in proc.stdout
+    stop_server(base_dir, extra)
 
 
 def group_inventory(

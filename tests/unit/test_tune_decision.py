@@ -135,3 +135,13 @@ def test_a_launch_s_repeats_are_its_windows_and_its_value_their_median():
     folded["repeats"] = {"16": [window(9000), window(7000), window(7100)]}
     stats = decide([folded], CANDIDATES, OBJECTIVE)["stats"]["graphs-bs64"]
     assert stats["value"] == 7100 and stats["windows"] == 3 and stats["launches"] == 1
+
+
+def test_a_final_decision_calls_close_leaders_a_tie_without_asking_for_more_launches():
+    results = [result("graphs-bs16", 8403), result("graphs-bs64", 7802)]
+    final = decide(results, CANDIDATES, OBJECTIVE, final=True)
+    assert (
+        final["verdict"] == "tie"
+        and final["remeasure"] is None
+        and "after 0 relaunch round(s)" in final["reason"]
+    )

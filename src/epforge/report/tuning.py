@@ -1,6 +1,8 @@
 """The tuner's decision in the report (local fact epforge_tuning, role tuner): the decision table of every
-candidate, the winner's settings as an `epforge_server:` block to paste into an inventory, and the Pareto plot
-(output throughput against TTFT p99 and TPOT p99 per concurrency, winner marked)."""
+candidate (median and spread, launches, ties and re-measures), the winner's settings as an `epforge_server:`
+block to paste into an inventory, and the Pareto plot (output throughput against TTFT p99 and TPOT p99 per
+concurrency, error bars where the decision measured a spread, the front through valid candidates only,
+crashed and constraint-breaking ones apart, winner marked)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from epforge.report.tables import fmt
 DECISION_HEAD = [
     "candidate",
     "outcome",
-    "metric",
+    "metric (median)",
+    "spread",
+    "launches",
     "output tok/s",
     "TTFT p99 ms",
     "TPOT p99 ms",
@@ -27,6 +31,39 @@ def _objective_figures(result: dict, concurrency: int) -> dict:
     return (result.get("steady") or {}).get(str(concurrency)) or {}
 
 
+def _outcome(name: str, result: dict, tuning: dict) -> str:
+    tie = tuning.get("tie") or {}
+    if name == tuning.get("winner"):
+        return "WINNER (tie, by rule)" if tie else "WINNER"
+    if name in (tie.get("names") or []):
+        return "tie"
+    return result.get("status", "")
+
+
+def _spread(stats: dict) -> tuple[str, str]:
+    """('+-N %' of one launch, 'L x W' launches and windows) of a candidate's decision stats."""
+    if stats.get("spread") is None:
+        return "", ""
+    launches = int(stats.get("launches") or 0)
+    return f"+-{100 * float(stats['spread']):.0f} %", f"{launches} ({int(stats.get('windows') or 0)} windows)"
+
+
+def verdict_text(tuning: dict) -> str:
+    """The decision's verdict in words: a tie and its rule, a re-measure, or a clear winner ('' for facts
+    written before the tuner measured its noise)."""
+    tie = tuning.get("tie") or {}
+    relaunched = int(tuning.get("relaunches") or 0)
+    again = f" after {relaunched} relaunch(es) of the leaders" if relaunched else ""
+    if tie:
+        return (
+            f"TIE: {', '.join(tie.get('names') or [])} were not told apart{again}; "
+            f"{tie.get('picked')} was picked by the rule ({tie.get('rule')})."
+        )
+    if tuning.get("verdict") == "clear":
+        return f"Clear winner{again}: {tuning.get('verdict_reason', '')}."
+    return ""
+
+
 def decision_rows(tuning: dict) -> list[list[str]]:
     """One row per candidate: finished ones by rank (winner first), then refused, duplicates, not tried."""
     objective = tuning.get("objective") or {}
@@ -36,20 +73,30 @@ def decision_rows(tuning: dict) -> list[list[str]]:
     valid = list(ranking.get("valid") or [])
     invalid = ranking.get("invalid") or {}
     results = {r.get("name"): r for r in tuning.get("results") or []}
+    all_stats = tuning.get("stats") or {}
+    tie = tuning.get("tie") or {}
     order = valid + [n for n in results if n not in valid]
     rows = []
     for name in order:
         r = results[name]
-        f = _objective_figures(r, concurrency)
-        outcome = "WINNER" if name == tuning.get("winner") else r.get("status", "")
+        stats = all_stats.get(name) or {}
+        # the decision's median figures where it measured them (repeats, relaunches), else the one window
+        f = stats.get("figures") or _objective_figures(r, concurrency)
         why = r.get("reason") or invalid.get(name, "")
-        if name in valid and name != tuning.get("winner"):
+        if name in (tie.get("names") or []):
+            why = why or f"not told apart from {', '.join(n for n in tie['names'] if n != name)}"
+        elif name in valid and name != tuning.get("winner"):
             why = why or "valid, lower rank"
+        if r.get("relaunches"):
+            why = f"relaunched {len(r['relaunches'])}x (re-measure); {why}".rstrip("; ")
+        spread, launches = _spread(stats)
         rows.append(
             [
                 name,
-                outcome,
-                fmt(f.get(metric), 2),
+                _outcome(name, r, tuning),
+                fmt(stats.get("value", f.get(metric)), 2),
+                spread,
+                launches,
                 fmt(f.get("output_throughput")),
                 fmt(f.get("ttft_p99_ms")),
                 fmt(f.get("tpot_p99_ms"), 2),
@@ -60,11 +107,11 @@ def decision_rows(tuning: dict) -> list[list[str]]:
         )
     for refused in tuning.get("refused") or []:
         rules = ", ".join(x.get("id", "") for x in refused.get("refused_by") or [])
-        rows.append([refused.get("name", ""), "refused", "", "", "", "", "", "", f"known issue: {rules}"])
+        rows.append([refused.get("name", ""), "refused", *[""] * 8, f"known issue: {rules}"])
     for name in tuning.get("duplicates") or []:
-        rows.append([name, "duplicate", "", "", "", "", "", "", "same argv and environment as another"])
+        rows.append([name, "duplicate", *[""] * 8, "same argv and environment as another"])
     for name in tuning.get("not_tried") or []:
-        rows.append([name, "not tried", "", "", "", "", "", "", "the budget was spent"])
+        rows.append([name, "not tried", *[""] * 8, "the budget was spent"])
     return rows
 
 
@@ -81,6 +128,7 @@ def summary_text(host: str, tuning: dict) -> str:
         f"{' with ' + constraints if constraints else ''}; only steady windows rank (the cold burst of "
         f"{tuning.get('cold_requests', '?')} requests after each launch is shown apart). Budget "
         f"{fmt(budget.get('spent_s'))} of {fmt(budget.get('budget_s'))} s."
+        + (f" {verdict_text(tuning)}" if verdict_text(tuning) else "")
     )
 
 
@@ -119,58 +167,122 @@ def pareto_front(points: list[tuple[float, float, str]]) -> list[tuple[float, fl
     return front
 
 
+def _point(result: dict, concurrency: int, key: str, tuning: dict) -> tuple | None:
+    """(latency, throughput, yerr (low, high) or None) of a candidate at a concurrency: the decision's median
+    and interval at the objective's concurrency, the one window elsewhere."""
+    stats = (tuning.get("stats") or {}).get(result.get("name")) or {}
+    objective = (tuning.get("objective") or {}).get("concurrency")
+    figures = (result.get("steady") or {}).get(str(concurrency)) or {}
+    err = None
+    if concurrency == objective and stats.get("figures"):
+        figures = stats["figures"]
+        low, high = stats.get("interval") or (None, None)
+        value = figures.get("output_throughput")
+        if (
+            low is not None
+            and value is not None
+            and (tuning.get("objective") or {}).get("metric") == ("output_throughput")
+        ):
+            err = (max(value - float(low), 0.0), max(float(high) - value, 0.0))
+    if figures.get(key) is None or figures.get("output_throughput") is None:
+        return None
+    return float(figures[key]), float(figures["output_throughput"]), err
+
+
+# how each kind of candidate is drawn: (marker, colour, legend)
+STYLES = {
+    "valid": ("o", "#1565c0", "valid (median, interval of the decision)"),
+    "winner": ("*", "#2e7d32", "winner"),
+    "invalid": ("s", "#ef6c00", "stopped early or breaks a constraint"),
+    "failed": ("x", "#757575", "crashed or failed"),
+}
+
+
+def _kind(result: dict, valid: set, winner: str | None) -> str:
+    if result.get("name") == winner:
+        return "winner"
+    if result.get("name") in valid:
+        return "valid"
+    return "failed" if result.get("status") == "failed" else "invalid"
+
+
+def front_of(tuning: dict, concurrency: int, key: str) -> list[tuple[float, float, str]]:
+    """The Pareto front at a concurrency against a latency figure, through the valid candidates only (a
+    crashed or constraint-breaking candidate may be fast; it is no choice)."""
+    valid = set((tuning.get("ranking") or {}).get("valid") or [])
+    points = []
+    for result in tuning.get("results") or []:
+        point = _point(result, concurrency, key, tuning) if result.get("name") in valid else None
+        if point is not None:
+            points.append((point[0], point[1], result["name"]))
+    return pareto_front(points)
+
+
 def plot_pareto(tuning: dict, path: Path, host: str) -> Path | None:
     """Output throughput against TTFT p99 (top) and TPOT p99 (bottom), one column per measured
-    concurrency; every finished candidate a point, the Pareto front a line, the winner a star."""
+    concurrency; every finished candidate a point (error bars where the decision measured a spread), the
+    Pareto front a line through the valid candidates only, crashed and constraint-breaking ones drawn apart,
+    the winner a star."""
     import matplotlib  # noqa: PLC0415 - matplotlib loads only for reports
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.lines import Line2D  # noqa: PLC0415
 
     results = [r for r in tuning.get("results") or [] if r.get("steady")]
     concurrencies = sorted({int(c) for r in results for c in r["steady"]})
     if not concurrencies:
         return None
+    valid = set((tuning.get("ranking") or {}).get("valid") or [])
+    winner = tuning.get("winner")
     latencies = (("ttft_p99_ms", "TTFT p99 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"))
     fig, axes = plt.subplots(
-        len(latencies), len(concurrencies), figsize=(4.6 * len(concurrencies), 7.2), squeeze=False
+        len(latencies), len(concurrencies), figsize=(max(5.2 * len(concurrencies), 7.0), 8.0), squeeze=False
     )
-    winner = tuning.get("winner")
     for col, concurrency in enumerate(concurrencies):
         for row, (key, label) in enumerate(latencies):
             ax = axes[row][col]
-            points = []
             for r in results:
-                f = r["steady"].get(str(concurrency)) or {}
-                if f.get(key) is None or f.get("output_throughput") is None:
+                point = _point(r, concurrency, key, tuning)
+                if point is None:
                     continue
-                x, y = float(f[key]), float(f["output_throughput"])
-                points.append((x, y, r["name"]))
-                style = {"ok": "o", "stopped_early": "s", "failed": "x"}.get(r.get("status"), "o")
-                ax.scatter(
-                    [x], [y], marker=style, s=36, color="#1565c0" if r["name"] != winner else "#2e7d32"
-                )
-                ax.annotate(r["name"], (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
-                if r["name"] == winner:
-                    ax.scatter([x], [y], marker="*", s=260, color="#2e7d32", zorder=3, label="winner")
-            front = pareto_front(points)
+                x, y, err = point
+                kind = _kind(r, valid, winner)
+                marker, colour, _legend = STYLES[kind]
+                if err is not None:
+                    ax.errorbar(
+                        [x], [y], yerr=[[err[0]], [err[1]]], fmt="none", ecolor=colour, capsize=3, lw=1
+                    )
+                ax.scatter([x], [y], marker=marker, s=200 if kind == "winner" else 40, color=colour, zorder=3)
+                ax.annotate(r["name"], (x, y), fontsize=7, xytext=(5, 3), textcoords="offset points")
+            front = front_of(tuning, concurrency, key)
             if len(front) > 1:
-                ax.plot(
-                    [p[0] for p in front], [p[1] for p in front], "--", color="#9e9e9e", label="Pareto front"
-                )
+                ax.plot([p[0] for p in front], [p[1] for p in front], "--", color="#9e9e9e")
             for c in (tuning.get("objective") or {}).get("constraints") or []:
                 if c.get("figure") == key and "max" in c:
-                    ax.axvline(float(c["max"]), color="#c62828", lw=1, label=f"constraint {c['max']}")
+                    ax.axvline(float(c["max"]), color="#c62828", lw=1)
+                    ax.annotate(
+                        f"max {c['max']:g}",
+                        (float(c["max"]), 1.0),
+                        xycoords=("data", "axes fraction"),
+                        fontsize=7,
+                        color="#c62828",
+                        xytext=(3, -10),
+                        textcoords="offset points",
+                    )
+            ax.margins(x=0.15, y=0.08)  # room for the names beside the points at the edges
             ax.set_xlabel(label)
             ax.set_ylabel("output tokens/s")
-            ax.set_title(f"concurrency {concurrency}", fontsize=9)
+            ax.set_title(f"concurrency {concurrency}: {label.split(' (')[0]}", fontsize=9)
             ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-    fig.suptitle(
-        f"Tuning on {host}: throughput against latency (o ok, s stopped early, x failed)", fontsize=9
-    )
-    fig.tight_layout()
+    handles = [
+        Line2D([], [], marker=m, color=c, linestyle="", markersize=10 if k == "winner" else 6, label=text)
+        for k, (m, c, text) in STYLES.items()
+    ] + [Line2D([], [], color="#9e9e9e", linestyle="--", label="Pareto front (valid only)")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    tie = tuning.get("tie") or {}
+    fig.suptitle(f"Tuning on {host}" + (f" - TIE, {tie.get('picked')} by rule" if tie else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.97))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
