@@ -209,4 +209,11 @@ def test_the_objective_is_resolved_once_per_run_and_no_task_hands_it_to_the_jour
 
 def test_every_filter_of_the_tuner_has_its_documentation():
     docs = {p.stem for p in Path(ROOT / "plugins" / "filter").glob("tune_*.yml")}
-    assert docs == {"tune_run", "tune_verdict", "tune_decision", "tune_settings"}
+    assert docs == {
+        "tune_run",
+        "tune_verdict",
+        "tune_decision",
+        "tune_settings",
+        "tune_windows",
+        "tune_window_figures",
+    }
