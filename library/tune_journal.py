@@ -58,7 +58,9 @@ options:
     description:
       - With O(state=record), one candidate's result - C(name), C(status) (C(ok), C(failed), C(refused),
         C(stopped_early) or C(not_tried)), C(reason), C(cold) (the first burst's figures), C(warmup) (the
-        warm-ups' figures by concurrency, never ranked), C(steady) (figures by concurrency), C(seconds).
+        warm-ups' figures by concurrency, never ranked), C(steady) (figures by concurrency), C(repeats) (every
+        ranked window's figures by concurrency), C(relaunches) (each re-measure's figures, role tuner's
+        tasks/relaunch.yml), C(seconds).
       - With O(state=window), C(name) and C(figures) of its first steady window.
     type: dict
     default: {}
