@@ -145,3 +145,24 @@ def test_a_final_decision_calls_close_leaders_a_tie_without_asking_for_more_laun
         and final["remeasure"] is None
         and "after 0 relaunch round(s)" in final["reason"]
     )
+
+
+def test_epforge_tune_s_closing_lines_name_a_tie_and_its_rule():
+    """The run's set_stats as role tuner hands them over, from the tie fixture's fact."""
+    import json  # noqa: PLC0415
+
+    from epforge import cli, runner  # noqa: PLC0415
+
+    fact = json.loads((ROOT / "tests/fixtures/report-tuning-tie/standin-tie/epforge_tuning.fact").read_text())
+    tune = {
+        "winner": fact["winner"],
+        "tie": fact["tie"],
+        "decision": fact["decision"],
+        "metric": "output_throughput",
+        "value": fact["value"],
+        "concurrency": 4,
+        "figures": fact["winner_figures"],
+    }
+    lines = cli.tune_lines(runner.RunResult(rc=0, status="successful", stats={"epforge_tune": {"h": tune}}))
+    assert lines[0].startswith("tune on h: winner twin ")
+    assert lines[1] == (f"  TIE: twin-extra, twin not told apart; twin picked by the rule ({TIE_RULE})")
