@@ -97,18 +97,18 @@ failure_class:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import (
-    NvidiaSmi,
-    failure_reason,
-    find_nvidia_smi,
-)
-from ansible_collections.epforge.ep.plugins.module_utils.gpu_memory import (
+from ansible_collections.epforge.ep.plugins.module_utils.gpu_clean_slate.memory import (
     GPU_MEMORY_NOT_RELEASED,
     QUERY_ARGS,
     describe,
     live_groups,
     parse_memory_used,
     settle,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import (
+    NvidiaSmi,
+    failure_reason,
+    find_nvidia_smi,
 )
 
 

@@ -1,4 +1,4 @@
-"""gpu_clean_slate (plugins/module_utils/gpu_memory.py): between two tuner candidates, the previous server's
+"""gpu_clean_slate (module_utils/gpu_clean_slate/memory.py): between two tuner candidates, the last server's
 process groups gone and every GPU's used memory back within a bound of its baseline after a bounded wait,
 else failure class gpu_memory_not_released with the figures. Run as Ansible runs the module, against a fake
 nvidia-smi whose memory.used drops late or never, and against real process groups."""
@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.epforge.ep.plugins.module_utils.gpu_memory import over_bound, parse_memory_used
+from ansible_collections.epforge.ep.plugins.module_utils.gpu_clean_slate.memory import (
+    over_bound,
+    parse_memory_used,
+)
 from tests.moduletools import run_module_in
 
 # The real capture of the lent 2x H200 (tests/fixtures/nvidia-smi/README.md): its GPU indexes, and the

@@ -112,9 +112,13 @@ def throughput_table(hosts: dict[str, dict]) -> tuple[list[str], list[list[str]]
             continue
         info = fleet.get("fleet") or {}
         workers = [str(w) for w in info.get("worker_hosts") or []]
-        body.append(
-            _row(f"fleet via {host} ({info.get('workers', len(workers))} workers)", ", ".join(workers), fleet)
-        )
+        count = info.get("workers", len(workers))
+        # a window where some worker was short of its share (module fleet_bench_record) is not a figure for
+        # all of them: say how many served, and compare it with no sum of hosts alone
+        served = info.get("served_workers", count)
+        short = served is not None and int(served) < int(count)
+        what = f"{served} of {count} workers served their share" if short else f"{count} workers"
+        body.append(_row(f"fleet via {host} ({what})", ", ".join(workers), fleet))
         own_total = 0.0
         for worker in workers:
             own = last_entry((hosts.get(worker) or {}).get("bench"), "ok")
@@ -124,7 +128,7 @@ def throughput_table(hosts: dict[str, dict]) -> tuple[list[str], list[list[str]]
                 else [f"{worker} alone", worker] + ["-"] * 4 + ["not measured"]
             )
             own_total += float((own.get("figures") or {}).get("output_throughput") or 0)
-        if own_total:
+        if own_total and not short:
             share = float((fleet.get("figures") or {}).get("output_throughput") or 0) / own_total
             body.append(
                 [
