@@ -12,7 +12,7 @@ The stand-ins are sleep-bound (a first-token delay and a per-token delay, no com
 (--max-running-requests: at most that many generations at once, the rest queued), so the run measures the
 path, not this 2-core machine's CPU; the CPU the direct run used is reported (target: under half the cores).
 
-1. Overhead, interleaved A/B pairs (the order alternates): one stand-in, concurrency = its capacity.
+1. Overhead, interleaved A/B pairs (the order rotates): one stand-in, concurrency = its capacity.
    Reported: output throughput ratio through/direct (median of pairs; target >= 0.97), the TTFT median
    added by the gateway (median of pair differences; target <= 2 ms) and the CPU smg used per request.
 2. Scaling: smg in front of 3 stand-ins against smg in front of 1, concurrency 3x the capacity.
@@ -188,9 +188,9 @@ def overhead(python: Path, tok: Path, args, work: Path) -> dict:
         for url in urls.values():  # warm every path once
             run_client(python, url, tok, workload, work / "warm.jsonl")
         for i in range(args.pairs):
+            # each path takes each place in turn (with two, they alternate)
             order = list(urls.items())
-            if i % 2:
-                order.reverse()
+            order = order[i % len(order) :] + order[: i % len(order)]
             pair = {}
             for name, url in order:
                 server_cpu0 = cpu_seconds(server.pid)
