@@ -25,10 +25,14 @@ own duration), the client's start-up and wind-down inside its run (its wall time
 module around the client (the task's wall time less the client's), and the Ansible tasks between the two
 (named, slowest first). The client's start-up is split further by two side measurements in the same run:
 importing sglang.bench_serving and loading the tokenizer, each in a fresh process. Pairs with a launch
-between them (the next candidate) are left out. Needs root (the server role creates a service
-account) and the bench client venv (built once by tests/fixtures/bench_serving/bench_env.py).
+between them (the next candidate) are left out. Since issue 38 one client runs a part of a candidate's
+windows: within_client gives one window's end to the next one's start inside it, per_candidate each
+candidate's client processes, windows, traffic and client overhead (wall less traffic). --reread TIMES reads
+a task times file kept by an earlier --breakdown (an older checkout's too: one client per window). Needs root
+(the server role creates a service account) and the bench client venv (built once by
+tests/fixtures/bench_serving/bench_env.py).
 
-    .venv/bin/python bench/tune_cost.py [--scale 0.01] [--json OUT] [--breakdown]
+    .venv/bin/python bench/tune_cost.py [--scale 0.01] [--json OUT] [--breakdown] [--reread TIMES]
 """
 
 from __future__ import annotations
@@ -154,7 +158,11 @@ def run(
     }
 
 
+# Before issue 38 each window was one client run (one task); since, one client runs a part of a candidate's
+# windows (module sglang_bench's windows, one task, each window with its own times). Both are read, so a task
+# times file kept from an older checkout reads the same way (--reread).
 WINDOW_TASKS = ("Measure the cold first burst", "Run the steady window at concurrency")
+CLIENT_TASK = "Run the windows in one client"
 
 
 def side_seconds(python: Path, code: str) -> float:
@@ -164,41 +172,107 @@ def side_seconds(python: Path, code: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def is_client(task: dict) -> bool:
+    return task["status"] == "ok" and (
+        CLIENT_TASK in task["task"] or any(w in task["task"] for w in WINDOW_TASKS)
+    )
+
+
+def traffic(task: dict) -> float:
+    if "windows" in task:
+        return sum(w["traffic_s"] or 0.0 for w in task["windows"])
+    return task["traffic_s"] or 0.0
+
+
+def candidates(tasks: list[dict]) -> list[list[dict]]:
+    """Each launched candidate's client tasks, in order (a launch starts the next candidate)."""
+    groups: list[list[dict]] = []
+    for task in tasks:
+        if "Launch and verify" in task["task"]:
+            groups.append([])
+        elif groups and is_client(task):
+            groups[-1].append(task)
+    return [group for group in groups if group]
+
+
+def per_candidate(tasks: list[dict]) -> dict:
+    """Mean per measured candidate: client processes, windows, their wall time, the traffic in it, the
+    client's overhead (wall less traffic: start-up, tokenizer, the release's own warm-up request and pause,
+    wind-down) and the measurement's wall time (first client task's start to the last one's end)."""
+    rows = []
+    for group in candidates(tasks):
+        client_s = sum(t["client_s"] or 0.0 for t in group)
+        moved = sum(traffic(t) for t in group)
+        rows.append(
+            {
+                "clients": len(group),
+                "windows": sum(len(t["windows"]) if "windows" in t else 1 for t in group),
+                "client_s": client_s,
+                "traffic_s": moved,
+                "client_overhead_s": client_s - moved,
+                "measure_wall_s": group[-1]["end"] - group[0]["start"],
+            }
+        )
+    if not rows:
+        return {"candidates": 0}
+    return {"candidates": len(rows), **{k: round(statistics.fmean(r[k] for r in rows), 2) for k in rows[0]}}
+
+
+def within_client(tasks: list[dict]) -> dict:
+    """Windows in a row inside one client (one client task): one's end to the next one's start, and each
+    window's time in the client beyond its traffic."""
+    gaps_s, overhead = [], []
+    for task in tasks:
+        windows = task.get("windows") if is_client(task) else None
+        for a, b in itertools.pairwise(windows or []):
+            gaps_s.append(b["started"] - a["finished"])
+            overhead.append((a["seconds"] or 0.0) - (a["traffic_s"] or 0.0))
+    if not gaps_s:
+        return {"pairs": 0}
+    return {
+        "pairs": len(gaps_s),
+        "gap_mean_s": round(statistics.fmean(gaps_s), 3),
+        "gap_max_s": round(max(gaps_s), 3),
+        "window_overhead_mean_s": round(statistics.fmean(overhead), 2),
+    }
+
+
 def gaps(times: Path) -> dict:
-    """Each window's start to the next one's, split by part (see the module docstring)."""
+    """Each window's start to the next one's across client tasks, split by part (see the module docstring);
+    the windows in a row inside one client; each candidate's client overhead."""
     tasks = [json.loads(line) for line in times.read_text().splitlines() if line.strip()]
     # names as Ansible gives them: "ROLE : NAME"
-    windows = [
-        i for i, t in enumerate(tasks) if any(w in t["task"] for w in WINDOW_TASKS) and t["status"] == "ok"
-    ]
+    windows = [i for i, t in enumerate(tasks) if is_client(t)]
     pairs, between_by_task = [], {}
     for a, b in itertools.pairwise(windows):
         if any("Launch and verify" in t["task"] for t in tasks[a + 1 : b]):
             continue  # the next candidate: its launch is not a gap between windows
         this, after = tasks[a], tasks[b]
         client = this["client_s"] or 0.0
-        traffic = this["traffic_s"] or 0.0
+        moved = traffic(this)
         for t in tasks[a + 1 : b]:
             name = t["task"].split(" : ", 1)[-1].split(":")[0].split(" of ")[0]
             between_by_task[name] = between_by_task.get(name, 0.0) + t["end"] - t["start"]
         pairs.append(
             {
                 "start_to_start_s": after["start"] - this["start"],
-                "traffic_s": traffic,
-                "client_overhead_s": client - traffic,
+                "traffic_s": moved,
+                "client_overhead_s": client - moved,
                 "module_overhead_s": (this["end"] - this["start"]) - client,
                 "between_tasks_s": after["start"] - this["end"],
                 "tasks_between": b - a - 1,
             }
         )
+    found: dict = {"per_candidate": per_candidate(tasks), "within_client": within_client(tasks)}
     if not pairs:
-        return {"pairs": 0}
+        return {"pairs": 0, **found}
     mean = {k: round(statistics.fmean(p[k] for p in pairs), 2) for k in pairs[0]}
     top = sorted(between_by_task.items(), key=lambda kv: -kv[1])[:8]
     return {
         "pairs": len(pairs),
         "mean": mean,
         "between_slowest_total_s": {k: round(v, 2) for k, v in top},
+        **found,
     }
 
 
@@ -226,7 +300,11 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=0.01, help="time to ready: the real server's x this")
     parser.add_argument("--json", help="write the figures here too")
     parser.add_argument("--breakdown", action="store_true", help="the gap between windows, part by part")
+    parser.add_argument("--reread", help="only read a task times file kept by an earlier --breakdown")
     args = parser.parse_args()
+    if args.reread:
+        print(json.dumps(gaps(Path(args.reread)), indent=1))
+        return 0
     if os.geteuid() != 0:
         sys.exit("tune_cost needs root: the server role creates the service account it runs the stand-in as")
     python = bench_env.bench_client_python()

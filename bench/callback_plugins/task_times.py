@@ -45,9 +45,23 @@ class CallbackModule(CallbackBase):
             "start": self.started.get(task._uuid, time.time()),
             "end": time.time(),
             "status": status,
-            "client_s": res.get("seconds") if "figures" in res else None,
+            "client_s": res.get("seconds") if "figures" in res or "windows" in res else None,
             "traffic_s": figures.get("duration_s"),
         }
+        if isinstance(res.get("windows"), list):
+            # module sglang_bench with windows: one client for several windows, each with its own times
+            line["client"] = res.get("client") or {}
+            line["windows"] = [
+                {
+                    "name": w.get("name"),
+                    "purpose": w.get("purpose"),
+                    "started": w.get("started"),
+                    "finished": w.get("finished"),
+                    "seconds": w.get("seconds"),
+                    "traffic_s": (w.get("figures") or {}).get("duration_s"),
+                }
+                for w in res["windows"]
+            ]
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
 
