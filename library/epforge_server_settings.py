@@ -79,6 +79,14 @@ options:
         release's wheel by C(scripts/sglang_env_data.py)), read where the module runs. A release without a
         file checks no variable by name.
     type: path
+  env_allowed_prefixes:
+    description:
+      - Prefixes of C(SGLANG_*) variables the user vouches for although the release's files name them nowhere
+        (a patched SGLang build, or epforge's test double, whose knobs are C(SGLANG_STANDIN_*)). Their values
+        are not checked.
+    type: list
+    elements: str
+    default: []
   flag_successors_path:
     description:
       - What became of the releases' retired flags (C(data/sglang_flag_successors.json), written from the
@@ -138,6 +146,7 @@ def main() -> None:
             "flag_table_path": {"type": "path"},
             "env_table_path": {"type": "path"},
             "flag_successors_path": {"type": "path"},
+            "env_allowed_prefixes": {"type": "list", "elements": "str", "default": []},
         },
         mutually_exclusive=[("flag_table", "flag_table_path")],
         supports_check_mode=True,
@@ -151,6 +160,10 @@ def main() -> None:
             tables[option] = load_flag_table(module.params[option], what) if module.params[option] else {}
         except ValueError as exc:
             module.fail_json(msg=str(exc))
+    if tables["env_table_path"] and module.params["env_allowed_prefixes"]:
+        # read as the run-time prefixes the release itself completes (sglang_env.reading)
+        allowed = dict.fromkeys(module.params["env_allowed_prefixes"], "epforge_sglang_env_allowed")
+        tables["env_table_path"]["prefixes"] = {**(tables["env_table_path"].get("prefixes") or {}), **allowed}
     problems = validate_settings(
         settings,
         require_model=module.params["require_model"],

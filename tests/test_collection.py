@@ -170,6 +170,7 @@ def host_vars(parser_python: str) -> dict:
         "sglang_server_api_key": "sk-collection-test-not-a-real-key",
         "sglang_server_require_gpu": False,
         "preflight_min_free_gib": 1,
+        "epforge_sglang_env_allowed": ["SGLANG_STANDIN_"],  # the test double's knobs
         "sglang_server_limits": {},
         "sglang_server_timeout": 60,
         "sglang_server_poll_interval": 0.2,

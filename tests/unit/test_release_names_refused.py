@@ -232,3 +232,24 @@ def test_the_module_reads_the_tables_by_path_and_refuses_before_anything_changes
         epforge_server_settings, {"settings": {}, **dict(paths, env_table_path=str(tmp_path / "bad.json"))}
     )
     assert kind == "fail" and result["msg"] == f"the env table {tmp_path / 'bad.json'} is not a JSON object"
+
+
+def test_prefixes_the_user_vouches_for_pass_unchecked_and_only_those():
+    """epforge_sglang_env_allowed (module option env_allowed_prefixes): the test double's SGLANG_STANDIN_*
+    knobs are refused by name without it and pass with it; any other unknown SGLANG_ name is still refused."""
+    paths = {"env_table_path": str(DATA / "sglang_env" / "0.5.23.json")}
+    settings = {"model_path": "/m", "env": {"SGLANG_STANDIN_LOAD_SECONDS": "1"}}
+    kind, result = run_main(epforge_server_settings, {"settings": settings, **paths})
+    assert kind == "fail" and "env.SGLANG_STANDIN_LOAD_SECONDS is not a variable" in result["msg"]
+    allowed = {**paths, "env_allowed_prefixes": ["SGLANG_STANDIN_"]}
+    assert run_main(epforge_server_settings, {"settings": settings, **allowed})[0] == "exit"
+    typo = {
+        "model_path": "/m",
+        "env": {"SGLANG_STANDIN_LOAD_SECONDS": "1", "SGLANG_ENABLE_PCIE_IPC_ALLREDCE": "1"},
+    }
+    kind, result = run_main(epforge_server_settings, {"settings": typo, **allowed})
+    assert kind == "fail" and result["problems"] == [
+        "env.SGLANG_ENABLE_PCIE_IPC_ALLREDCE is not a variable SGLang 0.5.23 reads (did you mean "
+        "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE?): neither its sglang/srt/environ.py table nor any of its modules "
+        "names it; variables without the SGLANG_/SGL_ prefix pass as they are"
+    ]
