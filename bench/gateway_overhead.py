@@ -52,8 +52,8 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload i
     normalize_workload,
     parse_result_lines,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.health import release_default  # noqa: E402
 from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.request import GatewayRequest  # noqa: E402
+from ansible_collections.epforge.ep.plugins.module_utils.smg_health import release_default  # noqa: E402
 
 CAPACITY = 4  # --max-running-requests of every stand-in
 STANDIN_ENV = {"SGLANG_STANDIN_TOKEN_DELAY_MS": "8", "SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS": "40"}

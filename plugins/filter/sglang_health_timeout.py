@@ -3,7 +3,7 @@
 """Filter sglang_health_timeout: the longest a fleet's SGLang /health may take, from what each verified
 server runs with (play fact sglang_server_endpoint: its release and the SGLANG_ variables of its environment)
 and each release's variable table (data/sglang_env/<version>.json). Role gateway derives smg's health-check
-timeout from it (rule: module_utils/smg_gateway/health.py)."""
+timeout from it (rule: module_utils/smg_health.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.health import (
+from ansible_collections.epforge.ep.plugins.module_utils.smg_health import (
     HealthError,
     release_default,
     server_wait,

@@ -25,14 +25,14 @@ import yaml
 from hub_mirror import free_port
 
 from ansible_collections.epforge.ep.plugins.filter.sglang_health_timeout import sglang_health_timeout
-from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.health import (
-    MARGIN_S,
-    release_default,
-)
 from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.request import (
     OWNED_FLAGS,
     GatewayRequest,
     RequestError,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.smg_health import (
+    MARGIN_S,
+    release_default,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_address import (
     is_loopback,
     server_url,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.smg_gateway.health import (
+from ansible_collections.epforge.ep.plugins.module_utils.smg_health import (
     gateway_timeout,
     timeout_problem,
 )
