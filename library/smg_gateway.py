@@ -540,7 +540,8 @@ def main() -> None:
             "sglang_health_timeout": {"type": "int"},
             "overload_protection": {"type": "bool", "default": False},
             "overload_waiting_requests": {"type": "int", "default": 8},
-            "overload_token_usage": {"type": "float", "default": 0.8},
+            # a KV cache share, not a secret (validate-modules reads "token" as one)
+            "overload_token_usage": {"type": "float", "default": 0.8, "no_log": False},
             "api_key": {"type": "str", "no_log": True},
             "extra_args": {"type": "list", "elements": "str", "default": []},
             "log_path": {"type": "str", "default": "/var/log/epforge/gateway.log"},
