@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
+from moduletools import run_module_in
+
 from ansible_collections.epforge.ep.plugins.module_utils.fleet_bench_record.split import judge_split
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import record_run
 from epforge.report.fleet import throughput_table
-from tests.moduletools import run_module_in
 
 WORKERS = ["worker1", "worker2", "worker3"]
 

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from moduletools import run_module_in
 
 from ansible_collections.epforge.ep.plugins.module_utils.gpu_clean_slate.memory import (
     over_bound,
     parse_memory_used,
 )
-from tests.moduletools import run_module_in
 
 # The real capture of the lent 2x H200 (tests/fixtures/nvidia-smi/README.md): its GPU indexes, and the
 # csv,noheader,nounits form ("0, 143771") the memory query answers in.

@@ -200,7 +200,9 @@ def assert_the_cli_names_the_winner_and_each_digest_was_judged(
     sglang_server checks), all of this run's plan."""
     results = {r["name"]: r for r in fact["results"]}
     closing = closing_lines(proc)
-    winner = results["cold-heavy"]["steady"]["4"]
+    # the decision's figures (the median over the winner's ranked windows since issue 38), as in the fact
+    winner = fact["winner_figures"]
+    assert winner["output_throughput"] and results["cold-heavy"]["steady"]["4"]
     assert closing[:1] == [
         f"tune on localhost: winner cold-heavy (output_throughput {fact['value']:.2f} at concurrency 4): "
         f"{winner['output_throughput']:.1f} output tok/s, TTFT p99 {winner['ttft_p99_ms']:.1f} ms, "
