@@ -5,7 +5,8 @@
 # Needs the carry .gpu/carry.tar.xz (scripts/gpu/make_carry.sh: every wheel the image lacks, written --stored
 # and packed as one tar.xz, carried by the call that runs setup). docs/gpu-runs.md has the calls.
 # Output: $OUT/h200-*.tgz (stage collect). Stage tune-start leaves the tune running in its own session (it
-# outlives the call) and tune-wait follows it from a later call of the same warm machine.
+# outlives the call) and tune-wait follows it from a later call of the same warm machine; stage background does
+# the same for any stages (BG="stop sbs tune"), followed by stage wait.
 set -u
 REPO=$PWD
 PY=/opt/torch/.venv/bin/python3
@@ -53,6 +54,21 @@ for stage in "$@"; do
     stamp tune-start
     setsid nohup bash scripts/gpu/h200_run.sh tune > $O/tune-driver.txt 2>&1 < /dev/null &
     echo "tune started (pid $!)"
+    ;;
+  background)  # the stages named in BG (e.g. BG="stop sbs tune") in a session of their own: they outlive this
+    # call, and a later call of the same warm machine follows them with stage wait
+    stamp "background: ${BG:-}"
+    rm -f $O/bg-done.txt
+    setsid nohup bash -c "bash scripts/gpu/h200_run.sh ${BG:-}; echo \"background rc=\$?\" > $O/bg-done.txt" \
+      > $O/bg-driver.txt 2>&1 < /dev/null &
+    echo "background started (pid $!)"
+    ;;
+  wait)  # until the background stages end or WAIT_S (default 540) pass
+    stamp "wait (at most ${WAIT_S:-540} s)"
+    end=$(( $(date +%s) + ${WAIT_S:-540} ))
+    while [ ! -f $O/bg-done.txt ] && [ $(date +%s) -lt $end ]; do sleep 5; done
+    cat $O/bg-done.txt 2>/dev/null || echo "background still running"
+    cat $O/plays.txt 2>/dev/null; tail -3 $O/side-by-side.txt 2>/dev/null; tail -8 /var/log/epforge/tune.log 2>/dev/null
     ;;
   tune) play tune -e @scripts/gpu/h200-tune.yml playbooks/tune.yml; echo "tune rc=$?" > $O/tune-done.txt ;;
   tune-wait)  # until the tune ends or WAIT_S (default 540) pass
