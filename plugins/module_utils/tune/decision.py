@@ -10,8 +10,11 @@ apart. The noise has two parts (docs/tuning.md, bench/tune_decision_sim.py):
 
 The rule:
 
-1. A window ranks only when it lasted at least min_window_s and completed at least min_requests (a shorter
-   one says why it does not rank). A launch's value is the median of its rankable windows (repeats); a
+1. A window ranks only when it completed at least min_requests (a fixed count, set before it runs). One that
+   lasted less than min_window_s still ranks and is listed as short: its duration is the measurement itself
+   (a fixed prompt count finishes sooner the faster the server), so dropping short windows kept only the slow
+   ones - on the H200 (2026-12-03) every graph candidate's ranked value came from its one slowest window
+   (7487 of 11104, 10636, 7487 tok/s). A launch's value is the median of its rankable windows (repeats); a
    candidate's value is the median of its launches' values; the spread is the relative standard deviation of
    one launch's value on this host: what every candidate's repeated launches show, pooled, never below the
    prior (launch and window parts).
@@ -63,15 +66,21 @@ def noise_of(noise: dict | None) -> dict:
 
 
 def window_problem(figures: dict, noise: dict) -> str:
-    """Why a window does not rank ('' when it does): below the minimum duration or request count."""
-    duration = figures.get("duration_s")
+    """Why a window does not rank ('' when it does): fewer requests completed than the minimum. Never its
+    duration: that is the measured speed, and a rule on it selects windows by the value they rank with."""
     completed = figures.get("completed")
-    problems = []
-    if duration is None or float(duration) < noise["min_window_s"]:
-        problems.append(f"lasted {_g(duration)} s < {noise['min_window_s']:g} s")
     if completed is None or int(completed) < noise["min_requests"]:
-        problems.append(f"completed {_g(completed)} requests < {noise['min_requests']}")
-    return ("not rankable: " + ", ".join(problems)) if problems else ""
+        return f"not rankable: completed {_g(completed)} requests < {noise['min_requests']}"
+    return ""
+
+
+def window_short(figures: dict, noise: dict) -> str:
+    """Why a ranked window is short ('' when it is not): it lasted less than min_window_s, so its own noise
+    may exceed the prior; it still ranks (window_problem says why), and the decision lists it."""
+    duration = figures.get("duration_s")
+    if duration is None or float(duration) < noise["min_window_s"]:
+        return f"short: lasted {_g(duration)} s < {noise['min_window_s']:g} s"
+    return ""
 
 
 def _g(value) -> str:
@@ -109,15 +118,19 @@ def pooled_spread(log_values: list[list[float]], noise: dict, windows_per_launch
 
 
 def candidate_stats(result: dict, objective: dict, noise: dict, spread: float | None = None) -> dict:
-    """{value, spread, uncertainty, launches, windows, values, interval, ttft_p99_ms, unrankable, breaks}:
+    """{value, spread, uncertainty, launches, windows, values, interval, ttft_p99_ms, unrankable, short,
+    breaks}:
     the candidate's median over launches (of each launch's median window), its spread and what did not rank.
     value is None when no window ranked."""
     metric = objective["metric"]
-    launch_values, unrankable, ttft, windows_used, all_windows = [], [], [], 0, []
+    launch_values, unrankable, short, ttft, windows_used, all_windows = [], [], [], [], 0, []
     for number, windows in enumerate(launches_of(result, objective["concurrency"]), 1):
         ranked = []
         for index, figures in enumerate(windows, 1):
             problem = window_problem(figures, noise)
+            brief = window_short(figures, noise)
+            if brief and not problem:
+                short.append(f"launch {number} window {index} {brief}")
             if problem:
                 unrankable.append(f"launch {number} window {index} {problem}")
             elif figures.get(metric) is not None and float(figures[metric]) > 0:
@@ -128,7 +141,7 @@ def candidate_stats(result: dict, objective: dict, noise: dict, spread: float | 
         if ranked:
             launch_values.append(statistics.median(ranked))
             windows_used += len(ranked)
-    stats = {"unrankable": unrankable, "launches": len(launch_values), "windows": windows_used}
+    stats = {"unrankable": unrankable, "short": short, "launches": len(launch_values), "windows": windows_used}
     if not launch_values:
         return {**stats, "value": None, "spread": None, "uncertainty": None, "values": [], "breaks": []}
     logs = [math.log(v) for v in launch_values]
