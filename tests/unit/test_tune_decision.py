@@ -1,7 +1,8 @@
 """The tuner's decision under noise (issue 38, plugins/module_utils/tune/decision.py): windows with too few
-requests to rank say so, short ones rank and are listed, close leaders are relaunched in turn up to the bound, then a TIE is declared and broken by the
-stated rule; the early stop waits for the margin and the spread; and bench/tune_decision_sim.py's noise
-model, fitted to the H200 run, shows the new rule claiming a wrong winner in at most 1 % of seeds."""
+requests to rank say so, short ones rank and are listed, close leaders are relaunched in turn up to the bound,
+then a TIE is declared and broken by the stated rule; the early stop waits for the margin and the spread; and
+bench/tune_decision_sim.py's noise model, fitted to the H200 run, shows the new rule claiming a wrong winner
+in at most 1 % of seeds."""
 
 from __future__ import annotations
 

@@ -141,7 +141,12 @@ def candidate_stats(result: dict, objective: dict, noise: dict, spread: float | 
         if ranked:
             launch_values.append(statistics.median(ranked))
             windows_used += len(ranked)
-    stats = {"unrankable": unrankable, "short": short, "launches": len(launch_values), "windows": windows_used}
+    stats = {
+        "unrankable": unrankable,
+        "short": short,
+        "launches": len(launch_values),
+        "windows": windows_used,
+    }
     if not launch_values:
         return {**stats, "value": None, "spread": None, "uncertainty": None, "values": [], "breaks": []}
     logs = [math.log(v) for v in launch_values]
