@@ -10,7 +10,9 @@
 set -u
 REPO=$PWD
 PY=/opt/torch/.venv/bin/python3
-O=/root/out
+# Not $OUT: on the lent machine $OUT is /root/out and is emptied before every call, which would take the
+# files of work running on in the background with it (2026-12-03). Stage collect packs this folder into $OUT.
+O=/root/epforge-out
 mkdir -p $O
 export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -96,7 +98,7 @@ for stage in "$@"; do
     cp ~/.cache/epforge/wheelhouse.log $O/logs/ 2>/dev/null
     cp /var/lib/epforge/server-jit-*.json $O/ 2>/dev/null
     cp -r /var/lib/epforge/tuning $O/ 2>/dev/null
-    tar czf $OUT/h200-$(date +%H%M%S).tgz -C /root out
+    tar czf $OUT/h200-$(date +%H%M%S).tgz -C /root epforge-out
     ls -la $OUT
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
