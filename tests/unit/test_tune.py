@@ -457,6 +457,9 @@ def test_two_leaders_within_the_launch_noise_are_relaunched_in_turn_then_declare
     # 2 launches, 2 relaunches (and the winner's, unless it ran last)
     assert int((shared / "launches").read_text()) >= 4
     assert "Launch and verify again: twin" in proc.stdout and "TIE between" in proc.stdout
+    # each relaunch waits for a clean slate as a first launch does (tasks/clean_slate.yml)
+    for name in ("twin", "twin-extra"):
+        assert proc.stdout.count(f"Wait for a clean slate before {name}]") == 2, name
     stop_server(base_dir, extra)
 
 
