@@ -6,6 +6,11 @@ Per variant, one after the other on the same port:
   module       library/sglang_server.py run the way Ansible runs it (JSON args file), manager `process`,
                as the unprivileged --user, through the role's launcher (roles/sglang_server/files)
   module-root  the same module without a user (runs as the current user): isolates the account switch
+  hand-env     the hand launch with the environment the module gives its server (server_env.py's PATH and
+               CUDA_HOME, the settings' env with HF_HUB_OFFLINE=1, the current account's HOME/USER/LOGNAME,
+               the locale; nothing else of this shell): isolates the environment from the launcher
+A variant may be named again (e.g. hand,module,hand-env,module,hand): the order effects of warm caches show,
+and a repeat is reported as NAME-2, NAME-3.
 The FLAGS are one list, rendered once by plugins/module_utils/sglang_args.py, so both sides run the same
 server. Per variant: seconds to ready, then --warmups discarded and --runs measured bench_serving runs of the
 same workload (plugins/module_utils/sglang_bench/workload.py builds the argv and parses the result), and
@@ -69,6 +74,7 @@ WATCHED_ENV = (
 
 # The collection's module_utils, importable from collections/ (the checkout as collection epforge.ep).
 sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.epforge.ep.plugins.module_utils import server_env as SERVER_ENV  # noqa: E402
 from ansible_collections.epforge.ep.plugins.module_utils import sglang_args as ARGS  # noqa: E402
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench import workload as BENCH  # noqa: E402
 
@@ -217,8 +223,16 @@ def wait_port_free(port: int, timeout: float = 60) -> None:
         time.sleep(0.25)
 
 
-def run_hand(args, flags: list[str], url: str, workdir: Path) -> dict:
-    log = open(workdir / "hand-server.log", "wb")  # handed to the child, closed below
+def module_env(args, settings: dict) -> dict:
+    """The environment module sglang_server gives a process-managed server (plugins/modules/sglang_server.py
+    server_env, then server_env.child_env), for the current account: built by the same functions."""
+    cuda_home = SERVER_ENV.toolkit_home(args.cuda_home, SERVER_ENV.TOOLKIT_FACT)
+    env = {**SERVER_ENV.server_base_env(args.python, cuda_home), **ARGS.build_server_env(settings)}
+    return SERVER_ENV.child_env(env, pwd.getpwuid(os.geteuid()))
+
+
+def run_hand(args, flags: list[str], url: str, workdir: Path, *, tag: str = "hand", env=None) -> dict:
+    log = open(workdir / f"{tag}-server.log", "wb")  # handed to the child, closed below
     started = time.monotonic()
     proc = subprocess.Popen(
         [args.python, "-m", "sglang.launch_server", *flags],
@@ -226,18 +240,21 @@ def run_hand(args, flags: list[str], url: str, workdir: Path) -> dict:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env=env,
     )
     log.close()
     try:
         while not health(url):
             if proc.poll() is not None:
-                raise SystemExit(f"hand: server exited with {proc.returncode}; see {workdir}/hand-server.log")
+                raise SystemExit(
+                    f"{tag}: server exited with {proc.returncode}; see {workdir}/{tag}-server.log"
+                )
             if time.monotonic() - started > args.timeout:
-                raise SystemExit("hand: not ready in time")
+                raise SystemExit(f"{tag}: not ready in time")
             time.sleep(0.25)
         ready_s = time.monotonic() - started
         view = [process_view(p) for p in descendants(proc.pid)]
-        runs = bench_runs(args, url, "hand", workdir)
+        runs = bench_runs(args, url, tag, workdir)
     finally:
         stop_group(proc)
         wait_port_free(args.port)
@@ -321,6 +338,11 @@ def parse_args():
     parser.add_argument("--model", required=True, help="model directory (also the tokenizer)")
     parser.add_argument("--user", default="sglang", help="unprivileged account of the module variant")
     parser.add_argument("--sglang-version", default="0.5.16")
+    parser.add_argument(
+        "--cuda-home",
+        default="",
+        help="the module server's toolkit (default: the toolkit role's fact)",
+    )
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--tp-size", type=int, default=1)
     parser.add_argument("--cuda-graph-max-bs", type=int, default=64, help="0 disables CUDA graphs")
@@ -331,7 +353,11 @@ def parse_args():
     parser.add_argument("--num-prompts", type=int, default=512)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=900)
-    parser.add_argument("--variants", default="hand,module", help="comma list of hand, module, module-root")
+    parser.add_argument(
+        "--variants",
+        default="hand,module",
+        help="comma list of hand, module, module-root, hand-env (again: repeats)",
+    )
     parser.add_argument("--workdir", default="", help="logs and bench files (default: a new temp dir)")
     parser.add_argument("--json", default="")
     parser.add_argument("extra", nargs="*", help="extra server flags (after --)")
@@ -362,13 +388,32 @@ def server_settings(args) -> dict:
     return settings
 
 
-def run_variant(args, variant: str, *, flags: list[str], settings: dict, url: str, workdir: Path) -> dict:
+VARIANTS = ("hand", "module", "module-root", "hand-env")
+
+
+def variant_keys(names: list[str]) -> list[tuple[str, str]]:
+    """(variant, key) in order: a variant named again is keyed NAME-2, NAME-3; an unknown name is refused
+    before anything launches."""
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        sys.exit(f"unknown variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
+    seen: dict[str, int] = {}
+    keys = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        keys.append((name, name if seen[name] == 1 else f"{name}-{seen[name]}"))
+    return keys
+
+
+def run_variant(
+    args, variant: str, *, key: str, flags: list[str], settings: dict, url: str, workdir: Path
+) -> dict:
     if variant == "hand":
-        return run_hand(args, flags, url, workdir)
-    if variant in ("module", "module-root"):
-        user = args.user if variant == "module" else None
-        return run_module(args, settings, url, workdir, user=user, tag=variant)
-    sys.exit(f"unknown variant {variant}")
+        return run_hand(args, flags, url, workdir, tag=key)
+    if variant == "hand-env":
+        return run_hand(args, flags, url, workdir, tag=key, env=module_env(args, settings))
+    user = args.user if variant == "module" else None
+    return run_module(args, settings, url, workdir, user=user, tag=key)
 
 
 def compare(hand: dict, other: dict) -> dict:
@@ -392,6 +437,7 @@ def compare(hand: dict, other: dict) -> dict:
 
 def main() -> int:
     args = parse_args()
+    keys = variant_keys([name.strip() for name in args.variants.split(",") if name.strip()])
     if os.geteuid() != 0:
         sys.exit("run as root: the module variant switches to --user")
     if not port_free(args.port):
@@ -416,13 +462,13 @@ def main() -> int:
         "variants": {},
         "caches": {},
     }
-    for variant in args.variants.split(","):
-        report["caches"][variant] = merge_caches(homes)
-        result = run_variant(args, variant, flags=flags, settings=settings, url=url, workdir=workdir)
+    for variant, key in keys:
+        report["caches"][key] = merge_caches(homes)
+        result = run_variant(args, variant, key=key, flags=flags, settings=settings, url=url, workdir=workdir)
         result["medians"] = medians(result["runs"])
-        report["variants"][variant] = result
+        report["variants"][key] = result
         print(
-            f"{variant}: ready {result['ready_s']} s, medians {result['medians']}",
+            f"{key}: ready {result['ready_s']} s, medians {result['medians']}",
             file=sys.stderr,
             flush=True,
         )

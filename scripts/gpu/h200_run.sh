@@ -80,11 +80,12 @@ for stage in "$@"; do
     cat $O/tune-done.txt 2>/dev/null || echo "tune still running"
     tail -5 /var/log/epforge/tune.log 2>/dev/null
     ;;
-  sbs)
+  sbs)  # 1024 prompts: runs of about 10 s (256 gave 2-3 s runs that spread 15-25 %, 2026-12-03); hand-env
+    # isolates the module's environment from its launcher
     stamp side-by-side
     $PY bench/side_by_side.py --python $PY --model /opt/epforge/models/smoke-qwen3-moe --user sglang \
-      --runs 3 --warmups 1 --num-prompts 256 --input-len 256 --output-len 128 --concurrency 64 \
-      --variants ${SBS_VARIANTS:-hand,module,module-root} --workdir /root/sbs --json $O/side-by-side.json -- \
+      --runs 3 --warmups 1 --num-prompts ${SBS_PROMPTS:-1024} --input-len 256 --output-len 128 --concurrency 64 \
+      --variants ${SBS_VARIANTS:-hand,module,hand-env,module-root} --workdir /root/sbs --json $O/side-by-side.json -- \
       --attention-backend triton --grammar-backend none --sampling-backend pytorch \
       --enforce-disable-flashinfer-allreduce-fusion > $O/side-by-side.txt 2>&1
     echo "sbs rc=$?"; grep -v '^ ' $O/side-by-side.txt | tail -8
