@@ -8,7 +8,7 @@ Both rules run over the same simulated runs:
   tune_objective.py), reimplemented below as it was: one launch per candidate, one steady window at the
   objective's concurrency, an early stop when that window is more than tuner_margin (10 %) below the best so
   far, and the best single window wins (a tie to the one tried first). It never declares a tie.
-- new: plugins/module_utils/tune/decision.py as role tuner calls it: `windows` rankable windows per launch,
+- new: plugins/module_utils/tune_decision.py as role tuner calls it: `windows` rankable windows per launch,
   the early stop beyond margin and spread, alternating relaunches of close leaders (bounded by
   max_relaunches), a declared TIE broken by the stated rule.
 
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.epforge.ep.plugins.module_utils.tune import decision as tune_decision  # noqa: E402
+from ansible_collections.epforge.ep.plugins.module_utils import tune_decision  # noqa: E402
 
 LAUNCH_SIGMA = 0.10
 WINDOW_SIGMA = 0.03
@@ -83,7 +83,7 @@ def old_rule(stand: Stand, plan: list[str]) -> dict:
 
 
 def new_rule(stand: Stand, plan: list[str], noise: dict | None = None) -> dict:
-    """plugins/module_utils/tune/decision.py as role tuner runs it."""
+    """plugins/module_utils/tune_decision.py as role tuner runs it."""
     candidates = [{"name": name, "changes": {"setting": name}, "env": {}} for name in plan]
     results = []
     for name in plan:

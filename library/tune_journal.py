@@ -19,8 +19,11 @@ description:
     rank the results by it, and O(state=window) judges a candidate's first steady measurement window against
     the incumbent - stop early or go on - and writes nothing.
   - Only steady-state figures at the objective's concurrency rank a candidate; its cold first burst is kept
-    apart. The winner is the valid candidate (finished, every constraint met) with the best metric. The rules
-    are plugins/module_utils/tune_objective.py's, the ones role tuner applies on the controller.
+    apart. The rule is role tuner's own (plugins/module_utils/tune_decision.py, filters
+    C(epforge.ep.tune_decision) and C(epforge.ep.tune_verdict)) with its noise defaults - every window that
+    completed enough requests ranks, a candidate's value is the median over its launches, candidates closer
+    than their spread are a declared tie (C(verdict), C(tie)), broken by the stated rule; the early stop needs
+    the margin and the spread.
   - Role tuner passes no objective - it resolves and checks its objective once per run and ranks on the
     controller (filters C(epforge.ep.tune_run), C(epforge.ep.tune_verdict), C(epforge.ep.tune_decision)) -
     so this module only keeps its results.
@@ -111,7 +114,8 @@ finished:
   elements: str
 ranking:
   description: >-
-    C(winner) (or null), its C(value), C(valid) (names, best first) and C(invalid) (name to reason).
+    C(winner) (or null), its C(value), C(valid) (names, best first), C(invalid) (name to reason), C(verdict)
+    (C(clear), C(tie) or C(none)), C(tie) (C(names), C(rule), C(picked)) and C(reason).
   returned: when objective is given
   type: dict
 stop_early:
@@ -130,14 +134,15 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.epforge.ep.plugins.module_utils import tune_decision as decision
 from ansible_collections.epforge.ep.plugins.module_utils.bench_figures import FIGURE_KEYS
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.seal import seal, sealed
 from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import (
+    DEFAULT_GOAL,
+    largest,
     objective_problems,
-    ranking,
-    stop_early,
 )
 
 SCHEMA = 2  # 2: sealed
@@ -195,8 +200,30 @@ class Journal:
         )
         return []
 
+    def decided(self) -> dict:
+        """The results judged by the tuner's own decision rule (plugins/module_utils/tune_decision.py, the
+        noise defaults; final: a journal read is no moment to relaunch), its concurrency the objective's or
+        the largest measured."""
+        objective = {
+            "goal": DEFAULT_GOAL,
+            "constraints": [],
+            **self.objective,
+            "concurrency": self.objective.get("concurrency")
+            or largest(c for r in self.results for c in (r.get("steady") or {})),
+        }
+        candidates = [
+            c if isinstance(c, dict) else {"name": c[0] if isinstance(c, (list, tuple)) and c else c}
+            for c in self.module.params["plan"].get("candidates") or []
+        ]
+        return {"objective": objective, **decision.decide(self.results, candidates, objective, final=True)}
+
+    def ranking(self) -> dict:
+        found = self.decided()
+        keys = ("winner", "value", "valid", "invalid", "verdict", "tie", "reason")
+        return {key: found[key] for key in keys}
+
     def answer(self, **extra) -> dict:
-        ranked = {"ranking": ranking(self.results, self.objective)} if self.objective is not None else {}
+        ranked = {"ranking": self.ranking()} if self.objective is not None else {}
         return {
             "path": self.path,
             "results": self.results,
@@ -236,8 +263,9 @@ class Journal:
         figures = result.get("figures")
         if not isinstance(result.get("name"), str) or not isinstance(figures, dict):
             self.module.fail_json(msg=f"a window needs a name and its figures, got {result!r}")
-        incumbent = ranking(self.results, self.objective)
-        stop, why = stop_early(figures, incumbent["value"], self.objective, self.module.params["margin"])
+        found = self.decided()
+        incumbent = found["stats"][found["valid"][0]] if found["valid"] else None
+        stop, why = decision.stop_early(figures, incumbent, found["objective"], self.module.params["margin"])
         return self.answer(changed=False, stop_early=stop, reason=why)
 
 

@@ -5,9 +5,9 @@
 - tune_run: the objective resolved and checked once per run (its defaults, plugins/module_utils/
   tune_objective.py), the order of a candidate's steady windows and one window's workload;
 - tune_verdict: a candidate's first window judged against the best finished so far (stop early or go on,
-  beyond the margin and the spread: plugins/module_utils/tune/decision.py);
+  beyond the margin and the spread: plugins/module_utils/tune_decision.py);
 - tune_decision: the finished candidates ranked under noise (median and spread, re-measure, tie;
-  plugins/module_utils/tune/decision.py), and the winner picked from the plan;
+  plugins/module_utils/tune_decision.py), and the winner picked from the plan;
 - tune_settings: a request with a candidate's variation over it (plugins/module_utils/tune_settings.py),
   for a host of tuner_group that serves the group's winner over its own request.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.epforge.ep.plugins.module_utils.tune import decision as decision_rules
+from ansible_collections.epforge.ep.plugins.module_utils import tune_decision as decision_rules
 from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import (
     DEFAULT_MARGIN,
     ObjectiveError,

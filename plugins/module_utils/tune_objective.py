@@ -5,18 +5,13 @@
 
 The one owner of the objective's rules: what a well-formed objective is, its defaults (goal max, no
 constraints, the concurrency the largest of the workload's), the order of a candidate's steady windows (the
-objective's concurrency first), the ranking and the early stop. Role tuner resolves its objective once per
-run (filter tune_run) and ranks on the controller (filters tune_verdict, tune_decision); module tune_journal
-checks an objective it is given directly.
+objective's concurrency first) and which constraints figures break. Role tuner resolves its objective once per
+run (filter tune_run); module tune_journal checks an objective it is given directly. Ranking and the early
+stop are the decision's (plugins/module_utils/tune_decision.py: filters tune_decision and tune_verdict, and
+module tune_journal): one rule, under the noise it sees.
 
 Only a candidate's steady-state figures at the objective's concurrency rank it: the cold first burst (JIT
-compiles, CUDA-graph capture) is recorded apart and never ranks. A candidate is valid when it finished and
-meets every constraint; the winner is the valid one with the best metric (a tie goes to the one tried first).
-
-Early stop: after a candidate's first steady window, it is stopped when an incumbent exists and the window is
-worse than the incumbent by more than the margin (default 10%: one window of bench_serving on a warm server
-varies by a few percent, docs/gpu-runs.md), or when it breaks a constraint by more than the margin. Pure
-functions: no Ansible, no I/O.
+compiles, CUDA-graph capture) is recorded apart and never ranks. Pure functions: no Ansible, no I/O.
 """
 
 from __future__ import annotations
@@ -134,16 +129,6 @@ def window_order(concurrency: int, concurrencies: list) -> list[int]:
     return [concurrency] + [int(c) for c in concurrencies if int(c) != concurrency]
 
 
-def steady(result: dict, objective: dict) -> dict | None:
-    """The candidate's steady figures at the objective's concurrency (default: largest())."""
-    windows = result.get("steady") or {}
-    if not windows:
-        return None
-    wanted = objective.get("concurrency")
-    key = str(wanted if wanted is not None else largest(windows))
-    return windows.get(key)
-
-
 def broken(
     figures: dict, objective: dict, margin: float = 0.0, *, unmeasured_breaks: bool = True
 ) -> list[str]:
@@ -160,55 +145,3 @@ def broken(
         elif rule.get("min") is not None and value < rule["min"] * (1 - margin):
             found.append(f"{rule['figure']} {value:g} < {rule['min']:g}")
     return found
-
-
-def better(a: float, b: float, goal: str) -> bool:
-    return a > b if goal == "max" else a < b
-
-
-def ranking(results: list[dict], objective: dict) -> dict:
-    """{winner, value, valid: [names best first], invalid: {name: reason}} over the results in plan order."""
-    goal = objective.get("goal", DEFAULT_GOAL)
-    metric = objective["metric"]
-    valid = []
-    invalid = {}
-    for result in results:
-        name = result["name"]
-        if result.get("status") != "ok":
-            invalid[name] = f"{result.get('status', 'unknown')}: {result.get('reason', '')}".rstrip(": ")
-            continue
-        figures = steady(result, objective)
-        if figures is None or figures.get(metric) is None:
-            invalid[name] = f"no steady {metric} at the objective's concurrency"
-            continue
-        breaks = broken(figures, objective)
-        if breaks:
-            invalid[name] = "breaks its constraints: " + "; ".join(breaks)
-            continue
-        valid.append((name, figures[metric]))
-    ordered = []
-    for name, value in valid:  # a stable insertion: a tie keeps the plan's order
-        position = next((i for i, (_n, v) in enumerate(ordered) if better(value, v, goal)), len(ordered))
-        ordered.insert(position, (name, value))
-    winner, value = ordered[0] if ordered else (None, None)
-    return {"winner": winner, "value": value, "valid": [name for name, _v in ordered], "invalid": invalid}
-
-
-def stop_early(
-    window: dict, incumbent_value: float | None, objective: dict, margin: float
-) -> tuple[bool, str]:
-    """Whether a candidate whose first steady window gave these figures is stopped now, and why."""
-    breaks = broken(window, objective, margin, unmeasured_breaks=False)
-    if breaks:
-        return True, "its first steady window breaks the constraints beyond the margin: " + "; ".join(breaks)
-    value = window.get(objective["metric"])
-    if incumbent_value is None or value is None:
-        return False, "no incumbent to compare with" if incumbent_value is None else "metric not measured"
-    goal = objective.get("goal", DEFAULT_GOAL)
-    bar = incumbent_value * (1 - margin) if goal == "max" else incumbent_value * (1 + margin)
-    if better(bar, value, goal):
-        return True, (
-            f"its first steady window's {objective['metric']} {value:g} is more than {margin:.0%} "
-            f"{'below' if goal == 'max' else 'above'} the incumbent's {incumbent_value:g}"
-        )
-    return False, f"within {margin:.0%} of the incumbent or better"

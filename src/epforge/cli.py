@@ -107,7 +107,7 @@ def tune_lines(result: runner.RunResult) -> list[str]:
         else:
             lines.append(f"tune on {host}: no winner - {tune.get('decision')}")
         tie = tune.get("tie") or {}
-        if tie:  # the leaders were not told apart (role tuner, plugins/module_utils/tune/decision.py)
+        if tie:  # the leaders were not told apart (role tuner, plugins/module_utils/tune_decision.py)
             lines.append(
                 f"  TIE: {', '.join(tie.get('names') or [])} not told apart; {tie.get('picked')} picked by "
                 f"the rule ({tie.get('rule')})"

@@ -1,4 +1,4 @@
-"""The tuner's decision under noise (issue 38, plugins/module_utils/tune/decision.py): windows with too few
+"""The tuner's decision under noise (issue 38, plugins/module_utils/tune_decision.py): windows with too few
 requests to rank say so, short ones rank and are listed, close leaders are relaunched in turn up to the bound,
 then a TIE is declared and broken by the stated rule; the early stop waits for the margin and the spread; and
 bench/tune_decision_sim.py's noise model, fitted to the H200 run, shows the new rule claiming a wrong winner
@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from ansible_collections.epforge.ep.plugins.module_utils.tune.decision import (
+from ansible_collections.epforge.ep.plugins.module_utils.tune_decision import (
     NOISE_DEFAULTS,
     TIE_RULE,
     decide,

@@ -15,7 +15,7 @@ import statistics
 import yaml
 from conftest import ROOT
 
-from ansible_collections.epforge.ep.plugins.module_utils.tune.decision import (
+from ansible_collections.epforge.ep.plugins.module_utils.tune_decision import (
     NOISE_DEFAULTS,
     decide,
     noise_of,

@@ -21,7 +21,7 @@ from ansible_collections.epforge.ep.plugins.filter.tune import (
     tune_verdict,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import WORKLOAD_DEFAULTS
-from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import GOALS, steady
+from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import GOALS, largest
 from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import default_dimensions
 
 TUNER = ROOT / "roles" / "tuner"
@@ -98,10 +98,11 @@ def test_steady_figures_default_to_the_largest_concurrency_by_the_same_rule():
     """An objective that names no concurrency (tune_journal called directly) ranks by the largest window
     measured: the rule tune_run applies to the workload's concurrencies."""
     result = {"steady": {"4": {"x": 1}, "16": {"x": 2}, "1": {"x": 3}}}
-    assert steady(result, {"metric": "x"}) == {"x": 2}
-    assert steady(
-        result, tune_run({"metric": "output_throughput"}, {"concurrencies": [4, 16, 1]})["objective"]
-    ) == {"x": 2}
+    assert largest(result["steady"]) == 16
+    assert (
+        tune_run({"metric": "output_throughput"}, {"concurrencies": [4, 16, 1]})["objective"]["concurrency"]
+        == 16
+    )
 
 
 # ----------------------------------------------------------------------------- the early stop and the pick
