@@ -27,8 +27,9 @@ description:
     judged by the known-issues table - a known dead end is listed as refused with the rule and never
     launched - and rendered as its server settings object (argv, environment, digest) for the stack's
     SGLang. Two candidates that render the same argv and environment are one launch.
-  - Where the collective probe measured the host (O(estimate)), the parallelism it found cheaper per decode
-    step is tried first.
+  - Where an earlier run decided on this host (O(earlier)), the candidates it found valid are tried first,
+    its winner first, then the rest of its ranking (matched by name); then, where the collective probe
+    measured the host (O(estimate)), the parallelism it found cheaper per decode step.
   - Runs in the controller's worker (meta/runtime.yml routes it through C(epforge.ep.controller_side));
     changes nothing, so check mode gives the same plan.
 options:
@@ -88,6 +89,14 @@ options:
     type: list
     elements: dict
     default: []
+  earlier:
+    description:
+      - The text of this host's last tuning fact (C(epforge_tuning), role tuner reads it from the host); empty
+        when there is none. Its winner and the rest of its valid candidates, best first, go first in the plan
+        (by name) - measured evidence from this host, ahead of the probe's estimate. Unreadable text is
+        ignored, and the plan's C(order) says so.
+    type: raw
+    default: ""
   max_candidates:
     description:
       - The most candidates a space may hold. A larger one is refused from its size alone (a grid's is the
@@ -170,6 +179,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import 
     SpaceTooLarge,
     check_names,
     described_graphs,
+    earlier_ranks,
     ep_first,
     graph_settings,
     nccl_costs,
@@ -193,6 +203,7 @@ ARGUMENT_SPEC = {
     "estimate": {"type": "list", "elements": "dict", "default": []},
     "curve": {"type": "list", "elements": "dict", "default": []},
     "max_candidates": {"type": "int", "default": 96},
+    "earlier": {"type": "raw", "default": ""},
 }
 
 
@@ -291,8 +302,9 @@ class Planner:
         judged = [self.judged(c, digests) for c in self.checked(candidates)]
         ep_cheaper, order = ep_first(self.params["estimate"])
         nccl, nccl_order = nccl_costs(self.params["curve"])
-        order = f"{order}; {nccl_order}"
-        planned = ordered([c for c in judged if c["status"] == "planned"], ep_cheaper, nccl)
+        earlier, earlier_order = earlier_ranks(self.params["earlier"])
+        order = f"{earlier_order}; {order}; {nccl_order}"
+        planned = ordered([c for c in judged if c["status"] == "planned"], ep_cheaper, nccl, earlier)
         rest = [c for c in judged if c["status"] == "duplicate"] + [
             c for c in judged if c["status"] == "refused"
         ]

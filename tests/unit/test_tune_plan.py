@@ -145,6 +145,26 @@ def test_the_probe_estimate_puts_the_cheaper_parallelism_first():
     assert "no collective-probe estimate" in unordered["order"]
 
 
+def test_this_host_s_earlier_decision_puts_its_valid_candidates_first_winner_first():
+    """Likely winners first (issue 38): the earlier run's winner becomes the incumbent at once, so the
+    weaker candidates can stop early; the earlier decision outranks the probe's estimate (it measured the
+    candidates themselves on this host). A fact that is no JSON is ignored, and the order says so."""
+    rc, unordered = plan(EIGHT_PCIE)
+    assert rc == 0, unordered.get("msg")
+    default_order = names(unordered)
+    winner, runner_up = default_order[-1], default_order[-3]
+    earlier = {"winner": winner, "ranking": {"valid": [runner_up, winner], "invalid": {}}}
+    rc, result = plan(EIGHT_PCIE, earlier=json.dumps(earlier))
+    assert rc == 0, result.get("msg")
+    order = names(result)
+    assert order[:2] == [winner, runner_up]
+    assert order[2:] == [n for n in default_order if n not in (winner, runner_up)]
+    assert f"its winner {winner} and the 1 other(s) it found valid first" in result["order"]
+    assert "no earlier tuning decision on this host" in unordered["order"]
+    rc, broken = plan(EIGHT_PCIE, earlier="{cut off")
+    assert rc == 0 and names(broken) == default_order and "not JSON: ignored" in broken["order"]
+
+
 def test_a_space_past_the_limit_is_refused_before_anything_is_judged():
     rc, result = plan(EIGHT_PCIE, max_candidates=5)
     assert rc != 0 and "27 candidates, more than max_candidates (5)" in result["msg"]

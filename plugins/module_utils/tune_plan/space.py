@@ -359,12 +359,38 @@ def nccl_costs(curve: list[dict]) -> tuple[dict[tuple, float], str]:
     )
 
 
+def earlier_ranks(text) -> tuple[dict[str, int], str]:
+    """({name: place}, why) from this host's last tuning fact (its JSON text): the winner 0, then the rest of
+    its valid candidates best first. Nothing (and why) when there is no fact or it holds no decision."""
+    if not text:
+        return {}, "no earlier tuning decision on this host"
+    try:
+        fact = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return {}, "this host's earlier tuning fact is not JSON: ignored for the order"
+    if not isinstance(fact, dict):
+        return {}, "this host's earlier tuning fact holds no decision: ignored for the order"
+    ranking = fact.get("ranking") if isinstance(fact.get("ranking"), dict) else {}
+    names = [fact.get("winner"), *(ranking.get("valid") or [])]
+    names = list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
+    if not names:
+        return {}, "this host's earlier tuning run found no valid candidate"
+    return {name: place for place, name in enumerate(names)}, (
+        f"this host's earlier tuning decision: its winner {names[0]} and the {len(names) - 1} other(s) it "
+        f"found valid first, best first"
+    )
+
+
 def ordered(
-    candidates: list[dict], ep_is_cheaper: bool | None, nccl: dict[tuple, float] | None = None
+    candidates: list[dict],
+    ep_is_cheaper: bool | None,
+    nccl: dict[tuple, float] | None = None,
+    earlier: dict[str, int] | None = None,
 ) -> list[dict]:
-    """The candidates with the parallelism the probe found cheaper first, then (within it) the NCCL settings
-    whose measured curve is lowest; a stable sort, so else as given. A candidate whose NCCL settings the
-    probe did not measure comes after the measured ones."""
+    """The candidates an earlier decision on this host found valid first (its winner first, then best
+    first), then the parallelism the probe found cheaper, then (within it) the NCCL settings whose measured
+    curve is lowest; a stable sort, so else as given. A candidate whose NCCL settings the probe did not
+    measure comes after the measured ones."""
 
     def uses_ep(candidate: dict) -> bool:
         return int(candidate["settings"].get("ep_size") or 1) > 1
@@ -374,6 +400,7 @@ def ordered(
 
     def rank(candidate: dict) -> tuple:
         parallelism = 0 if ep_is_cheaper is None else int(uses_ep(candidate) != ep_is_cheaper)
-        return (parallelism, nccl_cost(candidate) if nccl else 0.0)
+        place = (earlier or {}).get(candidate["name"], len(earlier or {}))
+        return (place, parallelism, nccl_cost(candidate) if nccl else 0.0)
 
     return sorted(candidates, key=rank)
