@@ -298,6 +298,13 @@ def test_tune_picks_the_fastest_valid_candidate_and_leaves_it_serving(bench_clie
     assert running["settings_digest"] == fact["winner_object_digest"]
     assert server_info(port)["port"] == port
 
+    # the same tune again: the plan now puts this host's earlier winner first (likely winners first), and the
+    # run is still the same journal - every candidate finished, none launched again, the same decision
+    again = run_tune(base_dir, extra, name="again")
+    assert again.returncode == 0, again.stdout[-6000:]
+    assert "its winner cold-heavy and the" in again.stdout and launches(base_dir, again) == []
+    assert tuning_fact(base_dir)["winner"] == "cold-heavy"
+
     # a space whose one candidate dies of CUDA OOM under its first measured request
     all_fail = tune_vars(base_dir, python, tok, port, [{"name": "oom", "env": OOM}], parser=sglang_env)
     failed = run_tune(base_dir, all_fail, name="all-fail", env=counting, cli=True)
