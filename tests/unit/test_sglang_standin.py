@@ -12,6 +12,7 @@ import urllib.request
 
 import bench_env
 import pytest
+from conftest import ROOT
 
 
 def generate(url: str, tokens: int, *, stream: bool) -> urllib.request.Request:
@@ -134,3 +135,37 @@ def test_a_batch_size_compiles_once_before_its_first_token(standin):
     first, _total = stream_times(url, 4)
     again, _total = stream_times(url, 4)
     assert first >= 0.8 and again < 0.5, (first, again)
+
+
+def ready_seconds(tmp_path, name: str, env: dict, extra_args=()) -> float:
+    """Seconds from the stand-in's start to its ready file (its own clock), HOME as given in env."""
+    ready_file = tmp_path / f"{name}.ready"
+    started = time.time()
+    proc, _url = bench_env.start_standin(
+        "/models/none",
+        env={**env, "SGLANG_STANDIN_READY_FILE": str(ready_file)},
+        extra_args=list(extra_args),
+        log_path=tmp_path / f"{name}.log",
+    )
+    bench_env.stop(proc)
+    return float(ready_file.read_text()) - started
+
+
+def test_graph_capture_is_whole_on_an_account_s_first_launch_and_a_tenth_after(tmp_path):
+    """Real SGLang 0.5.16 on one H200 captured its prefill graphs in 60.1 s on the first launch with graphs
+    and 6.5 s on the next (tests/fixtures/sglang_h200/graph-capture-*.log): the order of launches decides a
+    ready-time comparison. Graphs off capture nothing; another account (HOME) starts cold again."""
+    for log in ("hand-first-cold", "module-first-warm"):
+        text = (ROOT / "tests" / "fixtures" / "sglang_h200" / f"graph-capture-{log}.log").read_text()
+        assert "Capture target prefill CUDA graph end. elapsed=" in text
+    home = tmp_path / "home"
+    env = {"SGLANG_STANDIN_CAPTURE_SECONDS": "2.0", "SGLANG_STANDIN_LOAD_SECONDS": "0.1", "HOME": str(home)}
+    graphs = ["--cuda-graph-max-bs-decode", "64"]
+    cold = ready_seconds(tmp_path, "cold", env, graphs)
+    warm = ready_seconds(tmp_path, "warm", env, graphs)
+    off = ready_seconds(tmp_path, "off", env, [*graphs, "--disable-cuda-graph"])
+    other = ready_seconds(tmp_path, "other", {**env, "HOME": str(tmp_path / "other")}, graphs)
+    assert cold >= 2.0 and other >= 2.0, (cold, other)
+    assert warm < 1.5 and off < 1.5, (warm, off)
+    assert "(cold compile caches)" in (tmp_path / "cold.log").read_text()
+    assert "(warm compile caches)" in (tmp_path / "warm.log").read_text()
