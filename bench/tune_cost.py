@@ -111,6 +111,11 @@ def run(
         "tuner_objective": {"metric": "output_throughput", "goal": "max", "concurrency": 2},
         "tuner_margin": margin,
         "tuner_candidate_limit_s": 600,
+        # the stand-in's windows hold 8 prompts: they rank (the H200's default is 64); no re-measure rounds,
+        # so both runs launch the same candidates once - this measures the early stop, and the re-measure is
+        # bench/tune_decision_sim.py's to judge
+        "tuner_min_window_requests": 8,
+        "tuner_max_relaunches": 0,
     }
     vars_file = base / f"{label}.json"
     vars_file.write_text(json.dumps(extra))
