@@ -313,6 +313,16 @@ def _result(results: list[dict], name: str) -> dict:
     return next((r for r in results if r["name"] == name), {})
 
 
+def margin_in_log(margin: float, goal: str) -> float:
+    """How much worse than the incumbent, in log, the margin allows: a throughput (max) margin-fraction below
+    it, a latency (min) margin-fraction above it. A margin of 1 or more never stops a max goal for its speed
+    (nothing is 100 % below): infinity, not a math domain error (bench/tune_cost.py's exhaustive run asks
+    for 1000)."""
+    if goal != "max":
+        return math.log1p(margin)
+    return math.inf if margin >= 1 else -math.log1p(-margin)
+
+
 def stop_early(
     window: dict, incumbent: dict | None, objective: dict, margin: float, noise: dict | None = None
 ):
@@ -335,7 +345,7 @@ def stop_early(
     goal = objective.get("goal", DEFAULT_GOAL)
     spread = math.hypot(single, incumbent["uncertainty"])
     shortfall = math.log(incumbent["value"] / float(value)) * (1 if goal == "max" else -1)
-    bar = -math.log(1 - margin) + noise["z"] * spread
+    bar = margin_in_log(margin, goal) + noise["z"] * spread
     if shortfall > bar:
         return True, (
             f"its first window's {objective['metric']} {float(value):g} is {1 - math.exp(-shortfall):.0%} "

@@ -178,3 +178,15 @@ def test_epforge_tune_s_closing_lines_name_a_tie_and_its_rule():
     lines = cli.tune_lines(runner.RunResult(rc=0, status="successful", stats={"epforge_tune": {"h": tune}}))
     assert lines[0].startswith("tune on h: winner twin ")
     assert lines[1] == (f"  TIE: twin-extra, twin not told apart; twin picked by the rule ({TIE_RULE})")
+
+
+def test_a_margin_of_one_or_more_never_stops_for_speed_and_a_min_goal_reads_it_above():
+    # bench/tune_cost.py's exhaustive search asks for 1000: a math domain error before, every candidate failed
+    incumbent = decide([result("graphs-bs64", 8000)], CANDIDATES, OBJECTIVE)["stats"]["graphs-bs64"]
+    stop, reason = stop_early(window(10), incumbent, OBJECTIVE, 1000.0)
+    assert not stop and "within the margin" in reason
+    tpot = {"metric": "tpot_median_ms", "goal": "min", "concurrency": 16, "constraints": []}
+    fast = {"name": "a", "status": "ok", "steady": {"16": [{"tpot_median_ms": 5.0, "completed": 64}]}}
+    incumbent = decide([fast], CANDIDATES, tpot)["stats"]["a"]
+    assert stop_early({"tpot_median_ms": 20.0, "completed": 64}, incumbent, tpot, 1.0)[0]
+    assert not stop_early({"tpot_median_ms": 9.0, "completed": 64}, incumbent, tpot, 1.0)[0]
