@@ -73,6 +73,15 @@ for stage in "$@"; do
     cat $O/plays.txt 2>/dev/null; tail -3 $O/side-by-side.txt 2>/dev/null; tail -8 /var/log/epforge/tune.log 2>/dev/null
     ;;
   tune) play tune -e @scripts/gpu/h200-tune.yml playbooks/tune.yml; echo "tune rc=$?" > $O/tune-done.txt ;;
+  tune-again)  # the same tune again (issue 36 stage 2: the same winner or a declared tie), in a journal folder of
+    # its own so that the first tune's finished journal is not simply replayed; this host's epforge_tuning fact
+    # (the first decision) orders the plan, as a user's rerun would. LEASE_END (epoch seconds) bounds it: no
+    # candidate or relaunch round starts later than AGAIN_SLACK_S (default 150: the winner's launch) before it.
+    budget=${AGAIN_BUDGET_S:-660}
+    if [ -n "${LEASE_END:-}" ]; then budget=$(( LEASE_END - $(date +%s) - ${AGAIN_SLACK_S:-150} )); fi
+    stamp "tune-again, budget $budget s"
+    play tune-again -e @scripts/gpu/h200-tune.yml -e tuner_journal_dir=/var/lib/epforge/tuning-again \
+      -e tuner_budget_s=$budget playbooks/tune.yml; echo "tune-again rc=$?" > $O/tune-again-done.txt ;;
   tune-wait)  # until the tune ends or WAIT_S (default 540) pass
     stamp tune-wait
     end=$(( $(date +%s) + ${WAIT_S:-540} ))
@@ -98,7 +107,7 @@ for stage in "$@"; do
     cp /root/sbs/*.log $O/logs/ 2>/dev/null
     cp ~/.cache/epforge/wheelhouse.log $O/logs/ 2>/dev/null
     cp /var/lib/epforge/server-jit-*.json $O/ 2>/dev/null
-    cp -r /var/lib/epforge/tuning $O/ 2>/dev/null
+    cp -r /var/lib/epforge/tuning /var/lib/epforge/tuning-again $O/ 2>/dev/null
     tar czf $OUT/h200-$(date +%H%M%S).tgz -C /root epforge-out
     ls -la $OUT
     ;;
