@@ -10,6 +10,7 @@ spread (0.19 pooled) is above the prior (0.10), and the rule uses what it sees."
 from __future__ import annotations
 
 import json
+import math
 import statistics
 
 import yaml
@@ -104,3 +105,76 @@ def test_after_the_rounds_the_host_s_spread_makes_the_graph_candidates_a_declare
     assert "graphs-off" not in decision["tie"]["names"]
     assert decision["winner"] == "graph-bs64"
     assert stats["graph-bs64"]["ttft_p99_ms"] < stats["graph-bs16"]["ttft_p99_ms"]
+
+
+# 2026-12-04: the same space on the same kind of machine, the code of be8c02a (128-prompt windows). The lease
+# ended during graph-bs16-chunk2048's second relaunch, before the decision; the journal is as it was left.
+JOURNAL_2 = json.loads((FIXTURE / "journal-20261204.json").read_text())
+RESULTS_2 = JOURNAL_2["results"]
+TIMELINE_2 = [
+    json.loads(line)
+    for line in (FIXTURE / "timeline-graph-bs16-chunk8192-relaunch2-20261204.jsonl").read_text().splitlines()
+]
+
+
+def _launch_values(result):
+    """Each launch's median steady window (the first launch's, then every relaunch's)."""
+    launches = [result, *result.get("relaunches", [])]
+    return [statistics.median(w["output_throughput"] for w in launch["repeats"]["16"]) for launch in launches]
+
+
+def test_the_second_journal_holds_the_rounds_the_run_reached():
+    assert JOURNAL_2["plan_digest"] != JOURNAL["plan_digest"]  # a plan of its own (128-prompt windows)
+    relaunched = {r["name"]: len(r.get("relaunches", [])) for r in RESULTS_2}
+    assert relaunched == {
+        "graphs-off": 0,
+        "graph-bs16": 0,
+        "graph-bs64": 0,
+        "graph-bs16-chunk2048": 1,
+        "graph-bs16-chunk8192": 2,
+    }
+    assert all(w["completed"] == 128 for r in RESULTS_2 for w in r["repeats"]["16"])
+
+
+def test_the_second_run_s_first_look_names_the_leaders_it_relaunched():
+    first = [{k: v for k, v in r.items() if k != "relaunches"} for r in RESULTS_2]
+    decision = decide(first, CANDIDATES, OBJECTIVE)
+    assert decision["verdict"] == "remeasure"
+    assert decision["remeasure"] == ["graph-bs16-chunk8192", "graph-bs16-chunk2048"]
+
+
+def test_the_second_host_was_quieter_and_the_prior_is_the_floor():
+    for name in ("graph-bs16-chunk8192", "graph-bs16-chunk2048"):
+        values = _launch_values(next(r for r in RESULTS_2 if r["name"] == name))
+        logs = [math.log(v) for v in values]
+        assert statistics.stdev(logs) < 0.07
+    decision = decide(RESULTS_2, CANDIDATES, OBJECTIVE, final=True)
+    assert round(decision["stats"]["graph-bs16-chunk8192"]["spread"], 2) == NOISE_DEFAULTS["launch_spread"]
+
+
+def test_both_runs_replayed_end_in_the_same_tie_and_the_same_pick():
+    """The measured leaders differ between the two runs (bs64 and chunk2048, then chunk8192 and chunk2048);
+    the rule's answer does not: the four graph candidates tie and graph-bs64 is picked in both."""
+    answers = [decide(results, CANDIDATES, OBJECTIVE, final=True) for results in (RESULTS, RESULTS_2)]
+    assert [a["verdict"] for a in answers] == ["tie", "tie"]
+    assert {frozenset(a["tie"]["names"]) for a in answers} == {
+        frozenset({"graph-bs64", "graph-bs16-chunk2048", "graph-bs16-chunk8192", "graph-bs16"})
+    }
+    assert [a["winner"] for a in answers] == ["graph-bs64", "graph-bs64"]
+    # the highest median over launches was a different candidate in each run
+    leaders = [max(a["stats"], key=lambda n, a=a: a["stats"][n]["value"]) for a in answers]
+    assert leaders == ["graph-bs64", "graph-bs16-chunk8192"]
+
+
+def test_the_windows_of_one_launch_run_back_to_back():
+    """Issue 36's share between windows (<= 10 % of a launch): one client, windows back to back; what a
+    window takes beyond its traffic (its prompts built, its results written) is counted against the launch."""
+    starts = {e["index"]: e["time"] for e in TIMELINE_2 if e["event"] == "window_start"}
+    ends = {e["index"]: e["time"] for e in TIMELINE_2 if e["event"] == "window_end"}
+    assert sorted(starts) == sorted(ends) == [0, 1, 2, 3, 4]
+    assert all(starts[i + 1] - ends[i] < 0.05 for i in range(4))
+    relaunch = next(r for r in RESULTS_2 if r["name"] == "graph-bs16-chunk8192")["relaunches"][1]
+    traffic = relaunch["cold"]["duration_s"] + relaunch["warmup"]["16"]["duration_s"]
+    traffic += sum(w["duration_s"] for w in relaunch["repeats"]["16"])
+    beside = (ends[4] - starts[0]) - traffic
+    assert 0 < beside / relaunch["seconds"] < 0.10
