@@ -42,6 +42,10 @@ def test_the_decision_table_ranks_the_winner_first_and_says_why_for_the_rest():
     # the fastest by throughput is not the winner: it broke the TTFT constraint
     assert float(rows["fastest-bad-ttft"][TOKS]) > float(rows["cold-heavy"][TOKS])
     assert all(len(row) == len(DECISION_HEAD) for row in rows.values())
+    # a long reason is cut at a word and says so (the whole reason stays in the fact)
+    crash = rows["crashes"][WHY]
+    assert len(crash) <= 200 and crash.endswith(" ...")
+    assert TUNING["results"][-1]["reason"].startswith(crash.removesuffix(" ...") + " ")
 
 
 def test_the_block_to_paste_is_the_winners_settings_under_epforge_server():

@@ -6,6 +6,7 @@ crashed and constraint-breaking ones apart, winner marked)."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -29,6 +30,13 @@ DECISION_HEAD = [
 
 def _objective_figures(result: dict, concurrency: int) -> dict:
     return (result.get("steady") or {}).get(str(concurrency)) or {}
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """A table cell's reason, cut at a word with an ellipsis (the whole reason stays in the fact)."""
+    if len(text) <= limit:
+        return text
+    return textwrap.shorten(text, width=limit, placeholder=" ...")
 
 
 def _outcome(name: str, result: dict, tuning: dict) -> str:
@@ -102,7 +110,7 @@ def decision_rows(tuning: dict) -> list[list[str]]:
                 fmt(f.get("tpot_p99_ms"), 2),
                 fmt((r.get("cold") or {}).get("ttft_p99_ms")),
                 fmt(r.get("seconds")),
-                str(why)[:200],
+                _clip(str(why)),
             ]
         )
     for refused in tuning.get("refused") or []:
