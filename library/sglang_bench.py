@@ -48,9 +48,13 @@ options:
   workload:
     description:
       - The named workload. Keys C(name) (default C(decode-heavy)), C(dataset) (C(random-ids)),
-        C(input_len) (1024), C(output_len) (256), C(range_ratio) (1.0), C(num_prompts) (64),
-        C(max_concurrency) (16), C(request_rate) (C(inf) or requests/s), C(seed) (42),
+        C(dataset_path) (empty), C(input_len) (1024), C(output_len) (256), C(range_ratio) (1.0),
+        C(num_prompts) (64), C(max_concurrency) (16), C(request_rate) (C(inf) or requests/s), C(seed) (42),
         C(warmup_requests) (1).
+      - C(dataset) C(custom) (JSON lines) or C(sharegpt) (a JSON array) sends the prompts of the file at
+        C(dataset_path) on the host, each reply cut at C(output_len); the file is checked before the client
+        starts (a bad record is refused by line or entry and field, never quoting its text), and its sha256,
+        size and prompt count go into the history entry as C(prompt_file).
     type: dict
     default: {}
   tokenizer:
@@ -165,7 +169,10 @@ ansible_facts:
   type: dict
   contains:
     epforge_bench_result:
-      description: This run's history entry (status, timestamp, workload, figures, context).
+      description:
+        - This run's history entry (status, timestamp, workload, figures, context).
+        - With a C(custom) or C(sharegpt) workload, C(prompt_file) holds the file's C(dataset), C(sha256),
+          C(bytes) and C(prompts) (its count of usable prompts), never its text.
       type: dict
 argv:
   description: The client command.
@@ -227,6 +234,11 @@ from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench import driver
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.prompt_file import (
+    FILE_DATASETS,
+    PromptFileError,
+    check_prompt_file,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.streams import cut_streams
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.windows import (
     driver_spec,
@@ -321,8 +333,26 @@ def _workload_keys(window) -> dict:
     return {k: v for k, v in window.items() if k not in WINDOW_LABELS} if isinstance(window, dict) else window
 
 
-def history_entry(p: dict, workload: dict) -> dict:
-    """This run's history entry before it runs: id, time, workload, client and the caller's context."""
+def prompt_file_problems(workloads: list[dict]) -> tuple[dict, list[str]]:
+    """Each prompt file the workloads read, checked once for the most prompts any of them sends: its
+    identity by path (prompt_file.py), and the problems of those that cannot be used."""
+    need: dict[str, tuple[str, int]] = {}
+    for w in workloads:
+        if w["dataset"] in FILE_DATASETS:
+            _, most = need.get(w["dataset_path"], (w["dataset"], 0))
+            need[w["dataset_path"]] = (w["dataset"], max(most, w["num_prompts"]))
+    identities, problems = {}, []
+    for path, (dataset, most) in need.items():
+        try:
+            identities[path] = check_prompt_file(path, dataset, most)
+        except PromptFileError as exc:
+            problems.append(str(exc))
+    return identities, problems
+
+
+def history_entry(p: dict, workload: dict, prompt_file: dict | None = None) -> dict:
+    """This run's history entry before it runs: id, time, workload, its prompt file's identity (never its
+    text), client and the caller's context."""
     context = dict(p["record"])
     if "server" in context:
         context["server"] = redact(context["server"])
@@ -331,6 +361,7 @@ def history_entry(p: dict, workload: dict) -> dict:
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "label": str(context.pop("label", "") or workload["name"]),
         "workload": workload,
+        **({"prompt_file": prompt_file} if prompt_file else {}),
         "base_url": p["base_url"],
         "client": {"python": p["python"], "module": p["client_module"], "backend": p["backend"]},
         **context,
@@ -600,8 +631,9 @@ class WindowRun(BenchRun):
 class WindowsRun:
     """Every window of O(windows) in one client process (plugins/module_utils/sglang_bench/driver.py)."""
 
-    def __init__(self, module: AnsibleModule, workloads: list[dict]) -> None:
+    def __init__(self, module: AnsibleModule, workloads: list[dict], prompt_files: dict) -> None:
         self.module = module
+        self.prompt_files = prompt_files
         self.p = p = module.params
         self.items = p["windows"]
         self.done: list[dict] = []
@@ -664,7 +696,8 @@ class WindowsRun:
         for item, run in zip(self.items, self.runs, strict=True):
             times = timeline["windows"].get(run.workload["name"])
             finished = times is not None and times["finished"] is not None and times["error"] is None
-            run.entry = history_entry(self.p, run.workload)
+            prompt_file = self.prompt_files.get(run.workload["dataset_path"])
+            run.entry = history_entry(self.p, run.workload, prompt_file)
             run.output, run.rc = output, (rc if not finished else 0)
             run.seconds = run.entry["seconds"] = (times or {}).get("seconds") or 0.0
             if not finished:
@@ -718,10 +751,13 @@ class WindowsRun:
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     workload, problems = input_problems(module.params)
+    prompt_files = {}
+    if not problems:
+        prompt_files, problems = prompt_file_problems(workload if isinstance(workload, list) else [workload])
     if problems:
         module.fail_json(msg="bad sglang_bench input: " + "; ".join(problems), problems=problems)
     if module.params["windows"] is not None:
-        windows = WindowsRun(module, workload)
+        windows = WindowsRun(module, workload, prompt_files)
         if module.check_mode:
             windows.exit_check_mode()
         windows.run()
@@ -729,7 +765,7 @@ def main() -> None:
     run = BenchRun(module, workload)
     if module.check_mode:
         run.exit_check_mode()
-    run.entry = history_entry(module.params, workload)
+    run.entry = history_entry(module.params, workload, prompt_files.get(workload["dataset_path"]))
     run.run_client()
     run.finish()
 

@@ -117,7 +117,11 @@ def test_workload_defaults_and_argv():
 @pytest.mark.parametrize(
     ("workload", "message"),
     [
-        ({"dataset": "sharegpt"}, "download"),
+        ({"dataset": "mmmu"}, "download"),
+        # sharegpt with no file downloads ShareGPT from the Hub in the client: a path is required
+        ({"dataset": "sharegpt"}, "reads a prompt file: dataset_path must be an absolute path"),
+        ({"dataset": "custom", "dataset_path": "prompts.jsonl"}, "must be an absolute path on the host"),
+        ({"dataset_path": "/srv/prompts.jsonl"}, "'random-ids' reads no file"),
         ({"input_len": 0}, "input_len must be >= 1"),
         ({"num_prompts": "many"}, "num_prompts must be an integer"),
         ({"range_ratio": 1.5}, "range_ratio must be within 0..1"),

@@ -260,7 +260,7 @@ def test_bad_input_is_refused_before_running(tmp_path):
         {
             "python": "python3",
             "base_url": "127.0.0.1:30000",
-            "workload": {"dataset": "sharegpt", "num_prompts": 0},
+            "workload": {"dataset": "mmmu", "num_prompts": 0},
             "fact_path": str(tmp_path / "f.fact"),
         },
         tmp_path,

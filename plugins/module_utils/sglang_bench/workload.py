@@ -27,6 +27,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.bench_history import (
     sanitize,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.process import option_argv
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.prompt_file import FILE_DATASETS
 
 # the history's names module sglang_bench and the tests import from here
 _HISTORY_NAMES = (HISTORY_SCHEMA, append_entry, empty_fact, load_fact, locked, record_run, sanitize)
@@ -51,10 +52,12 @@ REQUIRED_FIGURES = (
 )
 
 # Workload keys, their types and bounds. A workload is a named, reproducible load: a dataset that needs no
-# download (random-ids draws token ids from the tokenizer's vocabulary), fixed lengths, a seed.
+# download (random-ids draws token ids from the tokenizer's vocabulary; custom and sharegpt read the prompt
+# file at dataset_path on the host, prompt_file.py), fixed lengths, a seed.
 WORKLOAD_DEFAULTS = {
     "name": "decode-heavy",
     "dataset": "random-ids",
+    "dataset_path": "",
     "input_len": 1024,
     "output_len": 256,
     "range_ratio": 1.0,
@@ -64,7 +67,7 @@ WORKLOAD_DEFAULTS = {
     "seed": 42,
     "warmup_requests": 1,
 }
-DATASETS_WITHOUT_DOWNLOAD = ("random-ids",)
+DATASETS_WITHOUT_DOWNLOAD = ("random-ids", *FILE_DATASETS)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -122,6 +125,22 @@ def _request_rate_problems(merged: dict) -> list[str]:
     return []
 
 
+def _dataset_path_problems(merged: dict) -> list[str]:
+    """A file kind reads an absolute path on the host (never empty: sharegpt would download); random-ids
+    reads none."""
+    path = merged["dataset_path"]
+    if not isinstance(path, str):
+        return [f"workload dataset_path must be a path, got {path!r}"]
+    if merged["dataset"] in FILE_DATASETS and not path.startswith("/"):
+        return [
+            f"dataset {merged['dataset']!r} reads a prompt file: dataset_path must be an absolute path "
+            f"on the host, got {path!r}"
+        ]
+    if merged["dataset"] not in FILE_DATASETS and path:
+        return [f"dataset {merged['dataset']!r} reads no file: leave dataset_path empty (got {path!r})"]
+    return []
+
+
 def normalize_workload(workload: dict | None) -> dict:
     """Defaults merged under `workload`, validated; raises BenchError naming every problem."""
     merged = dict(WORKLOAD_DEFAULTS)
@@ -137,6 +156,7 @@ def normalize_workload(workload: dict | None) -> dict:
             f"dataset {merged['dataset']!r} is not supported: use one of "
             f"{', '.join(DATASETS_WITHOUT_DOWNLOAD)} (other bench_serving datasets download data)"
         )
+    problems += _dataset_path_problems(merged)
     problems += _integer_problems(merged)
     problems += _range_ratio_problems(merged)
     problems += _request_rate_problems(merged)
@@ -160,13 +180,21 @@ def bench_argv(
 ) -> list[str]:
     """argv of `python -m sglang.bench_serving` for a normalized workload (never a shell string)."""
     w = workload
+    if w["dataset"] in FILE_DATASETS:
+        # the file's prompts as they are, each reply cut at output_len (the client sends ignore_eos, so every
+        # request returns exactly output_len tokens and the validity gate counts them as for random-ids)
+        lengths = [("--dataset-path", w["dataset_path"]), ("--sharegpt-output-len", w["output_len"])]
+    else:
+        lengths = [
+            ("--random-input-len", w["input_len"]),
+            ("--random-output-len", w["output_len"]),
+            ("--random-range-ratio", _num(w["range_ratio"])),
+        ]
     options = [
         ("--backend", backend),
         ("--base-url", base_url),
         ("--dataset-name", w["dataset"]),
-        ("--random-input-len", w["input_len"]),
-        ("--random-output-len", w["output_len"]),
-        ("--random-range-ratio", _num(w["range_ratio"])),
+        *lengths,
         ("--num-prompts", w["num_prompts"]),
         ("--max-concurrency", w["max_concurrency"]),
         ("--request-rate", _num(w["request_rate"])),
@@ -259,7 +287,9 @@ def check_record_matches(record: dict, workload: dict) -> list[str]:
     """Differences between the workload asked for and the one the client recorded."""
     seen = record_workload(record)
     problems = []
-    for key in ("dataset", "input_len", "output_len", "max_concurrency"):
+    # a file kind's record holds the client's random_* defaults, which it did not use
+    lengths = () if workload["dataset"] in FILE_DATASETS else ("input_len", "output_len")
+    for key in ("dataset", *lengths, "max_concurrency"):
         if seen[key] is not None and seen[key] != workload[key]:
             problems.append(f"{key}: asked {workload[key]!r}, client ran {seen[key]!r}")
     if seen["tag"] is not None and seen["tag"] != workload["name"]:
@@ -273,7 +303,9 @@ def expected_output(workload: dict, extra_args=()) -> dict:
     num_prompts x output_len x range_ratio generated tokens (exactly num_prompts x output_len at ratio 1.0,
     sglang/bench_serving.py: output lengths are drawn from [output_len x ratio, output_len])."""
     ignores_eos = "--disable-ignore-eos" not in [str(a).split("=", 1)[0] for a in extra_args or ()]
-    per_request = max(1, int(workload["output_len"] * float(workload["range_ratio"])))
+    # a file kind's replies are cut at exactly output_len (--sharegpt-output-len); range_ratio is random-ids'
+    ratio = 1.0 if workload["dataset"] in FILE_DATASETS else float(workload["range_ratio"])
+    per_request = max(1, int(workload["output_len"] * ratio))
     return {
         "completed": int(workload["num_prompts"]),
         "min_output_tokens": int(workload["num_prompts"]) * (per_request if ignores_eos else 1),
