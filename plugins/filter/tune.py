@@ -30,20 +30,28 @@ from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import (
 from ansible_collections.epforge.ep.plugins.module_utils.tune_settings import settings_of
 
 
-def tune_run(objective, workload) -> dict:
+def tune_run(objective, workload, staged="") -> dict:
     """{objective: resolved (goal, constraints and concurrency filled in), concurrencies: the steady windows'
     order (the objective's first), workload: one window's workload (the workload without its concurrencies:
-    each window sets its own)}; a malformed objective fails naming every problem."""
+    each window sets its own; a prompt_file becomes dataset_path, the host path it was copied to: staged),
+    identity: the workload as it names the run (the staged path holds the file's sha256, so a changed file
+    is another run)}; a malformed objective fails naming every problem."""
     if not isinstance(workload, dict):
         raise AnsibleFilterError(f"tuner_workload must be a mapping, got {workload!r}")
     try:
         objective = resolved(objective, workload.get("concurrencies"))
     except ObjectiveError as exc:
         raise AnsibleFilterError(str(exc)) from None
+    identity = dict(workload)
+    if identity.pop("prompt_file", None):
+        if not staged:
+            raise AnsibleFilterError("tuner_workload's prompt_file has not been copied to the host (staged)")
+        identity["dataset_path"] = staged
     return {
         "objective": objective,
         "concurrencies": window_order(objective["concurrency"], workload["concurrencies"]),
-        "workload": {key: value for key, value in workload.items() if key != "concurrencies"},
+        "workload": {key: value for key, value in identity.items() if key != "concurrencies"},
+        "identity": identity,
     }
 
 

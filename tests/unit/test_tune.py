@@ -26,6 +26,7 @@ removes it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -550,3 +551,45 @@ def test_a_group_of_unlike_hosts_is_refused_before_anything_changes(tmp_path):
     assert "this host [4, ['12.0'], 'pcie'], box-a [8, ['12.0'], 'pcie']" in proc.stdout
     assert not (tmp_path / "box-b" / "state" / "tuning").exists()
     assert "TASK [tuner : Plan the candidates" not in proc.stdout  # the whole group stopped, box-a too
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")
+def test_a_prompt_file_is_checked_before_anything_starts_then_copied_once_and_sent(
+    bench_client, sglang_env, base_dir
+):
+    """Issue 39: tuner_workload.prompt_file, a file on the controller. A damaged one fails the run before any
+    plan or launch, naming the line and never the prompt; a good one is copied to the host once (0600, named
+    by its sha256), its windows send its prompts, and the fact holds its identity."""
+    python, tok = bench_client
+    port = bench_env.free_port()
+    private = "the private prompt text of user seven"
+    turn = {"content": "a reply"}
+    lines = [json.dumps({"conversations": [{"content": f"{private} {i}"}, turn]}) for i in range(8)]
+    prompts = base_dir.parent / f"{base_dir.name}-prompts.jsonl"
+    prompts.write_text("\n".join([*lines, json.dumps({"conversations": [{"content": private}]})]) + "\n")
+    space = [c for c in candidates() if c["name"] == "cold-heavy"]
+    workload = {**LIGHT, "dataset": "custom", "prompt_file": str(prompts)}
+    extra = tune_vars(base_dir, python, tok, port, space, parser=sglang_env, tuner_workload=workload)
+    refused = run_tune(base_dir, extra, name="bad-prompts")
+    assert refused.returncode != 0
+    assert "line 9: 'conversations' holds 1 turn(s), at least 2 are needed" in refused.stdout
+    assert private not in refused.stdout + refused.stderr
+    assert launches(base_dir, refused) == [] and not (base_dir / "state" / "tuning" / "prompts").exists()
+
+    prompts.write_text("\n".join(lines) + "\n")
+    sha256 = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    proc = run_tune(base_dir, extra, name="prompts")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    staged = base_dir / "state" / "tuning" / "prompts" / f"{sha256}.jsonl"
+    assert staged.read_bytes() == prompts.read_bytes() and staged.stat().st_mode & 0o777 == 0o600
+    fact = tuning_fact(base_dir)
+    assert fact["winner"] == "cold-heavy"
+    assert {k: fact["prompt_file"][k] for k in ("dataset", "sha256", "prompts")} == {
+        "dataset": "custom",
+        "sha256": sha256,
+        "prompts": 8,
+    }
+    steady = fact["results"][0]["steady"]["4"]
+    assert steady["completed"] == 8 and steady["total_output_tokens"] == 8 * LIGHT["output_len"]
+    assert private not in json.dumps(fact)
+    stop_server(base_dir, extra)

@@ -195,7 +195,8 @@ def test_the_role_spec_agrees_with_the_python_owners():
     assert set(objective) == {"metric", "goal", "concurrency", "constraints"}
     assert set(objective["constraints"]["options"]) == {"figure", "max", "min"}
     workload = SPEC["tuner_workload"]["options"]
-    assert set(workload) == (set(WORKLOAD_DEFAULTS) - {"max_concurrency"}) | {"concurrencies"}
+    # prompt_file is the role's own (a controller path, copied to the host and handed on as dataset_path)
+    assert set(workload) == (set(WORKLOAD_DEFAULTS) - {"max_concurrency"}) | {"concurrencies", "prompt_file"}
 
 
 def test_the_objective_is_resolved_once_per_run_and_no_task_hands_it_to_the_journal():
