@@ -251,6 +251,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload i
     check_record_matches,
     check_validity,
     classify_failure,
+    counted_input_tokens,
     expected_output,
     extract_figures,
     normalize_workload,
@@ -531,6 +532,9 @@ class BenchRun:
             figures["completed"] = int(figures["completed"]) - cut["count"]
             figures["total_output_tokens"] = int(figures["total_output_tokens"]) - cut["phantom_tokens"]
         figures["cut_streams"] = cut["count"]
+        counted = counted_input_tokens(record)
+        if counted:
+            figures["counted_input_tokens"], figures["counted_requests"] = counted
         failed_requests = workload["num_prompts"] - int(figures["completed"])
         figures["failed_requests"] = failed_requests
         status, invalid_reasons, expected = check_validity(figures, workload, p["extra_args"])

@@ -202,12 +202,19 @@ def test_sglang_bench_sends_a_prompt_file_through_the_real_client_and_records_it
         ],
         "workload": workload,
     }
-    proc, url = bench_env.start_standin(str(tok), log_path=tmp_path / "standin.log")
+    digests = tmp_path / "received.sha256"
+    proc, url = bench_env.start_standin(
+        str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_PROMPT_DIGESTS": str(digests)}
+    )
     try:
         result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
     finally:
         bench_env.stop(proc)
     assert result["_rc"] == 0, result.get("msg")
+    # what the server received is the file's prompts byte for byte: the 6-prompt window sent each of them
+    mine = {hashlib.sha256(r["conversations"][0]["content"].encode()).hexdigest() for r in prompts(6)}
+    received = digests.read_text().split()
+    assert set(received) == mine and len(received) >= 8
     assert [w["figures"]["completed"] for w in result["windows"]] == [2, 6]
     assert all(w["status"] == "ok" for w in result["windows"])
     assert result["windows"][1]["figures"]["total_output_tokens"] == 6 * 8
@@ -225,3 +232,39 @@ def test_sglang_bench_sends_a_prompt_file_through_the_real_client_and_records_it
     assert refused["_rc"] != 0 and refused["failed"]
     assert "line 6: 'conversations' holds 0 turn(s)" in refused["msg"]
     assert PRIVATE_TEXT not in refused["msg"] and not (tmp_path / "l2.log").exists()
+
+
+def test_a_window_whose_prompts_the_server_counted_short_is_invalid(bench_client, tmp_path):
+    """What was really sent (issue 39): the server's own prompt token counts (sglang 0.5.23's client records
+    them) against input_len; a stand-in that counts 64 % of what it was sent makes the window invalid."""
+    python, tok = bench_client
+    args = {
+        "python": str(python),
+        "tokenizer": str(tok),
+        "work_dir": str(tmp_path / "bench"),
+        "log_path": str(tmp_path / "bench.log"),
+        "timeout": 300,
+        "workload": {
+            "name": "short",
+            "input_len": 50,
+            "output_len": 4,
+            "num_prompts": 4,
+            "max_concurrency": 2,
+        },
+    }
+    proc, url = bench_env.start_standin(
+        str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_PROMPT_TOKEN_FACTOR": "0.64"}
+    )
+    try:
+        result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
+    finally:
+        bench_env.stop(proc)
+    assert result["_rc"] == 0, result.get("msg")
+    assert result["status"] == "invalid", result["figures"]
+    # the client's total is the dataset's count; its per-request details hold what the server counted
+    assert result["figures"]["total_input_tokens"] == 4 * 50
+    assert (result["figures"]["counted_input_tokens"], result["figures"]["counted_requests"]) == (4 * 32, 4)
+    assert result["invalid_reasons"] == [
+        "prompts were counted at 32 tokens per request (128 in 4), the workload asked input_len 50 (-36%): "
+        "the window measured another context length"
+    ]

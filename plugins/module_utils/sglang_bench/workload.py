@@ -346,7 +346,46 @@ def check_validity(figures: dict, workload: dict, extra_args=()) -> tuple[str, l
             f"generated {tokens} output tokens, fewer than the {expected['min_output_tokens']} "
             f"asked for ({how})"
         )
+    reasons += input_length_problems(figures, workload)
     return ("invalid" if reasons else "ok"), reasons, expected
+
+
+# A window's prompts as counted (the client's record: the server's own prompt_tokens from sglang 0.5.23's
+# client on, the client's count before) may differ this much from what the workload asked, per request.
+INPUT_TOKENS_TOLERANCE = 0.10
+
+
+def counted_input_tokens(record: dict) -> tuple[int, int] | None:
+    """(prompt tokens, requests) of the successful requests as --output-details counted them ("input_lens":
+    the server's own prompt_tokens from sglang 0.5.23's client on, the dataset's count in 0.5.16); None
+    without aligned details. total_input_tokens is always the dataset's count: it cannot show a shortfall."""
+    lens, errors = record.get("input_lens"), record.get("errors")
+    if not (isinstance(lens, list) and isinstance(errors, list) and len(lens) == len(errors)):
+        return None
+    counted = [int(n) for n, error in zip(lens, errors, strict=True) if not error and n is not None]
+    return (sum(counted), len(counted)) if counted else None
+
+
+def input_length_problems(figures: dict, workload: dict) -> list[str]:
+    """A random-ids window whose prompts were counted (figure counted_input_tokens, over the requests of
+    figure counted_requests) more than INPUT_TOKENS_TOLERANCE away from input_len per request (below input_len
+    x range_ratio, or above input_len): it measured another context length (a "128k" run that was really
+    82k). A file kind's lengths are the file's own: not judged here."""
+    counted, requests = figures.get("counted_input_tokens"), figures.get("counted_requests")
+    if workload["dataset"] != "random-ids" or not requests or counted is None:
+        return []
+    completed = requests
+    per_request = float(counted) / int(completed)
+    low = workload["input_len"] * float(workload["range_ratio"]) * (1 - INPUT_TOKENS_TOLERANCE)
+    high = workload["input_len"] * (1 + INPUT_TOKENS_TOLERANCE)
+    if low <= per_request <= high:
+        return []
+    drift = per_request / workload["input_len"] - 1
+    return [
+        f"prompts were counted at {per_request:.0f} tokens per request ({int(counted)} in {int(completed)}), "
+        f"the workload asked input_len {workload['input_len']} ({drift:+.0%}): the window measured another "
+        "context length"
+    ]
 
 
 # -------------------------------------------------------------------------------------- failure classes

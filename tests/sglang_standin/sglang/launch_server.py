@@ -53,6 +53,9 @@ Behaviour knobs (environment variables, all optional):
                                the next (tests/fixtures/sglang_h200/graph-capture-*.log): which launch goes
                                first decides a ready-time comparison
   SGLANG_STANDIN_ACCEPT_LENGTH   avg_spec_accept_length reported when speculative (default 2.5)
+  SGLANG_STANDIN_PROMPT_DIGESTS  path: each received prompt's sha256 appended, one line per request
+  SGLANG_STANDIN_PROMPT_TOKEN_FACTOR  prompt tokens reported per prompt token sent (default 1; below 1 a
+                               server that counted less than it was sent, as a context cut short)
   SGLANG_STANDIN_READY_FILE    path: written with the epoch time the server became ready
   SGLANG_STANDIN_ACCESS_LOG    "0": no access lines (default: one per request, uvicorn's format, as SGLang)
   SGLANG_STANDIN_MAX_NEW_TOKENS  cap on the tokens of every generation, whatever the request asks (as a
@@ -219,6 +222,11 @@ class State:
         limit = args.max_running_requests
         self.running = threading.BoundedSemaphore(limit) if limit else contextlib.nullcontext()
         self.accept_length = float(os.environ.get("SGLANG_STANDIN_ACCEPT_LENGTH", "2.5"))
+        # What was really sent (issue 39): each prompt's sha256, one line per request, in the file named here
+        # (tests compare them with their own prompts byte for byte); and a server that counts fewer prompt
+        # tokens than it was sent (a context cut short: a "128k" run that was really 82k), by this factor.
+        self.prompt_digests = os.environ.get("SGLANG_STANDIN_PROMPT_DIGESTS", "")
+        self.prompt_token_factor = float(os.environ.get("SGLANG_STANDIN_PROMPT_TOKEN_FACTOR", "1"))
         self.served_name = args.served_model_name or args.model_path
         self.announced = False
         self.lock = threading.Lock()
@@ -491,9 +499,18 @@ class Handler(BaseHTTPRequestHandler):
             meta["spec_verify_ct"] = max(1, int(done / self.state.accept_length))
         return meta
 
+    def received(self, body: dict) -> tuple[str, int]:
+        """The prompt and the prompt tokens this server counts; its digest logged when asked."""
+        prompt, prompt_tokens = prompt_of(body)
+        if self.state.prompt_digests:
+            digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+            with self.state.lock, open(self.state.prompt_digests, "a", encoding="utf-8") as handle:
+                handle.write(digest + "\n")
+        return prompt, max(1, round(prompt_tokens * self.state.prompt_token_factor))
+
     def generate(self, body: dict) -> None:
         started = time.time()
-        prompt, prompt_tokens = prompt_of(body)
+        prompt, prompt_tokens = self.received(body)
         params = body.get("sampling_params") or {}
         if int(params.get("max_new_tokens", 16)) < 0:  # SGLang 0.5.16's answer (tests/fixtures/sglang_h200)
             self.send_json(
@@ -528,7 +545,7 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def openai(self, body: dict, *, chat: bool) -> None:
-        prompt, prompt_tokens = prompt_of(body)
+        prompt, prompt_tokens = self.received(body)
         count = capped(max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)))
         tokens = make_tokens(prompt, count)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
