@@ -268,3 +268,16 @@ def test_a_window_whose_prompts_the_server_counted_short_is_invalid(bench_client
         "prompts were counted at 32 tokens per request (128 in 4), the workload asked input_len 50 (-36%): "
         "the window measured another context length"
     ]
+
+
+@pytest.mark.parametrize(("release", "server_counts"), [("0.5.16", False), ("0.5.23", True)])
+def test_which_release_s_details_hold_the_server_s_prompt_count(release, server_counts):
+    """counted_input_tokens reads --output-details' input_lens: each request's prompt_len, which sglang
+    0.5.23's client overwrites with the server's own prompt_tokens (_record_server_prompt_len) and 0.5.16's
+    leaves at the dataset's count; total_input_tokens sums the dataset rows in both."""
+    wheel = flag_data().download_wheel(sys.executable, release, WHEELS)
+    with zipfile.ZipFile(wheel) as archive:
+        serving = archive.read("sglang/benchmark/serving.py").decode()
+    assert '"input_lens": [output.prompt_len for output in outputs]' in serving
+    assert "total_input += input_requests[i].prompt_len" in serving
+    assert ("def _record_server_prompt_len" in serving) is server_counts
