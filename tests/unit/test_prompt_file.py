@@ -281,3 +281,44 @@ def test_which_release_s_details_hold_the_server_s_prompt_count(release, server_
     assert '"input_lens": [output.prompt_len for output in outputs]' in serving
     assert "total_input += input_requests[i].prompt_len" in serving
     assert ("def _record_server_prompt_len" in serving) is server_counts
+
+
+def test_prefix_reuse_is_seen_per_window(bench_client, tmp_path):
+    """The server's cached prompt tokens per window (--cache-report, summed by the client from meta_info):
+    random ids share nothing; prompts behind one long shared preamble are mostly served from the stand-in's
+    prefix cache (a TEST DOUBLE's radix cache: the longest word prefix shared with an earlier prompt)."""
+    python, tok = bench_client
+    preamble = " ".join(["the system prompt of the assistant says answer the question"] * 6)
+    shared = write_jsonl(
+        tmp_path / "shared.jsonl", [conversation(f"{preamble} question number {i}") for i in range(8)]
+    )
+    args = {
+        "python": str(python),
+        "tokenizer": str(tok),
+        "work_dir": str(tmp_path / "bench"),
+        "log_path": str(tmp_path / "bench.log"),
+        "timeout": 300,
+        "workload": {"name": "mix", "input_len": 64, "output_len": 4, "num_prompts": 8},
+        "windows": [
+            {"name": "random", "purpose": "ranked", "max_concurrency": 1},
+            {
+                "name": "shared",
+                "purpose": "ranked",
+                "max_concurrency": 1,
+                "dataset": "custom",
+                "dataset_path": str(shared),
+            },
+        ],
+    }
+    proc, url = bench_env.start_standin(str(tok), log_path=tmp_path / "standin.log")
+    try:
+        result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
+    finally:
+        bench_env.stop(proc)
+    assert result["_rc"] == 0, result.get("msg")
+    share = {w["name"]: w["figures"]["cached_token_share"] for w in result["windows"]}
+    # random ids share only what the client repeats itself: its warm-up request is the window's first
+    # prompt, sent again in the window (1 of 8 prompts cached whole)
+    assert 0.08 < share["random"] < 0.18
+    # 60 shared words of 63: all but the first of the 8 prompts (and the client's warm-up) hit the cache
+    assert share["shared"] > 0.75

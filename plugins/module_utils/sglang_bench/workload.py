@@ -204,8 +204,18 @@ def bench_argv(
         ("--output-file", output_file),
         ("--tag", w["name"]),
     ]
-    # --output-details: the per-request outcomes, so a stream cut before its final chunk is seen (streams.py)
-    argv = [python, "-m", module, *option_argv(options), "--disable-tqdm", "--output-details"]
+    # --output-details: the per-request outcomes, so a stream cut before its final chunk is seen (streams.py);
+    # --cache-report: the server's cached prompt tokens summed (prefix reuse; with the native backend it only
+    # reads meta_info, the request is unchanged)
+    argv = [
+        python,
+        "-m",
+        module,
+        *option_argv(options),
+        "--disable-tqdm",
+        "--output-details",
+        "--cache-report",
+    ]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
     if model:
@@ -267,7 +277,21 @@ def extract_figures(record: dict) -> dict:
         )
     if figures["accept_length"] is not None and figures["accept_length"] <= 0:
         figures["accept_length"] = None
+    figures["cached_token_share"] = cached_token_share(record)
     return {k: _finite(v) for k, v in figures.items()}
+
+
+def cached_token_share(record: dict) -> float | None:
+    """The share of the successful requests' prompt tokens the server took from its prefix cache (its own
+    meta_info cached_tokens, summed by the client under --cache-report: "cache_report", sglang 0.5.16 and
+    0.5.23), or None when the record has no cache report."""
+    report = record.get("cache_report")
+    if not isinstance(report, dict):
+        return None
+    prompt, cached = report.get("total_prompt_tokens"), report.get("total_cached_tokens")
+    if not isinstance(prompt, int | float) or not isinstance(cached, int | float) or prompt <= 0:
+        return None
+    return round(float(cached) / float(prompt), 4)
 
 
 def record_workload(record: dict) -> dict:

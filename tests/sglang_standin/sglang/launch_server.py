@@ -227,6 +227,8 @@ class State:
         # tokens than it was sent (a context cut short: a "128k" run that was really 82k), by this factor.
         self.prompt_digests = os.environ.get("SGLANG_STANDIN_PROMPT_DIGESTS", "")
         self.prompt_token_factor = float(os.environ.get("SGLANG_STANDIN_PROMPT_TOKEN_FACTOR", "1"))
+        # a prefix cache as a radix cache reports it: the longest word prefix shared with an earlier prompt
+        self.prompts_seen: list[list[str]] = []
         self.served_name = args.served_model_name or args.model_path
         self.announced = False
         self.lock = threading.Lock()
@@ -319,6 +321,16 @@ def make_tokens(prompt: str, count: int) -> list[str]:
     """Deterministic made-up tokens: the same prompt gives the same text."""
     seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
     return [WORDS[(seed + i * 7) % len(WORDS)] for i in range(count)]
+
+
+def shared_prefix(words: list[str], seen: list[str]) -> int:
+    """How many leading words two prompts share."""
+    count = 0
+    for a, b in zip(words, seen, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
 
 
 def prompt_of(body: dict) -> tuple[str, int]:
@@ -485,12 +497,14 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self.openai(body, chat=path == "/v1/chat/completions")
 
-    def meta(self, rid: str, prompt_tokens: int, done: int, started: float, finished: bool) -> dict:
+    def meta(
+        self, rid: str, prompt_tokens: int, done: int, started: float, finished: bool, *, cached: int = 0
+    ) -> dict:
         meta = {
             "id": rid,
             "prompt_tokens": prompt_tokens,
             "completion_tokens": done,
-            "cached_tokens": 0,
+            "cached_tokens": cached,
             "e2e_latency": time.time() - started,
             "finish_reason": {"type": "length", "length": done} if finished else None,
         }
@@ -499,18 +513,24 @@ class Handler(BaseHTTPRequestHandler):
             meta["spec_verify_ct"] = max(1, int(done / self.state.accept_length))
         return meta
 
-    def received(self, body: dict) -> tuple[str, int]:
-        """The prompt and the prompt tokens this server counts; its digest logged when asked."""
+    def received(self, body: dict) -> tuple[str, int, int]:
+        """The prompt, the prompt tokens this server counts and those its prefix cache held; the prompt's
+        digest logged when asked."""
         prompt, prompt_tokens = prompt_of(body)
-        if self.state.prompt_digests:
-            digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
-            with self.state.lock, open(self.state.prompt_digests, "a", encoding="utf-8") as handle:
-                handle.write(digest + "\n")
-        return prompt, max(1, round(prompt_tokens * self.state.prompt_token_factor))
+        words = prompt.split()
+        with self.state.lock:
+            cached = max((shared_prefix(words, seen) for seen in self.state.prompts_seen), default=0)
+            if len(self.state.prompts_seen) < 4096:
+                self.state.prompts_seen.append(words)
+            if self.state.prompt_digests:
+                with open(self.state.prompt_digests, "a", encoding="utf-8") as handle:
+                    handle.write(hashlib.sha256(prompt.encode("utf-8")).hexdigest() + "\n")
+        counted = max(1, round(prompt_tokens * self.state.prompt_token_factor))
+        return prompt, counted, min(cached, counted - 1)
 
     def generate(self, body: dict) -> None:
         started = time.time()
-        prompt, prompt_tokens = self.received(body)
+        prompt, prompt_tokens, cached = self.received(body)
         params = body.get("sampling_params") or {}
         if int(params.get("max_new_tokens", 16)) < 0:  # SGLang 0.5.16's answer (tests/fixtures/sglang_h200)
             self.send_json(
@@ -534,18 +554,22 @@ class Handler(BaseHTTPRequestHandler):
                 self.sse(
                     {
                         "text": " ".join(tokens[:i]),
-                        "meta_info": self.meta(rid, prompt_tokens, i, started, i == count),
+                        "meta_info": self.meta(rid, prompt_tokens, i, started, i == count, cached=cached),
                     }
                 )
             self.sse("[DONE]")
             return
         time.sleep(first + per_token * count)
         self.send_json(
-            200, {"text": " ".join(tokens), "meta_info": self.meta(rid, prompt_tokens, count, started, True)}
+            200,
+            {
+                "text": " ".join(tokens),
+                "meta_info": self.meta(rid, prompt_tokens, count, started, True, cached=cached),
+            },
         )
 
     def openai(self, body: dict, *, chat: bool) -> None:
-        prompt, prompt_tokens = self.received(body)
+        prompt, prompt_tokens, _ = self.received(body)
         count = capped(max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)))
         tokens = make_tokens(prompt, count)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
