@@ -281,6 +281,11 @@ def test_which_release_s_details_hold_the_server_s_prompt_count(release, server_
     assert '"input_lens": [output.prompt_len for output in outputs]' in serving
     assert "total_input += input_requests[i].prompt_len" in serving
     assert ("def _record_server_prompt_len" in serving) is server_counts
+    # figure cached_token_share: --cache-report sums the server's meta_info cached_tokens into the record
+    assert '"--cache-report"' in serving and 'result["cache_report"] = {' in serving
+    assert '"total_prompt_tokens": total_prompt_tokens' in serving
+    assert '"total_cached_tokens": total_cached' in serving
+    assert 'output.cached_tokens = _meta.get("cached_tokens", 0)' in serving
 
 
 def test_prefix_reuse_is_seen_per_window(bench_client, tmp_path):
