@@ -129,3 +129,18 @@ def test_the_tuning_report_with_a_tie_renders_and_the_browser_paints_it(tmp_path
     drawn = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,2000", page)
     assert drawn.returncode == 0 and shot.exists(), drawn.stderr[-2000:]
     assert png_size(shot) == (1400, 2000)
+
+
+def test_acceptance_and_prefix_reuse_stand_beside_the_throughput_they_explain():
+    """Issue 39: a window's accept_length and cached_token_share in the decision table (blank when the
+    candidate had none: no speculation, an older fact)."""
+    tuning = json.loads(json.dumps(TUNING))
+    winner = next(r for r in tuning["results"] if r["name"] == tuning["winner"])
+    concurrency = str(tuning["objective"]["concurrency"])
+    winner["steady"][concurrency].update(accept_length=2.3, cached_token_share=0.5)
+    for stats in (tuning.get("stats") or {}).values():
+        (stats.get("figures") or {}).pop("accept_length", None)
+    rows = {r[0]: r for r in decision_rows(tuning)}
+    accept, cached = DECISION_HEAD.index("accept len"), DECISION_HEAD.index("cached %")
+    assert (rows[tuning["winner"]][accept], rows[tuning["winner"]][cached]) == ("2.30", "50")
+    assert rows["steady-slower"][cached] == "-" and rows["nccl-tree"][accept] == ""

@@ -22,6 +22,8 @@ DECISION_HEAD = [
     "output tok/s",
     "TTFT p99 ms",
     "TPOT p99 ms",
+    "accept len",
+    "cached %",
     "cold TTFT p99 ms",
     "seconds",
     "why",
@@ -30,6 +32,20 @@ DECISION_HEAD = [
 
 def _objective_figures(result: dict, concurrency: int) -> dict:
     return (result.get("steady") or {}).get(str(concurrency)) or {}
+
+
+# the figure columns of a row that measured nothing (refused, duplicate, not tried)
+BLANK = [""] * (len(DECISION_HEAD) - 3)
+
+
+def _figure(figures: dict, result: dict, concurrency, name: str):
+    """A figure of the decision's figures, else of the candidate's window at the objective's concurrency."""
+    value = figures.get(name)
+    return value if value is not None else _objective_figures(result, concurrency).get(name)
+
+
+def _percent(share) -> str:
+    return "-" if share is None else f"{float(share) * 100:.0f}"
 
 
 def _clip(text: str, limit: int = 200) -> str:
@@ -108,6 +124,9 @@ def decision_rows(tuning: dict) -> list[list[str]]:
                 fmt(f.get("output_throughput")),
                 fmt(f.get("ttft_p99_ms")),
                 fmt(f.get("tpot_p99_ms"), 2),
+                # speculation's acceptance and prefix reuse beside the throughput they explain (issue 39)
+                fmt(_figure(f, r, concurrency, "accept_length"), 2),
+                _percent(_figure(f, r, concurrency, "cached_token_share")),
                 fmt((r.get("cold") or {}).get("ttft_p99_ms")),
                 fmt(r.get("seconds")),
                 _clip(str(why)),
@@ -115,11 +134,11 @@ def decision_rows(tuning: dict) -> list[list[str]]:
         )
     for refused in tuning.get("refused") or []:
         rules = ", ".join(x.get("id", "") for x in refused.get("refused_by") or [])
-        rows.append([refused.get("name", ""), "refused", *[""] * 8, f"known issue: {rules}"])
+        rows.append([refused.get("name", ""), "refused", *BLANK, f"known issue: {rules}"])
     for name in tuning.get("duplicates") or []:
-        rows.append([name, "duplicate", *[""] * 8, "same argv and environment as another"])
+        rows.append([name, "duplicate", *BLANK, "same argv and environment as another"])
     for name in tuning.get("not_tried") or []:
-        rows.append([name, "not tried", *[""] * 8, "the budget was spent"])
+        rows.append([name, "not tried", *BLANK, "the budget was spent"])
     return rows
 
 
