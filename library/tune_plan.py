@@ -75,6 +75,12 @@ options:
     type: list
     elements: int
     default: []
+  dataset:
+    description:
+      - The workload's dataset. A speculative candidate planned on C(random-ids) is warned about - a draft's
+        acceptance on random token ids says nothing about real text; tune speculation on a prompt file.
+    type: str
+    default: random-ids
   estimate:
     description: The collective probe's TP-vs-EP estimate rows (C(epforge_collective_probe.estimate)).
     type: list
@@ -200,6 +206,7 @@ ARGUMENT_SPEC = {
     "space": {"type": "dict", "default": {}},
     "draft_model": {"type": "str", "default": ""},
     "concurrencies": {"type": "list", "elements": "int", "default": []},
+    "dataset": {"type": "str", "default": "random-ids"},
     "estimate": {"type": "list", "elements": "dict", "default": []},
     "curve": {"type": "list", "elements": "dict", "default": []},
     "max_candidates": {"type": "int", "default": 96},
@@ -263,6 +270,14 @@ class Planner:
             self.module.fail_json(
                 msg=f"{len(problems)} problem(s) in the candidates' settings: " + " | ".join(problems),
                 problems=problems,
+            )
+        speculative = [c["name"] for c in candidates if c["settings"].get("speculative_algorithm")]
+        if speculative and self.params["dataset"] == "random-ids":
+            self.module.warn(
+                f"{len(speculative)} speculative candidate(s) ({', '.join(speculative[:4])}"
+                f"{', ...' if len(speculative) > 4 else ''}) are planned on random-ids: a draft's acceptance "
+                "on random token ids will not match real text - tune them on your own prompts (dataset "
+                "custom with prompt_file; docs/workloads.md)"
             )
         return candidates
 

@@ -397,3 +397,20 @@ def test_an_unread_model_config_plans_pcie_ipc_and_says_so():
     assert rc == 0, result.get("msg")
     assert "pcie-ipc" in nccl_options(result)
     assert any("the model's dtype is unread" in line for line in result["plan"])
+
+
+def warnings_of(result: dict) -> list[str]:
+    """The module's warnings as text (ansible-core 2.19 returns each as a structured summary)."""
+    return [w if isinstance(w, str) else w["event"]["msg"] for w in result.get("warnings", [])]
+
+
+def test_speculative_candidates_planned_on_random_ids_are_warned_about():
+    """Issue 39: a draft's acceptance on random token ids says nothing about real text."""
+    rc, on_ids = plan(EIGHT_PCIE, draft_model="/models/draft", model_config=BF16_CONFIG)
+    assert rc == 0, on_ids.get("msg")
+    warned = [w for w in warnings_of(on_ids) if "planned on random-ids" in w]
+    assert len(warned) == 1 and warned[0].startswith("27 speculative candidate(s) (tp8+eagle3+")
+    rc, on_file = plan(EIGHT_PCIE, draft_model="/models/draft", model_config=BF16_CONFIG, dataset="custom")
+    assert rc == 0 and not [w for w in warnings_of(on_file) if "random-ids" in w]
+    rc, no_draft = plan(ONE_H200)
+    assert rc == 0 and not [w for w in warnings_of(no_draft) if "random-ids" in w]
