@@ -45,6 +45,19 @@ def write_jsonl(path: Path, records: list) -> Path:
     return path
 
 
+def module_args(bench_client, tmp_path: Path, **over) -> dict:
+    """sglang_bench's arguments for the real client of bench_client, its files under tmp_path."""
+    python, tok = bench_client
+    return {
+        "python": str(python),
+        "tokenizer": str(tok),
+        "work_dir": str(tmp_path / "bench"),
+        "log_path": str(tmp_path / "bench.log"),
+        "timeout": 300,
+        **over,
+    }
+
+
 def prompts(n: int) -> list[dict]:
     return [conversation(f"{PRIVATE_TEXT} number {i} please answer the question") for i in range(n)]
 
@@ -186,22 +199,20 @@ def test_the_release_s_own_loader_keeps_what_the_check_counts_and_drops_what_it_
 def test_sglang_bench_sends_a_prompt_file_through_the_real_client_and_records_its_identity(
     bench_client, tmp_path
 ):
-    python, tok = bench_client
+    _, tok = bench_client
     path = write_jsonl(tmp_path / "prompts.jsonl", prompts(6))
     path.chmod(0o600)
     workload = {"name": "mine", "dataset": "custom", "dataset_path": str(path), "output_len": 8}
-    args = {
-        "python": str(python),
-        "tokenizer": str(tok),
-        "work_dir": str(tmp_path / "bench"),
-        "log_path": str(tmp_path / "log" / "bench.log"),
-        "timeout": 300,
-        "windows": [
+    args = module_args(
+        bench_client,
+        tmp_path,
+        log_path=str(tmp_path / "log" / "bench.log"),
+        windows=[
             {"name": "warm", "purpose": "warmup", "num_prompts": 2, "max_concurrency": 2},
             {"name": "steady", "purpose": "ranked", "num_prompts": 6, "max_concurrency": 3},
         ],
-        "workload": workload,
-    }
+        workload=workload,
+    )
     digests = tmp_path / "received.sha256"
     proc, url = bench_env.start_standin(
         str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_PROMPT_DIGESTS": str(digests)}
@@ -237,21 +248,10 @@ def test_sglang_bench_sends_a_prompt_file_through_the_real_client_and_records_it
 def test_a_window_whose_prompts_the_server_counted_short_is_invalid(bench_client, tmp_path):
     """What was really sent (issue 39): the server's own prompt token counts (sglang 0.5.23's client records
     them) against input_len; a stand-in that counts 64 % of what it was sent makes the window invalid."""
-    python, tok = bench_client
-    args = {
-        "python": str(python),
-        "tokenizer": str(tok),
-        "work_dir": str(tmp_path / "bench"),
-        "log_path": str(tmp_path / "bench.log"),
-        "timeout": 300,
-        "workload": {
-            "name": "short",
-            "input_len": 50,
-            "output_len": 4,
-            "num_prompts": 4,
-            "max_concurrency": 2,
-        },
-    }
+    _, tok = bench_client
+    args = module_args(
+        bench_client, tmp_path, workload={"name": "short", "input_len": 50, "output_len": 4, "num_prompts": 4}
+    )
     proc, url = bench_env.start_standin(
         str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_PROMPT_TOKEN_FACTOR": "0.64"}
     )
@@ -292,19 +292,16 @@ def test_prefix_reuse_is_seen_per_window(bench_client, tmp_path):
     """The server's cached prompt tokens per window (--cache-report, summed by the client from meta_info):
     random ids share nothing; prompts behind one long shared preamble are mostly served from the stand-in's
     prefix cache (a TEST DOUBLE's radix cache: the longest word prefix shared with an earlier prompt)."""
-    python, tok = bench_client
+    _, tok = bench_client
     preamble = " ".join(["the system prompt of the assistant says answer the question"] * 6)
     shared = write_jsonl(
         tmp_path / "shared.jsonl", [conversation(f"{preamble} question number {i}") for i in range(8)]
     )
-    args = {
-        "python": str(python),
-        "tokenizer": str(tok),
-        "work_dir": str(tmp_path / "bench"),
-        "log_path": str(tmp_path / "bench.log"),
-        "timeout": 300,
-        "workload": {"name": "mix", "input_len": 64, "output_len": 4, "num_prompts": 8},
-        "windows": [
+    args = module_args(
+        bench_client,
+        tmp_path,
+        workload={"name": "mix", "input_len": 64, "output_len": 4, "num_prompts": 8},
+        windows=[
             {"name": "random", "purpose": "ranked", "max_concurrency": 1},
             {
                 "name": "shared",
@@ -314,7 +311,7 @@ def test_prefix_reuse_is_seen_per_window(bench_client, tmp_path):
                 "dataset_path": str(shared),
             },
         ],
-    }
+    )
     proc, url = bench_env.start_standin(str(tok), log_path=tmp_path / "standin.log")
     try:
         result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
