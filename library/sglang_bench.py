@@ -232,13 +232,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench import driver
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.prompt_file import (
+from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import (
     FILE_DATASETS,
     PromptFileError,
     check_prompt_file,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench import driver
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.streams import cut_streams
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.windows import (
     driver_spec,

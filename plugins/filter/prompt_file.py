@@ -8,12 +8,12 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.prompt_file import (
+from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import (
     FILE_DATASETS,
     PromptFileError,
     check_prompt_file,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import WORKLOAD_DEFAULTS
+from ansible_collections.epforge.ep.plugins.module_utils.workload_defaults import WORKLOAD_DEFAULTS
 
 SUFFIX = {"jsonl": ".jsonl", "json": ".json"}
 

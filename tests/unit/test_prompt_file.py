@@ -16,7 +16,7 @@ import pytest
 from moduletools import run_module_in
 from test_sglang_bench_windows import RELEASES, WHEELS, flag_data
 
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.prompt_file import (
+from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import (
     FILE_DATASETS,
     PromptFileError,
     check_prompt_file,

@@ -20,9 +20,9 @@ from ansible_collections.epforge.ep.plugins.filter.tune import (
     tune_settings,
     tune_verdict,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import WORKLOAD_DEFAULTS
 from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import GOALS, largest
 from ansible_collections.epforge.ep.plugins.module_utils.tune_plan.space import default_dimensions
+from ansible_collections.epforge.ep.plugins.module_utils.workload_defaults import WORKLOAD_DEFAULTS
 
 TUNER = ROOT / "roles" / "tuner"
 SPEC = yaml.safe_load((TUNER / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][

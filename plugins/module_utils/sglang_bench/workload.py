@@ -27,7 +27,8 @@ from ansible_collections.epforge.ep.plugins.module_utils.bench_history import (
     sanitize,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.process import option_argv
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.prompt_file import FILE_DATASETS
+from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import FILE_DATASETS
+from ansible_collections.epforge.ep.plugins.module_utils.workload_defaults import WORKLOAD_DEFAULTS
 
 # the history's names module sglang_bench and the tests import from here
 _HISTORY_NAMES = (HISTORY_SCHEMA, append_entry, empty_fact, load_fact, locked, record_run, sanitize)
@@ -51,22 +52,8 @@ REQUIRED_FIGURES = (
     "e2e_p99_ms",
 )
 
-# Workload keys, their types and bounds. A workload is a named, reproducible load: a dataset that needs no
-# download (random-ids draws token ids from the tokenizer's vocabulary; custom and sharegpt read the prompt
-# file at dataset_path on the host, prompt_file.py), fixed lengths, a seed.
-WORKLOAD_DEFAULTS = {
-    "name": "decode-heavy",
-    "dataset": "random-ids",
-    "dataset_path": "",
-    "input_len": 1024,
-    "output_len": 256,
-    "range_ratio": 1.0,
-    "num_prompts": 64,
-    "max_concurrency": 16,
-    "request_rate": "inf",
-    "seed": 42,
-    "warmup_requests": 1,
-}
+# Workload keys and their defaults: workload_defaults.py (filter prompt_file reads them too); their types and
+# bounds are checked here.
 DATASETS_WITHOUT_DOWNLOAD = ("random-ids", *FILE_DATASETS)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 

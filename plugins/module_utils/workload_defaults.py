@@ -1,0 +1,24 @@
+"""A benchmark workload's keys and their defaults: module sglang_bench normalizes and checks a workload by
+them (sglang_bench/workload.py), and filter prompt_file reads the prompts a workload sends before any server
+starts.
+
+A workload is a named, reproducible load: a dataset that needs no download (random-ids draws token ids from
+the tokenizer's vocabulary; custom and sharegpt read the prompt file at dataset_path on the host,
+prompt_file.py), fixed lengths, a seed.
+"""
+
+from __future__ import annotations
+
+WORKLOAD_DEFAULTS = {
+    "name": "decode-heavy",
+    "dataset": "random-ids",
+    "dataset_path": "",
+    "input_len": 1024,
+    "output_len": 256,
+    "range_ratio": 1.0,
+    "num_prompts": 64,
+    "max_concurrency": 16,
+    "request_rate": "inf",
+    "seed": 42,
+    "warmup_requests": 1,
+}
