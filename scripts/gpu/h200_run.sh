@@ -67,6 +67,12 @@ for stage in "$@"; do
     ;;
   wait)  # until the background stages end or WAIT_S (default 540) pass
     stamp "wait (at most ${WAIT_S:-540} s)"
+    # A machine that started no background stages is a bare one: the lease's machine went back (idle release
+    # 30 s) and took the work with it. Waiting would spend the budget on nothing (2026-12-04, second lease:
+    # 560 s); end the call at once and say so.
+    if [ ! -f $O/bg-driver.txt ]; then
+      echo "no background stages on this machine: a bare machine (the one that ran them went back)"; exit 4
+    fi
     end=$(( $(date +%s) + ${WAIT_S:-540} ))
     while [ ! -f $O/bg-done.txt ] && [ $(date +%s) -lt $end ]; do sleep 5; done
     cat $O/bg-done.txt 2>/dev/null || echo "background still running"
@@ -84,6 +90,9 @@ for stage in "$@"; do
       -e tuner_budget_s=$budget playbooks/tune.yml; echo "tune-again rc=$?" > $O/tune-again-done.txt ;;
   tune-wait)  # until the tune ends or WAIT_S (default 540) pass
     stamp tune-wait
+    if [ ! -f $O/tune-driver.txt ]; then
+      echo "no tune on this machine: a bare machine (the one that ran it went back)"; exit 4
+    fi
     end=$(( $(date +%s) + ${WAIT_S:-540} ))
     while [ ! -f $O/tune-done.txt ] && [ $(date +%s) -lt $end ]; do sleep 5; done
     cat $O/tune-done.txt 2>/dev/null || echo "tune still running"
