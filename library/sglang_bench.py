@@ -50,7 +50,9 @@ options:
       - The named workload. Keys C(name) (default C(decode-heavy)), C(dataset) (C(random-ids)),
         C(dataset_path) (empty), C(input_len) (1024), C(output_len) (256), C(range_ratio) (1.0),
         C(num_prompts) (64), C(max_concurrency) (16), C(request_rate) (C(inf) or requests/s), C(seed) (42),
-        C(warmup_requests) (1).
+        C(warmup_requests) (1), C(flush_cache) (true - the client empties the server's prefix cache after its
+        warm-up request, so that each run starts from the same empty cache; false measures with whatever the
+        cache holds).
       - C(dataset) C(custom) (JSON lines) or C(sharegpt) (a JSON array) sends the prompts of the file at
         C(dataset_path) on the host, each reply cut at C(output_len); the file is checked before the client
         starts (a bad record is refused by line or entry and field, never quoting its text), and its sha256,

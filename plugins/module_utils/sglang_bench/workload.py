@@ -92,6 +92,13 @@ def _range_ratio_problems(merged: dict) -> list[str]:
     return []
 
 
+def _flush_cache_problems(merged: dict) -> list[str]:
+    """flush_cache as a real boolean (a string such as 'false' would read as true)."""
+    if not isinstance(merged["flush_cache"], bool):
+        return [f"workload flush_cache must be true or false, got {merged['flush_cache']!r}"]
+    return []
+
+
 def _request_rate_problems(merged: dict) -> list[str]:
     """request_rate as a positive float, or 'inf' (all at once)."""
     rate = merged["request_rate"]
@@ -147,6 +154,7 @@ def normalize_workload(workload: dict | None) -> dict:
     problems += _integer_problems(merged)
     problems += _range_ratio_problems(merged)
     problems += _request_rate_problems(merged)
+    problems += _flush_cache_problems(merged)
     if problems:
         raise BenchError("bad benchmark workload: " + "; ".join(problems))
     return merged
@@ -203,6 +211,10 @@ def bench_argv(
         "--output-details",
         "--cache-report",
     ]
+    # --flush-cache: the client empties the server's prefix cache after its warm-up request, before it
+    # measures - each window starts from the same empty cache instead of what the windows before it left
+    if w["flush_cache"]:
+        argv.append("--flush-cache")
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
     if model:

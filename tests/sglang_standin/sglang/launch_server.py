@@ -284,14 +284,22 @@ class State:
                         handle.write(f"{time.time():.6f}\n")
         return True
 
-    def delays(self) -> tuple[float, float]:
+    def delays(self, uncached: float = 1.0) -> tuple[float, float]:
         """(seconds before the first token, seconds per token) for one generation: a cold one (the first
-        SGLANG_STANDIN_COLD_REQUESTS after ready) is SGLANG_STANDIN_COLD_FACTOR times slower."""
+        SGLANG_STANDIN_COLD_REQUESTS after ready) is SGLANG_STANDIN_COLD_FACTOR times slower; the prefill
+        covers only the `uncached` share of the prompt, as a radix cache spares a real server the rest (the
+        H200's random-ids windows ran faster as its cache filled, 2026-12-04)."""
         with self.lock:
             cold = self.cold_left > 0
             self.cold_left -= 1 if cold else 0
         factor = (self.cold_factor if cold else 1.0) / self.noise.speed(time.time() - self.ready_at)
-        return self.first_token_delay * factor + self.compile_delay(), self.token_delay * factor
+        prefill = self.first_token_delay * factor * uncached
+        return prefill + self.compile_delay(), self.token_delay * factor
+
+    def flush_cache(self) -> None:
+        """/flush_cache: the prefix cache emptied (what SGLang's radix cache does when no request runs)."""
+        with self.lock:
+            self.prompts_seen.clear()
 
     def spec(self, prompt: str) -> tuple[float, float]:
         """(accept length, per-token time factor) of one speculative generation (SPEC_BY_PROMPT).
@@ -500,6 +508,7 @@ class Handler(BaseHTTPRequestHandler):
                 },
             )
         elif path == "/flush_cache":
+            self.state.flush_cache()
             self.send_json(200, {"success": True})
         else:
             self.send_json(404, {"detail": "Not Found"})
@@ -509,6 +518,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self.authorized():
             return
         if path == "/flush_cache":
+            self.state.flush_cache()
             self.send_json(200, {"success": True})
             return
         if not self.state.ready():
@@ -587,7 +597,7 @@ class Handler(BaseHTTPRequestHandler):
         count = capped(max(1, int(params.get("max_new_tokens", 16))))
         tokens = make_tokens(prompt, count)
         rid = body.get("rid") or uuid.uuid4().hex
-        first, per_token = self.state.delays()
+        first, per_token = self.state.delays(1.0 - cached / prompt_tokens)
         accept = None
         if self.state.speculative and self.state.spec_by_prompt:
             accept, factor = self.state.spec(prompt)
@@ -619,7 +629,7 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def openai(self, body: dict, *, chat: bool) -> None:
-        prompt, prompt_tokens, _ = self.received(body)
+        prompt, prompt_tokens, cached = self.received(body)
         count = capped(max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)))
         tokens = make_tokens(prompt, count)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
@@ -631,7 +641,7 @@ class Handler(BaseHTTPRequestHandler):
             "completion_tokens": count,
             "total_tokens": prompt_tokens + count,
         }
-        first, per_token = self.state.delays()
+        first, per_token = self.state.delays(1.0 - cached / prompt_tokens)
         if body.get("stream"):
             self.start_stream()
             time.sleep(first)
