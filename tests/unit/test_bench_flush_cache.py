@@ -11,6 +11,8 @@ against the SGLang stand-in (tests/sglang_standin, a TEST DOUBLE whose prefix ca
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -114,3 +116,30 @@ def test_a_window_of_the_same_prompts_finds_the_cache_as_the_first_did(bench_cli
     else:
         assert 0.08 < share["first"] < 0.18 and share["second"] > 0.9
         assert ttft < 0.5  # the 40 ms prefill spared for all but the last word of each prompt
+
+
+def test_the_smoke_tokenizer_s_random_ids_windows_fill_a_cache_nothing_flushes(bench_client, tmp_path):
+    """bench/random_ids_reuse.py replays the real client's random-ids sampler (0.5.23) over the tuner's
+    windows with the smoke model's own tokenizer: the steady windows' shares grow as on the H200 (lower: it
+    counts no server-side extras)."""
+    python, _ = bench_client
+    tok = tmp_path / "smoke-tokenizer"
+    writer = (
+        f"import sys; sys.path[:0] = [{str(ROOT / 'collections')!r}]; "
+        "from ansible_collections.epforge.ep.plugins.module_utils.smoke_model.model import "
+        f"DEFAULTS, write_tokenizer; write_tokenizer({str(tok)!r}, dict(DEFAULTS))"
+    )
+    tok.mkdir()
+    subprocess.run([str(python), "-c", writer], check=True, timeout=120)
+    done = subprocess.run(
+        [str(python), str(ROOT / "bench" / "random_ids_reuse.py"), "--tokenizer", str(tok)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    report = json.loads(done.stdout)
+    share = report["cached_share"]
+    assert report["vocab_size"] < 1000  # what makes random-ids prompts repeat
+    assert 0.1 < share["steady"] < share["steady-r2"] < share["steady-r3"]
+    assert share["steady-r3"] > 2 * share["steady"] - 0.05
