@@ -12,8 +12,10 @@ short_description: Plan a tuning run - the candidate server settings of one host
 description:
   - Builds the search space of one host (issue 22, the tuner) - by default from its GPU facts and the
     requested settings (tensor parallel over every GPU; with two GPUs or more expert parallel with each
-    all-to-all backend the installed SGLang offers of C(none) and C(deepep); speculative decoding on and off
-    when O(draft_model) is given; CUDA graphs off, at SGLang's default and up to the workload's largest
+    all-to-all backend the installed SGLang offers of C(none) and C(deepep); speculative decoding off, and
+    with O(draft_model) EAGLE3 at the two parameter sets the release picks from by architecture
+    (C(3/1/4) and C(5/4/8) steps/topk/draft tokens), and NGRAM (no draft weights) when O(dataset) is a
+    prompt file and the release has it; CUDA graphs off, at SGLang's default and up to the workload's largest
     concurrency; on PCIe hosts NCCL as it is and with C(NCCL_P2P_LEVEL=SYS NCCL_PROTO=LL,LL128,Simple), and
     SGLang's PCIe-IPC all-reduce on with NCCL as it is where known-issues row C(pcie_ipc_allreduce_opt_in)
     applies to TP over every GPU and the model is bf16 - see O(model_config)), or the grid or list given in
@@ -67,7 +69,8 @@ options:
     default: {}
   draft_model:
     description: >-
-      A draft model for speculative decoding (EAGLE3); empty leaves speculative decoding out of the space.
+      A draft model for speculative decoding (EAGLE3, tried at two parameter sets); empty leaves EAGLE3 out
+      of the space (NGRAM needs none - see O(dataset)).
     type: str
     default: ""
   concurrencies:
@@ -79,6 +82,8 @@ options:
     description:
       - The workload's dataset. A speculative candidate planned on C(random-ids) is warned about - a draft's
         acceptance on random token ids says nothing about real text; tune speculation on a prompt file.
+      - With a prompt file (C(custom) or C(sharegpt)) the default space also tries NGRAM speculation where the
+        release's parser has it.
     type: str
     default: random-ids
   estimate:
@@ -108,7 +113,7 @@ options:
       - The most candidates a space may hold. A larger one is refused from its size alone (a grid's is the
         product of its value lists' lengths, a list's its length), before any candidate is built or judged.
     type: int
-    default: 96
+    default: 128
   model_config:
     description:
       - The text of the model's C(config.json) as read from the host (role tuner reads it); empty when unread.
@@ -177,6 +182,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.known_issues import TableError, evaluate
 from ansible_collections.epforge.ep.plugins.module_utils.pcie_ipc import can_act
+from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import FILE_DATASETS
 from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import env_warnings
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
@@ -209,7 +215,7 @@ ARGUMENT_SPEC = {
     "dataset": {"type": "str", "default": "random-ids"},
     "estimate": {"type": "list", "elements": "dict", "default": []},
     "curve": {"type": "list", "elements": "dict", "default": []},
-    "max_candidates": {"type": "int", "default": 96},
+    "max_candidates": {"type": "int", "default": 128},
     "earlier": {"type": "raw", "default": ""},
 }
 
@@ -246,6 +252,7 @@ class Planner:
                 request=p["server"],
                 limit=p["max_candidates"],
                 pcie_ipc=pcie_ipc,
+                prompt_file=p["dataset"] in FILE_DATASETS,
             )
         except SpaceTooLarge as exc:
             self.module.fail_json(msg=str(exc))

@@ -12,6 +12,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import (
     FILE_DATASETS,
     PromptFileError,
     check_prompt_file,
+    staged_workload,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.workload_defaults import WORKLOAD_DEFAULTS
 
@@ -48,6 +49,17 @@ def prompt_file(workload, least=0) -> dict:
     return {**identity, "sha1": sha1, "source": str(source), "staged_name": identity["sha256"] + suffix}
 
 
+def prompt_file_staged(workload, staged="") -> dict:
+    """The workload as the host's client reads it: prompt_file replaced by dataset_path, the path it was
+    copied to on the host (staged, empty when the workload names no prompt_file)."""
+    if not isinstance(workload, dict):
+        raise AnsibleFilterError(f"prompt_file_staged needs a workload mapping, got {workload!r}")
+    try:
+        return staged_workload(workload, staged)
+    except PromptFileError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 class FilterModule:
     def filters(self):
-        return {"prompt_file": prompt_file}
+        return {"prompt_file": prompt_file, "prompt_file_staged": prompt_file_staged}

@@ -21,6 +21,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.epforge.ep.plugins.module_utils import tune_decision as decision_rules
+from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import PromptFileError, staged_workload
 from ansible_collections.epforge.ep.plugins.module_utils.tune_objective import (
     DEFAULT_MARGIN,
     ObjectiveError,
@@ -42,11 +43,10 @@ def tune_run(objective, workload, staged="") -> dict:
         objective = resolved(objective, workload.get("concurrencies"))
     except ObjectiveError as exc:
         raise AnsibleFilterError(str(exc)) from None
-    identity = dict(workload)
-    if identity.pop("prompt_file", None):
-        if not staged:
-            raise AnsibleFilterError("tuner_workload's prompt_file has not been copied to the host (staged)")
-        identity["dataset_path"] = staged
+    try:
+        identity = staged_workload(workload, staged, "tuner_workload")
+    except PromptFileError as exc:
+        raise AnsibleFilterError(str(exc)) from None
     return {
         "objective": objective,
         "concurrencies": window_order(objective["concurrency"], workload["concurrencies"]),

@@ -128,3 +128,14 @@ def check_prompt_file(path: str, dataset: str, need: int = 1) -> dict:
         )
     digest = hashlib.sha256(raw).hexdigest()
     return {"dataset": dataset, "sha256": digest, "bytes": len(raw), "prompts": prompts}
+
+
+def staged_workload(workload: dict, staged: str, owner: str = "the workload") -> dict:
+    """The workload as the host's client reads it: a prompt_file (a controller path) becomes dataset_path, the
+    path on the host it was copied to (staged); a workload without prompt_file is returned as it is."""
+    result = dict(workload)
+    if result.pop("prompt_file", None):
+        if not staged:
+            raise PromptFileError(f"{owner}'s prompt_file has not been copied to the host (staged)")
+        result["dataset_path"] = staged
+    return result

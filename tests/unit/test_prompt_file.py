@@ -286,6 +286,18 @@ def test_which_release_s_details_hold_the_server_s_prompt_count(release, server_
     assert '"total_prompt_tokens": total_prompt_tokens' in serving
     assert '"total_cached_tokens": total_cached' in serving
     assert 'output.cached_tokens = _meta.get("cached_tokens", 0)' in serving
+    # acceptance per request: the client reads each request's spec_accept_length from meta_info but writes
+    # none to its --output-details (only the server's average, "accept_length"): a per-request
+    # distribution is not in the file of either release (docs/workloads.md, "Not yet")
+    details = serving[serving.index("result_details = {") :]
+    details = details[: details.index("# Append results to a JSONL file")]
+    assert "spec_accept_length" in serving and "accept" not in details
+    # generated-shared-prefix (not offered yet): its prompts are pickled under ~/.cache/sglang/benchmark by a
+    # key that holds the tokenizer's class name, not its path (docs/workloads.md, "Not yet")
+    with zipfile.ZipFile(wheel) as archive:
+        gsp = archive.read("sglang/benchmark/datasets/generated_shared_prefix.py").decode()
+    assert 'Path.home() / ".cache" / "sglang" / "benchmark"' in gsp
+    assert 'f"{tokenizer.__class__.__name__}.pkl"' in gsp
 
 
 def test_prefix_reuse_is_seen_per_window(bench_client, tmp_path):

@@ -8,6 +8,7 @@ The server role creates its unprivileged service account: this test uses `epforg
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -105,11 +106,32 @@ def test_role_records_and_appends_and_survives_a_failed_run(bench_client_python,
     step = next(x for x in out1["steps"] if x["step"] == "sglang_benchmark")
     assert step["status"] == "done" and step["detail"].startswith("tp1-standin:")
 
-    second, out2 = play(base_dir, extra, serve=True)
+    # the second run sends the user's own prompts from a file on the controller: checked there, copied to
+    # the host once (0600, named by its sha256), read by the client from the copy
+    prompts = base_dir / "controller-prompts.jsonl"
+    line = {"conversations": [{"role": "user", "content": "the private prompt text of user seven"}] * 2}
+    prompts.write_text("".join(json.dumps(line) + "\n" for _ in range(8)))
+    from_file = {
+        **extra,
+        "sglang_benchmark_workload": {
+            "name": "role-file",
+            "dataset": "custom",
+            "prompt_file": str(prompts),
+            "output_len": 16,
+            "num_prompts": 8,
+            "max_concurrency": 4,
+        },
+    }
+    second, out2 = play(base_dir, from_file, serve=True)
     held2 = out2["bench"]
     assert second.returncode == 0, second.stdout[-4000:]
     assert [e["id"] for e in held2["history"][:1]] == [held["history"][0]["id"]]
     assert held2["runs"] == 2 and len(held2["history"]) == 2
+    digest = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    assert held2["last"]["prompt_file"]["sha256"] == digest and held2["last"]["prompt_file"]["prompts"] == 8
+    (staged,) = [p for p in base_dir.rglob(f"{digest}.jsonl") if p != prompts]
+    assert staged.read_bytes() == prompts.read_bytes() and staged.stat().st_mode & 0o777 == 0o600
+    assert held2["last"]["workload"]["dataset_path"] == str(staged)
 
     # the server is stopped (the role in the third play): the benchmark fails, is recorded, and
     # (fail_on_error false) the play goes on

@@ -400,8 +400,8 @@ def test_check_mode_prints_each_hosts_default_plan_and_launches_nothing(tmp_path
         assert "Launch and verify" not in proc.stdout and "nothing was launched" in proc.stdout
         assert not (tmp_path / label / "state" / "tuning").exists()
         assert not (tmp_path / label / "facts" / "epforge_tuning.fact").exists()
-    assert "tp1+eagle3+graph-default" in plans["one"] and "tp8" not in plans["one"]
-    assert "tp8-ep8-deepep+eagle3+graph-bs64+nccl-pcie" in plans["eight"]
+    assert "tp1+eagle3-s3k1d4+graph-default" in plans["one"] and "tp8" not in plans["one"]
+    assert "tp8-ep8-deepep+eagle3-s5k4d8+graph-bs64+nccl-pcie" in plans["eight"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server role creates a service account (needs root)")

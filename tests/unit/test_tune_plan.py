@@ -55,17 +55,20 @@ def test_a_one_gpu_host_and_an_eight_gpu_pcie_host_get_different_default_spaces(
     rc, eight = plan(EIGHT_PCIE, draft_model="/models/draft", model_config=BF16_CONFIG)
     assert rc == 0, eight.get("msg")
     assert eight["space"]["dimensions"] == ["parallel", "speculative", "cuda_graph", "nccl"]
-    # 3 layouts (TP; EP with SGLang 0.5.23 backends none and deepep) x spec on/off x 3 graphs x 3 all-reduce
-    # options (NCCL as it is, NCCL tuned for PCIe, SGLang's PCIe-IPC all-reduce with NCCL as it is)
-    assert eight["counts"] == {"planned": 54, "duplicate": 0, "refused": 0}
+    # 3 layouts (TP; EP with SGLang 0.5.23 backends none and deepep) x spec off and EAGLE3 at two parameter
+    # sets x 3 graphs x 3 all-reduce options (NCCL as it is, NCCL tuned for PCIe, SGLang's PCIe-IPC
+    # all-reduce with NCCL as it is)
+    assert eight["counts"] == {"planned": 81, "duplicate": 0, "refused": 0}
     assert (
         "PCIe-IPC all-reduce tried (on, NCCL as it is): TP 8 over PCIe, a bfloat16 model" in eight["plan"][1]
     )
     by_name = {c["name"]: c for c in eight["candidates"]}
-    fastest_guess = by_name["tp8-ep8-deepep+eagle3+graph-bs64+nccl-pcie"]
+    fastest_guess = by_name["tp8-ep8-deepep+eagle3-s5k4d8+graph-bs64+nccl-pcie"]
     settings = fastest_guess["settings"]
     assert settings["ep_size"] == 8 and settings["moe_a2a_backend"] == "deepep"
     assert settings["speculative_algorithm"] == "EAGLE3" and settings["cuda_graph_max_bs"] == 64
+    assert (settings["speculative_num_steps"], settings["speculative_eagle_topk"]) == (5, 4)
+    assert settings["speculative_num_draft_tokens"] == 8
     assert settings["env"] == {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL,LL128,Simple"}
     # judged by the known issues: PCIe turns DeepEP's normal mode to low_latency, and the object says so
     obj = fastest_guess["server_object"]
@@ -180,7 +183,7 @@ def test_a_huge_grid_is_refused_from_its_size_before_any_candidate_is_built():
     }
     rc, result = plan(ONE_H200, space={"grid": grid}, timeout=10)
     assert rc != 0, result
-    assert "holds 100000000 candidates, more than max_candidates (96)" in result["msg"], result["msg"]
+    assert "holds 100000000 candidates, more than max_candidates (128)" in result["msg"], result["msg"]
     assert "100 max_running_requests x 100 chunked_prefill_size" in result["msg"]
     assert "before any candidate was built" in result["msg"]
 
@@ -409,8 +412,11 @@ def test_speculative_candidates_planned_on_random_ids_are_warned_about():
     rc, on_ids = plan(EIGHT_PCIE, draft_model="/models/draft", model_config=BF16_CONFIG)
     assert rc == 0, on_ids.get("msg")
     warned = [w for w in warnings_of(on_ids) if "planned on random-ids" in w]
-    assert len(warned) == 1 and warned[0].startswith("27 speculative candidate(s) (tp8+eagle3+")
+    assert len(warned) == 1 and warned[0].startswith("54 speculative candidate(s) (tp8+eagle3-s3k1d4+")
     rc, on_file = plan(EIGHT_PCIE, draft_model="/models/draft", model_config=BF16_CONFIG, dataset="custom")
     assert rc == 0 and not [w for w in warnings_of(on_file) if "random-ids" in w]
+    # on the user's prompts NGRAM joins the speculative dimension (SGLang 0.5.23 has it): 3 x 4 x 3 x 3
+    assert on_file["counts"]["planned"] == 108
+    assert "tp8+ngram+graph-default+nccl-default" in names(on_file)
     rc, no_draft = plan(ONE_H200)
     assert rc == 0 and not [w for w in warnings_of(no_draft) if "random-ids" in w]

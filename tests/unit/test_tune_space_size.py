@@ -102,8 +102,9 @@ def test_the_8x_rtx_pro_6000_default_plan_stays_within_its_bound_and_prints_its_
 
 @pytest.mark.parametrize("stack", sorted(STACKS))
 def test_with_a_draft_model_the_default_plan_is_within_the_role_s_limit(stack):
-    """A draft model doubles the space (EAGLE3 on/off): 72 built on cu130 with PCIe-IPC, which the role's
-    tuner_max_candidates (96) must admit: the limit refuses absurd grids, not the default space."""
+    """A draft model triples the space (no speculation, EAGLE3 at the release's two parameter sets): 108
+    built on cu130 with PCIe-IPC, which the role's tuner_max_candidates (128) must admit: the limit refuses
+    absurd grids, not the default space."""
     plan = default_plan(STACKS[stack], draft_model="/models/Kimi-K2.5-eagle3")
     assert "speculative" in plan["space"]["dimensions"]
     assert sum(plan["counts"].values()) <= DEFAULTS["tuner_max_candidates"]

@@ -7,7 +7,11 @@ facts and the request:
 
 - parallelism: tensor parallel over every GPU; with two GPUs or more also expert parallel (ep_size = the GPU
   count) with each all-to-all backend of EP_BACKENDS that the installed SGLang's parser offers;
-- speculative decoding off, and on (EAGLE3 with the draft model) when a draft model is given;
+- speculative decoding off; on with EAGLE3 and the draft model when one is given, with each parameter set
+  (num_steps, eagle_topk, num_draft_tokens) of EAGLE_PARAMETER_SETS - the two the release itself picks from
+  by model architecture when none is set; and NGRAM (no draft weights) when the workload reads a prompt file
+  and the release's parser has NGRAM's settings - on random ids an n-gram draft matches nothing, so it is
+  left out there;
 - CUDA graphs at SGLang's own default batch sizes, up to the workload's largest concurrency (rounded up to
   a multiple of 8), and off, whatever the request says: each of these sets every CUDA-graph setting of
   the decode phase (sglang_args.GRAPH_KEYS) itself, so graphs on drop the request's disable_cuda_graph and
@@ -58,7 +62,40 @@ SPECULATIVE_KEYS = (
     "speculative_eagle_topk",
     "speculative_num_draft_tokens",
 )
+# (speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens): the two sets SGLang 0.5.16
+# and 0.5.23 choose from by model architecture when none is given (_auto_choose_speculative_params in
+# sglang/srt/arg_groups/speculative_hook.py; read in both wheels by
+# tests/unit/test_tune_space_speculative.py): a chain (topk 1) and a tree.
+EAGLE_PARAMETER_SETS = ((3, 1, 4), (5, 4, 8))
+# A flag only a release with NGRAM speculation has (its BFS breadth), so its presence says NGRAM is there.
+NGRAM_FLAG = "speculative_ngram_max_bfs_breadth"
+# What NGRAM changes besides: the release sets max_running_requests to 48 when it is unset (_handle_ngram).
+NGRAM_RUNNING_REQUESTS = 48
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
+
+
+def speculative_options(flag_table: dict | None, draft_model: str, *, prompt_file: bool) -> list[tuple]:
+    """The speculative options beside "off": EAGLE3 with the draft model at each of EAGLE_PARAMETER_SETS,
+    and NGRAM where the workload is real text and the release has it ([] when neither applies)."""
+    options: list[tuple] = []
+    if draft_model:
+        for steps, topk, draft in EAGLE_PARAMETER_SETS:
+            changes = {
+                "speculative_algorithm": "EAGLE3",
+                "speculative_draft_model_path": draft_model,
+                "speculative_num_steps": steps,
+                "speculative_eagle_topk": topk,
+                "speculative_num_draft_tokens": draft,
+            }
+            options.append((f"eagle3-s{steps}k{topk}d{draft}", changes, {}))
+    if prompt_file and NGRAM_FLAG in ((flag_table or {}).get("flags") or {}):
+        changes = {**dict.fromkeys(SPECULATIVE_KEYS), "speculative_algorithm": "NGRAM"}
+        note = (
+            "NGRAM speculation (drafts from the text already seen, no draft weights); SGLang sets "
+            f"max_running_requests to {NGRAM_RUNNING_REQUESTS} unless the request sets it"
+        )
+        options.append(("ngram", changes, {}, note))
+    return options
 
 
 def offered_backends(flag_table: dict | None) -> list[str]:
@@ -137,11 +174,12 @@ def default_dimensions(
     concurrencies: list[int] | None = None,
     request: dict | None = None,
     pcie_ipc: bool = False,
+    prompt_file: bool = False,
 ) -> list[tuple[str, list[tuple]]]:
     """[(dimension, [(label, changes, env[, note]), ...]), ...]: the default space, one option list per
     dimension (a note says what an option replaces of the request). pcie_ipc: SGLang's PCIe-IPC all-reduce
     can act on this host (module_utils/pcie_ipc.can_act): one more option of the nccl dimension, crossed with
-    NCCL as it is only."""
+    NCCL as it is only. prompt_file: the workload sends a prompt file's text (NGRAM is tried)."""
     gpus = max(1, int(gpu_facts.get("gpu_count") or 0))
     parallel = [(f"tp{gpus}", {"tp_size": gpus, "ep_size": 1}, {})]
     if gpus >= 2:
@@ -154,11 +192,9 @@ def default_dimensions(
             for backend in offered_backends(flag_table)
         ]
     dimensions = [("parallel", parallel)]
-    if draft_model:
-        eagle = {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": draft_model}
-        dimensions.append(
-            ("speculative", [("nospec", dict.fromkeys(SPECULATIVE_KEYS), {}), ("eagle3", eagle, {})])
-        )
+    speculative = speculative_options(flag_table, draft_model, prompt_file=prompt_file)
+    if speculative:
+        dimensions.append(("speculative", [("nospec", dict.fromkeys(SPECULATIVE_KEYS), {}), *speculative]))
     dimensions.append(("cuda_graph", graph_options(request or {}, flag_table, concurrencies or [])))
     interconnect = gpu_facts.get("interconnect")
     allreduce = []
