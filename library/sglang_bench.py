@@ -53,6 +53,12 @@ options:
         C(warmup_requests) (1), C(flush_cache) (true - the client empties the server's prefix cache after its
         warm-up request, so that each run starts from the same empty cache; false measures with whatever the
         cache holds).
+      - C(dataset) C(generated-shared-prefix) makes prefix-heavy prompts from the tokenizer's vocabulary -
+        C(shared_prefix_groups) system prompts of C(shared_prefix_len) tokens (both 0 by default), each
+        followed by C(num_prompts)/C(shared_prefix_groups) questions of its own (C(input_len) tokens per
+        prompt in all).
+        The client pickles what it generates under its HOME, keyed by the tokenizer's class name; the module
+        gives it a HOME of its own per tokenizer under O(work_dir).
       - C(dataset) C(custom) (JSON lines) or C(sharegpt) (a JSON array) sends the prompts of the file at
         C(dataset_path) on the host, each reply cut at C(output_len); the file is checked before the client
         starts (a bad record is refused by line or entry and field, never quoting its text), and its sha256,
@@ -224,6 +230,7 @@ client:
   type: dict
 """
 
+import hashlib
 import inspect
 import json
 import os
@@ -248,6 +255,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.windows im
     window_workloads,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
+    SHARED_PREFIX,
     BenchError,
     bench_argv,
     check_record_matches,
@@ -371,14 +379,23 @@ def history_entry(p: dict, workload: dict, prompt_file: dict | None = None) -> d
     }
 
 
-def client_env(p: dict) -> dict:
-    """The client's environment: offline hub, unbuffered output, the env option and the key."""
+def client_env(p: dict, workloads: list[dict]) -> dict:
+    """The client's environment: offline hub, unbuffered output, the env option and the key. A
+    generated-shared-prefix run gets a HOME of its own per tokenizer: both pinned clients pickle the prompts
+    they generate under ~/.cache/sglang/benchmark by a key holding the tokenizer's class name, not its path,
+    so another model with a tokenizer of the same class would be sent this one's prompts (the Hub cache stays
+    where it was, through HF_HOME)."""
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env["PYTHONUNBUFFERED"] = "1"
     env.update({str(k): str(v) for k, v in p["env"].items()})
     if p["api_key"]:
         env["OPENAI_API_KEY"] = p["api_key"]
+    if any(w["dataset"] == SHARED_PREFIX for w in workloads):
+        env.setdefault("HF_HOME", os.path.join(os.path.expanduser("~"), ".cache", "huggingface"))
+        owner = hashlib.sha256((p["tokenizer"] or p["base_url"]).encode()).hexdigest()[:16]
+        env["HOME"] = os.path.join(p["work_dir"], "client-home", owner)
+        os.makedirs(env["HOME"], mode=0o700, exist_ok=True)
     return env
 
 
@@ -478,7 +495,11 @@ class BenchRun:
         log_offset = self.prepare_dirs()
         header = f"bench_serving workload {self.workload['name']}"
         self.rc, seconds = run_logged(
-            self.argv, self.p["log_path"], env=client_env(self.p), timeout=self.p["timeout"], header=header
+            self.argv,
+            self.p["log_path"],
+            env=client_env(self.p, [self.workload]),
+            timeout=self.p["timeout"],
+            header=header,
         )
         self.output = read_new_log(self.p["log_path"], log_offset)
         self.seconds = round(seconds, 2)
@@ -683,7 +704,7 @@ class WindowsRun:
         rc, seconds = run_logged(
             self.argv,
             self.p["log_path"],
-            env=client_env(self.p),
+            env=client_env(self.p, [run.workload for run in self.runs]),
             timeout=self.p["timeout"],
             header=f"bench_serving windows {names} (one client)",
         )

@@ -24,4 +24,8 @@ WORKLOAD_DEFAULTS = {
     "seed": 42,
     "warmup_requests": 1,
     "flush_cache": True,
+    # dataset generated-shared-prefix: the client writes shared_prefix_groups system prompts of
+    # shared_prefix_len tokens, each followed by its own questions (input_len in all per request)
+    "shared_prefix_len": 0,
+    "shared_prefix_groups": 0,
 }

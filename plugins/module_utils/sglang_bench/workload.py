@@ -54,7 +54,12 @@ REQUIRED_FIGURES = (
 
 # Workload keys and their defaults: workload_defaults.py (filter prompt_file reads them too); their types and
 # bounds are checked here.
-DATASETS_WITHOUT_DOWNLOAD = ("random-ids", *FILE_DATASETS)
+# generated-shared-prefix: prompts the client makes itself from the tokenizer's vocabulary, groups of requests
+# behind one shared system prompt each (prefix-heavy traffic; no download)
+SHARED_PREFIX = "generated-shared-prefix"
+DATASETS_WITHOUT_DOWNLOAD = ("random-ids", SHARED_PREFIX, *FILE_DATASETS)
+# the kinds whose prompt lengths the workload sets (input_len per request), so the counted-length gate applies
+GENERATED_DATASETS = ("random-ids", SHARED_PREFIX)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -64,7 +69,16 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 def _integer_problems(merged: dict) -> list[str]:
     """Turn the integer keys into ints (in place); the problems of those that are not, or too small."""
     problems = []
-    for key in ("input_len", "output_len", "num_prompts", "max_concurrency", "seed", "warmup_requests"):
+    for key in (
+        "input_len",
+        "output_len",
+        "num_prompts",
+        "max_concurrency",
+        "seed",
+        "warmup_requests",
+        "shared_prefix_len",
+        "shared_prefix_groups",
+    ):
         value = merged[key]
         try:
             merged[key] = int(value)
@@ -73,7 +87,7 @@ def _integer_problems(merged: dict) -> list[str]:
         except (TypeError, ValueError):
             problems.append(f"workload {key} must be an integer, got {value!r}")
             continue
-        low = 0 if key in ("seed", "warmup_requests") else 1
+        low = 0 if key in ("seed", "warmup_requests", "shared_prefix_len", "shared_prefix_groups") else 1
         if merged[key] < low:
             problems.append(f"workload {key} must be >= {low}, got {merged[key]}")
     return problems
@@ -90,6 +104,32 @@ def _range_ratio_problems(merged: dict) -> list[str]:
             "(1.0 gives every request exactly input_len/output_len tokens)"
         ]
     return []
+
+
+def _shared_prefix_problems(merged: dict) -> list[str]:
+    """generated-shared-prefix needs its groups and prefix length (the prefix shorter than input_len, the
+    prompts split evenly over the groups); other datasets leave both at 0."""
+    prefix, groups = merged["shared_prefix_len"], merged["shared_prefix_groups"]
+    if not (isinstance(prefix, int) and isinstance(groups, int)):
+        return []  # named by _integer_problems
+    problems = []
+    if merged["dataset"] != SHARED_PREFIX:
+        if prefix or groups:
+            return [f"shared_prefix_len and shared_prefix_groups are for dataset {SHARED_PREFIX} only"]
+        return []
+    if groups < 1 or prefix < 1:
+        return [f"dataset {SHARED_PREFIX} needs shared_prefix_groups >= 1 and shared_prefix_len >= 1"]
+    if isinstance(merged["input_len"], int) and prefix >= merged["input_len"]:
+        problems.append(
+            f"shared_prefix_len ({prefix}) must be below input_len ({merged['input_len']}): each request's "
+            "prompt is the shared prefix and a question of its own"
+        )
+    if isinstance(merged["num_prompts"], int) and merged["num_prompts"] % groups:
+        problems.append(
+            f"num_prompts ({merged['num_prompts']}) must be a multiple of shared_prefix_groups ({groups}): "
+            "the client sends the same number of prompts behind each prefix"
+        )
+    return problems
 
 
 def _flush_cache_problems(merged: dict) -> list[str]:
@@ -155,6 +195,7 @@ def normalize_workload(workload: dict | None) -> dict:
     problems += _range_ratio_problems(merged)
     problems += _request_rate_problems(merged)
     problems += _flush_cache_problems(merged)
+    problems += _shared_prefix_problems(merged)
     if problems:
         raise BenchError("bad benchmark workload: " + "; ".join(problems))
     return merged
@@ -179,6 +220,17 @@ def bench_argv(
         # the file's prompts as they are, each reply cut at output_len (the client sends ignore_eos, so every
         # request returns exactly output_len tokens and the validity gate counts them as for random-ids)
         lengths = [("--dataset-path", w["dataset_path"]), ("--sharegpt-output-len", w["output_len"])]
+    elif w["dataset"] == SHARED_PREFIX:
+        # the client makes groups x prompts-per-group requests (it ignores --num-prompts here), each the
+        # group's system prompt and a question of its own: input_len in all
+        lengths = [
+            ("--gsp-num-groups", w["shared_prefix_groups"]),
+            ("--gsp-prompts-per-group", w["num_prompts"] // w["shared_prefix_groups"]),
+            ("--gsp-system-prompt-len", w["shared_prefix_len"]),
+            ("--gsp-question-len", w["input_len"] - w["shared_prefix_len"]),
+            ("--gsp-output-len", w["output_len"]),
+            ("--gsp-range-ratio", _num(w["range_ratio"])),
+        ]
     else:
         lengths = [
             ("--random-input-len", w["input_len"]),
@@ -310,8 +362,8 @@ def check_record_matches(record: dict, workload: dict) -> list[str]:
     """Differences between the workload asked for and the one the client recorded."""
     seen = record_workload(record)
     problems = []
-    # a file kind's record holds the client's random_* defaults, which it did not use
-    lengths = () if workload["dataset"] in FILE_DATASETS else ("input_len", "output_len")
+    # a file kind's or generated-shared-prefix's record holds the client's random_* defaults, unused
+    lengths = ("input_len", "output_len") if workload["dataset"] == "random-ids" else ()
     for key in ("dataset", *lengths, "max_concurrency"):
         if seen[key] is not None and seen[key] != workload[key]:
             problems.append(f"{key}: asked {workload[key]!r}, client ran {seen[key]!r}")
@@ -390,12 +442,13 @@ def counted_input_tokens(record: dict) -> tuple[int, int] | None:
 
 
 def input_length_problems(figures: dict, workload: dict) -> list[str]:
-    """A random-ids window whose prompts were counted (figure counted_input_tokens, over the requests of
-    figure counted_requests) more than INPUT_TOKENS_TOLERANCE away from input_len per request (below input_len
-    x range_ratio, or above input_len): it measured another context length (a "128k" run that was really
-    82k). A file kind's lengths are the file's own: not judged here."""
+    """A random-ids or generated-shared-prefix window whose prompts were counted (figure
+    counted_input_tokens, over the requests of figure counted_requests) more than INPUT_TOKENS_TOLERANCE away
+    from input_len per request (below input_len x range_ratio, or above input_len): it measured another
+    context length (a "128k" run that was really 82k). A file kind's lengths are the file's own: not judged
+    here."""
     counted, requests = figures.get("counted_input_tokens"), figures.get("counted_requests")
-    if workload["dataset"] != "random-ids" or not requests or counted is None:
+    if workload["dataset"] not in GENERATED_DATASETS or not requests or counted is None:
         return []
     completed = requests
     per_request = float(counted) / int(completed)
