@@ -164,7 +164,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 figures:
-  description: The parsed figures (also in C(ansible_facts.epforge_bench_result.figures)).
+  description:
+    - The parsed figures (also in C(ansible_facts.epforge_bench_result.figures)).
+    - With O(windows), a speculative window also holds C(accept_length_p10), C(accept_length_p50),
+      C(accept_length_p90) and C(accept_requests) - its requests' own acceptance lengths (the server's
+      per-request C(spec_accept_length), kept by the one-client driver), beside the server's average
+      C(accept_length).
   returned: success
   type: dict
   sample:
@@ -239,6 +244,7 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.epforge.ep.plugins.module_utils.bench_figures import accept_distribution
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import (
@@ -432,6 +438,8 @@ class BenchRun:
         self.rc = 0
         self.output = ""
         self.seconds = 0.0
+        # each request's speculative acceptance, where the one-client driver kept them (windows only)
+        self.accept_lengths: list = []
 
     def exit_check_mode(self) -> None:
         p = self.p
@@ -558,6 +566,7 @@ class BenchRun:
         counted = counted_input_tokens(record)
         if counted:
             figures["counted_input_tokens"], figures["counted_requests"] = counted
+        figures.update(accept_distribution(self.accept_lengths))
         failed_requests = workload["num_prompts"] - int(figures["completed"])
         figures["failed_requests"] = failed_requests
         status, invalid_reasons, expected = check_validity(figures, workload, p["extra_args"])
@@ -727,6 +736,7 @@ class WindowsRun:
             run.entry = history_entry(self.p, run.workload, prompt_file)
             run.output, run.rc = output, (rc if not finished else 0)
             run.seconds = run.entry["seconds"] = (times or {}).get("seconds") or 0.0
+            run.accept_lengths = (times or {}).get("accept_lengths") or []
             if not finished:
                 self.fail_window(run, rc, times)
             done = run.outcome()

@@ -30,3 +30,27 @@ FIGURE_KEYS = {
     "accept_length": "accept_length",
     "max_output_tokens_per_s": "max_output_tokens_per_s",
 }
+
+# A window's speculative acceptance as a distribution over its requests (each request's spec_accept_length,
+# kept by the one-client driver: the release writes only the server's average, accept_length).
+ACCEPT_DISTRIBUTION_KEYS = ("accept_length_p10", "accept_length_p50", "accept_length_p90", "accept_requests")
+
+
+def accept_distribution(values) -> dict:
+    """{accept_length_p10, _p50, _p90, accept_requests} of the requests' acceptance lengths ({} if none)."""
+    found = sorted(float(v) for v in values or [] if isinstance(v, (int, float)) and v > 0)
+    if not found:
+        return {}
+
+    def rank(q: float) -> float:  # linear between the closest ranks (numpy's default percentile)
+        position = q * (len(found) - 1)
+        low = int(position)
+        high = min(low + 1, len(found) - 1)
+        return round(found[low] + (found[high] - found[low]) * (position - low), 3)
+
+    return {
+        "accept_length_p10": rank(0.1),
+        "accept_length_p50": rank(0.5),
+        "accept_length_p90": rank(0.9),
+        "accept_requests": len(found),
+    }

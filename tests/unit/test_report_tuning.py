@@ -144,3 +144,7 @@ def test_acceptance_and_prefix_reuse_stand_beside_the_throughput_they_explain():
     accept, cached = DECISION_HEAD.index("accept len"), DECISION_HEAD.index("cached %")
     assert (rows[tuning["winner"]][accept], rows[tuning["winner"]][cached]) == ("2.30", "50")
     assert rows["steady-slower"][cached] == "-" and rows["nccl-tree"][accept] == ""
+    # where the driver kept each request's acceptance: the median and the 10th-90th percentiles
+    winner["steady"][concurrency].update(accept_length_p10=1.4, accept_length_p50=2.25, accept_length_p90=3.1)
+    rows = {r[0]: r for r in decision_rows(tuning)}
+    assert rows[tuning["winner"]][accept] == "2.25 (1.40-3.10)"

@@ -9,6 +9,7 @@ import ast
 import importlib.util
 import itertools
 import json
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -260,3 +261,25 @@ def test_each_release_s_client_has_the_entry_the_driver_calls(release):
         assert name in called_names(defined["run_benchmark"])
         assert name in imported or name in defined  # a module global, not a local of run_benchmark
     assert f"from sglang.benchmark.serving import {driver.ENTRY}" in shim
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_release_s_request_functions_carry_the_acceptance_the_driver_keeps(release):
+    """The driver wraps ASYNC_REQUEST_FUNCS (a module-level dict the benchmark looks its request function up
+    in) and keeps each output's spec_accept_length, which the release reads from the server's meta_info but
+    never writes to its result file."""
+    wheel = flag_data().download_wheel(sys.executable, release, WHEELS)
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read("sglang/benchmark/serving.py").decode()
+    serving = ast.parse(text)
+    assigned = {
+        target.id
+        for node in serving.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert driver.REQUEST_FUNCS in assigned
+    assert f"request_func = {driver.REQUEST_FUNCS}[backend]" in text
+    assert f"    {driver.ACCEPT_FIELD}: float = 0.0" in text  # a field of RequestFuncOutput
+    assert re.search(rf'output\.{driver.ACCEPT_FIELD} = \(\s+_meta_info\.get\("{driver.ACCEPT_FIELD}"', text)

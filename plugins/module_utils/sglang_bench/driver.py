@@ -7,7 +7,11 @@ It is SGLang's own client: each window is the release's command line entry (`cli
 in SGLang 0.5.16 and 0.5.23 `sglang/benchmark/serving.py`, re-exported by `sglang.bench_serving`) called with
 that window's argv, so its parser, checks, dataset, warm-up request and result file are the release's. The
 one change: the release's `get_tokenizer` (looked up in the module's globals by its `run_benchmark`) is
-memoized per path, so the tokenizer loads once for all windows.
+memoized per path, so the tokenizer loads once for all windows. And each request function of the release's
+ASYNC_REQUEST_FUNCS is wrapped to keep the speculative acceptance of every request that succeeded (its
+RequestFuncOutput.spec_accept_length, from the server's meta_info): the release writes only the server's
+average to its result file, and a window's acceptance is a distribution (issue 39). The values go into the
+window's end event (accept_lengths), the output is returned unchanged.
 
 Run by module sglang_bench with the client's python: `python driver.py SPEC.json`, SPEC =
 {"client_module": "sglang.bench_serving", "timeline": PATH, "windows": [{"name": N, "argv": [bench_serving
@@ -38,6 +42,8 @@ import traceback
 ENTRY = "cli_main"
 TOKENIZER_LOADER = "get_tokenizer"
 MEMOIZED = (TOKENIZER_LOADER, "check_chat_template")
+REQUEST_FUNCS = "ASYNC_REQUEST_FUNCS"
+ACCEPT_FIELD = "spec_accept_length"
 
 
 def event(path: str, kind: str, **fields) -> dict:
@@ -78,6 +84,50 @@ def _memoized(load, name: str, path: str):
     return cached
 
 
+def capture_acceptance(entry, sink: list) -> None:
+    """Wrap each request function of the release (ASYNC_REQUEST_FUNCS in the entry's module globals) so that
+    every call appends (its number in the window, the spec_accept_length of a successful request with
+    speculation, else None) to sink; the client's warm-up requests are its first calls (window_acceptance
+    drops them)."""
+    funcs = entry.__globals__.get(REQUEST_FUNCS)
+    if not isinstance(funcs, dict):
+        return
+    for backend, func in list(funcs.items()):
+        if callable(func) and not getattr(func, "epforge_capturing", False):
+            funcs[backend] = _capturing(func, sink)
+
+
+def _capturing(func, sink: list):
+    @functools.wraps(func)
+    async def capturing(*args, **kwargs):
+        call = len(sink)  # numbered when it starts: the warm-up's calls start (and end) before the rest
+        sink.append((call, None))
+        output = await func(*args, **kwargs)
+        values = []
+        for one in output if isinstance(output, list) else [output]:  # a multi-turn request returns a list
+            value = getattr(one, ACCEPT_FIELD, None)
+            if getattr(one, "success", False) and isinstance(value, (int, float)) and value > 0:
+                values.append(round(float(value), 4))
+        sink[call] = (call, values)
+        return output
+
+    capturing.epforge_capturing = True
+    return capturing
+
+
+def window_acceptance(sink: list, argv: list) -> list:
+    """The measured requests' acceptance lengths of one window: the calls after the client's warm-up
+    requests (--warmup-requests, 1 by default in every pinned release)."""
+    warmup = 1
+    args = [str(a) for a in argv]
+    for index, arg in enumerate(args):
+        if arg == "--warmup-requests" and index + 1 < len(args):
+            warmup = int(args[index + 1])
+        elif arg.startswith("--warmup-requests="):
+            warmup = int(arg.split("=", 1)[1])
+    return [v for call, values in sink if call >= warmup for v in values or []]
+
+
 def run_window(entry, module_name: str, window: dict) -> str | None:
     """Run one window through the release's command line entry; None when it finished, else the error."""
     saved = sys.argv
@@ -107,12 +157,17 @@ def run(spec: dict, import_module=importlib.import_module) -> int:
         event(timeline, "error", error=f"{module_name} has no {ENTRY} (not a supported release)")
         return 1
     memoize_tokenizer(entry, timeline)
+    accepted: list = []
+    capture_acceptance(entry, accepted)
     event(timeline, "imported", module=module_name)
     for index, window in enumerate(spec["windows"]):
         print(f"=== window {index + 1}/{len(spec['windows'])}: {window['name']}", flush=True)
         event(timeline, "window_start", name=window["name"], index=index)
+        accepted.clear()
         error = run_window(entry, module_name, window)
-        event(timeline, "window_end", name=window["name"], index=index, error=error)
+        kept = window_acceptance(accepted, window["argv"])
+        extra = {"accept_lengths": kept} if kept else {}
+        event(timeline, "window_end", name=window["name"], index=index, error=error, **extra)
         if error is not None:
             print(f"=== window {window['name']} failed: {error}", flush=True)
             return 1

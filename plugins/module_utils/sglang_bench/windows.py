@@ -62,9 +62,10 @@ def driver_spec(client_module: str, timeline: str, windows: list[tuple[dict, lis
 
 
 def read_timeline(text: str) -> dict:
-    """{windows: {name: {started, finished, seconds, error}}, order: [names as run], startup_s: the driver's
-    start to the client module imported, tokenizer_s: the tokenizer's loads, gaps_s: each window's end to the
-    next one's start}; lines a killed driver cut off are skipped."""
+    """{windows: {name: {started, finished, seconds, error[, accept_lengths]}}, order: [names as run],
+    startup_s: the driver's start to the client module imported, tokenizer_s: the tokenizer's loads, gaps_s:
+    each window's end to the next one's start}; lines a killed driver cut off are skipped. accept_lengths:
+    each successful request's speculative acceptance, where the server reported one."""
     events = []
     for line in text.splitlines():
         try:
@@ -83,6 +84,8 @@ def read_timeline(text: str) -> dict:
         elif e["event"] == "window_end" and e.get("name") in windows:
             window = windows[e["name"]]
             window.update(finished=e["time"], error=e.get("error"))
+            if isinstance(e.get("accept_lengths"), list):
+                window["accept_lengths"] = e["accept_lengths"]
             window["seconds"] = round(e["time"] - window["started"], 3)
     gaps = [
         round(windows[b]["started"] - windows[a]["finished"], 3)

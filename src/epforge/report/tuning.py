@@ -44,6 +44,17 @@ def _figure(figures: dict, result: dict, concurrency, name: str):
     return value if value is not None else _objective_figures(result, concurrency).get(name)
 
 
+def _accept(figures: dict, result: dict, concurrency) -> str:
+    """The acceptance cell: the requests' median with their 10th-90th percentiles where the window kept them
+    (accept_length_p50 ...), else the server's average; blank without speculation."""
+    p50 = _figure(figures, result, concurrency, "accept_length_p50")
+    if p50 is None:
+        return fmt(_figure(figures, result, concurrency, "accept_length"), 2)
+    low = _figure(figures, result, concurrency, "accept_length_p10")
+    high = _figure(figures, result, concurrency, "accept_length_p90")
+    return f"{fmt(p50, 2)} ({fmt(low, 2)}-{fmt(high, 2)})"
+
+
 def _percent(share) -> str:
     return "-" if share is None else f"{float(share) * 100:.0f}"
 
@@ -125,7 +136,7 @@ def decision_rows(tuning: dict) -> list[list[str]]:
                 fmt(f.get("ttft_p99_ms")),
                 fmt(f.get("tpot_p99_ms"), 2),
                 # speculation's acceptance and prefix reuse beside the throughput they explain (issue 39)
-                fmt(_figure(f, r, concurrency, "accept_length"), 2),
+                _accept(f, r, concurrency),
                 _percent(_figure(f, r, concurrency, "cached_token_share")),
                 fmt((r.get("cold") or {}).get("ttft_p99_ms")),
                 fmt(r.get("seconds")),
