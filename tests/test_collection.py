@@ -37,7 +37,7 @@ def outside_env(work: Path) -> dict:
     """The environment of a user's own project in `work`: its ansible.cfg, the installed collections."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
     env.update(ANSIBLE_CONFIG=str(work / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    # as ansible-core 2.24 will have it: facts only under ansible_facts (the roles never read a top-level copy)
+    # as ansible-core 2.24 will have it: facts only under ansible_facts (no role reads a top-level copy)
     env["ANSIBLE_INJECT_FACT_VARS"] = "false"
     return env
 

@@ -47,7 +47,8 @@ PLAY = """---
       ansible.builtin.copy:
         dest: "{{ held_file }}"
         mode: "0644"
-        content: "{{ {'bench': ansible_facts['ansible_local'].epforge_bench, 'steps': epforge_steps} | to_json }}"
+        content: >-
+          {{ {'bench': ansible_facts['ansible_local'].epforge_bench, 'steps': epforge_steps} | to_json }}
 """
 
 
