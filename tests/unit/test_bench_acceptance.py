@@ -12,14 +12,13 @@ import json
 import sys
 from pathlib import Path
 
-from moduletools import run_module_in
+from test_prompt_file import module_args, run_against_standin
 
 from ansible_collections.epforge.ep.plugins.module_utils.bench_figures import accept_distribution
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "sglang_bench.py"
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
-import bench_env  # noqa: E402
 
 
 def test_the_percentiles_are_linear_between_ranks_and_empty_without_values():
@@ -39,20 +38,16 @@ def test_the_percentiles_are_linear_between_ranks_and_empty_without_values():
 
 
 def test_each_window_keeps_its_requests_acceptance(bench_client, tmp_path):
-    python, tok = bench_client
     # words of the stand-in's tokenizer, repeated: NGRAM drafts from exactly such matches
     repeated = " ".join(["the private prompt text of user seven"] * 8)
     prompts = tmp_path / "repeated.jsonl"
     turn = {"conversations": [{"role": "user", "content": repeated}, {"role": "assistant", "content": "ok"}]}
     prompts.write_text("".join(json.dumps(turn) + "\n" for _ in range(8)))
-    args = {
-        "python": str(python),
-        "tokenizer": str(tok),
-        "work_dir": str(tmp_path / "bench"),
-        "log_path": str(tmp_path / "bench.log"),
-        "timeout": 300,
-        "workload": {"name": "spec", "input_len": 48, "output_len": 8, "num_prompts": 8},
-        "windows": [
+    args = module_args(
+        bench_client,
+        tmp_path,
+        workload={"name": "spec", "input_len": 48, "output_len": 8, "num_prompts": 8},
+        windows=[
             {"name": "random", "purpose": "ranked", "max_concurrency": 2},
             {
                 "name": "repeated",
@@ -62,17 +57,14 @@ def test_each_window_keeps_its_requests_acceptance(bench_client, tmp_path):
                 "dataset_path": str(prompts),
             },
         ],
-    }
-    proc, url = bench_env.start_standin(
-        str(tok),
-        log_path=tmp_path / "standin.log",
+    )
+    result = run_against_standin(
+        bench_client,
+        tmp_path,
+        args,
         env={"SGLANG_STANDIN_SPEC_BY_PROMPT": "1", "SGLANG_STANDIN_ACCEPT_LENGTH": "3.0"},
         extra_args=["--speculative-algorithm", "NGRAM"],
     )
-    try:
-        result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
-    finally:
-        bench_env.stop(proc)
     assert result["_rc"] == 0, result.get("msg")
     figures = {w["name"]: w["figures"] for w in result["windows"]}
     for name, f in figures.items():

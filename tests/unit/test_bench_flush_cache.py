@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from moduletools import run_module_in
+from test_prompt_file import module_args, run_against_standin
 from test_sglang_bench_windows import RELEASES, WHEELS, flag_data
 
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
@@ -31,7 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "sglang_bench.py"
 FIXTURE = ROOT / "tests" / "fixtures" / "gpu_h200_tune" / "cache-report-20261204b.txt"
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
-import bench_env  # noqa: E402
 
 
 def test_the_real_server_s_cache_grew_across_the_windows_of_one_launch():
@@ -87,25 +86,12 @@ def test_a_window_of_the_same_prompts_finds_the_cache_as_the_first_did(bench_cli
     an empty cache (the flush comes after the client's warm-up request, so even that repeat of the first
     prompt is gone); without it the first finds its warm-up's prompt (1 of 8) and the second all of its
     prompts cached - and its prefill spared."""
-    python, tok = bench_client
     windows = [{"name": n, "purpose": "ranked", "max_concurrency": 1, "seed": 7} for n in ("first", "second")]
-    args = {
-        "python": str(python),
-        "tokenizer": str(tok),
-        "work_dir": str(tmp_path / "bench"),
-        "log_path": str(tmp_path / "bench.log"),
-        "timeout": 300,
-        "workload": {"name": "same", "input_len": 64, "output_len": 4, "num_prompts": 8}
-        | {"flush_cache": flush},
-        "windows": windows,
-    }
-    proc, url = bench_env.start_standin(
-        str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS": "40"}
+    workload = {"name": "same", "input_len": 64, "output_len": 4, "num_prompts": 8, "flush_cache": flush}
+    args = module_args(bench_client, tmp_path, workload=workload, windows=windows)
+    result = run_against_standin(
+        bench_client, tmp_path, args, env={"SGLANG_STANDIN_FIRST_TOKEN_DELAY_MS": "40"}
     )
-    try:
-        result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
-    finally:
-        bench_env.stop(proc)
     assert result["_rc"] == 0, result.get("msg")
     figures = {w["name"]: w["figures"] for w in result["windows"]}
     share = {name: f["cached_token_share"] for name, f in figures.items()}

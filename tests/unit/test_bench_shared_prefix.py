@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from moduletools import run_module_in
+from test_prompt_file import module_args, run_against_standin
 from test_sglang_bench_windows import RELEASES, WHEELS, flag_data
 
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
@@ -25,7 +25,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload i
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "sglang_bench.py"
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "bench_serving"))
-import bench_env  # noqa: E402
 
 GSP = {
     "name": "prefix-heavy",
@@ -86,20 +85,8 @@ def test_a_bad_shared_prefix_workload_is_refused_naming_the_key(change, message)
 
 
 def test_a_run_fills_the_cache_with_the_shared_prefixes_and_keeps_its_pickle_at_home(bench_client, tmp_path):
-    python, tok = bench_client
-    args = {
-        "python": str(python),
-        "tokenizer": str(tok),
-        "work_dir": str(tmp_path / "bench"),
-        "log_path": str(tmp_path / "bench.log"),
-        "timeout": 300,
-        "workload": {**GSP, "max_concurrency": 1},
-    }
-    proc, url = bench_env.start_standin(str(tok), log_path=tmp_path / "standin.log")
-    try:
-        result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
-    finally:
-        bench_env.stop(proc)
+    args = module_args(bench_client, tmp_path, workload={**GSP, "max_concurrency": 1})
+    result = run_against_standin(bench_client, tmp_path, args)
     assert result["_rc"] == 0, result.get("msg")
     figures = result["figures"]
     assert figures["completed"] == 8 and result["status"] == "ok"

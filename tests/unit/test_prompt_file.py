@@ -58,6 +58,19 @@ def module_args(bench_client, tmp_path: Path, **over) -> dict:
     }
 
 
+def run_against_standin(bench_client, tmp_path: Path, args: dict, *, env=None, extra_args=None) -> dict:
+    """Module sglang_bench with args against a fresh SGLang stand-in (a TEST DOUBLE; its env knobs and launch
+    arguments given), the stand-in stopped after; the module's result."""
+    _, tok = bench_client
+    proc, url = bench_env.start_standin(
+        str(tok), log_path=tmp_path / "standin.log", env=env, extra_args=extra_args
+    )
+    try:
+        return run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
+    finally:
+        bench_env.stop(proc)
+
+
 def prompts(n: int) -> list[dict]:
     return [conversation(f"{PRIVATE_TEXT} number {i} please answer the question") for i in range(n)]
 
@@ -199,7 +212,6 @@ def test_the_release_s_own_loader_keeps_what_the_check_counts_and_drops_what_it_
 def test_sglang_bench_sends_a_prompt_file_through_the_real_client_and_records_its_identity(
     bench_client, tmp_path
 ):
-    _, tok = bench_client
     path = write_jsonl(tmp_path / "prompts.jsonl", prompts(6))
     path.chmod(0o600)
     workload = {"name": "mine", "dataset": "custom", "dataset_path": str(path), "output_len": 8}
@@ -214,13 +226,9 @@ def test_sglang_bench_sends_a_prompt_file_through_the_real_client_and_records_it
         workload=workload,
     )
     digests = tmp_path / "received.sha256"
-    proc, url = bench_env.start_standin(
-        str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_PROMPT_DIGESTS": str(digests)}
+    result = run_against_standin(
+        bench_client, tmp_path, args, env={"SGLANG_STANDIN_PROMPT_DIGESTS": str(digests)}
     )
-    try:
-        result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
-    finally:
-        bench_env.stop(proc)
     assert result["_rc"] == 0, result.get("msg")
     # what the server received is the file's prompts byte for byte: the 6-prompt window sent each of them
     mine = {hashlib.sha256(r["conversations"][0]["content"].encode()).hexdigest() for r in prompts(6)}
@@ -248,17 +256,12 @@ def test_sglang_bench_sends_a_prompt_file_through_the_real_client_and_records_it
 def test_a_window_whose_prompts_the_server_counted_short_is_invalid(bench_client, tmp_path):
     """What was really sent (issue 39): the server's own prompt token counts (sglang 0.5.23's client records
     them) against input_len; a stand-in that counts 64 % of what it was sent makes the window invalid."""
-    _, tok = bench_client
     args = module_args(
         bench_client, tmp_path, workload={"name": "short", "input_len": 50, "output_len": 4, "num_prompts": 4}
     )
-    proc, url = bench_env.start_standin(
-        str(tok), log_path=tmp_path / "standin.log", env={"SGLANG_STANDIN_PROMPT_TOKEN_FACTOR": "0.64"}
+    result = run_against_standin(
+        bench_client, tmp_path, args, env={"SGLANG_STANDIN_PROMPT_TOKEN_FACTOR": "0.64"}
     )
-    try:
-        result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
-    finally:
-        bench_env.stop(proc)
     assert result["_rc"] == 0, result.get("msg")
     assert result["status"] == "invalid", result["figures"]
     # the client's total is the dataset's count; its per-request details hold what the server counted
@@ -304,7 +307,6 @@ def test_prefix_reuse_is_seen_per_window(bench_client, tmp_path):
     """The server's cached prompt tokens per window (--cache-report, summed by the client from meta_info):
     random ids share nothing; prompts behind one long shared preamble are mostly served from the stand-in's
     prefix cache (a TEST DOUBLE's radix cache: the longest word prefix shared with an earlier prompt)."""
-    _, tok = bench_client
     preamble = " ".join(["the system prompt of the assistant says answer the question"] * 6)
     shared = write_jsonl(
         tmp_path / "shared.jsonl", [conversation(f"{preamble} question number {i}") for i in range(8)]
@@ -324,11 +326,7 @@ def test_prefix_reuse_is_seen_per_window(bench_client, tmp_path):
             },
         ],
     )
-    proc, url = bench_env.start_standin(str(tok), log_path=tmp_path / "standin.log")
-    try:
-        result = run_module_in(tmp_path, MODULE, {**args, "base_url": url}, timeout=600)
-    finally:
-        bench_env.stop(proc)
+    result = run_against_standin(bench_client, tmp_path, args)
     assert result["_rc"] == 0, result.get("msg")
     share = {w["name"]: w["figures"]["cached_token_share"] for w in result["windows"]}
     # random ids share nothing: each window starts from an empty cache (flush_cache, after the client's
