@@ -158,7 +158,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Probe NCCL allreduce vs all_to_all on this host
-  collective_probe:
+  epforge.ep.collective_probe:
     python: /opt/epforge/venv/bin/python
     script: /usr/local/lib/epforge/epforge_collective_probe.py
     gpu_count: "{{ ansible_facts['epforge_gpu_facts'].gpu_count }}"

@@ -71,13 +71,13 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: The DeepEP extension must carry SASS for the RTX PRO 6000 (sm_120)
-  cuda_binary_archs:
+  epforge.ep.cuda_binary_archs:
     paths: "{{ venv }}/lib/python3.11/site-packages/deep_ep_cpp*.so"
     required_archs: "{{ epforge_stack_spec.arch_list }}"
     cuobjdump: "{{ cuda_toolkit_cuobjdump }}"
 
 - name: List the archs of every binary in a package directory, without requiring any
-  cuda_binary_archs:
+  epforge.ep.cuda_binary_archs:
     paths: ["{{ venv }}/lib/python3.11/site-packages/flashinfer"]
     ignore_host_only: true
   register: fi_archs

@@ -89,7 +89,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Build the canary (tail -f /var/log/epforge/cuda_extension-canary.log)
-  cuda_extension_build:
+  epforge.ep.cuda_extension_build:
     name: canary
     key: "{{ plan.key }}"
     inputs: "{{ plan.inputs }}"

@@ -32,7 +32,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Publish the fetched canary wheel
-  cuda_extension_cache:
+  epforge.ep.cuda_extension_cache:
     src: /root/.cache/epforge/wheels/canary/.incoming-3f0c9a1b2d4e5f607182
     cache_dir: /root/.cache/epforge/wheels/canary
     key: 3f0c9a1b2d4e5f607182

@@ -41,7 +41,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Install the canary
-  cuda_extension_install:
+  epforge.ep.cuda_extension_install:
     wheel: /var/lib/epforge/cuda_extension/wheels/canary/3f0c/epforge_canary-0.1.0-cp311-linux_x86_64.whl
     python: /opt/epforge/ml-env/bin/python
     imports: [epforge_canary]

@@ -88,7 +88,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Compute the key of the canary build
-  cuda_extension_plan:
+  epforge.ep.cuda_extension_plan:
     name: canary
     source: /src/canary
     source_kind: dir

@@ -40,7 +40,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Record the canary
-  cuda_extension_record:
+  epforge.ep.cuda_extension_record:
     name: canary
     state_dir: /var/lib/epforge/cuda_extension
     stamp: "{{ stamp }}"

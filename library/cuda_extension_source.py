@@ -69,7 +69,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Resolve the canary's source
-  cuda_extension_source:
+  epforge.ep.cuda_extension_source:
     name: canary
     source: "{{ playbook_dir }}/../extensions/canary"
     work_dir: "{{ epforge_controller_cache_dir }}/src"

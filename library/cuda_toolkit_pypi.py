@@ -84,7 +84,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: CUDA 13.0 from NVIDIA's wheels
-  cuda_toolkit_pypi:
+  epforge.ep.cuda_toolkit_pypi:
     prefix: /opt/epforge/cuda-13.0
     cuda_version: "13.0"
     packages: "{{ epforge_stack_spec.cuda.pypi_packages }}"

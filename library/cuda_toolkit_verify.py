@@ -64,7 +64,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Verify an existing CUDA 13.0 and record it
-  cuda_toolkit_verify:
+  epforge.ep.cuda_toolkit_verify:
     home: /usr/local/cuda-13.0
     cuda_version: "13.0"
     archs: ["12.0"]

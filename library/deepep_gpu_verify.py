@@ -63,7 +63,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Round trip on 2 GPUs
-  deepep_gpu_verify:
+  epforge.ep.deepep_gpu_verify:
     python: /root/ml-env/bin/python
     script: /var/lib/epforge/deepep/deepep_roundtrip.py
     num_processes: 2

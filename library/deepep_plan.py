@@ -66,7 +66,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Plan the DeepEP build
-  deepep_plan:
+  epforge.ep.deepep_plan:
     python: /root/ml-env/bin/python
     cuda_home: /opt/cuda-13.0
     arch_list: ["12.0"]

@@ -52,7 +52,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Judge the stack's prebuilt DeepEP for sm_120
-  deepep_prebuilt:
+  epforge.ep.deepep_prebuilt:
     folder: /var/lib/epforge/deepep/prebuilt
     requirement: sgl-deep-ep==0.1.2.post1
     required_archs: ["12.0"]

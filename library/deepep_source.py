@@ -38,7 +38,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Inspect the DeepEP checkout
-  deepep_source:
+  epforge.ep.deepep_source:
     path: /var/lib/epforge/src/deepep
     expect_commit: 9af0e0d
   register: deepep_src

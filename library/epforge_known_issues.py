@@ -90,7 +90,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Check the requested server settings against the known dead ends
-  epforge_known_issues:
+  epforge.ep.epforge_known_issues:
     table: "{{ lookup('ansible.builtin.file', playbook_dir ~ '/../data/known_issues.yml') | from_yaml }}"
     gpu_facts: "{{ epforge_gpu_facts }}"
     stack: "{{ epforge_stack_spec }}"

@@ -35,7 +35,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Record the ML env as local fact epforge_ml_env
-  epforge_local_fact:
+  epforge.ep.epforge_local_fact:
     name: epforge_ml_env
     facts_dir: /etc/ansible/facts.d
     content:

@@ -200,7 +200,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Check the host against the stack
-  epforge_preflight_checks:
+  epforge.ep.epforge_preflight_checks:
     stack: "{{ epforge_stack_spec }}"
     gpu_facts: "{{ epforge_gpu_facts }}"
     require_gpu: "{{ epforge_require_gpu }}"
@@ -209,7 +209,7 @@ EXAMPLES = r"""
   register: preflight_checks
 
 - name: The whole preflight in one call (role preflight)
-  epforge_preflight_checks:
+  epforge.ep.epforge_preflight_checks:
     stack: "{{ epforge_stack_spec }}"
     gather_gpu_facts: true
     require_gpu: "{{ epforge_require_gpu }}"

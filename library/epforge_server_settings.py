@@ -98,7 +98,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Refuse malformed server settings before anything changes
-  epforge_server_settings:
+  epforge.ep.epforge_server_settings:
     settings: "{{ epforge_server }}"
     require_model: "{{ epforge_server is mapping and epforge_server | length > 0 }}"
 """

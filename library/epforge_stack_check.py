@@ -36,13 +36,13 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Read the stack file and refuse it when it is broken or incoherent
-  epforge_stack_check:
+  epforge.ep.epforge_stack_check:
     path: stacks/cu130.yml
     name: cu130
   register: stack
 
 - name: Refuse an incoherent stack
-  epforge_stack_check:
+  epforge.ep.epforge_stack_check:
     spec: "{{ epforge_stack_spec }}"
     name: "{{ epforge_stack }}"
 """

@@ -119,7 +119,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Check the env the server imports against the GPUs' archs
-  final_env_check:
+  epforge.ep.final_env_check:
     python: /opt/epforge/ml-env/bin/python
     archs: ["12.0"]
     settings: {moe_a2a_backend: deepep, extra_args: [--attention-backend, triton]}

@@ -70,7 +70,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: JIT-compile silu_and_mul for sm_120
-  flashinfer_jit_check:
+  epforge.ep.flashinfer_jit_check:
     python: /root/ml-env/bin/python
     cuda_home: /opt/cuda-13.0
     arch_list: "12.0"

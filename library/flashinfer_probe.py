@@ -73,7 +73,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Probe FlashInfer (and record its fact when current)
-  flashinfer_probe:
+  epforge.ep.flashinfer_probe:
     cuda_home: /opt/epforge/cuda-13.0
     arch_list: ["12.0"]
     python: /opt/epforge/ml-env/bin/python

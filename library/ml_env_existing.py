@@ -57,7 +57,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Adopt the image's torch as the ML env
-  ml_env_existing:
+  epforge.ep.ml_env_existing:
     python: /opt/torch/.venv/bin/python3
     torch_version: "{{ epforge_stack_spec.torch.version }}"
     torch_cuda: "{{ epforge_stack_spec.torch.cuda }}"

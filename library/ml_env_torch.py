@@ -98,7 +98,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Ensure the ML venv (tail -f /var/log/epforge/ml_env.log)
-  ml_env_torch:
+  epforge.ep.ml_env_torch:
     path: /opt/epforge/ml-env
     torch_version: "{{ epforge_stack_spec.torch.version }}"
     torch_cuda: "{{ epforge_stack_spec.torch.cuda }}"

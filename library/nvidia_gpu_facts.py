@@ -41,10 +41,10 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Gather GPU facts
-  nvidia_gpu_facts:
+  epforge.ep.nvidia_gpu_facts:
 
 - name: Use an nvidia-smi outside the PATH
-  nvidia_gpu_facts:
+  epforge.ep.nvidia_gpu_facts:
     nvidia_smi_path: /usr/lib/wsl/lib/nvidia-smi
     timeout: 30
 

@@ -49,14 +49,14 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Import deep_ep inside the ML env
-  python_import_check:
+  epforge.ep.python_import_check:
     python: /root/ml-env/bin/python
     name: deep_ep
     distribution: deep_ep
   register: deepep_import
 
 - name: A serving host must import it for real
-  python_import_check:
+  epforge.ep.python_import_check:
     python: /root/ml-env/bin/python
     name: flashinfer
     allow_no_gpu: false

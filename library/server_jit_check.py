@@ -77,7 +77,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Build the server's first JIT kernel as its account
-  server_jit_check:
+  epforge.ep.server_jit_check:
     python: /opt/epforge/ml-env/bin/python
     user: sglang
     cuda_home: /usr/local/cuda-13.0

@@ -63,7 +63,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: The service account can run the env's python
-  service_access_check:
+  epforge.ep.service_access_check:
     user: sglang
     group: sglang
     paths: [/opt/ml-env/bin/python]

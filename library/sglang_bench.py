@@ -150,7 +150,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Benchmark the running server
-  sglang_bench:
+  epforge.ep.sglang_bench:
     python: /opt/epforge/venv/bin/python
     base_url: http://127.0.0.1:30000
     tokenizer: /models/Kimi-K2.5

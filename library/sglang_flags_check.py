@@ -96,7 +96,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Validate the server settings against the installed SGLang
-  sglang_flags_check:
+  epforge.ep.sglang_flags_check:
     python: /opt/epforge/ml/bin/python
     settings:
       model_path: /models/Qwen3-30B-A3B
@@ -106,7 +106,7 @@ EXAMPLES = r"""
       deepep_mode: normal
 
 - name: Check raw flags
-  sglang_flags_check:
+  epforge.ep.sglang_flags_check:
     python: /opt/epforge/ml/bin/python
     argv: [--model-path, /models/x, --deepep-mode, low_latency]
 """

@@ -146,7 +146,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Install SGLang into the ML env
-  sglang_install:
+  epforge.ep.sglang_install:
     python: /opt/epforge/ml-env/bin/python
     version: "0.5.23"
     kernel_package: sglang-kernel==0.4.10
@@ -155,7 +155,7 @@ EXAMPLES = r"""
     stamp_path: /var/lib/epforge/sglang.stamp.json
 
 - name: Install SGLang, judge the server flags with its parser and record the fact, in one call
-  sglang_install:
+  epforge.ep.sglang_install:
     python: /opt/epforge/ml-env/bin/python
     version: "0.5.23"
     install_deps: false

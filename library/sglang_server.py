@@ -157,7 +157,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Serve Kimi with expert parallelism on 8 GPUs
-  sglang_server:
+  epforge.ep.sglang_server:
     name: sglang-server
     settings:
       model_path: /models/Kimi-K2.5
@@ -174,7 +174,7 @@ EXAMPLES = r"""
     timeout: 2400
 
 - name: Stop it
-  sglang_server:
+  epforge.ep.sglang_server:
     name: sglang-server
     state: stopped
 """

@@ -55,7 +55,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Prove the server answers
-  sglang_verify:
+  epforge.ep.sglang_verify:
     url: http://127.0.0.1:30000
     api_key: "{{ vault_sglang_api_key }}"
   register: verify

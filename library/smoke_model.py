@@ -104,12 +104,12 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Write the smoke model with the ML env's python
-  smoke_model:
+  epforge.ep.smoke_model:
     path: /opt/epforge/models/smoke-qwen3-moe
     python: /opt/epforge/ml-env/bin/python
 
 - name: A wider, deeper variant for DeepEP with 8 ranks
-  smoke_model:
+  epforge.ep.smoke_model:
     path: /opt/epforge/models/smoke-qwen3-moe-7168
     python: /opt/torch/.venv/bin/python3
     hidden_size: 7168

@@ -107,7 +107,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Wheelhouse for the hosts' python and platform
-  wheelhouse_build:
+  epforge.ep.wheelhouse_build:
     directory: /srv/epforge-wheelhouse
     stack: "{{ epforge_stack_spec }}"
     choice: {ml_env_method: existing, sglang_profile: server, sglang_deps: [fastapi, uvicorn]}
@@ -120,7 +120,7 @@ EXAMPLES = r"""
   delegate_to: localhost
 
 - name: The same wheelhouse carried to a controller with no registry
-  wheelhouse_build:
+  epforge.ep.wheelhouse_build:
     directory: /srv/epforge-wheelhouse
     stack: "{{ epforge_stack_spec }}"
     python_version: "3.12.3"

@@ -39,7 +39,7 @@ author: epforge developers (@epforge)
 
 EXAMPLES = r"""
 - name: Probe what the wheelhouse must fit
-  wheelhouse_probe:
+  epforge.ep.wheelhouse_probe:
     python: /opt/epforge/ml-env/bin/python
   register: probe
 """

@@ -36,3 +36,31 @@ def test_ansible_doc_renders(name):
     for section in ("OPTIONS", "EXAMPLES", "RETURN VALUES"):
         assert section in text, f"{name}: ansible-doc shows no {section}"
     assert "[WARNING]" not in proc.stderr, proc.stderr[-2000:]
+
+
+def example_tasks(tasks) -> list[dict]:
+    """Every task of an EXAMPLES document, the ones inside block/rescue/always included."""
+    found = []
+    for task in tasks or []:
+        if isinstance(task, dict):
+            found.append(task)
+            for key in ("block", "rescue", "always"):
+                found += example_tasks(task.get(key))
+    return found
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_examples_call_the_collection_s_modules_by_fqcn(name):
+    """Issue 40: users copy EXAMPLES into their playbooks, where a short name only resolves by luck."""
+    import yaml  # noqa: PLC0415
+
+    source = (ROOT / "library" / f"{name}.py").read_text()
+    start = source.index("EXAMPLES = ")
+    examples = source[source.index('"""', start) + 3 : source.index('"""', source.index('"""', start) + 3)]
+    short = [
+        key
+        for task in example_tasks(yaml.safe_load(examples))
+        for key in task
+        if key in MODULES and not key.startswith("epforge.ep.")
+    ]
+    assert short == [], f"{name}: EXAMPLES call {short} by short name (write epforge.ep.NAME)"
