@@ -59,6 +59,10 @@ customize_rootfs() {
     "${as_root[@]}" ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
   done
   "${as_root[@]}" find "$rootfs/var/cache/apt/archives" "$rootfs/var/lib/apt/lists" -type f -delete
+  # The emptied lists must not look fresh: apt's cache_valid_time reads the lists folder's mtime, and an
+  # image built minutes ago made `apt: update_cache: true, cache_valid_time: 3600` skip its update and then
+  # find no package at all (the gateway scenario's python3-venv, CI of 2026-12-04).
+  "${as_root[@]}" touch -d @0 "$rootfs/var/lib/apt/lists"
   "${as_root[@]}" find "$rootfs/var/log" -name '*.log' -type f -delete
 }
 # Image settings given to `podman import --change`.

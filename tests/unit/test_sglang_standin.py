@@ -6,6 +6,7 @@ reads them: time to the first `data:` chunk (TTFT) and to the end of the stream.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import urllib.request
@@ -14,9 +15,14 @@ import bench_env
 import pytest
 from conftest import ROOT
 
+# Each request a prompt of its own: the stand-in's prefix cache (as a radix cache) would spare a repeated
+# prompt's prefill, and these tests time the prefill.
+PROMPT_NUMBERS = itertools.count()
+
 
 def generate(url: str, tokens: int, *, stream: bool) -> urllib.request.Request:
-    body = {"text": "w1 w2", "sampling_params": {"max_new_tokens": tokens}, "stream": stream}
+    text = f"w{next(PROMPT_NUMBERS)} w2"
+    body = {"text": text, "sampling_params": {"max_new_tokens": tokens}, "stream": stream}
     return urllib.request.Request(
         url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
