@@ -153,6 +153,15 @@ options:
     default: nccl
 extends_documentation_fragment:
   - epforge.ep.log_path
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode measures nothing; it reports a change when a measurement would run.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

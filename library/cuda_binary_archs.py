@@ -66,6 +66,15 @@ options:
     type: path
 extends_documentation_fragment:
   - epforge.ep.timeout.cuobjdump
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

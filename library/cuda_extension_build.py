@@ -84,6 +84,16 @@ options:
     default: 3600
 extends_documentation_fragment:
   - epforge.ep.log_path
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: >-
+      Check mode builds nothing; it reports a change when the cache holds no complete entry for the key.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -27,6 +27,16 @@ options:
     description: The build key; the entry is C(cache_dir/key).
     type: str
     required: true
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: partial
+    details: A real run that publishes the entry returns a diff naming it; check mode returns none.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -36,6 +36,15 @@ options:
 extends_documentation_fragment:
   - epforge.ep.log_path
   - epforge.ep.python
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode installs and imports nothing; it predicts the C(.so) paths from the wheel.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -83,6 +83,15 @@ options:
     default: false
 extends_documentation_fragment:
   - epforge.ep.python
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The only change, the local fact's entry (O(record)), is shown.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

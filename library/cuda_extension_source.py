@@ -64,6 +64,20 @@ options:
     description: Seconds a git command may take.
     type: int
     default: 600
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: partial
+    details: >-
+      An archive source is unpacked into O(work_dir) in check mode too (the tree must exist to be checked),
+      and that is reported as a change. A git source is neither cloned nor fetched - check mode reports a
+      change without looking at the clone, and returns no C(source_dir). With O(make_archive) the directory is
+      made but no tarball is written, and none is counted as a change.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -79,6 +79,17 @@ options:
     default: 900
 extends_documentation_fragment:
   - epforge.ep.log_path
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: >-
+      Check mode downloads and unpacks nothing; it reports a change when the stamp does not hold the inputs.
+  diff_mode:
+    support: full
+    details: The diff is the stamp (version, wheels, prefix, stub) before and after.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -59,6 +59,16 @@ options:
     description: Fail on problems and write the fact (true), or only report (false).
     type: bool
     default: true
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The only change, the fact O(fact_path), is shown.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -58,6 +58,17 @@ options:
 extends_documentation_fragment:
   - epforge.ep.log_path
   - epforge.ep.python
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: >-
+      A real run changes nothing either (changed is always false). Check mode runs no round trip
+      (C(skipped=true)), so it cannot find a fault.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -61,6 +61,15 @@ options:
     default: [/usr/include, /usr/local/include]
 extends_documentation_fragment:
   - epforge.ep.python
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

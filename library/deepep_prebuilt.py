@@ -47,6 +47,17 @@ options:
     default: false
 extends_documentation_fragment:
   - epforge.ep.timeout.cuobjdump
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: partial
+    details: >-
+      Check mode reads and judges the wheel but writes no stamp, and then reports changed=false where a real
+      run writes the stamp and reports changed=true.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -33,6 +33,16 @@ options:
         C(cuda_extension_source) resolved). A tree with git data reports its own C(HEAD).
     type: str
     default: ""
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

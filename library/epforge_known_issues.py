@@ -85,6 +85,15 @@ options:
     default: {}
 extends_documentation_fragment:
   - epforge.ep.model_dir
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

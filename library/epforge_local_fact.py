@@ -30,6 +30,14 @@ options:
     required: true
 extends_documentation_fragment:
   - epforge.ep.facts_dir
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -195,6 +195,16 @@ options:
 extends_documentation_fragment:
   - epforge.ep.model_dir
   - epforge.ep.pci_fabric
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode takes no run lock and writes no fact; it reports whether the fact would change.
+  diff_mode:
+    support: full
+    details: The only change, the fact O(fact_name), is shown.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -93,6 +93,16 @@ options:
         releases' wheels and flag tables by C(scripts/sglang_flag_successors.py)), read where the module runs.
         Without it an unknown flag gets the closest name only.
     type: path
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

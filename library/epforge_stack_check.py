@@ -31,6 +31,16 @@ options:
     description: The stack name the inventory asked for; must equal C(spec.name).
     type: str
     required: true
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

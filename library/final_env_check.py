@@ -114,6 +114,19 @@ options:
     type: list
     elements: str
     default: [torch, sgl_kernel, sgl_kernel.flash_ops, flashinfer, deep_ep]
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: >-
+      Check mode repairs nothing and writes no fact, stamp, cache or log; it reports the repair and the fact
+      it would write.
+  diff_mode:
+    support: full
+    details: The diff shows the owner of C(deep_ep) a repair changes and the fact O(fact_path).
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -65,6 +65,17 @@ options:
 extends_documentation_fragment:
   - epforge.ep.log_path
   - epforge.ep.python
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: partial
+    details: >-
+      Check mode compiles nothing and makes no stub; it returns C(skipped=true) and changed=false, where a
+      real run reports a change when it built the kernel.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

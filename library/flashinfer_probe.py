@@ -68,6 +68,15 @@ options:
 extends_documentation_fragment:
   - epforge.ep.facts_dir
   - epforge.ep.python
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The only change, the local fact C(epforge_flashinfer), is shown.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -44,6 +44,15 @@ options:
     description: Entries the history keeps.
     type: int
     default: 50
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: none
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

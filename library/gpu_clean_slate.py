@@ -49,6 +49,16 @@ options:
     description: Seconds one nvidia-smi call may run.
     type: int
     default: 30
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

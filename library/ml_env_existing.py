@@ -52,6 +52,15 @@ options:
     default: 300
 extends_documentation_fragment:
   - epforge.ep.facts_dir.optional
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: The only change, the local fact C(epforge_ml_env), is shown.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

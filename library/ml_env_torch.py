@@ -93,6 +93,16 @@ options:
 extends_documentation_fragment:
   - epforge.ep.log_path
   - epforge.ep.timeout.pip
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode creates and installs nothing; it reports the actions a real run would take.
+  diff_mode:
+    support: full
+    details: The diff shows the stamp's key (in check mode) or the whole stamp, and the local fact.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

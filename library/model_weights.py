@@ -148,6 +148,15 @@ options:
 extends_documentation_fragment:
   - epforge.ep.log_path
   - epforge.ep.facts_dir.optional
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode fetches, moves and writes nothing; it reports what would be fetched or verified.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

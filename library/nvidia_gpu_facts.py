@@ -36,6 +36,15 @@ options:
     default: 60
 extends_documentation_fragment:
   - epforge.ep.pci_fabric
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

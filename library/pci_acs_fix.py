@@ -60,6 +60,19 @@ options:
     default: true
 extends_documentation_fragment:
   - epforge.ep.pci_fabric
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: >-
+      Check mode writes no register and no file; it returns the register writes it would make (C(writes)).
+  diff_mode:
+    support: partial
+    details: >-
+      The diff shows the boot list and the unit file; the register writes are only in C(writes), and enabling
+      the unit is not shown.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

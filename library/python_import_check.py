@@ -44,6 +44,15 @@ options:
     default: 300
 extends_documentation_fragment:
   - epforge.ep.python
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

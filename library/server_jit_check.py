@@ -63,11 +63,13 @@ options:
 extends_documentation_fragment:
   - epforge.ep.python
   - epforge.ep.log_path
-  - ansible.builtin.action_common_attributes
+  - epforge.ep.attributes
 attributes:
   check_mode:
-    support: full
-    details: Reports whether the check would run; builds nothing.
+    support: partial
+    details: >-
+      Check mode runs no build and reports changed=false (C(msg) says whether the build would run), where a
+      real run reports a change when it built the kernel.
   diff_mode:
     support: none
   platform:

@@ -58,6 +58,16 @@ options:
     default: >-
       stop what runs as the account first, with the settings it was started with, then run again (or keep
       the previous home)
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

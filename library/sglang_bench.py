@@ -145,6 +145,16 @@ options:
         the windows before it are returned in C(windows)); with O(fact_path) each window is one entry.
     type: list
     elements: dict
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode runs no client and writes nothing; it reports a change, as a real run does.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

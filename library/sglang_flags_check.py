@@ -91,6 +91,16 @@ options:
         is not judged a second time; empty for a single object.
     type: str
     default: ""
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode writes no verdict to O(cache_path); otherwise the same run.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

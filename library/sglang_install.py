@@ -141,6 +141,20 @@ extends_documentation_fragment:
   - epforge.ep.facts_dir.optional
   - epforge.ep.log_path
   - epforge.ep.timeout.pip
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: >-
+      Check mode installs nothing and makes no directory; SGLang's parser is not run when SGLang would first
+      be installed.
+  diff_mode:
+    support: partial
+    details: >-
+      The diff shows the stamp (installed versions and inputs) and the local fact; the directories it makes
+      are only in C(created_dirs), and check mode on a host without the ML env returns no diff.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -152,6 +152,21 @@ options:
     default: 40
 extends_documentation_fragment:
   - epforge.ep.service
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: >-
+      Check mode writes no file and starts or stops nothing; the readiness wait and the comparison of the
+      running settings are left out.
+  diff_mode:
+    support: partial
+    details: >-
+      The diff shows the unit and environment files (O(manager=systemd), secrets as fingerprints) or the
+      launch's argv (O(manager=process)); a start, restart or stop that changes no file is a change without a
+      diff.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -50,6 +50,16 @@ options:
     description: Seconds each request may take.
     type: float
     default: 120
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Sends its requests and changes nothing; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -99,6 +99,18 @@ options:
     default: 600
 extends_documentation_fragment:
   - epforge.ep.facts_dir.optional
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode writes no model and no fact; it reports whether they would be written.
+  diff_mode:
+    support: partial
+    details: >-
+      The diff shows the model's key and the local fact; fixing the mode of a model directory an older run
+      left at 0700 is a change without a diff.
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

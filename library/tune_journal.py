@@ -79,6 +79,16 @@ options:
         plugin (plugins/action/tune_journal.py); a task does not set it.
     type: str
     required: true
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Check mode reports a record without writing it.
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -123,6 +123,15 @@ options:
     default: ""
 extends_documentation_fragment:
   - epforge.ep.model_dir
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Changes nothing; check mode gives the same plan.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

@@ -102,6 +102,17 @@ options:
     default: ""
 extends_documentation_fragment:
   - epforge.ep.log_path
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: >-
+      Check mode resolves read-only (pip's dry run), downloads, removes and writes nothing; it reports what
+      would be downloaded.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 

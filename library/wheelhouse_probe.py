@@ -34,6 +34,16 @@ options:
     description: The host's wheelhouse copy; its wheel files are listed with their sha256 (nothing when it
       does not exist yet), so the controller copies only what is missing or different.
     type: path
+extends_documentation_fragment:
+  - epforge.ep.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same run in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author: epforge developers (@epforge)
 """
 
