@@ -8,6 +8,7 @@
   beyond the margin and the spread: plugins/module_utils/tune_decision.py);
 - tune_decision: the finished candidates ranked under noise (median and spread, re-measure, tie;
   plugins/module_utils/tune_decision.py), and the winner picked from the plan;
+- tune_spent: the seconds a journal's results spent, relaunches included (the budget's count on a resume);
 - tune_settings: a request with a candidate's variation over it (plugins/module_utils/tune_settings.py),
   for a host of tuner_group that serves the group's winner over its own request.
 
@@ -78,6 +79,11 @@ def tune_decision(results, candidates, objective, noise=None, final=False) -> di
     return {"ranking": ranked, "winner": winner, "figures": figures}
 
 
+def tune_spent(results) -> float:
+    """Seconds the journal's results spent: each candidate's and each of its relaunches'."""
+    return decision_rules.spent_s(results or [])
+
+
 def tune_settings(request, variation) -> dict:
     """The request with the variation's changes (None removes a setting) and env over it."""
     if not isinstance(request, dict) or not isinstance(variation, dict):
@@ -93,5 +99,6 @@ class FilterModule:
             "tune_run": tune_run,
             "tune_verdict": tune_verdict,
             "tune_decision": tune_decision,
+            "tune_spent": tune_spent,
             "tune_settings": tune_settings,
         }

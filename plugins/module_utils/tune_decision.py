@@ -294,6 +294,20 @@ def decide(
     }
 
 
+def spent_s(results: list[dict]) -> float:
+    """Seconds a run's journal says it spent: every finished candidate's and every relaunch's (a failed
+    relaunch's too). The budget counts both; counting candidates alone made the rerun of a finished tune on
+    the H200 (2026-12-04, docs/gpu-runs.md) find 9 s of a 660 s budget left after 851 s spent, and relaunch
+    its leaders again instead of launching nothing."""
+    total = 0.0
+    for result in results or []:
+        total += float(result.get("seconds") or 0)
+        total += sum(
+            float(r.get("seconds") or 0) for r in result.get("relaunches") or [] if isinstance(r, dict)
+        )
+    return round(total, 1)
+
+
 def _remeasure(base: dict, pair: list[str], rounds: int, noise: dict) -> dict:
     """The next round of the re-measure: each of the pair relaunched once, in turn (the leader first)."""
     return {

@@ -468,6 +468,22 @@ def test_two_leaders_within_the_launch_noise_are_relaunched_in_turn_then_declare
     # each relaunch waits for a clean slate as a first launch does (tasks/clean_slate.yml)
     for name in ("twin", "twin-extra"):
         assert proc.stdout.count(f"Wait for a clean slate before {name}]") == 2, name
+    # The same tune again, as on the H200 (2026-12-04, third lease; docs/gpu-runs.md): a finished journal
+    # whose rounds ended at the budget launches nothing and stops nothing. Two rounds allowed now and the
+    # budget just under what the journal spent, relaunches included: counting the candidates alone (before)
+    # left the relaunches' seconds to spend, and the rerun stopped the winner to relaunch the leaders.
+    journal = json.loads(Path(fact["journal"]).read_text())
+    spent = sum(r["seconds"] + sum(x["seconds"] for x in r.get("relaunches", [])) for r in journal["results"])
+    relaunched_s = spent - sum(r["seconds"] for r in journal["results"])
+    assert relaunched_s > 5, journal  # the relaunches' share is what the old count missed
+    again_vars = {**extra, "tuner_max_relaunches": 2, "tuner_budget_s": round(spent - 1, 1)}
+    again = run_tune(base_dir, again_vars, name="tie-again")
+    assert again.returncode == 0, again.stdout[-6000:]
+    assert "Launch and verify again" not in again.stdout and launches(base_dir, again) == []
+    assert "Stop the server that ran before" not in again.stdout
+    again_fact = tuning_fact(base_dir)
+    assert (again_fact["verdict"], again_fact["winner"], again_fact["relaunches"]) == ("tie", "twin", 2)
+    assert again_fact["budget"]["spent_s"] >= spent
     stop_server(base_dir, extra)
 
 

@@ -20,6 +20,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.tune_decision import (
     NOISE_DEFAULTS,
     decide,
     noise_of,
+    spent_s,
     window_problem,
 )
 
@@ -178,3 +179,54 @@ def test_the_windows_of_one_launch_run_back_to_back():
     traffic += sum(w["duration_s"] for w in relaunch["repeats"]["16"])
     beside = (ends[4] - starts[0]) - traffic
     assert 0 < beside / relaunch["seconds"] < 0.10
+
+
+# 2026-12-04, third lease: the whole tune on the code of b4c6748 - every window from an empty prefix cache
+# (--flush-cache), the two leaders relaunched once, the budget (660 s) spent before round 2, the decision
+# recorded on the host and graph-bs64 left serving. The journal as the run finished it.
+JOURNAL_3 = json.loads((FIXTURE / "journal-20261204c.json").read_text())
+RESULTS_3 = JOURNAL_3["results"]
+BUDGET_S = SPACE["tuner_budget_s"]
+
+
+def test_the_third_run_recorded_the_tie_both_earlier_replays_declare():
+    """What the host recorded (epforge_tuning: TIE of the four graph candidates, graph-bs64 picked after one
+    relaunch round) is the rule's answer over its journal, and the same set and pick as the replays of the
+    two cut runs: three runs, one answer."""
+    relaunched = {r["name"]: len(r.get("relaunches", [])) for r in RESULTS_3}
+    assert relaunched == {
+        "graphs-off": 0,
+        "graph-bs16": 0,
+        "graph-bs16-chunk2048": 0,
+        "graph-bs16-chunk8192": 1,
+        "graph-bs64": 1,
+    }
+    first = [{k: v for k, v in r.items() if k != "relaunches"} for r in RESULTS_3]
+    assert decide(first, CANDIDATES, OBJECTIVE)["remeasure"] == ["graph-bs16-chunk8192", "graph-bs64"]
+    decision = decide(RESULTS_3, CANDIDATES, OBJECTIVE, final=True)
+    assert decision["verdict"] == "tie" and decision["winner"] == "graph-bs64"
+    assert set(decision["tie"]["names"]) == {
+        "graph-bs64",
+        "graph-bs16-chunk2048",
+        "graph-bs16-chunk8192",
+        "graph-bs16",
+    }
+    assert round(decision["value"], 1) == 8775.5  # the value the host's decision shows
+
+
+def test_a_rerun_of_the_finished_third_tune_finds_its_budget_spent():
+    """The same tune again on that host (same journal) skipped its candidates but relaunched the leaders: it
+    counted the candidates' seconds alone (651.4 s of 660 s) and found budget left, though the run had
+    spent 831.7 s with its relaunches. The count now includes them: nothing left to spend, no round runs."""
+    candidates_only = sum(r["seconds"] for r in RESULTS_3)
+    assert round(candidates_only, 1) == 651.4 and candidates_only < BUDGET_S
+    assert spent_s(RESULTS_3) == 831.7 and spent_s(RESULTS_3) > BUDGET_S
+
+
+def test_every_window_of_the_third_run_started_from_an_empty_cache():
+    """--flush-cache met SGLang 0.5.16: each warm-up found 0 % of its prompts cached, and each steady window
+    only its own prompts' reuse (random ids over the smoke tokenizer's 428 base tokens: 36-38 %), where
+    the second lease's windows of one launch found 47, 68 and then 98-100 %."""
+    shares = [w["cached_token_share"] for r in RESULTS_3 for w in r["repeats"]["16"]]
+    assert all(r["warmup"]["16"]["cached_token_share"] == 0.0 for r in RESULTS_3)
+    assert max(shares) < 0.45, shares
