@@ -22,7 +22,9 @@ description:
     stamped.
   - Never fails for a wheel that lacks an arch or that cuobjdump cannot read; RV(ok) and RV(verdict) say
     so and the role decides (build from source, or refuse).
-  - Check mode reads the wheel but writes no stamp.
+  - Check mode reads the wheel (or answers from the stamp) as a real run does but writes no stamp; it reports
+    changed=true exactly where a real run would write the stamp (no stamp, or one of another wheel or arch
+    list, and a reading that succeeded).
 options:
   folder:
     description: Folder the wheel was downloaded to.
@@ -50,10 +52,10 @@ extends_documentation_fragment:
   - epforge.ep.attributes
 attributes:
   check_mode:
-    support: partial
+    support: full
     details: >-
-      Check mode reads and judges the wheel but writes no stamp, and then reports changed=false where a real
-      run writes the stamp and reports changed=true.
+      Check mode reads and judges the wheel as a real run does and writes no stamp; its changed is the real
+      run's (true where the stamp would be written, by the same comparison of the stamp's key).
   diff_mode:
     support: none
   platform:
@@ -119,8 +121,8 @@ error:
   returned: always
   type: str
 stamp:
-  description: C(hit) (answered from the stamp), C(written) (read and stamped), C(not_written) (check mode
-    or a failed reading), C(none) (no wheel).
+  description: C(hit) (answered from the stamp), C(written) (read and stamped), C(would_write) (check mode,
+    where a real run would stamp the reading), C(not_written) (a failed reading), C(none) (no wheel).
   returned: always
   type: str
 watch:
@@ -225,7 +227,9 @@ def main() -> None:
                 error = f"{exc.msg}: {exc.log_tail.strip()}"
             except zipfile.BadZipFile as exc:
                 error = f"{wheel} is not a readable wheel ({exc})"
-        if not error and not module.check_mode:
+        if not error and module.check_mode:
+            state = "would_write"  # what a real run does below, written nowhere
+        elif not error:
             write_json_atomic(
                 stamp_path,
                 {
@@ -241,7 +245,7 @@ def main() -> None:
     out.update(reading)
     out.update(
         {
-            "changed": state == "written",
+            "changed": state in ("written", "would_write"),
             "wheel": wheel,
             "sha256": sha256,
             "ok": ok,

@@ -505,7 +505,7 @@ def test_prebuilt_verdict_is_stamped_and_reused_until_wheel_or_archs_change(exte
 def test_prebuilt_check_mode_and_failed_readings_write_no_stamp(extension_builds, tmp_path):
     wheel = write_wheel(tmp_path / WHEEL_NAME, extension_builds["120"], extension_builds["host"])
     rc, res = judge(tmp_path, ["12.0"], ensure_cuobjdump(), check=True)
-    assert rc == 0 and res["ok"] is True and res["stamp"] == "not_written" and not res["changed"]
+    assert rc == 0 and res["ok"] is True and res["stamp"] == "would_write" and res["changed"] is True
     assert not Path(f"{wheel}.archs.json").exists()
     # A cuobjdump that cannot read the binary: the reason is in the verdict, nothing is stamped.
     failing = tmp_path / "cuobjdump"
@@ -518,6 +518,55 @@ def test_prebuilt_check_mode_and_failed_readings_write_no_stamp(extension_builds
         and "unsupported file" in res["verdict"]
     )
     assert not Path(f"{wheel}.archs.json").exists()
+
+
+def fake_cuobjdump(path: Path, listing: str = "sm120a.o.txt") -> str:
+    """A cuobjdump that prints a captured listing (tests/fixtures/cuobjdump) for any binary."""
+    path.write_text(f"#!/bin/sh\ncat {ROOT / 'tests' / 'fixtures' / 'cuobjdump' / listing}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def folder_state(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_prebuilt_check_mode_predicts_the_real_run_s_changed_and_writes_nothing(tmp_path):
+    """Check mode's changed is the real run's (stamp written or not, by the stamp's key), on disk nothing."""
+    cuobjdump = fake_cuobjdump(tmp_path / "cuobjdump")
+    folder = tmp_path / "prebuilt"
+    folder.mkdir()
+    wheel = folder / WHEEL_NAME
+    with zipfile.ZipFile(wheel, "w") as whl:
+        whl.writestr("deep_ep/_C.cpython-311-x86_64-linux-gnu.so", b"stand-in binary")
+    stamp = Path(f"{wheel}.archs.json")
+
+    def check_then_real(archs: list[str], expected: bool) -> dict:
+        before = folder_state(folder)
+        rc, predicted = judge(folder, archs, cuobjdump, check=True)
+        assert rc == 0, predicted
+        assert folder_state(folder) == before, "check mode wrote into the folder"
+        rc, real = judge(folder, archs, cuobjdump)
+        assert rc == 0, real
+        assert predicted["changed"] == real["changed"] == expected, (predicted, real)
+        assert (predicted["ok"], predicted["verdict"]) == (real["ok"], real["verdict"])
+        return predicted
+
+    assert check_then_real(["12.0"], True)["stamp"] == "would_write"  # no stamp yet
+    assert stamp.exists()
+    assert check_then_real(["12.0"], False)["stamp"] == "hit"  # the rerun: answered from the stamp
+    assert check_then_real(["12.0a"], True)["stamp"] == "would_write"  # another arch list, another key
+    stamp.write_text("{}")  # a stamp of no key is read again and rewritten
+    check_then_real(["12.0a"], True)
+    # A reading that fails writes no stamp in a real run: check mode predicts no change either.
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\necho 'cuobjdump fatal   : unsupported file' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    stamp.unlink()
+    rc, predicted = judge(folder, ["12.0"], str(failing), check=True)
+    rc2, real = judge(folder, ["12.0"], str(failing))
+    assert rc == rc2 == 0 and predicted["changed"] is real["changed"] is False
+    assert predicted["stamp"] == real["stamp"] == "not_written" and not stamp.exists()
 
 
 def test_prebuilt_no_wheel_one_wheel_or_stale_ones(tmp_path):
