@@ -12,7 +12,9 @@ short_description: Publish a wheel and its manifest into the controller's wheel 
 description:
   - Checks that O(src) holds a C(manifest.json) and the wheel it names with the recorded sha256 and key,
     then renames O(src) to C(DEST) (O(cache_dir)C(/KEY)), so readers see either no entry or a complete one.
-  - Does nothing when C(DEST) already holds a complete entry (O(src) is then removed).
+  - When C(DEST) already holds a complete entry the entry is left as it is and O(src) is removed; that
+    removal is a change (changed=true) when O(src) is a directory, and nothing is left to do (changed=false)
+    when it is not there (a rerun).
 options:
   src:
     description: Directory holding the fetched wheel and C(manifest.json) (on the same file system as the
@@ -32,9 +34,14 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    details: >-
+      Check mode changes nothing and reports the change a real run makes - publishing O(src), or removing
+      O(src) beside an entry already complete.
   diff_mode:
     support: partial
-    details: A real run that publishes the entry returns a diff naming it; check mode returns none.
+    details: >-
+      A real run that publishes the entry returns a diff naming it, one that removes O(src) a diff naming
+      O(src); check mode returns none.
   platform:
     platforms: posix
 author: epforge developers (@epforge)
@@ -81,9 +88,13 @@ def main() -> None:
     dest = os.path.join(p["cache_dir"], p["key"])
     manifest = cache_entry(dest)
     if manifest:
-        if not module.check_mode:
+        # The entry is there already: O(src) is a second copy, removed (a change where it exists).
+        removed = os.path.isdir(p["src"]) and not os.path.islink(p["src"])
+        out = {"changed": removed, "wheel": os.path.join(dest, manifest["wheel"]), "manifest": manifest}
+        if removed and not module.check_mode:
             shutil.rmtree(p["src"], ignore_errors=True)
-        module.exit_json(changed=False, wheel=os.path.join(dest, manifest["wheel"]), manifest=manifest)
+            out["diff"] = {"before": {"src": p["src"]}, "after": {"src": None}}
+        module.exit_json(**out)
     incoming = cache_entry(p["src"])
     if not incoming:
         module.fail_json(

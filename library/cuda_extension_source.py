@@ -70,10 +70,15 @@ attributes:
   check_mode:
     support: partial
     details: >-
-      An archive source is unpacked into O(work_dir) in check mode too (the tree must exist to be checked),
-      and that is reported as a change. A git source is neither cloned nor fetched - check mode reports a
-      change without looking at the clone, and returns no C(source_dir). With O(make_archive) the directory is
-      made but no tarball is written, and none is counted as a change.
+      Check mode writes nothing under O(work_dir) and reports the change a real run would make. A directory
+      or archive source is predicted exactly - an archive not unpacked yet (by its sha256, the real run's
+      identity) is a change and its C(setup.py) is looked for in the archive's member list; with
+      O(make_archive) the missing tarball of the revision is a change. A git source is never cloned or
+      fetched in check mode. Where the clone already holds the pinned O(commit) and O(ref) resolves to it,
+      the answer is exact (a change when the commit's tree is not exported yet). Otherwise (no clone, no
+      O(commit), or a commit the clone lacks) check mode reports a change and no C(source_dir) without
+      resolving the ref, where a real run that fetches and finds the commit's tree already exported reports
+      none.
   diff_mode:
     support: none
   platform:
@@ -231,6 +236,73 @@ def unpack(module, path, base):
     return tree, "sha256:" + digest, changed
 
 
+def held_commit(module, p, base):
+    """Check mode's git answer without the network or a write: (tree, commit) when the clone already holds
+    the pinned O(commit) and O(ref) resolves to it there (the real run then neither fetches nor clones), else
+    None (the real run would clone or fetch first)."""
+    clone = os.path.join(base, "git-" + hashlib.sha256(p["source"].encode()).hexdigest()[:12])
+    if not p["commit"] or not os.path.isdir(os.path.join(clone, "objects")):
+        return None
+
+    def resolve(ref):
+        spec = f"{ref}^{{commit}}" if ref else "HEAD"
+        rc, out, _err = run_git(
+            module, ["git", "--git-dir", clone, "rev-parse", "--verify", "--quiet", spec], p["timeout"]
+        )
+        return out.strip() if rc == 0 else None
+
+    if not resolve(p["commit"]):
+        return None
+    commit = resolve(p["ref"] or p["commit"])
+    if commit is None or not commit.startswith(p["commit"]):
+        return None
+    return os.path.join(base, commit), commit
+
+
+def archive_members(module, path):
+    """The archive's member paths and its directories, read without unpacking (what unpack() would write);
+    a member outside the archive's root is refused as the real unpack refuses it."""
+    try:
+        if path.lower().endswith(".zip"):
+            with zipfile.ZipFile(path) as archive:
+                listed = [(name, name.endswith("/")) for name in archive.namelist()]
+        else:
+            with tarfile.open(path) as archive:
+                listed = [(member.name, member.isdir()) for member in archive.getmembers()]
+    except (OSError, ValueError, tarfile.TarError, zipfile.BadZipFile) as err:
+        module.fail_json(msg=f"cannot unpack {path}: {err}")
+    files, dirs = set(), set()
+    for name, is_dir in listed:
+        norm = os.path.normpath(name)
+        if os.path.isabs(name) or norm == ".." or norm.startswith(".." + os.sep):
+            module.fail_json(msg=f"cannot unpack {path}: archive member {name} lies outside the destination")
+        if norm == ".":
+            continue
+        (dirs if is_dir else files).add(norm)
+        parent = os.path.dirname(norm)
+        while parent:
+            dirs.add(parent)
+            parent = os.path.dirname(parent)
+    return files, dirs
+
+
+def predict_unpack(module, path, base):
+    """Check mode's unpack(): the tree and revision it would give, without writing, and whether it would
+    unpack (changed). With the archive already unpacked (by its sha256), the unpacked tree itself."""
+    digest = file_sha256(path)
+    dest = os.path.join(base, "archive-" + digest[:20])
+    if os.path.isdir(dest):
+        entries = [e for e in os.listdir(dest) if not e.startswith(".")]
+        single = len(entries) == 1 and os.path.isdir(os.path.join(dest, entries[0]))
+        return (os.path.join(dest, entries[0]) if single else dest), "sha256:" + digest, False, None
+    files, dirs = archive_members(module, path)
+    top = {name.split(os.sep, 1)[0] for name in files | dirs if not name.startswith(".")}
+    prefix = next(iter(top)) if len(top) == 1 and next(iter(top)) in dirs else ""
+    tree = os.path.join(dest, prefix) if prefix else dest
+    inside = {os.path.relpath(f, prefix) for f in files if f.startswith(prefix + os.sep)} if prefix else files
+    return tree, "sha256:" + digest, True, inside
+
+
 def make_tarball(tree, target):
     if os.path.exists(target):
         return False
@@ -238,6 +310,43 @@ def make_tarball(tree, target):
         for rel in tree_files(tree):
             archive.add(os.path.join(tree, rel), arcname=os.path.join("src", rel), recursive=False)
     return True
+
+
+def resolve_source(module, p, kind, base):
+    """(tree, revision, changed, listed): the tree to build and whether getting it changed work_dir (in check
+    mode: would change it, nothing written). listed is, in check mode for an archive not unpacked yet, the
+    files it holds relative to the tree it would give; else None."""
+    if kind == "dir":
+        tree = os.path.abspath(os.path.expanduser(p["source"]))
+        if not os.path.isdir(tree):
+            module.fail_json(
+                msg=f"source directory {tree} does not exist (a directory on the controller, "
+                "a git URL, or a .tar.gz/.zip archive)"
+            )
+        return tree, "sha256:" + tree_hash(tree), False, None
+    if kind == "git" and module.check_mode:
+        held = held_commit(module, p, base)
+        if held is None:
+            module.exit_json(
+                changed=True,
+                kind=kind,
+                source_dir="",
+                revision="",
+                archive="",
+                msg="check mode: the git source would be cloned/fetched",
+            )
+        tree, revision = held
+        return tree, revision, not os.path.isdir(tree), None  # a real run exports a missing tree
+    if kind == "git":
+        os.makedirs(base, exist_ok=True)
+        return (*git_resolve(module, p, base), None)
+    path = os.path.abspath(os.path.expanduser(p["source"]))
+    if not os.path.isfile(path):
+        module.fail_json(msg=f"source archive {path} does not exist")
+    if module.check_mode:
+        return predict_unpack(module, path, base)
+    os.makedirs(base, exist_ok=True)
+    return (*unpack(module, path, base), None)
 
 
 def main() -> None:
@@ -258,36 +367,17 @@ def main() -> None:
     p = module.params
     kind = source_kind(p["source"]) if p["kind"] == "auto" else p["kind"]
     base = os.path.join(p["work_dir"], p["name"])
-    changed = False
-    if kind == "dir":
-        tree = os.path.abspath(os.path.expanduser(p["source"]))
-        if not os.path.isdir(tree):
-            module.fail_json(
-                msg=f"source directory {tree} does not exist (a directory on the controller, "
-                "a git URL, or a .tar.gz/.zip archive)"
-            )
-        revision = "sha256:" + tree_hash(tree)
-    elif module.check_mode and kind == "git":
-        module.exit_json(
-            changed=True,
-            kind=kind,
-            source_dir="",
-            revision="",
-            archive="",
-            msg="check mode: the git source would be cloned/fetched",
-        )
-    else:
-        os.makedirs(base, exist_ok=True)
-        if kind == "git":
-            tree, revision, changed = git_resolve(module, p, base)
-        else:
-            path = os.path.abspath(os.path.expanduser(p["source"]))
-            if not os.path.isfile(path):
-                module.fail_json(msg=f"source archive {path} does not exist")
-            tree, revision, changed = unpack(module, path, base)
-
+    tree, revision, changed, listed = resolve_source(module, p, kind, base)
     build_dir = os.path.join(tree, p["subdir"]) if p["subdir"] else tree
-    if not any(os.path.isfile(os.path.join(build_dir, f)) for f in ("setup.py", "pyproject.toml")):
+    wanted = ("setup.py", "pyproject.toml")
+    if listed is not None:  # check mode, an archive not unpacked yet: its member list
+        sub = os.path.normpath(p["subdir"]) if p["subdir"] else ""
+        found = any((os.path.join(sub, f) if sub else f) in listed for f in wanted)
+    elif module.check_mode and changed:  # check mode, a commit's tree not exported yet: the real run looks
+        found = True
+    else:
+        found = any(os.path.isfile(os.path.join(build_dir, f)) for f in wanted)
+    if not found:
         module.fail_json(
             msg=f"{build_dir} has no setup.py or pyproject.toml: is subdir ('{p['subdir']}') right?",
             source_dir=tree,
@@ -296,9 +386,11 @@ def main() -> None:
 
     archive = ""
     if p["make_archive"]:
-        os.makedirs(base, exist_ok=True)
         archive = os.path.join(base, revision.replace("sha256:", "")[:40] + ".tar.gz")
-        if not module.check_mode:
+        if module.check_mode:
+            changed = changed or not os.path.exists(archive)  # make_tarball writes it when absent
+        else:
+            os.makedirs(base, exist_ok=True)
             changed = make_tarball(tree, archive) or changed
     module.exit_json(changed=changed, kind=kind, source_dir=tree, revision=revision, archive=archive)
 

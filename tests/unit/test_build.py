@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -406,6 +407,45 @@ def test_cache_publishes_a_fetched_entry_and_refuses_a_bad_one(tmp_path):
     assert entries(str(cache)) == [".incoming-k3", "k1"]
 
 
+def disk_state(root: Path) -> dict[str, bytes | None]:
+    """Every path under root with its bytes (None for a directory): what check mode must leave as it was."""
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
+
+
+def test_cache_check_mode_predicts_publish_and_the_removal_of_a_second_copy(tmp_path):
+    """Publishing src is a change, and so is removing a src beside an entry already complete (a user-given
+    directory deleted); a rerun with src gone changes nothing. Check mode predicts each real run's changed
+    and leaves the disk as it was."""
+    cache = tmp_path / "cache" / "fake_ext"
+
+    def incoming(name: str) -> Path:
+        folder = cache / name
+        wheel = make_wheel(folder)
+        write_json_atomic(str(folder / eb.MANIFEST), eb.make_manifest(str(wheel), "k1", {}))
+        return folder
+
+    def check_then_real(src: Path, expected: bool) -> dict:
+        args = {"src": str(src), "cache_dir": str(cache), "key": "k1"}
+        before = disk_state(tmp_path)
+        rc, predicted = run_module("cuda_extension_cache", args, check=True)
+        assert rc == 0 and disk_state(tmp_path) == before, predicted
+        rc, real = run_module("cuda_extension_cache", args)
+        assert rc == 0 and predicted["changed"] == real["changed"] == expected, (predicted, real)
+        return real
+
+    first = incoming(".incoming-k1")
+    check_then_real(first, True)  # published: src renamed to the entry
+    assert entries(str(cache)) == ["k1"] and not first.exists()
+    check_then_real(first, False)  # the rerun: entry there, src gone
+    second = incoming(".incoming-k1")  # fetched again beside the complete entry
+    real = check_then_real(second, True)
+    assert not second.exists() and real["diff"] == {"before": {"src": str(second)}, "after": {"src": None}}
+    check_then_real(second, False)
+    assert entries(str(cache)) == ["k1"]
+
+
 # ------------------------------------------------------------------ the source module
 
 
@@ -493,6 +533,81 @@ def test_source_dir_and_archive_revisions(tmp_path):
         assert "src/setup.py" in archive.getnames()
     rc, res = run_module("cuda_extension_source", {**base, "source": str(tmp_path)})
     assert rc != 0 and "no setup.py or pyproject.toml" in res["msg"]
+
+
+def source_check_then_real(args: dict, work: Path, expected: bool) -> tuple[dict, dict]:
+    """cuda_extension_source in check mode, then for real: check mode left work_dir as it was and predicted
+    the real run's changed (and its tree, revision and archive)."""
+    before = disk_state(work)
+    rc, predicted = run_module("cuda_extension_source", args, check=True)
+    assert rc == 0, predicted
+    assert disk_state(work) == before, "check mode changed work_dir"
+    rc, real = run_module("cuda_extension_source", args)
+    assert rc == 0, real
+    assert predicted["changed"] == real["changed"] == expected, (predicted, real)
+    for key in ("kind", "source_dir", "revision", "archive"):
+        assert predicted[key] == real[key], key
+    return predicted, real
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".zip"])
+def test_source_check_mode_predicts_archive_unpack_and_tarball_without_writing(tmp_path, suffix):
+    tree = make_tree(tmp_path / "tree")
+    work = tmp_path / "work"
+    source = tmp_path / f"fake_ext-0.1{suffix}"
+    if suffix == ".zip":
+        with zipfile.ZipFile(source, "w") as archive:
+            for path in sorted(tree.rglob("*")):
+                archive.write(path, "fake_ext-0.1/" + str(path.relative_to(tree)))
+    else:
+        with tarfile.open(source, "w:gz") as archive:
+            archive.add(tree, arcname="fake_ext-0.1")
+    args = {"name": "fake_ext", "source": str(source), "work_dir": str(work)}
+    predicted, _ = source_check_then_real(args, work, True)  # unpacked once
+    assert Path(predicted["source_dir"]).name == "fake_ext-0.1"
+    source_check_then_real(args, work, False)  # the same archive bytes: already unpacked
+    source_check_then_real({**args, "make_archive": True}, work, True)  # the tarball of the revision
+    source_check_then_real({**args, "make_archive": True}, work, False)
+    # A directory source: nothing to unpack, the tarball of its content revision once.
+    dir_args = {"name": "fake_ext", "source": str(tree), "work_dir": str(work), "make_archive": True}
+    source_check_then_real(dir_args, work, True)
+    source_check_then_real(dir_args, work, False)
+    source_check_then_real({**dir_args, "make_archive": False}, work, False)
+
+
+def test_source_check_mode_refuses_what_the_real_run_refuses_without_writing(tmp_path):
+    """An archive without setup.py (in subdir) fails in check mode as in a real run, before any unpack."""
+    tree = make_tree(tmp_path / "tree")
+    (tree / "sub").mkdir()
+    (tree / "sub" / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    source = tmp_path / "ext.tar.gz"
+    with tarfile.open(source, "w:gz") as archive:
+        archive.add(tree, arcname="ext")
+    work = tmp_path / "work"
+    base = {"name": "fake_ext", "source": str(source), "work_dir": str(work)}
+    for subdir, ok in (("sub", True), ("csrc", False), ("nowhere", False)):
+        rc, checked = run_module("cuda_extension_source", {**base, "subdir": subdir}, check=True)
+        assert disk_state(work) == {}, "check mode unpacked"
+        assert (rc == 0) is ok, checked
+    assert "has no setup.py or pyproject.toml" in checked["msg"]
+    rc, real = run_module("cuda_extension_source", {**base, "subdir": "nowhere"})
+    assert rc != 0 and real["msg"] == checked["msg"]
+
+
+def test_source_check_mode_on_git_answers_from_a_clone_holding_the_pinned_commit(tmp_path):
+    repo, first = tagged_repo(tmp_path / "repo")
+    work = tmp_path / "work"
+    base = {"name": "fake_ext", "source": f"file://{repo}", "work_dir": str(work), "ref": "v1"}
+    rc, res = run_module("cuda_extension_source", {**base, "commit": first[:7]}, check=True)
+    assert rc == 0 and res["changed"] is True and res["source_dir"] == ""  # no clone: it would clone
+    assert disk_state(work) == {}
+    rc, res = run_module("cuda_extension_source", {**base, "commit": first[:7]})
+    assert rc == 0 and res["changed"] is True
+    source_check_then_real({**base, "commit": first[:7]}, work, False)  # the clone holds it, tree exported
+    source_check_then_real({**base, "commit": first[:7], "make_archive": True}, work, True)
+    # The exported tree gone (a cleaned work_dir): the real run exports it again, check mode says so.
+    shutil.rmtree(work / "fake_ext" / first)
+    source_check_then_real({**base, "commit": first[:7]}, work, True)
 
 
 # ------------------------------------------------------------------ the plan module (real nvcc)
