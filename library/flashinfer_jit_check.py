@@ -20,8 +20,9 @@ description:
     O(make_libcuda_stub) is true it compiles an empty link stub (soname C(libcuda.so.1), as NVIDIA's stub)
     into
     O(stub_dir) with the host's C compiler. At run time the real driver's C(libcuda.so.1) is used.
-  - FlashInfer caches the kernel in O(workspace); an up-to-date kernel is not rebuilt (changed=false).
-  - In check mode nothing is compiled.
+  - FlashInfer caches the kernel in O(workspace); an up-to-date kernel is not rebuilt. A run reports a change
+    when it built the kernel or made the link stub; a rerun with both in place reports none.
+  - In check mode nothing is compiled and nothing is written (see the C(check_mode) attribute).
 options:
   cuda_home:
     description: CUDA_HOME for the JIT (its nvcc).
@@ -70,8 +71,13 @@ attributes:
   check_mode:
     support: partial
     details: >-
-      Check mode compiles nothing and makes no stub; it returns C(skipped=true) and changed=false, where a
-      real run reports a change when it built the kernel.
+      Check mode compiles nothing, makes no stub and writes nothing. It looks for C(libcuda.so) as a real run
+      does, fails where a real run would fail for its lack (O(make_libcuda_stub=false)), and reports
+      changed=true where a real run would make the link stub (RV(would_make_stub)). Whether FlashInfer's JIT
+      would compile the kernel is not predicted - FlashInfer's own build (its ninja file, written from the
+      installed release's sources and flags, against the cache in O(workspace)) decides that, and only by
+      running - so a check run with the stub in place reports changed=false where a real run that compiles
+      the kernel reports changed=true.
   diff_mode:
     support: none
   platform:
@@ -104,9 +110,18 @@ seconds:
   returned: success
   type: float
 libcuda:
-  description: The libcuda.so the link used (a stub on driverless hosts).
+  description: The libcuda.so the link used (a stub on driverless hosts); in check mode, the one it would
+    use (the stub's path where it would make one).
   returned: success
   type: str
+made_stub:
+  description: Whether this run compiled the libcuda.so link stub into O(stub_dir) (a change).
+  returned: success, not in check mode
+  type: bool
+would_make_stub:
+  description: Check mode, whether a real run would make the link stub (the change check mode reports).
+  returned: in check mode
+  type: bool
 """
 
 import json
@@ -192,8 +207,6 @@ def main() -> None:
     p = module.params
     argv = [p["python"], "-c", SCRIPT, p["activation"]]
     shown = [p["python"], "-c", "<flashinfer jit probe>", p["activation"]]
-    if module.check_mode:
-        module.exit_json(changed=False, skipped=True, msg="check mode: nothing compiled", cmd=shown)
     cuda = p["cuda_home"]
     search = [
         *p["library_dirs"],
@@ -202,14 +215,25 @@ def main() -> None:
         p["stub_dir"],
     ]
     libcuda = find_libcuda(search)
-    if not libcuda:
-        if not p["make_libcuda_stub"]:
-            module.fail_json(
-                msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with "
-                "-lcuda. "
-                "Set flashinfer_make_libcuda_stub: true or install a toolkit with "
-                "lib64/stubs"
-            )
+    if not libcuda and not p["make_libcuda_stub"]:
+        module.fail_json(
+            msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with "
+            "-lcuda. "
+            "Set flashinfer_make_libcuda_stub: true or install a toolkit with "
+            "lib64/stubs"
+        )
+    if module.check_mode:
+        module.exit_json(
+            changed=not libcuda,
+            would_make_stub=not libcuda,
+            libcuda=libcuda or os.path.join(p["stub_dir"], "libcuda.so"),
+            msg="check mode: nothing compiled"
+            + ("" if libcuda else "; a real run makes the libcuda.so link stub")
+            + "; whether FlashInfer's JIT would build the kernel is known only by building it",
+            cmd=shown,
+        )
+    made_stub = not libcuda
+    if made_stub:
         libcuda = make_stub(module, p["stub_dir"])
     env = dict(os.environ)
     env.update(
@@ -245,9 +269,10 @@ def main() -> None:
         msg += " (timed out)" if rc == 124 else ""
         fail_cmd(module, msg, shown, rc, log_path=p["log_path"], diagnosis=why or "")
     module.exit_json(
-        changed=bool(result["built"]),
+        changed=bool(result["built"]) or made_stub,
         library=result["library"],
         built=bool(result["built"]),
+        made_stub=made_stub,
         seconds=round(seconds, 1),
         libcuda=libcuda,
         cmd=shown,

@@ -24,7 +24,8 @@ description:
     C(FLASHINFER_CUDA_ARCH_LIST) (and RV(env_added) says so).
   - A stamp (O(stamp_path)) of the environment, the account, the python and the env's installed
     distributions makes an unchanged rerun a no-op without importing anything; the built kernel must
-    still exist.
+    still exist. The stamp is this module's own bookkeeping (root-only, read by nothing else), so writing it
+    is not reported as a change; a run reports a change when it compiled the kernel (RV(built)).
   - Fails with the classification of the output (C(jit_tool_missing) for a tool not found), the command,
     its rc and the log tail.
 options:
@@ -68,8 +69,14 @@ attributes:
   check_mode:
     support: partial
     details: >-
-      Check mode runs no build and reports changed=false (C(msg) says whether the build would run), where a
-      real run reports a change when it built the kernel.
+      Check mode runs nothing as the account, compiles nothing and writes no stamp. An unchanged rerun is
+      answered from the stamp (RV(check) C(stamp), changed=false) exactly as a real run answers it. Otherwise
+      it returns RV(check) C(run), changed=false and C(msg) saying the build would run; there a real run
+      reports changed=true when FlashInfer compiles the kernel, which check mode does not predict - whether
+      FlashInfer's JIT cache of the account (C(HOME/.cache/flashinfer)) is up to date is decided by
+      FlashInfer's own build (ninja, with the installed release's sources and flags), only by running it.
+      Where the env holds no FlashInfer a real run compiles nothing and also reports changed=false. Before
+      the account exists (made by an earlier task of the same run) check mode returns changed=false too.
   diff_mode:
     support: none
   platform:

@@ -286,3 +286,71 @@ def test_probe_watch_names_what_a_current_answer_depends_on_and_a_change_there_c
     # another toolkit's nvcc in its place (a 12.8 release): the rule refuses plain 12.0
     refused = rerun_after(lambda: (old / "bin" / "nvcc").replace(nvcc))
     assert refused.get("failed") and "12.0a" in refused["msg"]
+
+
+# ---- module flashinfer_jit_check: check mode against a real run (a stand-in python plays the JIT) ----
+
+# Stands in for `python -c SCRIPT ACT`: FlashInfer's JIT cache under FLASHINFER_WORKSPACE_BASE builds the
+# kernel once (built true), then finds it up to date (built false); prints the module's marker line.
+STANDIN_JIT = """#!/bin/sh
+lib="$FLASHINFER_WORKSPACE_BASE/cached/act_and_mul.so"
+built=false
+if [ ! -e "$lib" ]; then mkdir -p "$(dirname "$lib")" && : > "$lib" && built=true; fi
+echo "EPFORGE_FI_JIT {\\"library\\": \\"$lib\\", \\"built\\": $built, \\"exists\\": true}"
+"""
+
+
+def disk_state(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
+
+
+def test_jit_check_mode_predicts_the_link_stub_and_writes_nothing(tmp_path):
+    """Check mode's changed is the real run's where it can be known without building: the link stub a real
+    run makes (a change) or finds; the JIT's own rebuild decision is left to FlashInfer's build (documented
+    in the module's check_mode details, shown last)."""
+    python = tmp_path / "python"
+    python.write_text(STANDIN_JIT)
+    python.chmod(0o755)
+    cuda = tmp_path / "cuda"  # no lib64/stubs: a driverless build host without a full toolkit
+    (cuda / "bin").mkdir(parents=True)
+    state = tmp_path / "state"
+    state.mkdir()
+    args = {
+        "python": str(python),
+        "cuda_home": str(cuda),
+        "arch_list": "12.0",
+        "workspace": str(state / "workspace"),
+        "stub_dir": str(state / "stubs"),
+        "log_path": str(state / "log" / "jit.log"),
+    }
+
+    def check_then_real(expected: bool, **over) -> tuple[dict, dict]:
+        before = disk_state(state)
+        rc, predicted = run_module("flashinfer_jit_check", {**args, **over}, check=True)
+        assert rc == 0 and disk_state(state) == before, predicted
+        rc, real = run_module("flashinfer_jit_check", {**args, **over})
+        assert rc == 0, real
+        assert predicted["changed"] == real["changed"] == expected, (predicted, real)
+        assert predicted["libcuda"] == real["libcuda"]
+        return predicted, real
+
+    predicted, real = check_then_real(True)  # the stub made, the kernel built
+    assert predicted["would_make_stub"] is True and real["made_stub"] is True and real["built"] is True
+    assert (state / "stubs" / "libcuda.so").is_file()
+    predicted, real = check_then_real(False)  # the rerun: the stub found, the kernel up to date
+    assert predicted["would_make_stub"] is False and (real["made_stub"], real["built"]) == (False, False)
+
+    # No stub allowed and none found: check mode fails as the real run does, writing nothing.
+    no_stub = {**args, "stub_dir": str(state / "none"), "make_libcuda_stub": False}
+    before = disk_state(state)
+    rc, predicted = run_module("flashinfer_jit_check", no_stub, check=True)
+    assert rc != 0 and disk_state(state) == before
+    rc, real = run_module("flashinfer_jit_check", no_stub)
+    assert rc != 0 and real["msg"] == predicted["msg"]
+
+    # The documented gap: with the stub in place, a JIT cache that would compile is not predicted.
+    other = {**args, "workspace": str(state / "other-workspace")}
+    rc, predicted = run_module("flashinfer_jit_check", other, check=True)
+    assert rc == 0 and predicted["changed"] is False and "known only by building" in predicted["msg"]
+    rc, real = run_module("flashinfer_jit_check", other)
+    assert rc == 0 and real["changed"] is True and real["built"] is True
