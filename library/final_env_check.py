@@ -31,9 +31,13 @@ description:
     uninstall - the site dirs, the python, cuobjdump, the verified wheel, the binaries listed). When any
     of them differs the full check runs again; RV(check) and the log say which path ran and why.
   - Writes the verdict to the local fact O(fact_path) when its content changes (changed, with a diff).
-  - Read-only otherwise except for that repair (changed), the listing cache O(cache_path) and the stamp (not
-    changes). Check mode reports the repair and the fact it would write; in check mode a missing O(python)
-    (an env role ml_env has not created yet) returns RV(env_missing) instead of failing.
+  - Read-only otherwise, except for that repair (changed) and its bookkeeping - the listing cache
+    O(cache_path), the stamp O(stamp_path) and a line of O(log_path) per run. These are this module's own
+    caches (read by no one else, never edited by a user; deleting them only costs a full check) and its log,
+    not managed state, so writing them is not reported as a change, and an unchanged rerun (which appends its
+    log line) reports changed=false. Check mode writes none of them and reports the repair and the fact it
+    would write; in check mode a missing O(python) (an env role ml_env has not created yet) returns
+    RV(env_missing) instead of failing.
 options:
   python:
     description: The python of the env the server runs in.
@@ -121,7 +125,8 @@ attributes:
     support: full
     details: >-
       Check mode repairs nothing and writes no fact, stamp, cache or log; it reports the repair and the fact
-      it would write.
+      it would write, the changes a real run reports (the stamp, cache and log are bookkeeping, not reported
+      by a real run either).
   diff_mode:
     support: full
     details: The diff shows the owner of C(deep_ep) a repair changes and the fact O(fact_path).

@@ -23,7 +23,10 @@ description:
     the model) get the parser check only.
   - The C(api_key) setting is never rendered into the checked argv and never returned; put secrets in
     I(settings), not in I(argv).
-  - Changes nothing, so it behaves the same in check mode.
+  - Changes no managed state, so it always reports changed=false. Its one write is the verdict cache
+    O(cache_path) - this collection's own bookkeeping, which only this module and role C(sglang_server) (the
+    check before a launch) read and which no user manages - and recording a verdict there is not reported as
+    a change. In check mode it writes no verdict; otherwise the same run.
 options:
   python:
     description: The python of the environment SGLang is installed in (the ML env).
@@ -79,6 +82,7 @@ options:
         digest, which role C(sglang_server) looks for before a launch.
       - Keeps the newest 32 verdicts besides those of the current I(plan). Not written in check mode.
         Failed checks are never remembered.
+      - An internal cache, not managed state - writing it is not reported as a change.
     type: path
   cache_evidence:
     description: Extra evidence the remembered outcome depends on (the install stamp's hash, for example).
@@ -96,7 +100,9 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Check mode writes no verdict to O(cache_path); otherwise the same run.
+    details: >-
+      Check mode writes no verdict to O(cache_path) (bookkeeping a real run does not report as a change
+      either); otherwise the same run, with the same changed=false.
   diff_mode:
     support: none
   platform:
