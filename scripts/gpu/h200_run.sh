@@ -79,6 +79,10 @@ for stage in "$@"; do
     cat $O/plays.txt 2>/dev/null; tail -3 $O/side-by-side.txt 2>/dev/null; tail -8 /var/log/epforge/tune.log 2>/dev/null
     ;;
   tune) play tune -e @scripts/gpu/h200-tune.yml playbooks/tune.yml; echo "tune rc=$?" > $O/tune-done.txt ;;
+  tune-rerun)  # the same tune on the same journal: a finished tune launches nothing and leaves its winner serving
+    # (2026-12-04, third lease: it relaunched, the budget counting candidates only; filter tune_spent since)
+    play tune-rerun -e @scripts/gpu/h200-tune.yml playbooks/tune.yml
+    grep -cE "TASK \[(Launch and verify|Stop the server that ran before)" $O/play-tune-rerun.txt | sed 's/^/launch or stop tasks: /' ;;
   tune-again)  # the same tune again (issue 36 stage 2: the same winner or a declared tie), in a journal folder of
     # its own so that the first tune's finished journal is not simply replayed; this host's epforge_tuning fact
     # (the first decision) orders the plan, as a user's rerun would. LEASE_END (epoch seconds) bounds it: no
@@ -99,7 +103,9 @@ for stage in "$@"; do
     tail -5 /var/log/epforge/tune.log 2>/dev/null
     ;;
   sbs)  # 1024 prompts: runs of about 10 s (256 gave 2-3 s runs that spread 15-25 %, 2026-12-03); hand-env
-    # isolates the module's environment from its launcher
+    # isolates the module's environment from its launcher. A tune leaves its winner serving on the port the
+    # side-by-side needs (2026-12-04, third lease: refused at once), so the server is stopped first.
+    play stop-before-sbs -e sglang_server_state=stopped playbooks/serve.yml
     stamp side-by-side
     $PY bench/side_by_side.py --python $PY --model /opt/epforge/models/smoke-qwen3-moe --user sglang \
       --runs 3 --warmups 1 --num-prompts ${SBS_PROMPTS:-1024} --input-len 256 --output-len 128 --concurrency 64 \
