@@ -25,7 +25,7 @@ description:
     (C(plugins/module_utils/server_object.py), returned as C(server_object)) - the adjusted settings rendered
     for that release to argv and environment, with their digest, as role C(sglang_server) launches them.
   - "Secrets never come back in results or messages: settings and env entries whose names end in api_key,
-    token, secret, password or another word of plugins/module_utils/secrets.py are left out. Apply the
+    token, secret, password or another word of plugins/module_utils/secret_scrub.py are left out. Apply the
     adjustments with C(epforge_server | combine(result.settings_changes, recursive=true))."
 options:
   table:
@@ -185,7 +185,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     format_finding,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.releases import env_site_dirs, installed_releases
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 
 

@@ -323,7 +323,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import fabric_summary
 from ansible_collections.epforge.ep.plugins.module_utils.process import start_bounded
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table
 

@@ -134,7 +134,7 @@ keys:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import model_path_problems
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import env_warnings
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load_flag_table, validate_settings
 

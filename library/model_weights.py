@@ -262,7 +262,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.process import (
     chain_intact,
     controller_chain,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact_url, url_secrets
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact_url, url_secrets
 
 FACT = "epforge_model"
 MIB = 1 << 20

@@ -140,7 +140,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import (
     TOOLKIT_FACT,
     child_env,

@@ -262,7 +262,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import (
     PromptFileError,
     check_prompt_file,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench import driver
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.streams import cut_streams
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.windows import (

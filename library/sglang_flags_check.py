@@ -176,7 +176,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     build_server_argv,

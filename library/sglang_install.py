@@ -263,7 +263,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_dir
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_key, requirement_name
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import check_flags
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_install.pip_guard import refuse_replacing

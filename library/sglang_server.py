@@ -351,10 +351,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
-from ansible_collections.epforge.ep.plugins.module_utils.http import get_json, request, wait_until
 from ansible_collections.epforge.ep.plugins.module_utils.model_files import stamped
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import fetched_repos
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import (
     BIND_ALL,
     DEFAULT_HOST,
@@ -366,6 +365,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_env import (
     server_base_env,
     toolkit_home,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.server_http import get_json, request, wait_until
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
 from ansible_collections.epforge.ep.plugins.module_utils.service_managers import (
     KEY_VAR,

@@ -97,9 +97,9 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.epforge.ep.plugins.module_utils.http import auth_headers, get_json, post_json
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_URL
+from ansible_collections.epforge.ep.plugins.module_utils.server_http import auth_headers, get_json, post_json
 
 TEXT_SHOWN = 200
 

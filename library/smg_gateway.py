@@ -283,9 +283,9 @@ import uuid
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
-from ansible_collections.epforge.ep.plugins.module_utils.http import auth_headers, wait_until
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
+from ansible_collections.epforge.ep.plugins.module_utils.server_http import auth_headers, wait_until
 from ansible_collections.epforge.ep.plugins.module_utils.service_managers import (
     MANAGERS,
     SERVICE_ARGUMENT_SPEC,

@@ -192,7 +192,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.known_issues import TableError, evaluate
 from ansible_collections.epforge.ep.plugins.module_utils.pcie_ipc import can_act
 from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import FILE_DATASETS
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import secret_values
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import secret_values
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import env_warnings
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings

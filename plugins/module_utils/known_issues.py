@@ -40,7 +40,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.arch import base_arch
 from ansible_collections.epforge.ep.plugins.module_utils.pci_fabric import fabric_context
 from ansible_collections.epforge.ep.plugins.module_utils.release_claims import row_claim_problems
 from ansible_collections.epforge.ep.plugins.module_utils.releases import planned_releases
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import without_secrets
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import without_secrets
 from ansible_collections.epforge.ep.plugins.module_utils.version import (
     version_tuple,  # also imported from here by modules
 )

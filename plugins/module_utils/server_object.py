@@ -17,7 +17,7 @@ import hashlib
 import json
 
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import DEFAULT_MODEL_DIR, localized
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import without_secrets
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import without_secrets
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     build_server_argv,
     build_server_env,

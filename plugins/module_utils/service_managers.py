@@ -31,7 +31,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.process import (
     session_members,
     start_detached,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import child_env
 from ansible_collections.epforge.ep.plugins.module_utils.service_unit import (

@@ -26,7 +26,7 @@ import json
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.flag_successors import retired_flag
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import is_secret_name
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import is_secret_name
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST, DEFAULT_PORT
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_env import env_problems, render_value
 from ansible_collections.epforge.ep.plugins.module_utils.suggest import closest

@@ -16,7 +16,7 @@ import re
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 
 RESULT_MARK = "EPFORGE_SGLANG_FLAGS_RESULT "
 

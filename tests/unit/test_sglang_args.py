@@ -16,7 +16,7 @@ from conftest import FIXTURES
 
 from ansible_collections.epforge.ep.plugins.module_utils import sglang_flags as epforge_sglang_flags
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest, stamp_of
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     FLAG_ORDER,
     SETTINGS_KINDS,

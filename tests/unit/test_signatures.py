@@ -1,6 +1,6 @@
 """Known failure signatures -> classification (plugins/module_utils/signatures.py), and the
 bounded
-readiness wait of plugins/module_utils/http.py.
+readiness wait of plugins/module_utils/server_http.py.
 
 The log lines below are the error texts named in each signature's `source` (SGLang, FlashInfer, torch,
 NCCL, argparse), set inside the noise of a real launch log; they are not captured from a GPU host."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from test_signatures_upstream import UPSTREAM_TESTED_IDS
 
-from ansible_collections.epforge.ep.plugins.module_utils.http import MIN_POLL_INTERVAL, wait_until
+from ansible_collections.epforge.ep.plugins.module_utils.server_http import MIN_POLL_INTERVAL, wait_until
 from ansible_collections.epforge.ep.plugins.module_utils.signatures import (
     SIGNATURES,
     classify,

@@ -1,7 +1,7 @@
 """Module model_weights' fetching process: the huggingface_hub side (hub_worker.py, sent on stdin to the
 fetching python) started in its own process group, its JSON events read with a bounded wait, stopped with its
 group, and the progress log users tail: the one place model_weights writes text to a file, so the one place a
-line is redacted (the token, the credentials of the mirror's URL: plugins/module_utils/secrets.py), the
+line is redacted (the token, the credentials of the mirror's URL: plugins/module_utils/secret_scrub.py), the
 worker's own stderr (huggingface_hub's messages, which name URLs) included; the log is 0600."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
 from ansible_collections.epforge.ep.plugins.module_utils.model_weights import hub_worker as worker_source
 from ansible_collections.epforge.ep.plugins.module_utils.process import _stop_group
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import redact
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 
 
 def die_with_parent() -> None:

@@ -13,7 +13,7 @@ sglang_server module calls confirm_settings after the server is ready.
 
 from __future__ import annotations
 
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import is_secret_name
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import is_secret_name
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     SETTINGS_SCHEMA,
     flag_name,

@@ -9,7 +9,7 @@ import json
 import socket
 import urllib.parse
 
-from ansible_collections.epforge.ep.plugins.module_utils.http import get_json, post_json, request
+from ansible_collections.epforge.ep.plugins.module_utils.server_http import get_json, post_json, request
 
 
 def unreachable_workers(workers, timeout: float = 3.0) -> list[tuple[str, str]]:

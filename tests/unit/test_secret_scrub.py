@@ -1,4 +1,4 @@
-"""The one secret rule (plugins/module_utils/secrets.py): which names are secret (checked against the keys
+"""The one secret rule (module_utils/secret_scrub.py): which names are secret (checked against the keys
 of a real SGLang 0.5.16 /get_server_info answer, tests/fixtures/sglang_h200/), and how values are hidden in
 results (redact), in settings a caller may apply (without_secrets) and in Ansible's records
 (secret_values)."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.epforge.ep.plugins.module_utils.secrets import (
+from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import (
     REDACTED,
     is_secret_name,
     redact,

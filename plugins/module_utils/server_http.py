@@ -1,5 +1,5 @@
 """Small HTTP helpers for talking to an SGLang server from a module: bounded requests and a bounded-rate
-readiness wait. Secrets in what the server echoes back: plugins/module_utils/secrets.py.
+readiness wait. Secrets in what the server echoes back: plugins/module_utils/secret_scrub.py.
 
 Standard library only (urllib), so modules run on any managed host without extra packages.
 """
