@@ -71,17 +71,15 @@ fact:
   type: dict
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import NAME_RE
-from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 
-
-def text(data) -> str:
-    return json.dumps(data, indent=2, sort_keys=True) + "\n" if data is not None else ""
+FACT_NAME = "epforge_cuda_extensions"
 
 
 def main() -> None:
@@ -99,10 +97,8 @@ def main() -> None:
     if not NAME_RE.match(p["name"]):
         module.fail_json(msg=f"extension name '{p['name']}' may hold only letters, digits, '_', '.', '-'")
     stamp_path = os.path.join(p["state_dir"], f"{p['name']}.stamp.json")
-    fact_path = os.path.join(p["facts_dir"], "epforge_cuda_extensions.fact")
-    old_fact = read_json(fact_path)
-    new_fact = dict(old_fact or {})
-    new_fact[p["name"]] = p["entry"]
+    # one fact for every extension: this one's entry over the others' (the one fact writer, local_facts.py)
+    new_fact = {**(read_json(fact_path(p["facts_dir"], FACT_NAME)) or {}), p["name"]: p["entry"]}
     old_stamp = read_json(stamp_path)
     diffs = []
     if p["stamp"] is not None and old_stamp != p["stamp"]:
@@ -110,25 +106,18 @@ def main() -> None:
             {
                 "before_header": stamp_path,
                 "after_header": stamp_path,
-                "before": text(old_stamp),
-                "after": text(p["stamp"]),
+                "before": json_text(old_stamp) if old_stamp is not None else "",
+                "after": json_text(p["stamp"]),
             }
         )
-    if old_fact != new_fact:
-        diffs.append(
-            {
-                "before_header": fact_path,
-                "after_header": fact_path,
-                "before": text(old_fact),
-                "after": text(new_fact),
-            }
-        )
-    changed = bool(diffs)
-    if changed and not module.check_mode:
-        if p["stamp"] is not None:
+        if not module.check_mode:
             write_json_atomic(stamp_path, p["stamp"])
-        write_json_atomic(fact_path, new_fact)
-    module.exit_json(changed=changed, stamp_path=stamp_path, fact_path=fact_path, fact=new_fact, diff=diffs)
+    written = write_local_fact(p["facts_dir"], FACT_NAME, new_fact, module.check_mode)
+    if written["changed"]:
+        diffs.append(written["diff"])
+    module.exit_json(
+        changed=bool(diffs), stamp_path=stamp_path, fact_path=written["path"], fact=new_fact, diff=diffs
+    )
 
 
 if __name__ == "__main__":
