@@ -15,7 +15,8 @@ description:
     needs C(sm_120) and C(compute_120) in those lists).
   - Finds C(cuobjdump) (O(cuobjdump), else C(HOME/bin/cuobjdump), else empty).
   - With O(enforce=true) (default), fails on any problem, naming it and the remedy, and writes the local
-    fact O(fact_path) (JSON; changed only when its content changes; diff mode shows it).
+    fact C(epforge_cuda_toolkit) in O(facts_dir) (JSON; changed only when its content changes; diff mode
+    shows it).
   - With O(enforce=false) (a probe), changes nothing and never fails on a problem; RV(ok) says whether the
     home verifies AND the fact file already holds exactly this evidence and O(inputs) (then the caller's
     install steps can be skipped, so a no-op rerun costs this one call).
@@ -51,22 +52,19 @@ options:
     description: The caller's install inputs; their sha256 is recorded, so a changed input fails the probe.
     type: dict
     default: {}
-  fact_path:
-    description: Local fact file to write (for example C(/etc/ansible/facts.d/epforge_cuda_toolkit.fact)).
-    type: path
-    required: true
   enforce:
     description: Fail on problems and write the fact (true), or only report (false).
     type: bool
     default: true
 extends_documentation_fragment:
   - epforge.ep.attributes
+  - epforge.ep.facts_dir
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
-    details: The only change, the fact O(fact_path), is shown.
+    details: The only change, the fact in O(facts_dir), is shown.
   platform:
     platforms: posix
 author: epforge developers (@epforge)
@@ -80,7 +78,7 @@ EXAMPLES = r"""
     archs: ["12.0"]
     method: existing
     source: existing CUDA_HOME /usr/local/cuda-13.0
-    fact_path: /etc/ansible/facts.d/epforge_cuda_toolkit.fact
+    facts_dir: /etc/ansible/facts.d
 """
 
 RETURN = r"""
@@ -123,7 +121,7 @@ watch:
     - Paths the no-op answer depends on, sorted and absolute. nvcc with every symlink on the way and its
       realpath (its version and arch lists); the home (and any link to it); C(HOME/bin) (which binaries
       exist); cuobjdump; C(HOME/include) and C(HOME/include/cccl); the link stub
-      C(HOME/lib64/stubs/libcuda.so); O(fact_path). While the args are the same and none of these changed,
+      C(HOME/lib64/stubs/libcuda.so); the fact file. While the args are the same and none of these changed,
       a rerun gives the same answer.
     - Returned only with the no-op answer (RV(ok) true and nothing changed); empty otherwise (there is work
       to do, or this run wrote the fact).
@@ -135,7 +133,6 @@ watch:
            /opt/epforge/cuda-13.0/include]
 """
 
-import json
 import os
 from typing import NamedTuple
 
@@ -144,10 +141,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.arch import nvcc_missing_archs
 from ansible_collections.epforge.ep.plugins.module_utils.cuda import parse_gpu_list, parse_nvcc_release
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
-from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
 from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, watch_list
+
+FACT_NAME = "epforge_cuda_toolkit"
 
 
 def run(argv: list[str]) -> tuple[int, str]:
@@ -239,7 +239,7 @@ def toolkit_fact(p: dict, *, home: str, want: str, nvcc: str, release: str, cuob
     }
 
 
-def watched(home: str, nvcc: str, cuobjdump: str, requested: str | None, fact_path: str) -> list[str]:
+def watched(home: str, nvcc: str, cuobjdump: str, requested: str | None, fact_file: str) -> list[str]:
     """What the no-op answer depends on: nvcc (runs; strace shows it reads no other file for --version and
     the --list-gpu-* lists), the home (isdir) and bin/ (cuobjdump found or not), cuobjdump, include/ and
     include/cccl (the fact's include_dirs), the link stub and the fact file itself."""
@@ -250,7 +250,7 @@ def watched(home: str, nvcc: str, cuobjdump: str, requested: str | None, fact_pa
             os.path.join(home, "include"),
             os.path.join(home, "include", "cccl"),
             os.path.join(home, "lib64", "stubs", "libcuda.so"),
-            fact_path,
+            fact_file,
         ],
         binary_paths(home),
         binary_paths(nvcc),
@@ -258,22 +258,12 @@ def watched(home: str, nvcc: str, cuobjdump: str, requested: str | None, fact_pa
     )
 
 
-def record_fact(
-    module: AnsibleModule, fact_path: str, current: dict | None, fact: dict, result: dict
-) -> None:
-    """Write the fact when it changed (not in check mode), with a diff."""
-    if current == fact:
-        return
-    after = json.dumps(fact, indent=2, sort_keys=True) + "\n"
-    result["diff"] = {
-        "before": json.dumps(current, indent=2, sort_keys=True) + "\n" if current else "",
-        "after": after,
-        "before_header": fact_path,
-        "after_header": fact_path,
-    }
-    result["changed"] = True
-    if not module.check_mode:
-        write_atomic(fact_path, after)
+def record_fact(module: AnsibleModule, facts_dir: str, fact: dict, result: dict) -> None:
+    """Write the fact when it changed (not in check mode), with a diff: the one fact writer."""
+    written = write_local_fact(facts_dir, FACT_NAME, fact, module.check_mode)
+    if written["changed"]:
+        result["diff"] = written["diff"]
+        result["changed"] = True
 
 
 def main() -> None:
@@ -286,7 +276,7 @@ def main() -> None:
             "method": {"type": "str", "default": "existing"},
             "source": {"type": "str", "default": ""},
             "inputs": {"type": "dict", "default": {}},
-            "fact_path": {"type": "path", "required": True},
+            "facts_dir": {"type": "path", "required": True},
             "enforce": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
@@ -299,7 +289,8 @@ def main() -> None:
     problems = list(checked.problems)
     cuobjdump = find_cuobjdump(home, p["cuobjdump"], problems)
     fact = toolkit_fact(p, home=home, want=want, nvcc=nvcc, release=checked.release, cuobjdump=cuobjdump)
-    current = read_json(p["fact_path"])
+    path = fact_path(p["facts_dir"], FACT_NAME)
+    current = read_json(path)
     result = {
         "problems": problems,
         "nvcc": nvcc,
@@ -311,7 +302,7 @@ def main() -> None:
     }
 
     no_op = not problems and current == fact
-    result["watch"] = watched(home, nvcc, cuobjdump, p["cuobjdump"], p["fact_path"]) if no_op else []
+    result["watch"] = watched(home, nvcc, cuobjdump, p["cuobjdump"], path) if no_op else []
     if not p["enforce"]:
         module.exit_json(ok=no_op, **result)
     if problems:
@@ -321,7 +312,7 @@ def main() -> None:
             log_tail=checked.log_tail,
             **result,
         )
-    record_fact(module, p["fact_path"], current, fact, result)
+    record_fact(module, p["facts_dir"], fact, result)
     module.exit_json(ok=True, **result)
 
 

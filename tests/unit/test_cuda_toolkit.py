@@ -317,7 +317,7 @@ def test_verify_module_refuses_another_cuda_version_and_missing_archs(tmp_path):
     home = tmp_path / "cuda-12.8"
     fake_nvcc(home, "12.8.93", "sm_90 sm_100 sm_120")
     fact = tmp_path / "facts" / "epforge_cuda_toolkit.fact"
-    args = {"home": str(home), "cuda_version": "13.0", "archs": ["12.0"], "fact_path": str(fact)}
+    args = {"home": str(home), "cuda_version": "13.0", "archs": ["12.0"], "facts_dir": str(fact.parent)}
     rc, res = run_module("cuda_toolkit_verify", args)
     assert rc != 0
     assert "is CUDA 12.8 (12.8.93) but the stack needs CUDA 13.0" in res["msg"]
@@ -338,7 +338,7 @@ def test_verify_module_records_once_then_probe_is_ok(tmp_path):
         "home": str(home),
         "cuda_version": "12.8",
         "archs": ["12.0a"],
-        "fact_path": str(fact),
+        "facts_dir": str(fact.parent),
         "method": "existing",
         "source": "test",
         "inputs": {"a": 1},
@@ -361,7 +361,7 @@ def verify_args(home: Path, fact: Path, release: str = "13.0") -> dict:
         "home": str(home),
         "cuda_version": release,
         "archs": ["12.0"],
-        "fact_path": str(fact),
+        "facts_dir": str(fact.parent),
         "method": "existing",
         "source": "test",
     }
