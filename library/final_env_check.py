@@ -30,7 +30,8 @@ description:
     files it depended on (every distribution's RECORD in the site dirs - pip rewrites it on any install or
     uninstall - the site dirs, the python, cuobjdump, the verified wheel, the binaries listed). When any
     of them differs the full check runs again; RV(check) and the log say which path ran and why.
-  - Writes the verdict to the local fact O(fact_path) when its content changes (changed, with a diff).
+  - Writes the verdict to the local fact C(epforge_final_env) in O(facts_dir) (ok, archs, python, components,
+    features, deep_ep with a repair shown as C(verified)) when its content changes (changed, with a diff).
   - Read-only otherwise, except for that repair (changed) and its bookkeeping - the listing cache
     O(cache_path), the stamp O(stamp_path) and a line of O(log_path) per run. These are this module's own
     caches (read by no one else, never edited by a user; deleting them only costs a full check) and its log,
@@ -106,11 +107,6 @@ options:
       disables the fast path.
     type: path
     default: ""
-  fact_path:
-    description: Local fact file to record the verdict in (ok, archs, python, components, features, deep_ep
-      with a repair shown as C(verified)). Empty writes none.
-    type: path
-    default: ""
   components:
     description:
       - Components to check (default all). Role deepep checks only V(deep_ep), so that a DeepEP replaced by
@@ -120,6 +116,7 @@ options:
     default: [torch, sgl_kernel, sgl_kernel.flash_ops, flashinfer, deep_ep]
 extends_documentation_fragment:
   - epforge.ep.attributes
+  - epforge.ep.facts_dir.OPTIONAL
 attributes:
   check_mode:
     support: full
@@ -129,7 +126,7 @@ attributes:
       by a real run either).
   diff_mode:
     support: full
-    details: The diff shows the owner of C(deep_ep) a repair changes and the fact O(fact_path).
+    details: The diff shows the owner of C(deep_ep) a repair changes and the fact in O(facts_dir).
   platform:
     platforms: posix
 author: epforge developers (@epforge)
@@ -145,7 +142,7 @@ EXAMPLES = r"""
     cuobjdump: /opt/epforge/cuda-13.0/bin/cuobjdump
     cache_path: /var/lib/epforge/final-env-listings.json
     stamp_path: /var/lib/epforge/final-env-stamp.json
-    fact_path: /etc/ansible/facts.d/epforge_final_env.fact
+    facts_dir: /etc/ansible/facts.d
     log_path: /var/log/epforge/final-env.log
   register: final_env
 """
@@ -198,7 +195,7 @@ stamp_reason:
   returned: unless env_missing
   type: str
 fact_changed:
-  description: O(fact_path) was (or in check mode would be) rewritten.
+  description: The fact in O(facts_dir) was (or in check mode would be) rewritten.
   returned: unless env_missing
   type: bool
 watch:
@@ -206,7 +203,7 @@ watch:
     - For the probe cache (plugins/module_utils/watch.py), on a verdict answered from O(stamp_path) that
       changed nothing - the sorted paths it depends on - the stamp's files (O(python) as given and resolved,
       O(cuobjdump), O(deepep_wheel), the site dirs and every distribution's RECORD in them, the binaries
-      listed), O(stamp_path), O(fact_path), O(serving_fact) and the directory of O(log_path).
+      listed), O(stamp_path), the fact file, O(serving_fact) and the directory of O(log_path).
     - Empty after a full check (the next run answers from the stamp), a change, or without O(stamp_path).
   returned: unless env_missing
   type: list
@@ -231,7 +228,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import (
     json_text,
     read_json,
-    write_atomic,
     write_json_atomic,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_env import (
@@ -244,6 +240,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_e
     stamp_difference,
     wheel_distribution,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.watch import (
@@ -253,6 +250,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.watch import (
     watch_list,
 )
 
+FACT_NAME = "epforge_final_env"
 # The options a verdict depends on (serving is added as resolved from serving_fact).
 STAMPED_OPTIONS = (
     "python",
@@ -282,6 +280,7 @@ class FinalEnv:
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
         self.p = module.params
+        self.fact_file = fact_path(self.p["facts_dir"], FACT_NAME) if self.p["facts_dir"] else ""
         self.cache = (read_json(self.p["cache_path"]) or {}) if self.p["cache_path"] else {}
         self.cache_dirty = False
 
@@ -587,7 +586,9 @@ class FinalEnv:
         )
 
     def record_fact(self, result: dict) -> bool:
-        """Write O(fact_path) when its content changes (check mode: say whether it would); True if it does."""
+        """Write the fact when its content changes (check mode: say whether it would); True if it does. The
+        one fact writer (local_facts.py) compares content, not layout (an older writer's indentation is no
+        change)."""
         deep_ep = {k: v for k, v in result["deep_ep"].items() if k != "replaced"}
         if deep_ep["state"] == "repaired":
             deep_ep["state"] = "verified"
@@ -600,23 +601,20 @@ class FinalEnv:
             "deep_ep": deep_ep,
             "settings_digest": self.p["settings_digest"],
         }
-        before = ""
-        with contextlib.suppress(OSError), open(self.p["fact_path"], encoding="utf-8") as handle:
-            before = handle.read()
-        after = json_text(fact)
-        # the content counts, not its layout (an older writer's indentation is no change)
-        if read_json(self.p["fact_path"]) == json.loads(after):
+        # as JSON reads it back (tuples become lists), so that an unchanged verdict compares equal
+        written = write_local_fact(
+            self.p["facts_dir"], FACT_NAME, json.loads(json_text(fact)), self.module.check_mode
+        )
+        if not written["changed"]:
             return False
         if self.module._diff:
-            result.setdefault("diff", {"before": "", "after": ""})
+            before = result.get("diff") or {"before": "", "after": ""}
             result["diff"] = {
-                "before": result["diff"]["before"] + before,
-                "after": result["diff"]["after"] + after,
-                "before_header": self.p["fact_path"],
-                "after_header": self.p["fact_path"],
+                "before": before["before"] + written["diff"]["before"],
+                "after": before["after"] + written["diff"]["after"],
+                "before_header": written["path"],
+                "after_header": written["path"],
             }
-        if not self.module.check_mode:
-            write_atomic(self.p["fact_path"], after)
         return True
 
     def watch(self, result: dict, files: list[str]) -> list[str]:
@@ -627,7 +625,7 @@ class FinalEnv:
         if result.get("check") != "stamp" or result["changed"]:
             return []
         p = self.p
-        own = [p["stamp_path"], p["fact_path"], p["serving_fact"], os.path.dirname(p["log_path"])]
+        own = [p["stamp_path"], self.fact_file, p["serving_fact"], os.path.dirname(p["log_path"])]
         return watch_list(
             files, listed_binaries(result), binary_paths(p["python"]), binary_paths(p["cuobjdump"]), own
         )
@@ -668,7 +666,7 @@ class FinalEnv:
                     os.unlink(self.p["stamp_path"])
             else:
                 self.store_stamp(options, files, {k: v for k, v in result.items() if k not in STAMP_EXCLUDED})
-        result["fact_changed"] = bool(self.p["fact_path"]) and self.record_fact(result)
+        result["fact_changed"] = bool(self.fact_file) and self.record_fact(result)
         result["changed"] = bool(result["actions"]) or result["fact_changed"]
         result["watch"] = self.watch(result, files)
         self.module.exit_json(**result)
@@ -692,7 +690,7 @@ def main() -> None:
             "components": {"type": "list", "elements": "str", "default": list(COMPONENTS)},
             "serving_fact": {"type": "path", "default": ""},
             "stamp_path": {"type": "path", "default": ""},
-            "fact_path": {"type": "path", "default": ""},
+            "facts_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )

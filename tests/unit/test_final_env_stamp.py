@@ -20,7 +20,7 @@ pytestmark = pytest.mark.build
 def stamped(tmp_path, **extra) -> dict:
     return {
         "stamp_path": str(tmp_path / "final-env-stamp.json"),
-        "fact_path": str(tmp_path / "facts.d" / "epforge_final_env.fact"),
+        "facts_dir": str(tmp_path / "facts.d"),
         "serving_fact": str(tmp_path / "facts.d" / "epforge_sglang.fact"),
         **extra,
     }
@@ -114,7 +114,8 @@ def test_a_verdict_from_the_stamp_names_what_it_depends_on_and_a_change_there_ch
     assert watch == sorted(set(watch)) and all(p.startswith("/") for p in watch)
     site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages")).resolve()
     records = [str(p) for p in site.glob("*.dist-info/RECORD")]
-    expected = [args["stamp_path"], args["fact_path"], args["serving_fact"], str(tmp_path / "log"), str(site)]
+    fact_file = str(tmp_path / "facts.d" / "epforge_final_env.fact")
+    expected = [args["stamp_path"], fact_file, args["serving_fact"], str(tmp_path / "log"), str(site)]
     expected += [str(python), str(python.resolve()), kit["cuobjdump"], *records]
     expected += again["components"]["torch"]["binaries"]
     assert set(expected) <= set(watch), sorted(set(expected) - set(watch))
@@ -135,7 +136,7 @@ def test_a_verdict_from_the_stamp_names_what_it_depends_on_and_a_change_there_ch
 
     # the fact it compares is deleted: a watched path is missing, the rerun writes it again
     before = moduletools.watched_states(settled["watch"])
-    os.unlink(args["fact_path"])
-    assert moduletools.changed_paths(before) == [args["fact_path"]]
+    os.unlink(fact_file)
+    assert moduletools.changed_paths(before) == [fact_file]
     rewritten = run(tmp_path, kit, python, **args)
     assert rewritten["changed"] and rewritten["fact_changed"] and rewritten["watch"] == [], rewritten
