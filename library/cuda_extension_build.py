@@ -168,6 +168,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.build import (
 )
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail_file
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 
 
@@ -236,20 +237,9 @@ def extension_build_env(p: dict, max_jobs: int) -> dict:
 
 
 def pip_wheel_argv(python: str, wheel_dir: str, build_dir: str) -> list[str]:
-    return [
-        python,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-input",
-        "--disable-pip-version-check",
-        "-v",
-        "-w",
-        wheel_dir,
-        build_dir,
-    ]
+    return pip_argv(
+        python, "wheel", "--no-deps", "--no-build-isolation", "--no-input", "-v", "-w", wheel_dir, build_dir
+    )
 
 
 def build_log_header(p: dict, env: dict, max_jobs: int, removed: list[str]) -> str:

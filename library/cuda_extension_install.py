@@ -77,6 +77,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import wheel_so_members
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 
 SITE_PROBE = "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['platlib']))"
@@ -105,17 +106,7 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=True, so_files=so_files, imported=[])
 
-    argv = [
-        p["python"],
-        "-m",
-        "pip",
-        "install",
-        "--no-deps",
-        "--force-reinstall",
-        "--no-input",
-        "--disable-pip-version-check",
-        p["wheel"],
-    ]
+    argv = pip_argv(p["python"], "install", "--no-deps", "--force-reinstall", "--no-input", p["wheel"])
     rc, secs = run_logged(argv, p["log_path"], timeout=p["timeout"], header="cuda_extension: install")
     if rc != 0:
         fail_cmd(

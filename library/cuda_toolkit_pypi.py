@@ -166,6 +166,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
     write_stamp,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.files import replace_dir
+from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv, pip_command
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
@@ -333,22 +334,13 @@ def existing_prefix_problem(prefix: str, old: dict | None, version: str) -> str 
 
 def pip_download_argv(p: dict) -> list[str]:
     """pip download of the pinned wheels, binary only, from the configured indexes and links."""
-    pip = p["pip_command"] or [sys.executable, "-m", "pip"]
+    pip = p["pip_command"] or pip_command(sys.executable)
     if not p["pip_command"] and importlib.util.find_spec("pip") is None:
         raise InstallError(
             f"pip is not installed for {sys.executable}: install it (apt install "
             "python3-pip) or set cuda_toolkit_pip_command to a pip that is"
         )
-    argv = [
-        *pip,
-        "download",
-        "--no-deps",
-        "--only-binary",
-        ":all:",
-        "--disable-pip-version-check",
-        "-d",
-        p["wheel_dir"],
-    ]
+    argv = pip_argv(pip, "download", "--no-deps", "--only-binary", ":all:", "-d", p["wheel_dir"])
     if p["index_url"]:
         argv += ["--index-url", p["index_url"]]
     for url in p["extra_index_urls"]:

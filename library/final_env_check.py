@@ -241,6 +241,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_e
     wheel_distribution,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.watch import (
@@ -374,19 +375,8 @@ class FinalEnv:
         # verified wheel shares with it (deep_ep/__init__.py), so the verified wheel goes in last.
         steps = []
         if state["intruders"]:
-            steps.append([self.p["python"], "-m", "pip", "uninstall", "-y", *state["intruders"]])
-        steps.append(
-            [
-                self.p["python"],
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--force-reinstall",
-                "--disable-pip-version-check",
-                wheel,
-            ]
-        )
+            steps.append(pip_argv(self.p["python"], "uninstall", "-y", *state["intruders"]))
+        steps.append(pip_argv(self.p["python"], "install", "--no-deps", "--force-reinstall", wheel))
         actions = [f"{what}: " + " then ".join(" ".join(argv[2:]) for argv in steps)]
         if self.module.check_mode:
             return actions

@@ -200,6 +200,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files
     record_problems,
     states_digest,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_name
 from ansible_collections.epforge.ep.plugins.module_utils.torch_env import torch_evidence, torch_inputs
@@ -287,7 +288,7 @@ def install(
         rc, _ = run_logged(argv, log, timeout=300, header="ml_env: create venv")
         if rc != 0:
             fail_cmd(module, f"creating the venv at {venv} failed", argv, rc, log_path=log)
-    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    pip = pip_argv(python, "install", "--no-input")
     if torch_missing:
         # force: torch's files are broken under an intact dist-info; pip would call it satisfied
         argv = [*pip, *(["--force-reinstall", "--no-deps"] if force else []), torch_missing[0]]

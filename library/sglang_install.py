@@ -261,6 +261,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
 )
 from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_key, requirement_name
 from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
@@ -352,7 +353,7 @@ def version_matches(installed: str | None, pin: str) -> bool:
 
 def pip_commands(python: str, inputs: dict, server_deps: list[str] | None = None) -> list[list[str]]:
     """The pip argv lists that install the inputs (server deps as given, pinned once SGLang is in)."""
-    base = [python, "-m", "pip", "install", "--disable-pip-version-check", *inputs["pip_args"]]
+    base = pip_argv(python, "install", *inputs["pip_args"])
     sglang = f"sglang=={inputs['version']}"
     overrides = inputs.get("overrides", [])
     tail_runs = [[*base, *overrides, *inputs["keep"]]] if overrides else []

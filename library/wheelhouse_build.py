@@ -207,6 +207,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv, pip_command
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_key
 from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
@@ -270,10 +271,8 @@ class Resolver:
         stubs = os.path.join(self.scratch, f"stubs-{self.count}")
         write_installed_stubs(stubs, installed)
         report = os.path.join(self.scratch, f"report-{self.count}.json")
-        argv = [
-            *self.pip,
-            "--python",
-            os.path.join(self.empty, "bin", "python"),
+        argv = pip_argv(
+            self.pip,
             "install",
             "--dry-run",
             "--quiet",
@@ -282,7 +281,8 @@ class Resolver:
             "--find-links",
             self.directory,
             *self.target,
-        ]
+            target_python=os.path.join(self.empty, "bin", "python"),
+        )
         if group["no_deps"]:
             argv.append("--no-deps")
         if offline:
@@ -303,7 +303,7 @@ class Resolver:
 
     def download(self, group: dict, items: list[dict]) -> None:
         """pip download --no-deps of the exact versions the resolution chose (one pip run per group)."""
-        argv = [*self.pip, "download", "--no-deps", "--dest", self.directory, *self.target]
+        argv = pip_argv(self.pip, "download", "--no-deps", "--dest", self.directory, *self.target)
         if group["index_url"]:
             argv += ["--extra-index-url", group["index_url"]]
         argv += [f"{item['name']}=={item['version']}" for item in items]
@@ -702,7 +702,7 @@ def main() -> None:
     )
     p = module.params
     directory = p["directory"]
-    pip = p["pip"] or [sys.executable, "-m", "pip"]
+    pip = p["pip"] or pip_command(sys.executable)
     try:
         target = target_args(p["python_version"], p["machine"], p["glibc"])
         groups = requirement_groups(p["stack"], p["choice"])
