@@ -241,7 +241,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_e
     wheel_distribution,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
-from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
+from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import NO_VERSION_CHECK, pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.watch import (
@@ -377,7 +377,11 @@ class FinalEnv:
         if state["intruders"]:
             steps.append(pip_argv(self.p["python"], "uninstall", "-y", *state["intruders"]))
         steps.append(pip_argv(self.p["python"], "install", "--no-deps", "--force-reinstall", wheel))
-        actions = [f"{what}: " + " then ".join(" ".join(argv[2:]) for argv in steps)]
+        # what it runs, as a reader would type it (the interpreter and pip's version-check flag left out)
+        actions = [
+            f"{what}: "
+            + " then ".join(" ".join(a for a in argv[2:] if a != NO_VERSION_CHECK) for argv in steps)
+        ]
         if self.module.check_mode:
             return actions
         env = dict(os.environ, PIP_NO_INPUT="1")
