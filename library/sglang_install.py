@@ -261,6 +261,10 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
 )
 from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import (
+    installed_versions as installed_versions_payload,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_key, requirement_name
@@ -274,18 +278,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
     pin_from_metadata,
     server_profile_runs,
 )
-
-# Prints the versions of the named distributions from their metadata (None when absent); imports nothing else.
-VERSIONS_SCRIPT = r"""
-import importlib.metadata as m, json, sys
-out = {}
-for name in json.loads(sys.argv[1]):
-    try:
-        out[name] = m.version(name)
-    except m.PackageNotFoundError:
-        out[name] = None
-print(json.dumps(out))
-"""
 
 # Proves the install: the package and the server-args module import (no GPU needed), and the version.
 VERIFY_SCRIPT = r"""
@@ -378,17 +370,18 @@ SGLANG_REQUIRES_SCRIPT = "import importlib.metadata as m, json; print(json.dumps
 
 
 def installed_versions(module, python: str, names: list[str]) -> dict:
-    argv = [python, "-c", VERSIONS_SCRIPT, json.dumps(names)]
-    rc, out, err, _ = run_bounded(argv, timeout=300)
-    if rc != 0:
+    """{name: version or None} for python's environment (payload installed_versions); fails the module when
+    the interpreter cannot answer."""
+    run = run_payload(python, installed_versions_payload, names, timeout=300)
+    if not isinstance(run.answer, dict):
         fail_cmd(
             module,
             f"cannot read installed versions with {python}: is the ML env there (role ml_env)?",
-            argv,
-            rc,
-            output=out + err,
+            run.argv,
+            run.rc,
+            output=run.output,
         )
-    return json.loads(out.strip().splitlines()[-1])
+    return run.answer
 
 
 ARGUMENT_SPEC = {

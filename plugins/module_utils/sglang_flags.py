@@ -15,6 +15,10 @@ import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import (
+    installed_versions as installed_versions_payload,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 
@@ -86,17 +90,14 @@ else:
 sys.stdout.write("\n__MARK__" + json.dumps(payload, default=str) + "\n")
 """.replace("__MARK__", RESULT_MARK)
 
-VERSION_SCRIPT = "import importlib.metadata as m; print(m.version('sglang'))"
-
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def installed_version(python: str, timeout: float = 60) -> tuple[str | None, str]:
     """The sglang distribution version installed for python (from its metadata; no import), and output."""
-    proc = run_bounded([python, "-c", VERSION_SCRIPT], timeout=timeout)
-    if proc.rc != 0:
-        return None, proc.output
-    return proc.out.strip(), proc.out
+    run = run_payload(python, installed_versions_payload, ["sglang"], timeout=timeout)
+    version = run.answer.get("sglang") if isinstance(run.answer, dict) else None
+    return version, run.output
 
 
 def parser_error_line(output: str) -> str:

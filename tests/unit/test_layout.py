@@ -4,6 +4,8 @@
   plugins) use it, directly or through another helper.
 - plugins/module_utils/MODULE/ holds what only the module MODULE (and its same-name action plugin) uses, or
   what only the filter plugin plugins/filter/MODULE.py uses.
+- plugins/module_utils/payloads/ holds scripts that run in another Python (sent by payload.py): each is
+  used by a plugin, and each imports nothing of the collection (it cannot there).
 - Project code is imported by the names Ansible imports it by (ansible_collections.epforge.ep...): no
   ansible.module_utils.epforge_* names, no __path__ splices.
 - Every plugin directory Ansible reads lives in the collection (roles carry no plugins).
@@ -98,7 +100,24 @@ def test_a_top_level_helper_is_shared(util):
     )
 
 
-@pytest.mark.parametrize("util", sorted(u for u in UTIL_NAMES if "." in u))
+PAYLOADS = "payloads"
+
+
+@pytest.mark.parametrize("util", sorted(u for u in UTIL_NAMES if u.startswith(PAYLOADS + ".")))
+def test_a_payload_is_used_and_stands_alone(util):
+    """A payload runs in another interpreter, where the collection cannot be imported: stdlib only."""
+    assert users_of_each_util()[util], f"plugins/module_utils/{util.replace('.', '/')}.py is used by nothing"
+    source = (UTILS / (util.replace(".", "/") + ".py")).read_text()
+    assert (
+        "ansible_collections" not in source
+        and "from ansible" not in source
+        and "import ansible" not in source
+    )
+
+
+@pytest.mark.parametrize(
+    "util", sorted(u for u in UTIL_NAMES if "." in u and not u.startswith(PAYLOADS + "."))
+)
 def test_a_private_helper_is_used_by_its_owner_only(util):
     owner = util.split(".")[0]
     # a module in library/, or a filter plugin (a filter has no module of its own to hold its rules)

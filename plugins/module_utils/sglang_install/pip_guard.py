@@ -9,26 +9,18 @@ reinstalled from another build, e.g. 2.11.0+cu130 -> 2.11.0+cu128, or a forced r
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import (
+    installed_versions as installed_versions_payload,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_key
-
-PROBE = (
-    "import json, sys, importlib.metadata as m\n"
-    "out = {}\n"
-    "for name in sys.argv[1:]:\n"
-    "    try:\n"
-    "        out[name] = m.version(name)\n"
-    "    except m.PackageNotFoundError:\n"
-    "        pass\n"
-    "print(json.dumps(out))\n"
-)
 
 
 def replacements(report: dict, installed: dict[str, str], keep: list[str]) -> list[str]:
@@ -54,10 +46,11 @@ def dry_run_argv(install_argv: list[str], report_path: str) -> list[str]:
 
 
 def installed_versions(python: str, names: list[str], env: dict | None = None) -> dict[str, str]:
-    proc = run_bounded([python, "-c", PROBE, *names], timeout=120, env=env)
-    if proc.rc != 0:
+    """{normalized name: version} of the named distributions installed for python (absent ones left out)."""
+    run = run_payload(python, installed_versions_payload, names, timeout=120, env=env)
+    if not isinstance(run.answer, dict):
         return {}
-    return {normalize(k): v for k, v in json.loads(proc.out.strip().splitlines()[-1]).items()}
+    return {normalize(k): v for k, v in run.answer.items() if v is not None}
 
 
 def conflict_lines(pip_output: str, limit: int = 6) -> str:

@@ -1,0 +1,37 @@
+"""Run a payload (plugins/module_utils/payloads/NAME.py) in a given interpreter and read its JSON answer: the
+one way modules run code of their own in another Python (issue 40: such code had been strings in 17 files).
+
+The payload's source is sent as `python -c SOURCE ARGS...` (inspect reads it from Ansible's zipped
+module_utils as well as from the checkout), so nothing is written on the host; its last stdout line is JSON.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import NamedTuple
+
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+
+
+class PayloadRun(NamedTuple):
+    rc: int
+    answer: object  # the parsed last line, None when the run failed or printed no JSON
+    output: str  # stdout and stderr, for a failure's message and log tail
+    argv: list  # the argv shown in a failure (the source as <payload NAME>)
+
+
+def run_payload(python: str, payload, args=(), timeout: float = 120, env: dict | None = None) -> PayloadRun:
+    """Run payload (a module of plugins/module_utils/payloads) in python with args."""
+    source = inspect.getsource(payload)
+    argv = [str(python), "-c", source, *[str(a) for a in args]]
+    shown = [str(python), "-c", f"<payload {payload.__name__.rsplit('.', 1)[-1]}>", *[str(a) for a in args]]
+    proc = run_bounded(argv, timeout=timeout, env=env)
+    answer = None
+    if proc.rc == 0:
+        lines = proc.out.strip().splitlines()
+        try:
+            answer = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            answer = None
+    return PayloadRun(proc.rc, answer, proc.output, shown)

@@ -1,0 +1,59 @@
+"""plugins/module_utils/payload.py and payloads/: code that runs in another Python, as real files (issue 40).
+The installed-versions query was written three times (pip_guard, sglang_install, sglang_flags); it is one
+payload now, run here in real interpreters: this test's own and a fresh venv without the distributions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import installed_versions
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import installed_version
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_install.pip_guard import (
+    installed_versions as guard_versions,
+)
+
+
+def test_the_payload_is_code_here_too():
+    assert installed_versions.versions(["pytest", "no-such-distribution-epforge"]) == {
+        "pytest": __import__("pytest").__version__,
+        "no-such-distribution-epforge": None,
+    }
+
+
+def test_it_runs_in_another_interpreter_and_answers_json(tmp_path):
+    env = tmp_path / "bare"
+    venv.create(env, with_pip=False)
+    python = env / "bin" / "python"
+    run = run_payload(python, installed_versions, ["pytest", "pip"])
+    assert run.rc == 0 and run.answer == {"pytest": None, "pip": None}, run.output
+    assert run.argv == [str(python), "-c", "<payload installed_versions>", "pytest", "pip"]
+    # and in this one, where pytest is installed
+    assert run_payload(sys.executable, installed_versions, ["pytest"]).answer["pytest"]
+
+
+def test_a_dead_interpreter_gives_no_answer(tmp_path):
+    missing = tmp_path / "gone" / "python"
+    run = run_payload(missing, installed_versions, ["pytest"])
+    assert run.rc != 0 and run.answer is None
+
+
+def test_the_three_callers_read_the_same_answer(tmp_path):
+    """pip_guard (normalized names, absent left out) and sglang_flags (one distribution) over the payload."""
+    assert guard_versions(sys.executable, ["PyTest", "no-such-distribution-epforge"]) == {
+        "pytest": __import__("pytest").__version__
+    }
+    version, _ = installed_version(sys.executable)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.metadata as m\ntry: print(m.version('sglang'))\nexcept Exception: print('')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert (version or "") == shown
