@@ -183,7 +183,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     validate_settings,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import (
-    VERSION_SCRIPT,
     check_flags,
     hide_secrets,
     installed_version,
@@ -203,11 +202,11 @@ def sglang_version_of(module: AnsibleModule) -> str | None:
         )
     if version:
         return version
-    version, out = installed_version(python)
+    version, out, query = installed_version(python)
     if not version:
         module.fail_json(
             msg=f"SGLang is not installed for {python}: run the sglang role first",
-            cmd=[python, "-c", VERSION_SCRIPT],
+            cmd=query,
             rc=1,
             log_tail=tail(out),
         )

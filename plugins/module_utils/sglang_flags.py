@@ -93,11 +93,12 @@ sys.stdout.write("\n__MARK__" + json.dumps(payload, default=str) + "\n")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def installed_version(python: str, timeout: float = 60) -> tuple[str | None, str]:
-    """The sglang distribution version installed for python (from its metadata; no import), and output."""
+def installed_version(python: str, timeout: float = 60) -> tuple[str | None, str, list[str]]:
+    """The sglang distribution version installed for python (from its metadata; no import), the query's
+    output and its argv as a failure shows it (payload installed_versions)."""
     run = run_payload(python, installed_versions_payload, ["sglang"], timeout=timeout)
     version = run.answer.get("sglang") if isinstance(run.answer, dict) else None
-    return version, run.output
+    return version, run.output, run.argv
 
 
 def parser_error_line(output: str) -> str:

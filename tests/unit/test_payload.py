@@ -45,7 +45,8 @@ def test_the_three_callers_read_the_same_answer(tmp_path):
     assert guard_versions(sys.executable, ["PyTest", "no-such-distribution-epforge"]) == {
         "pytest": __import__("pytest").__version__
     }
-    version, _ = installed_version(sys.executable)
+    version, _, query = installed_version(sys.executable)
+    assert query == [sys.executable, "-c", "<payload installed_versions>", "sglang"]
     shown = subprocess.run(
         [
             sys.executable,
