@@ -122,11 +122,24 @@ for stage in "$@"; do
     cp /root/sbs/*.log $O/logs/ 2>/dev/null
     cp ~/.cache/epforge/wheelhouse.log $O/logs/ 2>/dev/null
     cp /var/lib/epforge/server-jit-*.json $O/ 2>/dev/null
-    cp -r /var/lib/epforge/tuning /var/lib/epforge/tuning-again $O/ 2>/dev/null
+    cp -r /var/lib/epforge/tuning /var/lib/epforge/tuning-again /var/lib/epforge/tuning-stray $O/ 2>/dev/null
     tar czf $OUT/h200-$(date +%H%M%S).tgz -C /root epforge-out
     ls -la $OUT
     ;;
-  *) echo "unknown stage $stage"; exit 2 ;;
+  stray)  # issue 36 stage 3: a stray process takes GPU memory after the first candidate of a two-candidate tune
+    # (journal folder of its own); the second candidate's clean slate waits tuner_gpu_memory_wait_s, then fails
+    # gpu_memory_not_released with its figures, and the tune decides among those measured
+    stamp stray
+    rm -rf /var/lib/epforge/tuning-stray
+    setsid nohup $PY scripts/gpu/gpu_stray.py --after /var/lib/epforge/tuning-stray/bench/steady-c16-r3.last.jsonl \
+      --gib 16 --hold-s 300 > $O/stray.txt 2>&1 < /dev/null &
+    stray_pid=$!
+    play tune-stray -e @scripts/gpu/h200-tune.yml -e @scripts/gpu/h200-tune-stray.yml playbooks/tune.yml
+    echo "tune-stray rc=$?"; kill $stray_pid 2>/dev/null; cat $O/stray.txt
+    grep -h -A3 gpu_memory_not_released $O/play-tune-stray.txt | head -12 ;;
+  *)  # a stage written during a lease: scripts/gpu/stages/NAME.sh, sent with a later call of the same machine
+    if [ -f scripts/gpu/stages/$stage.sh ]; then stamp "stage script $stage"; bash scripts/gpu/stages/$stage.sh
+    else echo "unknown stage $stage"; exit 2; fi ;;
   esac
 done
 stamp done
