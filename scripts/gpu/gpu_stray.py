@@ -25,7 +25,20 @@ def main() -> int:
             print(f"stray: {args.after} never appeared in {args.wait_s:.0f} s", flush=True)
             return 1
         time.sleep(0.5)
-    held = torch.empty(int(args.gib * 2**30), dtype=torch.uint8, device="cuda:0")
+    # The file appears while the candidate's server still holds most of the GPU (2026-12-04, fourth lease:
+    # 129.7 GiB, the stray's 16 GiB refused); take the memory the moment its stop frees it, before the next
+    # launch's clean slate looks. The CUDA context first (about 0.5 GiB, under the tuner's bound).
+    torch.cuda.init()
+    torch.empty(1, device="cuda:0")
+    held = None
+    while held is None:
+        if time.time() - start > args.wait_s:
+            print(f"stray: no {args.gib:g} GiB free on cuda:0 within {args.wait_s:.0f} s", flush=True)
+            return 1
+        try:
+            held = torch.empty(int(args.gib * 2**30), dtype=torch.uint8, device="cuda:0")
+        except torch.OutOfMemoryError:
+            time.sleep(0.05)
     held.fill_(1)
     torch.cuda.synchronize()
     since = time.strftime("%H:%M:%S")
