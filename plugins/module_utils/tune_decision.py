@@ -25,8 +25,11 @@ The rule:
    per run), and judged again only after the last round (two looks in all, so the wrong-claim rate stays
    near that of one test); still not told apart, the run declares a TIE among every valid candidate not
    told apart from the best, and breaks it by the stated rule: fewer settings away from the request, then
-   SGLang's default (every change removes a setting, no env), then the lower TTFT p99, then the plan's
-   order. The tie and its rule are in the decision.
+   SGLang's default (every change removes a setting, no env), then the lower TTFT p99 where it is told apart
+   beyond its own noise (the same test on the launches' TTFT p99, its spread pooled over the tied and never
+   below the prior), then the plan's order. A plain lower TTFT p99 flipped the pick between two runs on one
+   H200 (graph-bs64 at 42.9 against 50.2 ms, then graph-bs16 at 38.6 against 41.2 ms, each inside the other
+   run's spread; docs/gpu-runs.md, 2026-12-04 fourth lease). The tie and its rule are in the decision.
 4. Early stop: a candidate's first window stops it only when it is worse than the incumbent's value beyond
    the margin AND beyond z times the spread of one window of one launch against the incumbent's uncertainty.
 
@@ -50,8 +53,8 @@ NOISE_DEFAULTS = {
     "max_relaunches": 2,  # rounds: at most 4 launches more in a run, the two leaders in turn
 }
 TIE_RULE = (
-    "fewer settings away from the request, then SGLang's default, then the lower TTFT p99, "
-    "then the plan's order"
+    "fewer settings away from the request, then SGLang's default, then the lower TTFT p99 where told apart "
+    "beyond its noise, then the plan's order"
 )
 
 
@@ -124,8 +127,9 @@ def candidate_stats(result: dict, objective: dict, noise: dict, spread: float | 
     value is None when no window ranked."""
     metric = objective["metric"]
     launch_values, unrankable, short, ttft, windows_used, all_windows = [], [], [], [], 0, []
+    launch_ttft = []
     for number, windows in enumerate(launches_of(result, objective["concurrency"]), 1):
-        ranked = []
+        ranked, ranked_ttft = [], []
         for index, figures in enumerate(windows, 1):
             problem = window_problem(figures, noise)
             brief = window_short(figures, noise)
@@ -136,8 +140,11 @@ def candidate_stats(result: dict, objective: dict, noise: dict, spread: float | 
             elif figures.get(metric) is not None and float(figures[metric]) > 0:
                 ranked.append(float(figures[metric]))
                 all_windows.append(figures)
-                if figures.get("ttft_p99_ms") is not None:
-                    ttft.append(float(figures["ttft_p99_ms"]))
+                if figures.get("ttft_p99_ms") is not None and float(figures["ttft_p99_ms"]) > 0:
+                    ranked_ttft.append(float(figures["ttft_p99_ms"]))
+        ttft.extend(ranked_ttft)
+        if ranked_ttft:
+            launch_ttft.append(statistics.median(ranked_ttft))
         if ranked:
             launch_values.append(statistics.median(ranked))
             windows_used += len(ranked)
@@ -173,6 +180,7 @@ def candidate_stats(result: dict, objective: dict, noise: dict, spread: float | 
             round(value * math.exp(noise["z"] * uncertainty), 3),
         ],
         "ttft_p99_ms": statistics.median(ttft) if ttft else None,
+        "ttft_launch_values": [round(v, 3) for v in launch_ttft],
         "figures": median_figures,
         "breaks": broken(median_figures, objective),
     }
@@ -188,14 +196,50 @@ def _better(a: float, b: float, goal: str) -> bool:
     return a > b if goal == "max" else a < b
 
 
-def tie_key(candidate: dict, stats: dict, index: int) -> tuple:
-    """The tie rule's order: settings away from the request, not SGLang's default, TTFT p99, plan order."""
+def settings_key(candidate: dict) -> tuple:
+    """The tie rule's first two steps: settings away from the request, then not SGLang's default."""
     changes = candidate.get("changes") or {}
     env = candidate.get("env") or {}
-    away = len(changes) + len(env)
     sglang_default = not env and all(value is None for value in changes.values())
-    ttft = stats.get("ttft_p99_ms")
-    return (away, 0 if sglang_default else 1, ttft if ttft is not None else math.inf, index)
+    return (len(changes) + len(env), 0 if sglang_default else 1)
+
+
+def ttft_not_told_apart(names: list[str], stats: dict, noise: dict) -> list[str]:
+    """Of names, those whose TTFT p99 is not told apart from the lowest one's (in the given order); a name
+    without a TTFT p99 is left out when any has one. The spread of one launch's TTFT p99 is pooled over the
+    names' repeated launches, never below the prior, as for the objective."""
+    timed = [n for n in names if stats[n].get("ttft_launch_values")]
+    if not timed:
+        return list(names)
+    logs = [[math.log(v) for v in stats[n]["ttft_launch_values"]] for n in timed]
+    spread = pooled_spread(logs, noise)
+
+    def median_log(name: str) -> float:
+        return math.log(statistics.median(stats[name]["ttft_launch_values"]))
+
+    def uncertainty(name: str) -> float:
+        return spread / math.sqrt(len(stats[name]["ttft_launch_values"]))
+
+    fastest = min(timed, key=median_log)
+    return [
+        n
+        for n in timed
+        if median_log(n) - median_log(fastest)
+        <= noise["z"] * math.hypot(uncertainty(fastest), uncertainty(n))
+    ]
+
+
+def pick_tie(tied: list[str], by_name: dict, stats: dict, order: dict, noise: dict) -> tuple[str, str]:
+    """The tie rule (TIE_RULE) over the tied names: (the pick, the step of the rule that made it)."""
+    in_plan = sorted(tied, key=lambda n: order.get(n, len(order)))
+    keys = {n: settings_key(by_name.get(n, {})) for n in in_plan}
+    fewest = min(keys.values())
+    left = [n for n in in_plan if keys[n] == fewest]
+    if len(left) == 1:
+        closest = [n for n in in_plan if keys[n][0] == fewest[0]]
+        return left[0], "fewer settings away" if len(closest) == 1 else "SGLang's default"
+    fast = ttft_not_told_apart(left, stats, noise)
+    return fast[0], "the lower TTFT p99" if len(fast) == 1 else "the plan's order"
 
 
 def decide(
@@ -280,16 +324,16 @@ def decide(
     if not final and rounds == 0 and noise["max_relaunches"] > 0:
         return _remeasure(base, [best, close[0]], rounds, noise)
     tied = [best, *close]
-    picked = min(tied, key=lambda n: tie_key(by_name.get(n, {}), stats[n], order.get(n, len(order))))
+    picked, step = pick_tie(tied, by_name, stats, order, noise)
     return {
         **base,
         "verdict": "tie",
         "winner": picked,
         "value": stats[picked]["value"],
-        "tie": {"names": tied, "rule": TIE_RULE, "picked": picked},
+        "tie": {"names": tied, "rule": TIE_RULE, "picked": picked, "picked_by": step},
         "reason": (
             f"TIE: {', '.join(tied)} not told apart after {rounds} relaunch round(s) of the leaders; "
-            f"{picked} picked by the rule ({TIE_RULE})"
+            f"{picked} picked by the rule ({TIE_RULE}): by {step}"
         ),
     }
 

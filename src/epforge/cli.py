@@ -110,7 +110,7 @@ def tune_lines(result: runner.RunResult) -> list[str]:
         if tie:  # the leaders were not told apart (role tuner, plugins/module_utils/tune_decision.py)
             lines.append(
                 f"  TIE: {', '.join(tie.get('names') or [])} not told apart; {tie.get('picked')} picked by "
-                f"the rule ({tie.get('rule')})"
+                f"the rule ({tie.get('rule')})" + (f": by {tie['picked_by']}" if tie.get("picked_by") else "")
             )
         lines.extend(f"  failed {line[:240]}" for line in tune.get("failed") or [])
     return lines

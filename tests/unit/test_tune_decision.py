@@ -177,7 +177,13 @@ def test_epforge_tune_s_closing_lines_name_a_tie_and_its_rule():
     }
     lines = cli.tune_lines(runner.RunResult(rc=0, status="successful", stats={"epforge_tune": {"h": tune}}))
     assert lines[0].startswith("tune on h: winner twin ")
-    assert lines[1] == (f"  TIE: twin-extra, twin not told apart; twin picked by the rule ({TIE_RULE})")
+    # the rule as the fact recorded it (a fact written before the rule's TTFT step heeded its noise)
+    assert (
+        lines[1] == f"  TIE: twin-extra, twin not told apart; twin picked by the rule ({fact['tie']['rule']})"
+    )
+    tune["tie"] = {**fact["tie"], "rule": TIE_RULE, "picked_by": "the plan's order"}
+    lines = cli.tune_lines(runner.RunResult(rc=0, status="successful", stats={"epforge_tune": {"h": tune}}))
+    assert lines[1].endswith(f"({TIE_RULE}): by the plan's order")
 
 
 def test_a_margin_of_one_or_more_never_stops_for_speed_and_a_min_goal_reads_it_above():

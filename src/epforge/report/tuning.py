@@ -92,7 +92,8 @@ def verdict_text(tuning: dict) -> str:
     if tie:
         return (
             f"TIE: {', '.join(tie.get('names') or [])} were not told apart{again}; "
-            f"{tie.get('picked')} was picked by the rule ({tie.get('rule')})."
+            f"{tie.get('picked')} was picked by the rule ({tie.get('rule')})"
+            + (f": by {tie['picked_by']}." if tie.get("picked_by") else ".")
         )
     if tuning.get("verdict") == "clear":
         return f"Clear winner{again}: {tuning.get('verdict_reason', '')}."
