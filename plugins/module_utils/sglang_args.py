@@ -25,6 +25,7 @@ import difflib
 import json
 import re
 
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_names, flag_pairs
 from ansible_collections.epforge.ep.plugins.module_utils.flag_successors import retired_flag
 from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import is_secret_name
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST, DEFAULT_PORT
@@ -319,9 +320,8 @@ def _relation_problems(settings: dict) -> list[str]:
             f"of {_divisors(tp)}"
         )
     if nnodes is not None and nnodes >= 1:
-        pipeline = any(
-            isinstance(a, str) and a.split("=", 1)[0] in ("--pp-size", "--pipeline-parallel-size")
-            for a in settings.get("extra_args") or []
+        pipeline = bool(
+            {"--pp-size", "--pipeline-parallel-size"} & set(flag_names(settings.get("extra_args")))
         )
         if not pipeline and settings.get("tp_size") is not None and tp % nnodes:
             problems.append(
@@ -381,17 +381,15 @@ def _extra_graph_settings(extra: list, flags: dict) -> list[tuple[str, object, s
         for name in names:
             if name:
                 by_flag.setdefault(name, key)
-    items = [item for item in extra if isinstance(item, str)]
     found = []
-    for index, item in enumerate(items):
-        name, has_value, value = item.partition("=")
+    for name, given in flag_pairs(item for item in extra if isinstance(item, str)):
         key = by_flag.get(name)
         if key is None:
             continue
         if key in ("disable_cuda_graph", "disable_decode_cuda_graph"):
             value = True
-        elif not has_value:
-            value = items[index + 1] if index + 1 < len(items) else None
+        else:
+            value = None if given is True else given  # a valued flag given no value: None
         shown = f"{name} {value}" if key == "cuda_graph_backend_decode" else name
         found.append((key, value, f"extra_args' {shown}", f"{name} from extra_args"))
     return found
@@ -610,11 +608,11 @@ def validate_settings(
     if isinstance(extra, list):
         owned = {flag_name(key) for key in FLAG_ORDER} | {"--" + k.replace("_", "-") for k in FLAG_ORDER}
         owned |= {(table_spec(key, flags) or {}).get("flag") for key in settings} - {None}
-        for item in extra:
-            if isinstance(item, str) and item.split("=", 1)[0] in owned:
+        for name in flag_names(item for item in extra if isinstance(item, str)):
+            if name in owned:
                 problems.append(
-                    f"extra_args repeats {item.split('=', 1)[0]}, which a setting of its own "
-                    "controls: set that setting instead"
+                    f"extra_args repeats {name}, which a setting of its own controls: "
+                    "set that setting instead"
                 )
         problems.extend(_unknown_extra_flags(extra, flag_table, flag_successors))
     return problems
@@ -635,9 +633,8 @@ def _unknown_extra_flags(extra: list, flag_table: dict | None, successors: dict 
             known.add("--no-" + spec["flag"][2:])
     version = (flag_table or {}).get("sglang_version", "this release")
     problems = []
-    for item in extra:
-        name = item.split("=", 1)[0] if isinstance(item, str) else ""
-        if name.startswith("--") and name not in known:
+    for name in flag_names(item for item in extra if isinstance(item, str)):
+        if name not in known:
             retired = retired_flag(name, flags, version, successors, as_setting=False)
             if retired:
                 problems.append(f"extra_args names {name}, which SGLang {version} does not know: {retired}")

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from conftest import FIXTURES
 
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_server.confirm import (
     CRITICAL,
     confirm_settings,
     describe_entry,
-    extra_arg_settings,
     unconfirmed_critical,
 )
 
@@ -127,21 +125,6 @@ def test_mismatch_and_strict_keys():
     report = confirm_settings({**GRAPH, "ep_size": 1}, info, "0.5.16")
     assert [e["key"] for e in unconfirmed_critical(report)] == ["tp_size", "ep_size"]
     assert set(CRITICAL) == {"tp_size", "ep_size", "moe_a2a_backend", "deepep_mode"}
-
-
-@pytest.mark.parametrize(
-    ("argv", "pairs"),
-    [
-        (
-            ["--a", "1", "--b=2", "--flag", "--c", "x"],
-            [("--a", "1"), ("--b", "2"), ("--flag", True), ("--c", "x")],
-        ),
-        (["--flag"], [("--flag", True)]),
-        ([], []),
-    ],
-)
-def test_extra_args_pairs(argv, pairs):
-    assert extra_arg_settings(argv) == pairs
 
 
 def test_false_booleans_match_an_unset_value_and_numbers_match_their_strings():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_key, check_required
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_values
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest_matches
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 
@@ -127,16 +128,7 @@ def setting_values(settings: dict, key: str) -> list[str]:
     decode variants count too."""
     keys = ATTENTION_KEYS if key == "attention_backend" else (key,)
     values = [str(settings[k]) for k in keys if settings.get(k) not in (None, "")]
-    extra = [str(a) for a in settings.get("extra_args") or []]
-    flags = {"--" + k.replace("_", "-") for k in keys}
-    for i, arg in enumerate(extra):
-        name, _, inline = arg.partition("=")
-        if name in flags:
-            if inline:
-                values.append(inline)
-            elif i + 1 < len(extra):
-                values.append(extra[i + 1])
-    return values
+    return values + flag_values(settings.get("extra_args"), {"--" + k.replace("_", "-") for k in keys})
 
 
 def requested_features(settings: dict, serving: bool) -> list[dict]:

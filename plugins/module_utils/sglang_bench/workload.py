@@ -11,6 +11,7 @@ import json
 import math
 import re
 
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_names
 from ansible_collections.epforge.ep.plugins.module_utils.bench_figures import FIGURE_KEYS
 
 # The history file moved up to bench_history.py (module fleet_bench_record writes it too); its names stay
@@ -377,7 +378,7 @@ def expected_output(workload: dict, extra_args=()) -> dict:
     its random datasets with ignore_eos (unless --disable-ignore-eos), at least
     num_prompts x output_len x range_ratio generated tokens (exactly num_prompts x output_len at ratio 1.0,
     sglang/bench_serving.py: output lengths are drawn from [output_len x ratio, output_len])."""
-    ignores_eos = "--disable-ignore-eos" not in [str(a).split("=", 1)[0] for a in extra_args or ()]
+    ignores_eos = "--disable-ignore-eos" not in flag_names(extra_args)
     # a file kind's replies are cut at exactly output_len (--sharegpt-output-len); range_ratio is random-ids'
     ratio = 1.0 if workload["dataset"] in FILE_DATASETS else float(workload["range_ratio"])
     per_request = max(1, int(workload["output_len"] * ratio))

@@ -13,6 +13,7 @@ sglang_server module calls confirm_settings after the server is ready.
 
 from __future__ import annotations
 
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_pairs
 from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import is_secret_name
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
     SETTINGS_SCHEMA,
@@ -75,27 +76,6 @@ def _names(key: str, sglang_version: str | None) -> list[str]:
     return names
 
 
-def extra_arg_settings(extra_args) -> list[tuple[str, object]]:
-    """(flag, value) pairs of pass-through argv: '--x 1', '--x=1', and '--flag' alone (True)."""
-    pairs: list[tuple[str, object]] = []
-    items = [str(item) for item in extra_args or []]
-    index = 0
-    while index < len(items):
-        item = items[index]
-        index += 1
-        if not item.startswith("--"):
-            continue
-        if "=" in item:
-            flag, value = item.split("=", 1)
-            pairs.append((flag, value))
-        elif index < len(items) and not items[index].startswith("--"):
-            pairs.append((item, items[index]))
-            index += 1
-        else:
-            pairs.append((item, True))
-    return pairs
-
-
 def _check(report: dict, key: str, requested, names: list[str], info: dict) -> None:
     version = info.get("version")
     present = [name for name in names if name in info]
@@ -153,7 +133,7 @@ def confirm_settings(settings: dict, info: dict, sglang_version: str | None = No
                     }
                 )
         elif key == "extra_args":
-            for flag, value in extra_arg_settings(requested):
+            for flag, value in flag_pairs(requested):
                 dest = flag[2:].replace("-", "_")
                 if is_secret_name(flag):
                     report["unconfirmed"].append(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_names
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import (
     BIND_ALL,
     connect_host,
@@ -70,11 +71,6 @@ def worker_host(url: str) -> str:
     if parts.path not in ("", "/") or parts.query:
         raise RequestError(f"worker {url!r} must be a base URL (no path or query)")
     return parts.hostname
-
-
-def owned_flag(arg: str) -> str | None:
-    name = arg.split("=", 1)[0]
-    return name if name in OWNED_FLAGS else None
 
 
 @dataclass(frozen=True)
@@ -149,7 +145,7 @@ class GatewayRequest:
             )
         if self.overload_protection and not 0.0 < self.overload_token_usage <= 1.0:
             raise RequestError(f"overload_token_usage {self.overload_token_usage} must be in (0, 1]")
-        owned = sorted({flag for arg in self.extra_args if (flag := owned_flag(arg))})
+        owned = sorted(set(flag_names(self.extra_args)).intersection(OWNED_FLAGS))
         if owned:
             raise RequestError(
                 f"extra_args may not set {', '.join(owned)}: the module's options own them "
