@@ -168,9 +168,8 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
 from ansible_collections.epforge.ep.plugins.module_utils.files import replace_dir
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv, pip_command
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
-from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, wheel_name_version
 from ansible_collections.epforge.ep.plugins.module_utils.stack import version_tuple
-from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import wheel_name_version
 
 STAMP_NAME = ".epforge-cuda-toolkit.json"
 # Bump when the assembled layout changes, so existing prefixes are rebuilt.

@@ -209,7 +209,11 @@ from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd,
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv, pip_command
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
-from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_key
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import (
+    normalize,
+    requirement_key,
+    wheel_name_version,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
     MANIFEST_SCHEMA,
@@ -226,7 +230,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
     requirement_groups,
     stale_files,
     target_args,
-    wheel_name_version,
     wheel_requires_dist,
     write_installed_stubs,
 )

@@ -20,7 +20,7 @@ import zipfile
 from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_list
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, replace_dir
-from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import dist_info_name_version, normalize
 
 KEY_LENGTH = 20
 # Paths that never belong to a source's identity: build products, VCS metadata, caches.
@@ -229,11 +229,6 @@ def wheel_so_members(wheel_path: str) -> list[str]:
     return sorted(n for n in names if re.search(r"\.so(\.\d+)*$", n) and ".data/" not in n.split("/")[0])
 
 
-def wheel_dist_name(wheel_path: str) -> str:
-    """'deep_ep-1.2.1+abc-cp311-cp311-linux_x86_64.whl' -> 'deep_ep'."""
-    return os.path.basename(wheel_path).split("-")[0]
-
-
 def find_wheels(directory: str) -> list[str]:
     return sorted(glob.glob(os.path.join(directory, "*.whl")))
 
@@ -242,10 +237,9 @@ def dist_info_version(site_dir: str, dist: str) -> str | None:
     """The version of an installed distribution read from its dist-info directory name (no import)."""
     norm = normalize(dist)
     for path in glob.glob(os.path.join(site_dir, "*.dist-info")):
-        base = os.path.basename(path)[: -len(".dist-info")]
-        name, _, version = base.partition("-")
-        if normalize(name) == norm and version:
-            return version
+        found = dist_info_name_version(path)
+        if found and found[0] == norm:
+            return found[1]
     return None
 
 

@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import glob
 import os
-import re
+
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import dist_info_name_version
 
 # Distribution name (normalized) -> component, in order of preference where several provide one.
 DISTRIBUTIONS = {
     "sglang": ("sglang",),
-    "flashinfer": ("flashinfer_python", "flashinfer"),
+    "flashinfer": ("flashinfer-python", "flashinfer"),
     "torch": ("torch",),
-    "nccl": ("nvidia_nccl_cu13", "nvidia_nccl_cu12", "nvidia_nccl"),
+    "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl"),
 }
-_DIST_INFO = re.compile(r"^(?P<name>.+?)-(?P<version>[^-]+)\.dist-info$")
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def site_versions(site_dirs: list[str]) -> dict[str, str]:
@@ -34,9 +30,9 @@ def site_versions(site_dirs: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for site in site_dirs:
         for path in sorted(glob.glob(os.path.join(site, "*.dist-info"))):
-            match = _DIST_INFO.match(os.path.basename(path))
-            if match:
-                found.setdefault(_normalize(match.group("name")), match.group("version"))
+            named = dist_info_name_version(path)
+            if named:
+                found.setdefault(*named)
     return found
 
 

@@ -370,16 +370,6 @@ def wheel_requires_dist(path: str) -> list[str]:
     return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
 
 
-def wheel_name_version(filename: str) -> tuple[str, str] | None:
-    """'fastapi-0.115.0-py3-none-any.whl' -> ('fastapi', '0.115.0'); None for a file that is no wheel."""
-    if not filename.endswith(".whl"):
-        return None
-    parts = filename[:-4].split("-")
-    if len(parts) < 5:
-        return None
-    return normalize(parts[0]), parts[1]
-
-
 def inputs_digest(inputs: dict) -> str:
     """The digest (plugins/module_utils/digests.py) of what decides the wheel set (groups, target, env
     contents); a manifest's file name is made from it."""

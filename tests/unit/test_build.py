@@ -162,7 +162,6 @@ def make_wheel(directory: Path, name: str = "fake_ext", with_so: bool = True) ->
 def test_wheel_members_and_manifest(tmp_path):
     wheel = make_wheel(tmp_path)
     assert eb.wheel_so_members(str(wheel)) == ["fake_ext/_C.cpython-311-x86_64-linux-gnu.so"]
-    assert eb.wheel_dist_name(str(wheel)) == "fake_ext"
     manifest = eb.make_manifest(str(wheel), "k1", {"a": 1})
     assert manifest["sha256"] == eb.file_sha256(str(wheel))
     assert manifest["wheel"] == wheel.name

@@ -26,7 +26,11 @@ from moduletools import run_module
 from test_pip_guard import make_wheel
 
 from ansible_collections.epforge.ep.plugins.module_utils import wheelhouse
-from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_key
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import (
+    normalize,
+    requirement_key,
+    wheel_name_version,
+)
 from playbooks import JSON_CALLBACK, run_playbook, write_vars
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,10 +174,10 @@ def test_h200_inventory_wheelhouse_fetches_flashinfer_without_its_optional_depen
     fact = json.loads((facts / "epforge_wheelhouse.fact").read_text())
     manifest = json.loads(Path(fact["manifest"]).read_text())
 
-    fetched = {wheelhouse.wheel_name_version(f)[0] for f in manifest["files"]}
+    fetched = {wheel_name_version(f)[0] for f in manifest["files"]}
     assert "flashinfer-python" in fetched and "sglang" in fetched, sorted(fetched)
     assert not FLASHINFER_ONLY & fetched, sorted(FLASHINFER_ONLY & fetched)
-    on_disk = {wheelhouse.wheel_name_version(p.name)[0] for p in house.glob("*.whl")}
+    on_disk = {wheel_name_version(p.name)[0] for p in house.glob("*.whl")}
     assert not FLASHINFER_ONLY & on_disk, sorted(FLASHINFER_ONLY & on_disk)
 
     # Each run that names FlashInfer is a --no-deps run; the server profile's own is among them.

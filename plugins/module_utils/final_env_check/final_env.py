@@ -15,7 +15,7 @@ import fnmatch
 from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_key, check_required
 from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_values
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest_matches
-from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, wheel_name_version
 
 # Runs inside the env's python: for each import name, where it would load from (importlib's spec, which does
 # not execute a top-level package), every distribution whose RECORD claims it (importlib.metadata's
@@ -116,10 +116,10 @@ ATTENTION_KEYS = ("attention_backend", "prefill_attention_backend", "decode_atte
 
 def wheel_distribution(wheel_name: str) -> tuple[str, str]:
     """'deep_ep-1.2.1+9af0e0d-cp311-cp311-linux_x86_64.whl' -> ('deep-ep', '1.2.1+9af0e0d')."""
-    parts = wheel_name.rsplit("/", 1)[-1].split("-")
-    if len(parts) < 5 or not parts[-1].endswith(".whl"):
+    found = wheel_name_version(wheel_name)
+    if found is None:
         raise ValueError(f"{wheel_name} is not a wheel file name (NAME-VERSION-PY-ABI-PLATFORM.whl)")
-    return normalize(parts[0]), parts[1]
+    return found
 
 
 def setting_values(settings: dict, key: str) -> list[str]:

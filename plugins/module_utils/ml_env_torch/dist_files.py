@@ -27,14 +27,18 @@ import hashlib
 import json
 import os
 
-from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, requirement_name
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import (
+    dist_info_name_version,
+    normalize,
+    requirement_name,
+)
 
 
 def dist_info(site: str, name: str) -> str | None:
     """The .dist-info directory of distribution `name` in site, or None."""
     wanted = normalize(name)
     for path in sorted(glob.glob(os.path.join(site, "*.dist-info"))):
-        if normalize(os.path.basename(path)[: -len(".dist-info")].split("-", 1)[0]) == wanted:
+        if (dist_info_name_version(path) or ("",))[0] == wanted:
             return path
     return None
 
