@@ -29,9 +29,9 @@ description:
     the reason, not a failure.
   - A host without a usable GPU (O(gpu_count=0), or the script finding none) is not an error - the module
     returns C(skipped=true) with the reason and changes nothing.
-  - Idempotent by evidence. With O(fact_path), the inputs (GPU list, variants, sizes, script hash) are
-    hashed; when the fact holds results for the same hash and O(force) is false nothing is run and
-    C(changed=false). A new measurement writes the fact atomically and reports C(changed=true).
+  - Idempotent by evidence. With O(facts_dir), the inputs (GPU list, variants, sizes, script hash) are
+    hashed; when fact C(epforge_collective) there holds results for the same hash and O(force) is false
+    nothing is run and C(changed=false). A new measurement writes the fact and reports C(changed=true).
   - Check mode runs nothing and reports whether a measurement would run.
 options:
   python:
@@ -136,9 +136,6 @@ options:
   output_dir:
     description: Directory for each variant's raw JSON (C(collective-probe-NAME.json)); empty keeps none.
     type: path
-  fact_path:
-    description: Local fact file holding the last measurement and its inputs hash (written atomically).
-    type: path
   force:
     description: Measure even when the fact holds results for the same inputs.
     type: bool
@@ -153,6 +150,7 @@ options:
     default: nccl
 extends_documentation_fragment:
   - epforge.ep.log_path
+  - epforge.ep.facts_dir.OPTIONAL
   - epforge.ep.attributes
 attributes:
   check_mode:
@@ -177,7 +175,7 @@ EXAMPLES = r"""
       - {name: p2p_sys_ll, env: {NCCL_P2P_LEVEL: SYS, NCCL_PROTO: "LL,LL128,Simple"}}
     model: {name: Kimi-K2.5, num_layers: 61, moe_layers: 60}
     log_path: /var/log/epforge/collective-probe.log
-    fact_path: /etc/ansible/facts.d/epforge_collective.fact
+    facts_dir: /etc/ansible/facts.d
 """
 
 RETURN = r"""
@@ -260,6 +258,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest, digest_matches
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.pcie_ipc import ENV_ON, switched_on
 from ansible_collections.epforge.ep.plugins.module_utils.process import option_argv, run_logged
 
@@ -460,8 +459,11 @@ def with_pcie_ipc(variants: list[dict], wanted: bool) -> list[dict]:
     return validate_variants([*variants, PCIE_IPC_VARIANT])
 
 
-def read_fact(path: str | None) -> dict:
-    return (read_json(path) if path else None) or {}
+FACT_NAME = "epforge_collective"
+
+
+def read_fact(facts_dir: str | None) -> dict:
+    return (read_json(fact_path(facts_dir, FACT_NAME)) if facts_dir else None) or {}
 
 
 ARGUMENT_SPEC = {
@@ -495,7 +497,7 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "float", "default": 300},
     "log_path": {"type": "path", "required": True},
     "output_dir": {"type": "path"},
-    "fact_path": {"type": "path"},
+    "facts_dir": {"type": "path"},
     "force": {"type": "bool", "default": False},
     "backend": {"type": "str", "default": "nccl", "choices": ["nccl", "gloo"]},
 }
@@ -654,7 +656,7 @@ def main() -> None:
     if skip_reason:
         module.exit_json(changed=False, skipped=True, measured=False, msg=skip_reason)
     inputs = probe_inputs(dict(p, variants=variants), script_sha256(module))
-    previous = read_fact(p["fact_path"])
+    previous = read_fact(p["facts_dir"])
     # A record written before the canonical digest (sorted JSON with spaces) still matches its inputs.
     recorded = digest_matches(previous.get("inputs_sha256"), inputs) and previous.get("status") == "ok"
     if recorded and not p["force"]:
@@ -678,8 +680,8 @@ def main() -> None:
     measure(module, variants, record)
     record["estimate"] = estimate(record["table"], model)
     record["estimate_by_variant"] = estimate_by_variant(record["table"], model)
-    if p["fact_path"]:
-        write_atomic(p["fact_path"], json_text(record, indent=1))
+    if p["facts_dir"]:
+        write_local_fact(p["facts_dir"], FACT_NAME, record)
     module.exit_json(
         changed=True,
         skipped=False,

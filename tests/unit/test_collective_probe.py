@@ -121,13 +121,13 @@ def test_no_gpu_is_a_skip_not_a_failure(tmp_path):
             "script": str(SCRIPT),
             "gpu_count": 0,
             "log_path": str(tmp_path / "probe.log"),
-            "fact_path": str(tmp_path / "f.fact"),
+            "facts_dir": str(tmp_path),
         },
         tmp_path,
     )
     assert result["_rc"] == 0 and result["skipped"] is True and result["changed"] is False
     assert "no GPU" in result["msg"]
-    assert not (tmp_path / "f.fact").exists()
+    assert not (tmp_path / "epforge_collective.fact").exists()
     bad = run_module(
         {
             "python": "python3",
@@ -173,7 +173,7 @@ def test_module_and_script_on_cpu_processes(bench_client_python, tmp_path):
         "pcie_ipc": True,
         "pcie_ipc_reason": "asked by the test",
         "log_path": str(tmp_path / "log" / "probe.log"),
-        "fact_path": str(tmp_path / "epforge_collective.fact"),
+        "facts_dir": str(tmp_path),
         "output_dir": str(tmp_path / "raw"),
     }
     first = run_module(args, tmp_path)
@@ -215,7 +215,7 @@ def test_the_latency_curve_on_cpu_processes(bench_client_python, tmp_path):
             {"name": "proto", "env": {"NCCL_PROTO": "LL,LL128,Simple"}},
         ],
         "log_path": str(tmp_path / "log" / "probe.log"),
-        "fact_path": str(tmp_path / "epforge_collective.fact"),
+        "facts_dir": str(tmp_path),
     }
     result = run_module(args, tmp_path)
     assert result["_rc"] == 0, result.get("msg")
