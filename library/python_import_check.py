@@ -11,9 +11,10 @@ DOCUMENTATION = r"""
 module: python_import_check
 short_description: Import a Python module inside a given interpreter and classify the outcome
 description:
-  - Runs C(PYTHON -c PROBE NAME) as an argv list (no shell, so no quoting can eat the check), imports
-    O(name) there and reports the import name tried, the module's file and version, and on failure the
-    real exception type and message with its traceback tail.
+  - Runs C(PYTHON -c PAYLOAD NAME) (payload C(import_check) of the collection's module_utils) as an argv
+    list (no shell, so no quoting can eat the check), imports O(name) there and reports the import name
+    tried, the module's file and version, and on failure the real exception type and message with its
+    traceback tail.
   - Classifies a failure as C(missing) (the module or its top-level package is not installed),
     C(no_gpu) (the import itself needs a usable CUDA device or driver and this host has none; the install
     may well be fine) or C(broken) (anything else, such as an undefined symbol or an ABI mismatch).
@@ -118,45 +119,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import import_check
+from ansible_collections.epforge.ep.plugins.module_utils.payloads.import_check import MARK
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
-
-MARK = "EPFORGE_IMPORT_CHECK "
-
-# Runs inside the checked interpreter; argv[1] = import name, argv[2] = distribution or "".
-PROBE = r"""
-import importlib, json, os, sys, traceback
-name, dist = sys.argv[1], sys.argv[2]
-out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "error": "", "error_type": "",
-       "missing_name": "", "traceback_tail": "", "file": "", "version": ""}
-try:
-    mod = importlib.import_module(name)
-    out["ok"] = True
-    out["file"] = getattr(mod, "__file__", "") or ""
-    out["version"] = str(getattr(mod, "__version__", "") or "")
-except BaseException as exc:  # SystemExit and friends too: report, never crash the probe
-    out["ok"] = False
-    out["error_type"] = type(exc).__name__
-    out["error"] = "%s: %s" % (type(exc).__name__, exc)
-    if isinstance(exc, ModuleNotFoundError):
-        out["missing_name"] = exc.name or ""
-    out["traceback_tail"] = "".join(traceback.format_exc().splitlines(True)[-15:])
-if dist:
-    try:
-        import importlib.metadata as md
-        out["version"] = md.version(dist)
-    except Exception:
-        pass
-gpu = {"dev_nvidiactl": os.path.exists("/dev/nvidiactl")}
-if not out["ok"]:
-    try:
-        import torch
-        gpu["torch_cuda_available"] = bool(torch.cuda.is_available())
-        gpu["device_count"] = int(torch.cuda.device_count())
-    except BaseException as exc:
-        gpu["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
-out["gpu"] = gpu
-sys.stdout.write("\nEPFORGE_IMPORT_CHECK " + json.dumps(out) + "\n")
-"""
 
 # Error texts that mean "this import needs a usable GPU / driver", seen in real packages:
 # sgl-deep-ep's prerequisite check, torch's lazy init, missing libcuda.so.1 (driver library).
@@ -213,18 +179,17 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    argv = [p["python"], "-c", PROBE, p["name"], p["distribution"] or ""]
+    argv, shown = payload_argv(p["python"], import_check, [p["name"], p["distribution"] or ""])
     if not os.access(p["python"], os.X_OK):
         module.fail_json(
             msg=f"interpreter {p['python']} does not exist or is not executable: point the "
             "role's python variable at the env's bin/python",
             status="broken",
             name=p["name"],
-            cmd=[*argv[:1], "-c", "<probe>", *argv[3:]],
+            cmd=shown,
         )
     env = dict(os.environ)
     env.update({k: str(v) for k, v in p["environment"].items()})
-    shown = [*argv[:1], "-c", "<probe>", *argv[3:]]
     proc = run_bounded(argv, env=env, timeout=p["timeout"])
     if proc.timed_out:
         module.fail_json(

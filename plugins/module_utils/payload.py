@@ -21,11 +21,21 @@ class PayloadRun(NamedTuple):
     argv: list  # the argv shown in a failure (the source as <payload NAME>)
 
 
+def payload_argv(python: str, payload, args=()) -> tuple[list[str], list[str]]:
+    """(the argv that runs payload in python with args, the same argv with the source shown as its name)."""
+    rest = [str(a) for a in args]
+    name = payload.__name__.rsplit(".", 1)[-1]
+    return [str(python), "-c", inspect.getsource(payload), *rest], [
+        str(python),
+        "-c",
+        f"<payload {name}>",
+        *rest,
+    ]
+
+
 def run_payload(python: str, payload, args=(), timeout: float = 120, env: dict | None = None) -> PayloadRun:
     """Run payload (a module of plugins/module_utils/payloads) in python with args."""
-    source = inspect.getsource(payload)
-    argv = [str(python), "-c", source, *[str(a) for a in args]]
-    shown = [str(python), "-c", f"<payload {payload.__name__.rsplit('.', 1)[-1]}>", *[str(a) for a in args]]
+    argv, shown = payload_argv(python, payload, args)
     proc = run_bounded(argv, timeout=timeout, env=env)
     answer = None
     if proc.rc == 0:

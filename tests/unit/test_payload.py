@@ -4,6 +4,7 @@ payload now, run here in real interpreters: this test's own and a fresh venv wit
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import venv
@@ -58,3 +59,22 @@ def test_the_three_callers_read_the_same_answer(tmp_path):
         check=True,
     ).stdout.strip()
     assert (version or "") == shown
+
+
+def test_the_import_check_payload_reports_an_import_and_a_missing_one():
+    """payloads/import_check.py (module python_import_check's probe, a string before): as code here, and run
+    through payload_argv in this interpreter, the import's own output before its marked line."""
+    from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv  # noqa: PLC0415
+    from ansible_collections.epforge.ep.plugins.module_utils.payloads import import_check  # noqa: PLC0415
+
+    ok = import_check.check("json", "")
+    assert ok["ok"] is True and ok["file"].endswith("json/__init__.py") and ok["error"] == ""
+    missing = import_check.check("no_such_module_epforge", "")
+    assert missing["ok"] is False and missing["missing_name"] == "no_such_module_epforge"
+    assert missing["error_type"] == "ModuleNotFoundError" and "Traceback" in missing["traceback_tail"]
+    argv, shown = payload_argv(sys.executable, import_check, ["this", "pytest"])
+    assert shown == [sys.executable, "-c", "<payload import_check>", "this", "pytest"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    assert "The Zen of Python" in out  # what the import printed comes first
+    answer = json.loads(out.strip().splitlines()[-1][len(import_check.MARK) :])
+    assert answer["ok"] is True and answer["version"] == __import__("pytest").__version__
