@@ -99,25 +99,12 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import interpreter_facts
 from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import file_sha256
 
 # Listing an env's distributions takes a second or two; a hung interpreter must not hang the play.
 PROBE_TIMEOUT_S = 120
-
-PROBE_SCRIPT = r"""
-import importlib.metadata as md, json, os, platform, sys
-installed = {}
-if sys.argv[1] == "1":
-    for dist in md.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            installed[name] = dist.version
-libc, version = platform.libc_ver()
-print("EPFORGE_WHEELHOUSE_PROBE " + json.dumps({
-    "python_version": platform.python_version(), "machine": platform.machine(),
-    "glibc": version if libc == "glibc" else "", "installed": installed}))
-"""
 
 
 def main() -> None:
@@ -133,22 +120,19 @@ def main() -> None:
     python = module.params["python"]
     exists = os.access(python, os.X_OK)
     interpreter = python if exists else module.params["base_python"]
-    argv = [interpreter, "-c", PROBE_SCRIPT, "1" if exists else "0"]
-    proc = run_bounded(argv, timeout=PROBE_TIMEOUT_S)
-    rc, out = proc.rc, proc.out
-    marked = [line for line in out.splitlines() if line.startswith("EPFORGE_WHEELHOUSE_PROBE ")]
-    if rc != 0 or not marked:
+    run = run_payload(interpreter, interpreter_facts, ["1" if exists else "0"], timeout=PROBE_TIMEOUT_S)
+    data = run.answer
+    if run.rc != 0 or not isinstance(data, dict):
         module.fail_json(
             msg=f"cannot read the python of {interpreter} (the env's python {python} "
             f"{'exists' if exists else 'does not exist yet'})",
-            cmd=argv,
-            rc=rc,
-            log_tail=tail(proc.output),
+            cmd=run.argv,
+            rc=run.rc,
+            log_tail=tail(run.output),
         )
-    data = json.loads(marked[-1].split(" ", 1)[1])
     if not data["glibc"]:
         module.fail_json(
-            msg=f"{interpreter} reports no glibc: manylinux wheels need a glibc host", cmd=argv, rc=rc
+            msg=f"{interpreter} reports no glibc: manylinux wheels need a glibc host", cmd=run.argv, rc=run.rc
         )
     baseline, recorded = data["installed"], False
     baseline_path = module.params["baseline_path"]

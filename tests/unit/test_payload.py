@@ -78,3 +78,14 @@ def test_the_import_check_payload_reports_an_import_and_a_missing_one():
     assert "The Zen of Python" in out  # what the import printed comes first
     answer = json.loads(out.strip().splitlines()[-1][len(import_check.MARK) :])
     assert answer["ok"] is True and answer["version"] == __import__("pytest").__version__
+
+
+def test_the_interpreter_facts_payload_lists_only_when_asked():
+    """payloads/interpreter_facts.py (module wheelhouse_probe's probe, a string before), run in this
+    interpreter: its version and glibc, its distributions with "1" and none with "0"."""
+    from ansible_collections.epforge.ep.plugins.module_utils.payloads import interpreter_facts  # noqa: PLC0415
+
+    listed = run_payload(sys.executable, interpreter_facts, ["1"])
+    assert listed.rc == 0 and listed.answer["python_version"] == ".".join(map(str, sys.version_info[:3]))
+    assert listed.answer["glibc"] and listed.answer["installed"]["pytest"] == __import__("pytest").__version__
+    assert run_payload(sys.executable, interpreter_facts, ["0"]).answer["installed"] == {}
