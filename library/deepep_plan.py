@@ -113,7 +113,6 @@ key_extra:
   type: dict
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -126,36 +125,18 @@ from ansible_collections.epforge.ep.plugins.module_utils.deepep import (
     find_header,
     include_path,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
-
-PROBE = r"""
-import importlib.util, json, site, sys, sysconfig
-pkg = sys.argv[1]
-out = {"site": [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]], "nvshmem_dir": "",
-       "nvshmem_version": ""}
-try:
-    spec = importlib.util.find_spec("nvidia.nvshmem")
-    if spec is not None and spec.submodule_search_locations:
-        out["nvshmem_dir"] = list(spec.submodule_search_locations)[0]
-except Exception:
-    pass
-try:
-    import importlib.metadata as md
-    out["nvshmem_version"] = md.version(pkg)
-except Exception:
-    pass
-print(json.dumps(out))
-"""
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import env_site
 
 
-def probe_env(module: AnsibleModule, argv: list[str], python: str) -> dict:
-    """The env's site dirs and its nvidia-nvshmem wheel (dir, version), from PROBE run in it."""
-    proc = run_bounded(argv, timeout=120)
-    if proc.rc != 0:
+def probe_env(module: AnsibleModule, python: str, package: str) -> dict:
+    """The env's site dirs and its nvidia-nvshmem wheel (dir, version): payload env_site run in it."""
+    run = run_payload(python, env_site, [package], timeout=120)
+    if run.rc != 0 or not isinstance(run.answer, dict):
         module.fail_json(
-            msg=f"probing the env {python} failed", cmd=argv, rc=proc.rc, log_tail=proc.err[-2000:]
+            msg=f"probing the env {python} failed", cmd=run.argv, rc=run.rc, log_tail=run.output[-2000:]
         )
-    return json.loads(proc.out.strip().splitlines()[-1])
+    return run.answer
 
 
 def nvshmem_header_version(d: str) -> str:
@@ -214,7 +195,6 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    argv = [p["python"], "-c", PROBE, p["nvshmem_package"]]
     if not os.access(p["python"], os.X_OK):
         module.fail_json(
             msg=f"the env's Python {p['python']} is missing: run the ml_env role first or set deepep_python"
@@ -224,7 +204,7 @@ def main() -> None:
             msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or "
             "set deepep_cuda_home"
         )
-    env_info = probe_env(module, argv, p["python"])
+    env_info = probe_env(module, p["python"], p["nvshmem_package"])
 
     # NVSHMEM: an explicit dir wins, else the wheel DeepEP's setup.py would find by itself.
     nvshmem = {"dir": "", "version": "", "source": "none"}

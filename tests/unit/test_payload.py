@@ -89,3 +89,17 @@ def test_the_interpreter_facts_payload_lists_only_when_asked():
     assert listed.rc == 0 and listed.answer["python_version"] == ".".join(map(str, sys.version_info[:3]))
     assert listed.answer["glibc"] and listed.answer["installed"]["pytest"] == __import__("pytest").__version__
     assert run_payload(sys.executable, interpreter_facts, ["0"]).answer["installed"] == {}
+
+
+def test_the_env_site_payload_finds_the_site_dirs_and_no_nvshmem_in_a_bare_env(tmp_path):
+    """payloads/env_site.py (module deepep_plan's probe, a string before), run in a bare venv: its own site
+    dirs, and no nvidia.nvshmem wheel there (no dir, no version); as code here, a distribution's version."""
+    from ansible_collections.epforge.ep.plugins.module_utils.payloads import env_site  # noqa: PLC0415
+
+    env = tmp_path / "bare"
+    venv.create(env, with_pip=False)
+    run = run_payload(env / "bin" / "python", env_site, ["nvidia-nvshmem-cu13"])
+    assert run.rc == 0, run.output
+    assert all(str(d).startswith(str(env)) and d.endswith("site-packages") for d in run.answer["site"])
+    assert run.answer["nvshmem_dir"] == "" and run.answer["nvshmem_version"] == ""
+    assert env_site.env_site("pytest")["nvshmem_version"] == __import__("pytest").__version__
