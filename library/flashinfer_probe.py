@@ -164,7 +164,6 @@ watch:
   elements: str
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -176,40 +175,28 @@ from ansible_collections.epforge.ep.plugins.module_utils.flashinfer import (
     nvcc_arch_rule,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import installed_versions
+from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_name
 from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, import_paths, watch_list
 
 FACT_NAME = "epforge_flashinfer"
 
-# Run by the env's python: which requirements it lacks, from distribution metadata only.
-MISSING_SCRIPT = """
-import importlib.metadata as md, json, re, sys
-missing = []
-for req in json.loads(sys.argv[1]):
-    name, _, want = req.partition("==")
-    try:
-        have = md.version(re.split(r"[<>=!~;\\[ ]", name)[0])
-    except md.PackageNotFoundError:
-        have = ""
-    if not have or (want and have != want):
-        missing.append(req)
-print(json.dumps(missing))
-"""
-
 
 def missing_requirements(module: AnsibleModule, python: str, requirements: list[str], timeout: int) -> list:
-    argv = [python, "-c", MISSING_SCRIPT, json.dumps(requirements)]
-    proc = run_bounded(argv, timeout=timeout)
-    if proc.rc != 0:
-        fail_cmd(
-            module, f"reading the installed versions with {python} failed", argv, proc.rc, output=proc.err
-        )
-    try:
-        return json.loads(proc.out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        fail_cmd(
-            module, f"could not read the installed versions from {python}", argv, proc.rc, output=proc.out
-        )
+    """The requirements the env's python lacks: not installed, or another version than an exact `==` pin
+    (the installed versions from distribution metadata: payload installed_versions)."""
+    names = [requirement_name(req) for req in requirements]
+    run = run_payload(python, installed_versions, names, timeout=timeout)
+    if run.rc != 0 or not isinstance(run.answer, dict):
+        msg = f"reading the installed versions with {python} failed"
+        fail_cmd(module, msg, run.argv, run.rc, output=run.output)
+    missing = []
+    for req, name in zip(requirements, names, strict=True):
+        have, want = run.answer.get(name) or "", req.partition("==")[2].strip()
+        if not have or (want and have != want):
+            missing.append(req)
+    return missing
 
 
 def stamped_kernel(stamp: dict, jit_verify: bool) -> dict:
