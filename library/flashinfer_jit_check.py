@@ -133,25 +133,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail_file
 from ansible_collections.epforge.ep.plugins.module_utils.flashinfer import classify_jit_error
+from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import flashinfer_jit
+from ansible_collections.epforge.ep.plugins.module_utils.payloads.flashinfer_jit import MARK
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
-
-MARK = "EPFORGE_FI_JIT "
-SCRIPT = r"""
-import inspect, json, sys
-from flashinfer.jit.activation import gen_act_and_mul_module
-spec = gen_act_and_mul_module(sys.argv[1])
-path = spec.jit_library_path
-before = path.stat().st_mtime_ns if path.exists() else None
-# FlashInfer 0.6.x's JitSpec.build(verbose) has no default (0.6.14, seen on an H200); 0.7.x defaults it.
-verbose = inspect.signature(spec.build).parameters.get("verbose")
-if verbose is not None and verbose.default is inspect.Parameter.empty:
-    spec.build(verbose=False)
-else:
-    spec.build()
-after = path.stat().st_mtime_ns if path.exists() else None
-print("EPFORGE_FI_JIT " + json.dumps({"library": str(path), "built": after is not None and after != before,
-                                      "exists": after is not None}))
-"""
 
 
 def find_libcuda(dirs: list[str]) -> str:
@@ -205,8 +190,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    argv = [p["python"], "-c", SCRIPT, p["activation"]]
-    shown = [p["python"], "-c", "<flashinfer jit probe>", p["activation"]]
+    argv, shown = payload_argv(p["python"], flashinfer_jit, [p["activation"]])
     cuda = p["cuda_home"]
     search = [
         *p["library_dirs"],
@@ -256,6 +240,7 @@ def main() -> None:
         env=env,
         timeout=p["timeout"],
         header=f"flashinfer jit {p['activation']}_and_mul for {p['arch_list']}",
+        shown=shown,
     )
     text = tail_file(p["log_path"], lines=400)
     result = None

@@ -438,9 +438,11 @@ def run_logged(
     header: str | None = None,
     user: int | None = None,
     group: int | None = None,
+    shown: list | None = None,
 ) -> tuple[int, float]:
     """Run argv with stdout+stderr appended to log_path; return (rc, seconds); as user/group when given
-    (root only; no supplementary groups).
+    (root only; no supplementary groups). shown: the argv the log's header line gives instead (a payload's
+    source named, not printed).
 
     The log is appended to, with a header line, so one log can tell a whole build's story.
     """
@@ -449,7 +451,7 @@ def run_logged(
     started = time.monotonic()
     with open(log_path, "ab") as log:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        log.write(f"\n=== {stamp} {header or ''}\n$ {' '.join(argv)}\n".encode())
+        log.write(f"\n=== {stamp} {header or ''}\n$ {' '.join(_argv(shown) if shown else argv)}\n".encode())
         log.flush()
         extra = {} if user is None else {"user": user, "group": group, "extra_groups": []}
         proc = _popen_to_log(argv, log, env=env, cwd=cwd, **extra)

@@ -103,3 +103,43 @@ def test_the_env_site_payload_finds_the_site_dirs_and_no_nvshmem_in_a_bare_env(t
     assert all(str(d).startswith(str(env)) and d.endswith("site-packages") for d in run.answer["site"])
     assert run.answer["nvshmem_dir"] == "" and run.answer["nvshmem_version"] == ""
     assert env_site.env_site("pytest")["nvshmem_version"] == __import__("pytest").__version__
+
+
+# A fake flashinfer.jit.activation with FlashInfer 0.6.x's JitSpec.build(verbose) (no default): the kernel
+# "builds" by writing its library once.
+FAKE_ACTIVATION = """
+import pathlib, os
+class Spec:
+    def __init__(self, name):
+        self.jit_library_path = pathlib.Path(os.environ["FAKE_JIT_DIR"]) / (name + "_and_mul.so")
+    def build(self, verbose):
+        if not self.jit_library_path.exists():
+            self.jit_library_path.write_bytes(b"kernel")
+def gen_act_and_mul_module(name):
+    return Spec(name)
+"""
+
+
+def test_the_flashinfer_jit_payload_builds_once_then_finds_it(tmp_path):
+    """payloads/flashinfer_jit.py (module flashinfer_jit_check's script, a string before), run by argv from
+    payload_argv over a fake FlashInfer with 0.6.x's build signature: built, then up to date."""
+    from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv  # noqa: PLC0415
+    from ansible_collections.epforge.ep.plugins.module_utils.payloads import flashinfer_jit  # noqa: PLC0415
+
+    package = tmp_path / "site" / "flashinfer" / "jit"
+    package.mkdir(parents=True)
+    (package.parent / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "activation.py").write_text(FAKE_ACTIVATION)
+    env = {"PYTHONPATH": str(tmp_path / "site"), "FAKE_JIT_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    argv, shown = payload_argv(sys.executable, flashinfer_jit, ["silu"])
+    assert shown[-2:] == ["<payload flashinfer_jit>", "silu"]
+    answers = []
+    for _ in range(2):
+        out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
+        answers.append(json.loads(out.strip().splitlines()[-1][len(flashinfer_jit.MARK) :]))
+    library = str(tmp_path / "silu_and_mul.so")
+    assert answers == [
+        {"library": library, "built": True, "exists": True},
+        {"library": library, "built": False, "exists": True},
+    ]
