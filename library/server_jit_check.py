@@ -130,7 +130,6 @@ check:
 """
 
 import glob
-import hashlib
 import json
 import os
 import pwd
@@ -138,7 +137,11 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import server_jit
+from ansible_collections.epforge.ep.plugins.module_utils.payloads.server_jit import MARK
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 from ansible_collections.epforge.ep.plugins.module_utils.server_env import (
@@ -151,29 +154,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.signatures import (
     describe,
     explain_failure,
 )
-
-MARK = "EPFORGE_SERVER_JIT "
-# What the server's first forward pass builds (FlashInfer's rmsnorm module), or, without FlashInfer, the
-# tools a JIT would run, resolved on this process's PATH. A missing tool raises the FileNotFoundError the
-# server would print.
-SCRIPT = r"""
-import importlib.util, json, os, shutil, sys
-tools = {name: shutil.which(name) for name in ("ninja", "nvcc", "c++")}
-kernel, built = "", False
-if importlib.util.find_spec("flashinfer") is not None:
-    from flashinfer.jit.norm import gen_norm_module
-    spec = gen_norm_module()
-    path = spec.jit_library_path
-    before = path.stat().st_mtime_ns if path.exists() else None
-    spec.build(verbose=False)
-    after = path.stat().st_mtime_ns if path.exists() else None
-    kernel, built = str(path), after is not None and after != before
-elif tools["ninja"] is None:
-    raise FileNotFoundError(2, "No such file or directory", "ninja")
-elif os.environ.get("CUDA_HOME") and tools["nvcc"] is None:
-    raise FileNotFoundError(2, "No such file or directory", "nvcc")
-print("EPFORGE_SERVER_JIT " + json.dumps({"kernel": kernel, "built": built, "tools": tools}))
-"""
 
 
 class ServerJitCheck:
@@ -190,7 +170,7 @@ class ServerJitCheck:
         }
         self.env = child_env(base, self.account) if self.account else base
         self.added = {} if self.p["gpu"] else {"FLASHINFER_CUDA_ARCH_LIST": self.p["arch_list"]}
-        self.argv = [self.p["python"], "-c", SCRIPT]
+        self.argv, self.shown_argv = payload_argv(self.p["python"], server_jit)
 
     def lookup_account(self):
         try:
@@ -210,10 +190,7 @@ class ServerJitCheck:
         dists = sorted(
             os.path.basename(d) for d in glob.glob(f"{env_dir}/lib/python3*/site-packages/*.dist-info")
         )
-        blob = json.dumps(
-            [self.env, self.added, self.p["user"], self.p["python"], dists, SCRIPT], sort_keys=True
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return digest([self.env, self.added, self.p["user"], self.p["python"], dists, self.argv[2]])
 
     def stamped(self, key: str) -> dict | None:
         stamp = read_json(self.p["stamp_path"]) or {}
@@ -243,6 +220,7 @@ class ServerJitCheck:
             cwd=self.account.pw_dir,
             timeout=self.p["timeout"],
             header=f"the server's first JIT build, as {self.p['user']} with the server's environment",
+            shown=self.shown_argv,
             user=self.account.pw_uid,
             group=self.account.pw_gid,
         )
@@ -252,7 +230,7 @@ class ServerJitCheck:
             self.module.fail_json(
                 msg=f"the server's first JIT build failed as {self.p['user']} with the server's environment "
                 f"(rc {rc}): {describe(explain_failure(out))}",
-                cmd=[*self.argv[:2], "<script>"],
+                cmd=self.shown_argv,
                 rc=rc,
                 log_tail=out,
                 classification=explain_failure(out),
