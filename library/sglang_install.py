@@ -261,10 +261,11 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
 )
 from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
-from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv, run_payload
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import (
     installed_versions as installed_versions_payload,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import sglang_import
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_key, requirement_name
@@ -278,13 +279,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
     pin_from_metadata,
     server_profile_runs,
 )
-
-# Proves the install: the package and the server-args module import (no GPU needed), and the version.
-VERIFY_SCRIPT = r"""
-import json, sglang
-import sglang.srt.server_args
-print("EPFORGE_SGLANG_VERIFY " + json.dumps({"version": sglang.__version__}))
-"""
 
 STAMP_SCHEMA = 1
 
@@ -542,10 +536,10 @@ def run_pip(module, inputs: dict, commands: list[list[str]], result: dict) -> li
 def verify_import(module, mode: str) -> str:
     """Import sglang and its server args in the env; the version it imports as (the asked one)."""
     params = module.params
-    verify = [params["python"], "-c", VERIFY_SCRIPT]
-    proc = run_bounded(verify, timeout=600, env_update={"HF_HUB_OFFLINE": "1"})
+    argv, verify = payload_argv(params["python"], sglang_import)
+    proc = run_bounded(argv, timeout=600, env_update={"HF_HUB_OFFLINE": "1"})
     output = proc.output
-    marked = [line for line in output.splitlines() if line.startswith("EPFORGE_SGLANG_VERIFY ")]
+    marked = [line for line in output.splitlines() if line.startswith(sglang_import.MARK)]
     if proc.rc != 0 or not marked:
         missing_module = re.findall(r"No module named '([^'.]+)", output)
         deps_var = DEPS_VARIABLE.get(mode)
@@ -562,7 +556,7 @@ def verify_import(module, mode: str) -> str:
             output=output,
             log_path=params["log_path"],
         )
-    imported = json.loads(marked[-1].split(" ", 1)[1])["version"]
+    imported = json.loads(marked[-1][len(sglang_import.MARK) :])["version"]
     if imported != params["version"]:
         module.fail_json(
             msg=f"SGLang imports as {imported}, not {params['version']}: another sglang shadows "
