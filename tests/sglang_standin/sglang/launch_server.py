@@ -58,6 +58,11 @@ Behaviour knobs (environment variables, all optional):
                                server's avg_spec_accept_length is then the mean of the requests served
   SGLANG_STANDIN_SPEC_OVERHEAD   drafting cost per token with SPEC_BY_PROMPT (default 0.15)
   SGLANG_STANDIN_PROMPT_DIGESTS  path: each received prompt's sha256 appended, one line per request
+  SGLANG_STANDIN_PEER_LOSS_SECONDS  with --nnodes > 1: seconds between a peer's connection closing and this
+                               rank's end (default 2.0). A real rank finds its group broken at its next
+                               collective or by NCCL's watchdog, not at once; ending at once put the two
+                               ranks' exits within the jitter of their journals, and the multinode scenario
+                               once read the survivor's as the first (CI, 2026-12-04)
   SGLANG_STANDIN_PROMPT_TOKEN_FACTOR  prompt tokens reported per prompt token sent (default 1; below 1 a
                                server that counted less than it was sent, as a context cut short)
   SGLANG_STANDIN_READY_FILE    path: written with the epoch time the server became ready
@@ -735,7 +740,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 def watch_peers(peers: list[socket.socket], node_rank: int) -> None:
     """A peer's connection closing means its process died: the group is broken, as NCCL's collectives would
-    find out (this double exits at once where SGLang fails at its next collective or its watchdog)."""
+    find out - SGLANG_STANDIN_PEER_LOSS_SECONDS later, as SGLang fails at its next collective or its
+    watchdog."""
+    delay = float(os.environ.get("SGLANG_STANDIN_PEER_LOSS_SECONDS", "2.0"))
 
     def watch(sock: socket.socket) -> None:
         try:
@@ -743,6 +750,7 @@ def watch_peers(peers: list[socket.socket], node_rank: int) -> None:
                 pass
         except OSError:
             pass
+        time.sleep(delay)
         log(f"RuntimeError: [node_rank {node_rank}] lost a peer of the distributed group (connection closed)")
         os._exit(1)
 
