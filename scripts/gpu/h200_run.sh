@@ -52,6 +52,7 @@ for stage in "$@"; do
   rerun-graph) play rerun-graph -e @scripts/gpu/h200-server-graph.yml playbooks/serve.yml ;;
   stop) play stop -e sglang_server_state=stopped playbooks/serve.yml ;;
   sweep) play sweep -e @scripts/gpu/h200-sweep.yml playbooks/sweep.yml ;;
+  sweep-new) play sweep-new -e @scripts/gpu/h200-sweep-new.yml playbooks/sweep.yml ;;
   tune-start)  # the tune in a session of its own: it outlives this call; tune-wait follows it
     stamp tune-start
     setsid nohup bash scripts/gpu/h200_run.sh tune > $O/tune-driver.txt 2>&1 < /dev/null &
