@@ -224,6 +224,14 @@ invalid_reasons:
   type: list
   elements: str
   sample: ["generated 0 output tokens ..."]
+notes:
+  description:
+    - What a valid run's figures mean that its workload does not say, each also a warning - for dataset
+      C(generated-shared-prefix), prompts the tokenizer counted longer than O(workload.input_len) (the client
+      makes that text from random token ids decoded and encoded again).
+  returned: success
+  type: list
+  elements: str
 failure_class:
   description: Classified reason of a failure (C(timeout), C(connection_refused), C(incomplete_result), ...).
   returned: failure
@@ -280,6 +288,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload i
     counted_input_tokens,
     expected_output,
     extract_figures,
+    input_length_notes,
     normalize_workload,
     parse_result_lines,
     record_run,
@@ -631,11 +640,17 @@ class BenchRun:
             # The figures describe a smaller load than asked: recorded (with the reasons) but never as ok.
             self.entry["invalid_reasons"] = invalid_reasons
             self.module.warn(f"benchmark {self.workload['name']} is INVALID: " + "; ".join(invalid_reasons))
+        notes = [] if status == "invalid" else input_length_notes(figures, self.workload)
+        if notes:
+            self.entry["notes"] = notes
+        for note in notes:
+            self.module.warn(note)
         return {
             "figures": figures,
             "expected": expected,
             "status": status,
             "invalid_reasons": invalid_reasons,
+            "notes": notes,
             "history_length": self.record_success(figures),
         }
 
@@ -651,6 +666,7 @@ class BenchRun:
             ansible_facts={"epforge_bench_result": self.entry},
             status=done["status"],
             invalid_reasons=done["invalid_reasons"],
+            notes=done["notes"],
             msg=summary(self.workload, done["figures"], done["invalid_reasons"]),
         )
 
@@ -757,6 +773,7 @@ class WindowsRun:
                     "status": done["status"],
                     "figures": done["figures"],
                     "invalid_reasons": done["invalid_reasons"],
+                    **({"notes": done["notes"]} if done["notes"] else {}),
                     "expected": done["expected"],
                     "started": times["started"],
                     "finished": times["finished"],

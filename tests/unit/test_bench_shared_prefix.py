@@ -8,6 +8,7 @@ each prompt is counted at input_len, and the client's generated prompts stay in 
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -19,6 +20,8 @@ from test_sglang_bench_windows import RELEASES, WHEELS, flag_data
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import (
     BenchError,
     bench_argv,
+    input_length_notes,
+    input_length_problems,
     normalize_workload,
 )
 
@@ -96,3 +99,84 @@ def test_a_run_fills_the_cache_with_the_shared_prefixes_and_keeps_its_pickle_at_
     assert 0.45 < figures["cached_token_share"] < 0.7
     pickles = list((tmp_path / "bench" / "client-home").rglob("gen_shared_prefix_*.pkl"))
     assert len(pickles) == 1, pickles
+
+
+# The lent H200's run (2026-12-04, tests/fixtures/sglang_h200/README.md): 384 + 128 asked, 573 counted.
+H200_STDOUT = ROOT / "tests" / "fixtures" / "sglang_h200" / "gsp-shared-prefix-bench-stdout.txt"
+H200_WORKLOAD = {
+    "name": "shared-prefix",
+    "dataset": "generated-shared-prefix",
+    "input_len": 512,
+    "output_len": 64,
+    "shared_prefix_len": 384,
+    "shared_prefix_groups": 4,
+    "num_prompts": 64,
+    "max_concurrency": 16,
+}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_both_releases_make_the_text_from_decoded_random_ids(release):
+    # why a shared-prefix window is not held to input_len from above: the text is decoded and encoded again
+    wheel = flag_data().download_wheel(sys.executable, release, WHEELS)
+    with zipfile.ZipFile(wheel) as archive:
+        common = archive.read("sglang/benchmark/datasets/common.py").decode()
+        gsp = archive.read("sglang/benchmark/datasets/generated_shared_prefix.py").decode()
+    # 0.5.16 draws the ids in gen_prompt itself, 0.5.23 in gen_prompt_ids; both return the decoded text
+    body = common.split("def gen_prompt(", 1)[1].split("\ndef ", 1)[0]
+    assert "return tokenizer.decode(" in body and "random.choices(all_available_tokens" in common
+    # the text, not the ids, unless 0.5.23's --tokenize-prompt (not used: 0.5.16 has no such path here)
+    assert re.search(r"gen_prompt\(tokenizer, (int\()?system_prompt_lens\[i\]", gsp) or (
+        "generate_prompt = gen_prompt_ids if input_ids else gen_prompt" in gsp
+    )
+    assert "len(tokenizer.encode(turn_prompts[0]))" in gsp
+
+
+def h200_figures() -> dict:
+    text = H200_STDOUT.read_text()
+    total = int(re.search(r"^Total input tokens:\s+(\d+)\s*$", text, re.M).group(1))
+    completed = int(re.search(r"^Successful requests:\s+(\d+)", text, re.M).group(1))
+    return {"counted_input_tokens": total, "counted_requests": completed}
+
+
+def test_the_h200_run_is_valid_and_its_note_names_the_length_it_measured():
+    workload = normalize_workload(H200_WORKLOAD)
+    figures = h200_figures()
+    assert figures == {"counted_input_tokens": 36699, "counted_requests": 64}
+    assert input_length_problems(figures, workload) == []
+    (note,) = input_length_notes(figures, workload)
+    assert "573 tokens per request, +12 % over input_len 512".replace(" %", "%") in note
+
+
+@pytest.mark.parametrize(
+    ("per_request", "problem", "noted"),
+    [(420, True, False), (470, False, False), (563, False, False), (564, False, True)],
+)
+def test_only_a_shortfall_is_a_problem_for_shared_prefix(per_request, problem, noted):
+    workload = normalize_workload(H200_WORKLOAD)
+    figures = {"counted_input_tokens": per_request * 64, "counted_requests": 64}
+    assert bool(input_length_problems(figures, workload)) is problem
+    assert bool(input_length_notes(figures, workload)) is noted
+    # random-ids keeps both sides: a longer context is another context too
+    ids = normalize_workload({"name": "ids", "input_len": 512, "output_len": 64})
+    assert bool(input_length_problems(figures, ids)) is (per_request < 461 or per_request > 563)
+
+
+@pytest.mark.parametrize(("factor", "status"), [("1.2", "ok"), ("0.7", "invalid")])
+def test_a_run_counted_longer_is_noted_and_one_counted_shorter_is_invalid(
+    bench_client, tmp_path, factor, status
+):
+    # the stand-in (TEST DOUBLE) counts each prompt factor x its words, as the H200's BPE counted the
+    # client's decoded text longer (1.2) or a server that cut the context would count it shorter (0.7)
+    args = module_args(bench_client, tmp_path, workload={**GSP, "max_concurrency": 4})
+    result = run_against_standin(
+        bench_client, tmp_path, args, env={"SGLANG_STANDIN_PROMPT_TOKEN_FACTOR": factor}
+    )
+    assert result["_rc"] == 0, result.get("msg")
+    assert result["status"] == status, result
+    if status == "ok":
+        (note,) = result["notes"]
+        assert "+20% over input_len 64" in note and note in str(result.get("warnings"))
+        assert result["ansible_facts"]["epforge_bench_result"]["notes"] == [note]
+    else:
+        assert result["notes"] == [] and "measured another context length" in result["invalid_reasons"][0]
