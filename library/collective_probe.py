@@ -365,7 +365,7 @@ def estimate(table: list[dict], model: dict, stat: str = "mean_us") -> list[dict
             key=lambda r: (r["ep_us"], r["variant"]),
         )
         tp_us = model["num_layers"] * model["allreduce_per_layer"] * tp[stat]
-        _, ep_us = step_us(model, ep["allreduce_us"], ep["all_to_all_us"])
+        _unused, ep_us = step_us(model, ep["allreduce_us"], ep["all_to_all_us"])
         rows.append(
             {
                 "variant": "fastest",

@@ -28,7 +28,7 @@ options:
       - Files, directories or glob patterns (C(**) recurses). A directory is searched recursively for files
         matching O(patterns).
     type: list
-    elements: str
+    elements: path
     required: true
     aliases: [path]
   patterns:
@@ -151,8 +151,8 @@ def expand_paths(entries: list[str], patterns: list[str]) -> tuple[list[str], li
     """Entries -> (sorted unique files, entries that matched nothing)."""
     files: list[str] = []
     unmatched: list[str] = []
-    for raw in entries:
-        entry = os.path.expanduser(raw)
+    # type path: Ansible has expanded '~' and variables already
+    for entry in entries:
         found: list[str] = []
         if GLOB_CHARS & set(entry):
             found = [p for p in glob.glob(entry, recursive=True) if os.path.isfile(p)]
@@ -193,7 +193,7 @@ def list_archs(module: AnsibleModule, cuobjdump: str, path: str) -> dict:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "paths": {"type": "list", "elements": "str", "required": True, "aliases": ["path"]},
+            "paths": {"type": "list", "elements": "path", "required": True, "aliases": ["path"]},
             "patterns": {
                 "type": "list",
                 "elements": "str",

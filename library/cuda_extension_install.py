@@ -98,7 +98,7 @@ def main() -> None:
     p = module.params
     if not os.path.isfile(p["wheel"]):
         module.fail_json(msg=f"wheel {p['wheel']} does not exist on the host")
-    rc, out, err, _ = run_bounded([p["python"], "-c", SITE_PROBE], timeout=120)
+    rc, out, err, _unused = run_bounded([p["python"], "-c", SITE_PROBE], timeout=120)
     if rc != 0:
         module.fail_json(msg=f"{p['python']} does not run", rc=rc, log_tail=tail(err or out))
     site = json.loads(out.strip().splitlines()[-1])
@@ -124,7 +124,7 @@ def main() -> None:
     env = {str(k): str(v) for k, v in p["env"].items()}
     for name in p["imports"]:
         argv = [p["python"], "-c", f"import {name}"]
-        rc, out, err, _ = run_bounded(argv, env_update=env, timeout=p["timeout"])
+        rc, out, err, _unused = run_bounded(argv, env_update=env, timeout=p["timeout"])
         if rc != 0:
             module.fail_json(
                 msg=f"the installed extension does not import: 'import {name}' failed in {p['python']}",

@@ -277,7 +277,7 @@ def main() -> None:
             "cuda_extension_python to a venv interpreter with torch)"
         )
     argv = [p["python"], "-c", PROBE]
-    rc, out, err, _ = run_bounded(argv, timeout=300)
+    rc, out, err, _unused = run_bounded(argv, timeout=300)
     if rc != 0:
         module.fail_json(msg=f"{p['python']} does not run", cmd=argv, rc=rc, log_tail=tail(err or out))
     probe = json.loads(out.strip().splitlines()[-1])
@@ -296,7 +296,7 @@ def main() -> None:
             cmd=argv,
             rc=127,
         )
-    rc, out, err, _ = run_bounded(argv, timeout=60)
+    rc, out, err, _unused = run_bounded(argv, timeout=60)
     nvcc_version = parse_nvcc_release(out)  # ('13.0', '13.0.88')
     if rc != 0 or not nvcc_version:
         module.fail_json(

@@ -276,7 +276,7 @@ def build_stub(home: str, cc: str, log_path: str, timeout: int) -> int:
         os.path.join(stubs, "libcuda.so"),
         source,
     ]
-    rc, _ = run_logged(argv, log_path, timeout=timeout, header="libcuda link stub")
+    rc, _unused = run_logged(argv, log_path, timeout=timeout, header="libcuda link stub")
     if rc != 0:
         raise InstallError("building the libcuda link stub failed", argv, rc)
     return len(names)
@@ -353,7 +353,7 @@ def download_wheels(p: dict, pins: list, version: str) -> list[str]:
     """Download the pinned wheels into wheel_dir; return their paths in the order of the pins."""
     os.makedirs(p["wheel_dir"], exist_ok=True)
     argv = pip_download_argv(p)
-    rc, _ = run_logged(
+    rc, _unused = run_logged(
         argv, p["log_path"], timeout=p["timeout"], header=f"cuda_toolkit pypi {version} download"
     )
     if rc != 0:

@@ -292,14 +292,16 @@ class FinalEnv:
         # every file of DeepEP's distributions is checked against its RECORD (the repair depends on it)
         deep = [COMPONENTS["deep_ep"]["module"], *COMPONENTS["deep_ep"]["also"]]
         argv = [self.p["python"], "-c", INSPECT_SCRIPT, json.dumps(names), json.dumps(deep)]
-        rc, out, err, _ = run_bounded(argv, timeout=self.p["timeout"], env_update={"PYTHONNOUSERSITE": "1"})
+        rc, out, err, _unused = run_bounded(
+            argv, timeout=self.p["timeout"], env_update={"PYTHONNOUSERSITE": "1"}
+        )
         marked = [line for line in out.splitlines() if line.startswith(MARK)]
         if rc != 0 or not marked:
             fail_cmd(
                 self.module, f"cannot inspect the env of {self.p['python']}", argv, rc or 1, output=out + err
             )
         data = json.loads(marked[-1][len(MARK) :])
-        rc, out, err, _ = run_bounded([self.p["python"], "-c", SITE_SCRIPT], timeout=self.p["timeout"])
+        rc, out, err, _unused = run_bounded([self.p["python"], "-c", SITE_SCRIPT], timeout=self.p["timeout"])
         data["site"] = [os.path.realpath(p) for p in json.loads(out)] if rc == 0 else []
         return data
 
@@ -483,7 +485,7 @@ class FinalEnv:
         p = self.p
         options = {k: p[k] for k in STAMPED_OPTIONS}
         options["serving"] = self.serving()
-        rc, out, _err, _ = run_bounded([p["python"], "-c", SITE_SCRIPT], timeout=p["timeout"])
+        rc, out, _err, _unused = run_bounded([p["python"], "-c", SITE_SCRIPT], timeout=p["timeout"])
         site = [os.path.realpath(d) for d in json.loads(out)] if rc == 0 else []
         fixed = [os.path.realpath(p["python"]), p["cuobjdump"]] + (
             [p["deepep_wheel"]] if p["deepep_wheel"] else []

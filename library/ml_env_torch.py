@@ -285,7 +285,7 @@ def install(
     python = os.path.join(venv, "bin", "python")
     if created:
         argv = [p["base_python"], "-m", "venv", venv]
-        rc, _ = run_logged(argv, log, timeout=300, header="ml_env: create venv")
+        rc, _unused = run_logged(argv, log, timeout=300, header="ml_env: create venv")
         if rc != 0:
             fail_cmd(module, f"creating the venv at {venv} failed", argv, rc, log_path=log)
     pip = pip_argv(python, "install", "--no-input")
@@ -306,7 +306,7 @@ def install(
             )
     if other_missing:
         argv = [*pip, *other_missing]
-        rc, _ = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install build tools")
+        rc, _unused = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install build tools")
         if rc != 0:
             fail_cmd(module, "installing the build tools failed", argv, rc, log_path=log)
 

@@ -227,8 +227,8 @@ invalid_reasons:
 notes:
   description:
     - What a valid run's figures mean that its workload does not say, each also a warning - for dataset
-      C(generated-shared-prefix), prompts the tokenizer counted longer than O(workload.input_len) (the client
-      makes that text from random token ids decoded and encoded again).
+      C(generated-shared-prefix), prompts the tokenizer counted longer than the C(input_len) of O(workload)
+      (the client makes that text from random token ids decoded and encoded again).
   returned: success
   type: list
   elements: str
@@ -375,7 +375,7 @@ def prompt_file_problems(workloads: list[dict]) -> tuple[dict, list[str]]:
     need: dict[str, tuple[str, int]] = {}
     for w in workloads:
         if w["dataset"] in FILE_DATASETS:
-            _, most = need.get(w["dataset_path"], (w["dataset"], 0))
+            _unused, most = need.get(w["dataset_path"], (w["dataset"], 0))
             need[w["dataset_path"]] = (w["dataset"], max(most, w["num_prompts"]))
     identities, problems = {}, []
     for path, (dataset, most) in need.items():

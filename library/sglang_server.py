@@ -544,7 +544,7 @@ class Server:
 
     # -- readiness
     def probe(self) -> bool:
-        status, _, _ = request("GET", self.url + self.p["health_path"], timeout=2.0)
+        status, _unused, _unused = request("GET", self.url + self.p["health_path"], timeout=2.0)
         return status == 200
 
     def public_result(self) -> dict:

@@ -106,7 +106,7 @@ TEXT_SHOWN = 200
 
 def server_info(url: str, headers: dict, timeout: float) -> dict:
     for path in ("/get_server_info", "/server_info"):
-        status, body, _ = get_json(url + path, headers=headers, timeout=timeout)
+        status, body, _unused = get_json(url + path, headers=headers, timeout=timeout)
         if status == 200 and isinstance(body, dict):
             return body
     return {}
@@ -237,7 +237,9 @@ class Verifier:
         """The model option, else the first model /v1/models lists."""
         if self.p["model"]:
             return self.p["model"]
-        _, models, _ = get_json(self.url + "/v1/models", headers=self.headers, timeout=min(self.timeout, 30))
+        _unused, models, _unused = get_json(
+            self.url + "/v1/models", headers=self.headers, timeout=min(self.timeout, 30)
+        )
         data = (models or {}).get("data") if isinstance(models, dict) else None
         return data[0].get("id") if data and isinstance(data[0], dict) else None
 

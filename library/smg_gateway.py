@@ -357,7 +357,7 @@ class Gateway:
                 + "; ".join(f"{url} ({why})" for url, why in unreachable)
                 + ". A server the gateway fronts must listen on an address this host reaches (not "
                 "127.0.0.1 on another host): set its host and give the servers an API key",
-                unreachable_workers=[url for url, _ in unreachable],
+                unreachable_workers=[url for url, _unused in unreachable],
             )
         self.refuse_bad_workers(request)
         self.request = request
@@ -389,7 +389,7 @@ class Gateway:
             if not starting or time.monotonic() >= deadline:
                 bad += starting
                 break
-            pending = [url for url, _ in starting]
+            pending = [url for url, _unused in starting]
             time.sleep(max(0.05, self.p["poll_interval"]))
         if bad:
             self.module.fail_json(

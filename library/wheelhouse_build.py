@@ -263,7 +263,7 @@ class Resolver:
         # An interpreter with nothing installed: pip --python sees only the stubs on PYTHONPATH.
         self.empty = os.path.join(scratch, "empty-env")
         argv = [sys.executable, "-m", "venv", "--without-pip", self.empty]
-        rc, _ = run_logged(argv, self.log, timeout=120, header="wheelhouse: empty env for resolution")
+        rc, _unused = run_logged(argv, self.log, timeout=120, header="wheelhouse: empty env for resolution")
         if rc != 0:
             fail_cmd(module, "cannot create an empty venv for pip's resolution", argv, rc, log_path=self.log)
         self.count = 0
@@ -311,7 +311,7 @@ class Resolver:
             argv += ["--extra-index-url", group["index_url"]]
         argv += [f"{item['name']}=={item['version']}" for item in items]
         env = {k: v for k, v in os.environ.items() if k not in ("PIP_NO_INDEX",)}
-        rc, _ = run_logged(
+        rc, _unused = run_logged(
             argv, self.log, env=env, timeout=self.timeout, header=f"wheelhouse: download for {group['name']}"
         )
         absent = [
@@ -571,7 +571,7 @@ def refuse_untrusted(module, directory: str, old: dict | None, known: dict, resu
     else:
         recorded = {n: {i.get("sha256")} for n, i in (old or {}).get("files", {}).items()}
     present = {f: {"sha256": ""} for f in recorded if os.path.exists(os.path.join(directory, f))}
-    _, current = stale_files(directory, {"files": present}, known=known)
+    _unused, current = stale_files(directory, {"files": present}, known=known)
     mismatched = mismatched_files(current, recorded)
     if not mismatched:
         return current
@@ -750,7 +750,7 @@ def main() -> None:
     details, files = resolve_all(module, pip, groups, target=target, installed=installed, result=result)
     result["changed"] = bool(result["downloaded"]) or not old or bool(result.get("stale"))
     present = {f: {"sha256": ""} for f in files if os.path.exists(os.path.join(directory, f))}
-    _, current = stale_files(directory, {"files": present}, known=known)
+    _unused, current = stale_files(directory, {"files": present}, known=known)
     seen.update(current)
     manifest = {
         "schema": MANIFEST_SCHEMA,

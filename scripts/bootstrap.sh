@@ -16,7 +16,7 @@ case "${1:-}" in
 esac
 
 # The controller's Python: EPFORGE_PYTHON, else the newest of python3.13 / 3.12 / 3.11 on PATH (pyproject's
-# requires-python; ansible-core 2.19 runs on all three, 2.20 on 3.12+).
+# requires-python; ansible-core 2.19 runs on all three, 2.21 on 3.12+).
 pick_python() {
   local candidate
   for candidate in "${EPFORGE_PYTHON:-}" python3.13 python3.12 python3.11 python3; do

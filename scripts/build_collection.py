@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the collection carries: its metadata, plugins (modules from library/), roles, and the stacks, data
-# and extension sources roles read. Playbooks, inventories, tests and the CLI stay in the checkout.
+# and extension sources roles read, and ansible-test's ignore files (tests/sanity: each line with its reason).
+# Playbooks, inventories, the other tests and the CLI stay in the checkout.
 CONTENT = (
     "galaxy.yml",
     "README.md",
@@ -33,6 +34,7 @@ CONTENT = (
     "data",
     "extensions",
     "docs",
+    "tests/sanity",
 )
 NEVER = shutil.ignore_patterns("__pycache__", "*.pyc")
 

@@ -8,7 +8,7 @@ cached at ~/.ansible/test/cache/get_pip_<version>.py instead when there is one: 
 installs the pip wheel of that version, fetched from the package index pip is configured with (PyPI), into a
 wheel folder (--wheels, default .cache/pip-bootstrap). A cached script already there is left as it is.
 
-Usage: scripts/collection_sanity.py [--python 3.11] [--test validate-modules ...] [--work DIR]
+Usage: scripts/collection_sanity.py [--python 3.11] [--test validate-modules ... | --all] [--work DIR]
 Exit status: ansible-test's.
 """
 
@@ -80,6 +80,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}")
     parser.add_argument("--test", action="append", dest="tests", help=f"default: {', '.join(TESTS)}")
+    parser.add_argument("--all", action="store_true", help="every test of ansible-test's default set")
     parser.add_argument("--wheels", type=Path, default=ROOT / ".cache" / "pip-bootstrap")
     parser.add_argument("--work", type=Path, help="where to build and install (default: a temporary folder)")
     args = parser.parse_args()
@@ -102,13 +103,18 @@ def main() -> int:
             timeout=300,
             cwd=work,  # not the checkout: its ansible.cfg already names a collection epforge.ep
         )
+        here = collections / "ansible_collections" / "epforge" / "ep"
         argv = [str(BIN / "ansible-test"), "sanity", "--python", args.python, "--color", "no"]
-        for name in args.tests or TESTS:
+        if args.all:
+            # the default set as this ansible-test names it, so a caller can tell that each one ran
+            listed = subprocess.run(
+                [*argv, "--list-tests"], cwd=here, capture_output=True, text=True, check=True, timeout=300
+            ).stdout.split()
+            print("sanity tests:", " ".join(listed), flush=True)
+        for name in [] if args.all else args.tests or TESTS:
             argv += ["--test", name]
         print("+", " ".join(argv), flush=True)
-        return subprocess.run(
-            argv, cwd=collections / "ansible_collections" / "epforge" / "ep", check=False
-        ).returncode
+        return subprocess.run(argv, cwd=here, check=False).returncode
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ subprocess.run(sys.argv[4:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
 def playbook_process() -> int:
     """The ansible-playbook process: this worker's parent (the first ancestor naming ansible, to be sure)."""
     pid = os.getppid()
-    for _ in range(8):
+    for _unused in range(8):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 if b"ansible" in handle.read():

@@ -31,7 +31,7 @@ def flag_pairs(extra_args) -> list[tuple[str, object]]:
 
 def flag_names(extra_args) -> list[str]:
     """The flags extra_args holds, in order (repeats kept)."""
-    return [flag for flag, _ in flag_pairs(extra_args)]
+    return [flag for flag, _unused in flag_pairs(extra_args)]
 
 
 def flag_values(extra_args, flags) -> list[str]:

@@ -59,7 +59,7 @@ class NvidiaSmi:
 
     def run(self, args: list[str]) -> tuple[list[str], int, str, str]:
         argv = [self.path, *args]
-        rc, out, err, _ = run_bounded(argv, timeout=self.timeout, env_update={"LC_ALL": "C"})
+        rc, out, err, _unused = run_bounded(argv, timeout=self.timeout, env_update={"LC_ALL": "C"})
         return argv, rc, out, err
 
 
@@ -139,7 +139,9 @@ def fabric_facts(module, smi: NvidiaSmi, gpus: list[dict], root: str, lspci_path
     if not lspci:
         error = "lspci not found (Debian/Ubuntu: apt-get install pciutils): ACS not read"
     else:
-        rc, out, err, _ = run_bounded([lspci, "-D", "-vvv"], timeout=smi.timeout, env_update={"LC_ALL": "C"})
+        rc, out, err, _unused = run_bounded(
+            [lspci, "-D", "-vvv"], timeout=smi.timeout, env_update={"LC_ALL": "C"}
+        )
         text = out if rc == 0 else ""
         if rc != 0:
             error = f"lspci -D -vvv failed: {one_line(err or out) or 'no output'}, rc {rc}"

@@ -567,7 +567,7 @@ def _adjust(
     adjustments = []
     applied_ids = set()
     # Each row adjusts at most once, so this ends; the context is re-read after every change.
-    for _ in range(len(rows) + 1):
+    for _unused in range(len(rows) + 1):
         context = build_context(gpu_facts, stack, settings, defaults, installed)
         applied_ids |= {r["id"] for r in rows if newer_than_known(r, context)}
         adjustment = _next_adjustment(rows, settings, context, applied_ids)

@@ -392,10 +392,10 @@ def start_bounded(
     return Pending(proc, timeout, started, input_text)
 
 
-def run_bounded(argv, **options) -> Completed:
+def run_bounded(argv, *, timeout: float, **options) -> Completed:
     """Run argv (its own process group) with captured text output; never longer than timeout seconds.
-    The options are start_bounded's (timeout, env, env_update, cwd, input_text)."""
-    return start_bounded(argv, **options).result()
+    The other options are start_bounded's (env, env_update, cwd, input_text)."""
+    return start_bounded(argv, timeout=timeout, **options).result()
 
 
 def _popen_to_log(argv: list[str], log, *, env: dict | None, cwd: str | None, **extra) -> subprocess.Popen:

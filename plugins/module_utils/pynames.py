@@ -58,5 +58,5 @@ def dist_info_name_version(dirname: str) -> tuple[str, str] | None:
     base = str(dirname).rstrip("/").rsplit("/", 1)[-1]
     if not base.endswith(".dist-info"):
         return None
-    name, _, version = base[: -len(".dist-info")].partition("-")
+    name, _unused, version = base[: -len(".dist-info")].partition("-")
     return (normalize(name), version) if name and version else None

@@ -56,7 +56,7 @@ def url_secrets(url: str) -> list[str]:
         userinfo = match.group("userinfo")
         if not _userinfo_is_secret(match.group("scheme"), userinfo):
             continue
-        user, _, password = userinfo.partition(":")
+        user, _unused, password = userinfo.partition(":")
         for part in (password, userinfo) if password else (user,):
             found += [part, unquote(part)]
     return [s for s in dict.fromkeys(found) if s]
@@ -106,7 +106,7 @@ def redact(value: object, secrets: list[str] | tuple[str, ...] = ()) -> object:
                 hide_next = False
                 continue
             if isinstance(element, str) and element.startswith("--"):
-                flag, sep, _ = element.partition("=")
+                flag, sep, _unused = element.partition("=")
                 if is_secret_name(flag):
                     if sep:
                         out.append(f"{flag}={REDACTED}")

@@ -262,7 +262,7 @@ class SystemdManager(ServerManager):
         )
         props = {}
         for line in proc.out.splitlines():
-            key, _, value = line.partition("=")
+            key, _unused, value = line.partition("=")
             props[key] = value
         return props
 

@@ -169,7 +169,7 @@ def run_parser_batch(
     Each argparse exit is caught in the process (SystemExit) instead of ending it; the results have the
     shape of run_parser's. Raises RuntimeError when the process itself fails.
     """
-    rc, stdout, stderr, _ = _run_script(
+    rc, stdout, stderr, _unused = _run_script(
         python, {"argvs": [list(a) for a in argvs], "construct": bool(construct)}, timeout
     )
     payload = _payload(stdout) if rc == 0 else None

@@ -403,8 +403,8 @@ def stop_early(
     goal = objective.get("goal", DEFAULT_GOAL)
     spread = math.hypot(single, incumbent["uncertainty"])
     shortfall = math.log(incumbent["value"] / float(value)) * (1 if goal == "max" else -1)
-    bar = margin_in_log(margin, goal) + noise["z"] * spread
-    if shortfall > bar:
+    threshold = margin_in_log(margin, goal) + noise["z"] * spread
+    if shortfall > threshold:
         return True, (
             f"its first window's {objective['metric']} {float(value):g} is {1 - math.exp(-shortfall):.0%} "
             f"{'below' if goal == 'max' else 'above'} the incumbent's {incumbent['value']:g}: beyond the "

@@ -54,7 +54,7 @@ def binary_paths(path: str) -> list[str]:
         return []
     chain = [path]
     current = os.path.abspath(path)
-    for _ in range(MAX_LINK_HOPS):
+    for _unused in range(MAX_LINK_HOPS):
         if not os.path.islink(current):
             break
         current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))

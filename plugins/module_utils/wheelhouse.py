@@ -35,7 +35,7 @@ def pin_from_metadata(requires_dist: list[str], names: list[str]) -> list[str]:
     """
     declared: dict[str, str] = {}
     for entry in requires_dist or []:
-        requirement, _, marker = entry.partition(";")
+        requirement, _unused, marker = entry.partition(";")
         if "extra" in marker:
             continue
         name = requirement_name(requirement)

@@ -103,7 +103,7 @@ def record_problems(site: str, name: str, limit: int = 3) -> list[str]:
 
 def _code_dirs(site: str, info_dir: str) -> set[str]:
     """The directories holding the distribution's .py and native files (a file deleted there changes them)."""
-    return {os.path.dirname(path) for path, _ in _record_entries(site, info_dir) if _is_code(path)}
+    return {os.path.dirname(path) for path, _unused in _record_entries(site, info_dir) if _is_code(path)}
 
 
 def _record_paths(site: str, info_dir: str) -> list[str]:

@@ -104,7 +104,9 @@ class Worker:
         """The rest of the worker's stderr once it ended (bounded: a stray holder of the pipe cannot hang)."""
         deadline = time.monotonic() + timeout
         while self.err_open and time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            ready, _unused, _unused = select.select(
+                [self.proc.stderr], [], [], max(0.0, deadline - time.monotonic())
+            )
             if not ready:
                 break
             self.read_stderr()
@@ -115,7 +117,7 @@ class Worker:
     def events(self, wait: float) -> list[dict]:
         """Events that arrived within `wait` seconds ([] when none; the worker may have exited)."""
         watched = [self.proc.stdout] + ([self.proc.stderr] if self.err_open else [])
-        ready, _, _ = select.select(watched, [], [], wait)
+        ready, _unused, _unused = select.select(watched, [], [], wait)
         if self.proc.stderr in ready:
             self.read_stderr()
         if self.proc.stdout not in ready:

@@ -17,7 +17,7 @@ def unreachable_workers(workers, timeout: float = 3.0) -> list[tuple[str, str]]:
     status (503 while loading, 401) means the address is reachable."""
     found = []
     for url in workers:
-        status, _, error = request("GET", url + "/health", timeout=timeout)
+        status, _unused, error = request("GET", url + "/health", timeout=timeout)
         if status == 0:
             found.append((url, error or "no answer"))
     return found
@@ -31,7 +31,7 @@ def local_addresses(host: str) -> set[str]:
     except OSError:
         return set()
     own = set()
-    for family, _, _, _, sockaddr in infos:
+    for family, _unused, _unused, _unused, sockaddr in infos:
         addr = sockaddr[0]
         if ipaddress.ip_address(addr.split("%")[0]).is_loopback:
             own.add(addr)
@@ -86,7 +86,7 @@ def sglang_problem(url: str, headers: dict, model: str, timeout: float = 5.0) ->
     if not model:
         return "", ""
     served = {info["model_path"]}
-    status, listing, _ = get_json(url + "/v1/models", headers=headers, timeout=timeout)
+    status, listing, _unused = get_json(url + "/v1/models", headers=headers, timeout=timeout)
     if status == 200 and isinstance(listing, dict):
         served |= {str(m.get("id")) for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id")}
     if model not in served:
@@ -96,7 +96,7 @@ def sglang_problem(url: str, headers: dict, model: str, timeout: float = 5.0) ->
 
 def listed_workers(url: str, headers: dict) -> list[dict]:
     """smg's worker list, one dict per worker: url, healthy, model_id, runtime_type."""
-    status, body, _ = get_json(url + "/workers", headers=headers, timeout=5.0)
+    status, body, _unused = get_json(url + "/workers", headers=headers, timeout=5.0)
     if status != 200 or not isinstance(body, dict):
         return []
     return [

@@ -207,7 +207,7 @@ def tensor_table(s: dict) -> list[tuple[str, list[int], str]]:
 
 def parameter_count(s: dict) -> int:
     total = 0
-    for _, shape, _ in tensor_table(s):
+    for _unused, shape, _unused in tensor_table(s):
         size = 1
         for dim in shape:
             size *= dim
@@ -254,7 +254,7 @@ def write_safetensors(np, path: str, s: dict) -> None:
     """The safetensors file, tensor by tensor (peak memory: the largest tensor)."""
     table = tensor_table(s)
     header, offset = {}, 0
-    for name, shape, _ in table:
+    for name, shape, _unused in table:
         size = 2
         for dim in shape:
             size *= dim

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """epforge collective probe: per-call latency of NCCL allreduce and all_to_all at decode-sized messages.
 
 Runs in the ML env (torch with NCCL), one process per GPU (torch.multiprocessing, no torchrun needed), and
@@ -274,7 +273,7 @@ class RankTimer:
         """One point of the latency curve (eager calls): the size asked for, the bytes sent, the figures."""
         try:
             call, sent, path = self.make_sized_call(op, nbytes)
-            for _ in range(self.args.warmup):
+            for _unused in range(self.args.warmup):
                 call()
             self.sync()
             row = {"op": op, "size": nbytes, "bytes": sent, "path": path}
@@ -295,14 +294,15 @@ class RankTimer:
     def event_pairs(self) -> list:
         cuda = self.torch.cuda
         return [
-            (cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in range(self.args.iters)
+            (cuda.Event(enable_timing=True), cuda.Event(enable_timing=True))
+            for _unused in range(self.args.iters)
         ]
 
     def timed_us(self, call, calls_per_run: int = 1) -> list[float]:
         """Microseconds per call of `iters` runs of call (each run makes calls_per_run calls)."""
         if not self.use_cuda:
             samples = []
-            for _ in range(self.args.iters):
+            for _unused in range(self.args.iters):
                 t0 = time.perf_counter()
                 call()
                 samples.append((time.perf_counter() - t0) * 1e6)
@@ -321,16 +321,16 @@ class RankTimer:
         stream = cuda.Stream()
         stream.wait_stream(cuda.current_stream())
         with cuda.stream(stream):
-            for _ in range(3):
+            for _unused in range(3):
                 call()
         cuda.current_stream().wait_stream(stream)
         cuda.synchronize()
         graph = cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(self.args.graph_calls):
+            for _unused in range(self.args.graph_calls):
                 call()
         cuda.synchronize()
-        for _ in range(3):
+        for _unused in range(3):
             graph.replay()
         cuda.synchronize()
         self.dist.barrier()
@@ -348,7 +348,9 @@ class RankTimer:
     def measure(self, op: str, tokens: int, modes: list[str], result: dict) -> None:
         """One row per mode into result; a mode that fails is an error entry, the others still run."""
         call, nbytes, path = self.make_call(op, tokens)
-        for _ in range(self.args.warmup):  # also settles a PCIe-IPC launch config before any graph capture
+        for _unused in range(
+            self.args.warmup
+        ):  # also settles a PCIe-IPC launch config before any graph capture
             call()
         self.sync()
         for mode in modes:

@@ -34,11 +34,11 @@ def free_port() -> int:
 
 
 def timed(fn, warmup: int, iters: int) -> tuple[float, float]:
-    for _ in range(warmup):
+    for _unused in range(warmup):
         fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(iters):
+    for _unused in range(iters):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -87,10 +87,10 @@ def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
     buffer = deep_ep.Buffer(group, int(1e9), 0, low_latency_mode=False, explicitly_destroy=True)
     try:
         x, topk_idx, topk_weights = routed_tokens(shape, 1234 + rank, sort_topk=False)
-        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, experts)
+        per_rank, _unused, per_expert, in_rank, _unused = buffer.get_dispatch_layout(topk_idx, experts)
 
         def roundtrip():
-            recv_x, _, _, _, handle, _ = buffer.dispatch(
+            recv_x, _unused, _unused, _unused, handle, _unused = buffer.dispatch(
                 x,
                 num_tokens_per_rank=per_rank,
                 is_token_in_rank=in_rank,
@@ -98,7 +98,7 @@ def normal_mode(args, rank: int, num_ranks: int, group) -> dict:
                 topk_idx=topk_idx,
                 topk_weights=topk_weights,
             )
-            combined, _, _ = buffer.combine(recv_x, handle)
+            combined, _unused, _unused = buffer.combine(recv_x, handle)
             return recv_x, combined
 
         recv_x, combined = roundtrip()
@@ -133,7 +133,7 @@ def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
         x, topk_idx, topk_weights = routed_tokens(shape, 4321 + rank, sort_topk=True)
 
         def dispatch():
-            recv, _count, handle, _, _ = buffer.low_latency_dispatch(
+            recv, _count, handle, _unused, _unused = buffer.low_latency_dispatch(
                 x, topk_idx, tokens, experts, use_fp8=False, async_finish=False
             )
             return recv, handle
@@ -141,7 +141,7 @@ def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
         # Checked once: the experts' output is the received tokens themselves (copied out of the receive
         # buffer, which combine reuses), so combined == x * sum(top-k weights).
         recv, handle = dispatch()
-        combined, _, _ = buffer.low_latency_combine(recv.clone(), topk_idx, topk_weights, handle)
+        combined, _unused, _unused = buffer.low_latency_combine(recv.clone(), topk_idx, topk_weights, handle)
         torch.cuda.synchronize()
         ref = x.float() * topk_weights.sum(dim=1, keepdim=True)
         diff = rel_diff(combined.float(), ref)
@@ -149,7 +149,7 @@ def low_latency_mode(args, rank: int, num_ranks: int, group) -> dict:
         expert_out = recv.clone()
 
         def roundtrip():
-            _, handle = dispatch()
+            _unused, handle = dispatch()
             buffer.low_latency_combine(expert_out, topk_idx, topk_weights, handle)
 
         timing = timed(roundtrip, args.warmup, args.iters)

@@ -124,7 +124,7 @@ def main() -> int:
     copy_redacted(read_fd, key.encode())
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
+            _unused, status = os.waitpid(pid, 0)
             break
         except InterruptedError:
             continue
