@@ -190,22 +190,25 @@ def list_archs(module: AnsibleModule, cuobjdump: str, path: str) -> dict:
         raise  # fail_json exits; this keeps the type checker and readers sure nothing follows
 
 
+ARGUMENT_SPEC = {
+    "paths": {"type": "list", "elements": "path", "required": True, "aliases": ["path"]},
+    "patterns": {
+        "type": "list",
+        "elements": "str",
+        "default": ["*.so", "*.so.*", "*.cubin", "*.o", "*.a", "*.fatbin"],
+    },
+    "required_archs": {"type": "list", "elements": "str", "default": []},
+    "accept_ptx": {"type": "bool", "default": False},
+    "ignore_host_only": {"type": "bool", "default": False},
+    "cuobjdump": {"type": "path"},
+    "cuda_home": {"type": "path"},
+    "timeout": {"type": "int", "default": 120},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "paths": {"type": "list", "elements": "path", "required": True, "aliases": ["path"]},
-            "patterns": {
-                "type": "list",
-                "elements": "str",
-                "default": ["*.so", "*.so.*", "*.cubin", "*.o", "*.a", "*.fatbin"],
-            },
-            "required_archs": {"type": "list", "elements": "str", "default": []},
-            "accept_ptx": {"type": "bool", "default": False},
-            "ignore_host_only": {"type": "bool", "default": False},
-            "cuobjdump": {"type": "path"},
-            "cuda_home": {"type": "path"},
-            "timeout": {"type": "int", "default": 120},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = module.params

@@ -317,25 +317,28 @@ def build_and_publish(
     publish_dir(out, entry_dir)
 
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "key": {"type": "str", "required": True, "no_log": False},
+    "inputs": {"type": "dict", "default": {}},
+    "source": {"type": "path", "required": True},
+    "subdir": {"type": "str", "default": ""},
+    "python": {"type": "path", "required": True},
+    "cuda_home": {"type": "path", "required": True},
+    "archs": {"type": "list", "elements": "str", "required": True},
+    "build_env": {"type": "dict", "default": {}},
+    "include_dirs": {"type": "list", "elements": "str", "default": []},
+    "max_jobs": {"type": "int", "default": 0},
+    "max_jobs_cap": {"type": "int", "default": 16},
+    "out_dir": {"type": "path", "required": True},
+    "log_path": {"type": "path", "required": True},
+    "timeout": {"type": "int", "default": 3600},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "key": {"type": "str", "required": True, "no_log": False},
-            "inputs": {"type": "dict", "default": {}},
-            "source": {"type": "path", "required": True},
-            "subdir": {"type": "str", "default": ""},
-            "python": {"type": "path", "required": True},
-            "cuda_home": {"type": "path", "required": True},
-            "archs": {"type": "list", "elements": "str", "required": True},
-            "build_env": {"type": "dict", "default": {}},
-            "include_dirs": {"type": "list", "elements": "str", "default": []},
-            "max_jobs": {"type": "int", "default": 0},
-            "max_jobs_cap": {"type": "int", "default": 16},
-            "out_dir": {"type": "path", "required": True},
-            "log_path": {"type": "path", "required": True},
-            "timeout": {"type": "int", "default": 3600},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

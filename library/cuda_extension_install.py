@@ -83,16 +83,19 @@ from ansible_collections.epforge.ep.plugins.module_utils.process import run_boun
 SITE_PROBE = "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['platlib']))"
 
 
+ARGUMENT_SPEC = {
+    "wheel": {"type": "path", "required": True},
+    "python": {"type": "path", "required": True},
+    "imports": {"type": "list", "elements": "str", "default": []},
+    "env": {"type": "dict", "default": {}},
+    "log_path": {"type": "path", "required": True},
+    "timeout": {"type": "int", "default": 600},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "wheel": {"type": "path", "required": True},
-            "python": {"type": "path", "required": True},
-            "imports": {"type": "list", "elements": "str", "default": []},
-            "env": {"type": "dict", "default": {}},
-            "log_path": {"type": "path", "required": True},
-            "timeout": {"type": "int", "default": 600},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

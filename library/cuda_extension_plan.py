@@ -243,24 +243,27 @@ def watched(p: dict, probe: dict, stamp_path: str, stamp: dict, fact_path: str) 
     )
 
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "source": {"type": "str", "required": True},
+    "source_kind": {"type": "str", "required": True, "choices": ["git", "dir", "archive"]},
+    "revision": {"type": "str", "required": True},
+    "subdir": {"type": "str", "default": ""},
+    "archs": {"type": "list", "elements": "str", "required": True},
+    "python": {"type": "path", "required": True},
+    "cuda_home": {"type": "path", "required": True},
+    "build_env": {"type": "dict", "default": {}},
+    "include_dirs": {"type": "list", "elements": "str", "default": []},
+    "key_extra": {"type": "raw", "default": {}, "no_log": False},
+    "state_dir": {"type": "path", "required": True},
+    "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
+    "record": {"type": "bool", "default": False},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "source": {"type": "str", "required": True},
-            "source_kind": {"type": "str", "required": True, "choices": ["git", "dir", "archive"]},
-            "revision": {"type": "str", "required": True},
-            "subdir": {"type": "str", "default": ""},
-            "archs": {"type": "list", "elements": "str", "required": True},
-            "python": {"type": "path", "required": True},
-            "cuda_home": {"type": "path", "required": True},
-            "build_env": {"type": "dict", "default": {}},
-            "include_dirs": {"type": "list", "elements": "str", "default": []},
-            "key_extra": {"type": "raw", "default": {}, "no_log": False},
-            "state_dir": {"type": "path", "required": True},
-            "facts_dir": {"type": "path", "default": "/etc/ansible/facts.d"},
-            "record": {"type": "bool", "default": False},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -402,22 +402,25 @@ def assemble(p: dict, staging: str, wheels: list[str], *, version: str, prefix: 
     return found, symbols
 
 
+ARGUMENT_SPEC = {
+    "prefix": {"type": "path", "required": True},
+    "cuda_version": {"type": "str", "required": True},
+    "packages": {"type": "list", "elements": "str", "required": True},
+    "wheel_dir": {"type": "path", "required": True},
+    "pip_command": {"type": "list", "elements": "str", "default": []},
+    "index_url": {"type": "str", "default": ""},
+    "extra_index_urls": {"type": "list", "elements": "str", "default": []},
+    "find_links": {"type": "list", "elements": "str", "default": []},
+    "link_stub": {"type": "bool", "default": True},
+    "cc": {"type": "str", "default": "gcc"},
+    "log_path": {"type": "path", "required": True},
+    "timeout": {"type": "int", "default": 900},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "prefix": {"type": "path", "required": True},
-            "cuda_version": {"type": "str", "required": True},
-            "packages": {"type": "list", "elements": "str", "required": True},
-            "wheel_dir": {"type": "path", "required": True},
-            "pip_command": {"type": "list", "elements": "str", "default": []},
-            "index_url": {"type": "str", "default": ""},
-            "extra_index_urls": {"type": "list", "elements": "str", "default": []},
-            "find_links": {"type": "list", "elements": "str", "default": []},
-            "link_stub": {"type": "bool", "default": True},
-            "cc": {"type": "str", "default": "gcc"},
-            "log_path": {"type": "path", "required": True},
-            "timeout": {"type": "int", "default": 900},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -107,26 +107,28 @@ from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd,
 from ansible_collections.epforge.ep.plugins.module_utils.deepep import non_nvlink_pairs
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "script": {"type": "path", "required": True},
+    "num_processes": {"type": "int", "default": 2},
+    "modes": {
+        "type": "list",
+        "elements": "str",
+        "choices": ["normal", "low_latency"],
+        "default": ["normal", "low_latency"],
+    },
+    "result_path": {"type": "path", "required": True},
+    "log_path": {"type": "path", "required": True},
+    "environment": {"type": "dict", "default": {}},
+    "timeout": {"type": "int", "default": 480},
+    "normal_needs_nvlink": {"type": "bool", "default": True},
+    "nvidia_smi": {"type": "path", "default": "nvidia-smi"},
+}
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "script": {"type": "path", "required": True},
-            "num_processes": {"type": "int", "default": 2},
-            "modes": {
-                "type": "list",
-                "elements": "str",
-                "choices": ["normal", "low_latency"],
-                "default": ["normal", "low_latency"],
-            },
-            "result_path": {"type": "path", "required": True},
-            "log_path": {"type": "path", "required": True},
-            "environment": {"type": "dict", "default": {}},
-            "timeout": {"type": "int", "default": 480},
-            "normal_needs_nvlink": {"type": "bool", "default": True},
-            "nvidia_smi": {"type": "path", "default": "nvidia-smi"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -174,24 +174,27 @@ def explicit_nvshmem(module: AnsibleModule, d: str) -> dict:
     return {"dir": d, "version": nvshmem_header_version(d), "source": "nvshmem_dir"}
 
 
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "cuda_home": {"type": "path", "required": True},
+    "arch_list": {"type": "list", "elements": "str", "required": True},
+    "nvshmem_dir": {"type": "str", "default": ""},
+    "nvshmem_package": {"type": "str", "default": "nvidia-nvshmem-cu13"},
+    "require_nvshmem": {"type": "bool", "default": True},
+    "disable_sm90_features": {"type": "bool", "default": False},
+    "aggressive_ptx": {"type": "bool", "default": False},
+    "extra_include_dirs": {"type": "list", "elements": "path", "default": []},
+    "system_include_dirs": {
+        "type": "list",
+        "elements": "path",
+        "default": ["/usr/include", "/usr/local/include"],
+    },
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "cuda_home": {"type": "path", "required": True},
-            "arch_list": {"type": "list", "elements": "str", "required": True},
-            "nvshmem_dir": {"type": "str", "default": ""},
-            "nvshmem_package": {"type": "str", "default": "nvidia-nvshmem-cu13"},
-            "require_nvshmem": {"type": "bool", "default": True},
-            "disable_sm90_features": {"type": "bool", "default": False},
-            "aggressive_ptx": {"type": "bool", "default": False},
-            "extra_include_dirs": {"type": "list", "elements": "path", "default": []},
-            "system_include_dirs": {
-                "type": "list",
-                "elements": "path",
-                "default": ["/usr/include", "/usr/local/include"],
-            },
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -178,16 +178,19 @@ def read_archs(cuobjdump: str, wheel: str, archs: list[str], timeout: int) -> di
     return {"files": files, "sass_archs": sass, "missing_archs": missing}
 
 
+ARGUMENT_SPEC = {
+    "folder": {"type": "path", "required": True},
+    "requirement": {"type": "str", "required": True},
+    "required_archs": {"type": "list", "elements": "str", "required": True},
+    "cuobjdump": {"type": "path", "required": True},
+    "require_wheel": {"type": "bool", "default": False},
+    "timeout": {"type": "int", "default": 120},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "folder": {"type": "path", "required": True},
-            "requirement": {"type": "str", "required": True},
-            "required_archs": {"type": "list", "elements": "str", "required": True},
-            "cuobjdump": {"type": "path", "required": True},
-            "require_wheel": {"type": "bool", "default": False},
-            "timeout": {"type": "int", "default": 120},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

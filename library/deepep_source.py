@@ -99,13 +99,16 @@ def git_commit(path: str) -> str:
     return proc.out.strip() if proc.rc == 0 else ""
 
 
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "required": True},
+    "expect_commit": {"type": "str", "default": ""},
+    "commit": {"type": "str", "default": ""},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "expect_commit": {"type": "str", "default": ""},
-            "commit": {"type": "str", "default": ""},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     path = module.params["path"]

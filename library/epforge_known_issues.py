@@ -209,20 +209,23 @@ def refuse_another_verdict(module: AnsibleModule, expected: list[str] | None, re
     )
 
 
+ARGUMENT_SPEC = {
+    "table": {"type": "dict", "required": True},
+    "gpu_facts": {"type": "dict", "default": {}},
+    "stack": {"type": "dict", "required": True},
+    "server": {"type": "dict", "default": {}},
+    "fail_on_error": {"type": "bool", "default": True},
+    "env": {"type": "path", "default": ""},
+    "expect_adjustments": {"type": "list", "elements": "str"},
+    "sglang_version": {"type": "str", "default": ""},
+    "flag_table": {"type": "dict", "default": {}},
+    "model_dir": {"type": "path", "default": "/var/lib/epforge/models"},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "table": {"type": "dict", "required": True},
-            "gpu_facts": {"type": "dict", "default": {}},
-            "stack": {"type": "dict", "required": True},
-            "server": {"type": "dict", "default": {}},
-            "fail_on_error": {"type": "bool", "default": True},
-            "env": {"type": "path", "default": ""},
-            "expect_adjustments": {"type": "list", "elements": "str"},
-            "sglang_version": {"type": "str", "default": ""},
-            "flag_table": {"type": "dict", "default": {}},
-            "model_dir": {"type": "path", "default": "/var/lib/epforge/models"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = module.params

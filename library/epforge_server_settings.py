@@ -124,7 +124,7 @@ problems:
     - "env.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE must be one of true, 1, yes, y, false, 0, no, n (any case) for
       SGLang 0.5.23 (EnvBool in sglang/srt/environ.py), got 'on': SGLang would only warn and use its
       default False"
-keys:
+setting_names:
   description: The settings given (names only), sorted.
   returned: always
   type: list
@@ -187,13 +187,13 @@ def main() -> None:
         module.fail_json(
             msg=f"{module.params['name']} is refused before anything changes: {numbered}",
             problems=problems,
-            keys=keys,
+            setting_names=keys,
         )
     for warning in env_warnings(
         settings.get("env") if isinstance(settings, dict) else None, module.params["name"] + ".env"
     ):
         module.warn(warning)
-    module.exit_json(changed=False, problems=[], keys=keys)
+    module.exit_json(changed=False, problems=[], setting_names=keys)
 
 
 if __name__ == "__main__":

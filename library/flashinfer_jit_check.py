@@ -172,21 +172,24 @@ def make_stub(module, stub_dir: str) -> str:
     return os.path.join(stub_dir, "libcuda.so")
 
 
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "cuda_home": {"type": "path", "required": True},
+    "arch_list": {"type": "str", "required": True},
+    "activation": {"type": "str", "choices": ["silu", "gelu", "gelu_tanh"], "default": "silu"},
+    "workspace": {"type": "path", "required": True},
+    "library_dirs": {"type": "list", "elements": "path", "default": []},
+    "make_libcuda_stub": {"type": "bool", "default": True},
+    "stub_dir": {"type": "path", "required": True},
+    "max_jobs": {"type": "int", "default": 2},
+    "log_path": {"type": "path", "required": True},
+    "timeout": {"type": "int", "default": 1200},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "cuda_home": {"type": "path", "required": True},
-            "arch_list": {"type": "str", "required": True},
-            "activation": {"type": "str", "choices": ["silu", "gelu", "gelu_tanh"], "default": "silu"},
-            "workspace": {"type": "path", "required": True},
-            "library_dirs": {"type": "list", "elements": "path", "default": []},
-            "make_libcuda_stub": {"type": "bool", "default": True},
-            "stub_dir": {"type": "path", "required": True},
-            "max_jobs": {"type": "int", "default": 2},
-            "log_path": {"type": "path", "required": True},
-            "timeout": {"type": "int", "default": 1200},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

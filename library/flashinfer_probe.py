@@ -222,20 +222,23 @@ def watched(p: dict, stamp: dict) -> list[str]:
     return watch_list(nvcc, places, own)
 
 
+ARGUMENT_SPEC = {
+    "cuda_home": {"type": "path", "required": True},
+    "arch_list": {"type": "list", "elements": "str", "required": True},
+    "python": {"type": "path", "required": True},
+    "requirements": {"type": "list", "elements": "str", "required": True},
+    "stamp_path": {"type": "path", "required": True},
+    "inputs": {"type": "dict", "required": True},
+    "jit_verify": {"type": "bool", "default": True},
+    "facts_dir": {"type": "path", "required": True},
+    "fact": {"type": "dict", "required": True},
+    "timeout": {"type": "int", "default": 120},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "cuda_home": {"type": "path", "required": True},
-            "arch_list": {"type": "list", "elements": "str", "required": True},
-            "python": {"type": "path", "required": True},
-            "requirements": {"type": "list", "elements": "str", "required": True},
-            "stamp_path": {"type": "path", "required": True},
-            "inputs": {"type": "dict", "required": True},
-            "jit_verify": {"type": "bool", "default": True},
-            "facts_dir": {"type": "path", "required": True},
-            "fact": {"type": "dict", "required": True},
-            "timeout": {"type": "int", "default": 120},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -121,18 +121,20 @@ from ansible_collections.epforge.ep.plugins.module_utils.gpu_facts import (
     find_nvidia_smi,
 )
 
+ARGUMENT_SPEC = {
+    "baseline": {"type": "dict"},
+    "bound_mib": {"type": "int", "default": 1024},
+    "wait_s": {"type": "float", "default": 60},
+    "interval_s": {"type": "float", "default": 1},
+    "process_groups": {"type": "list", "elements": "int", "default": []},
+    "nvidia_smi_path": {"type": "path"},
+    "timeout": {"type": "int", "default": 30},
+}
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "baseline": {"type": "dict"},
-            "bound_mib": {"type": "int", "default": 1024},
-            "wait_s": {"type": "float", "default": 60},
-            "interval_s": {"type": "float", "default": 1},
-            "process_groups": {"type": "list", "elements": "int", "default": []},
-            "nvidia_smi_path": {"type": "path"},
-            "timeout": {"type": "int", "default": 30},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

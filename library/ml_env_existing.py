@@ -167,17 +167,20 @@ def mismatches(evidence: dict, p: dict, archs: list[str]) -> list[str]:
     return problems
 
 
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "torch_version": {"type": "str", "required": True},
+    "torch_cuda": {"type": "str", "required": True},
+    "toolkit_cuda": {"type": "str", "required": True},
+    "archs": {"type": "list", "elements": "str", "required": True},
+    "timeout": {"type": "int", "default": 300},
+    "facts_dir": {"type": "path"},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "torch_version": {"type": "str", "required": True},
-            "torch_cuda": {"type": "str", "required": True},
-            "toolkit_cuda": {"type": "str", "required": True},
-            "archs": {"type": "list", "elements": "str", "required": True},
-            "timeout": {"type": "int", "default": 300},
-            "facts_dir": {"type": "path"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -426,27 +426,30 @@ def mismatch_msg(p: dict) -> Callable[[int, int], str]:
     )
 
 
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "required": True},
+    "base_python": {"type": "str", "default": "python3"},
+    "torch_version": {"type": "str", "required": True},
+    "torch_cuda": {"type": "str", "required": True},
+    "index_url": {"type": "str", "default": ""},
+    "packages": {
+        "type": "list",
+        "elements": "str",
+        "default": ["setuptools", "wheel", "ninja", "packaging"],
+    },
+    "toolkit_cuda": {"type": "str", "required": True},
+    "archs": {"type": "list", "elements": "str", "required": True},
+    "stamp_path": {"type": "path"},
+    "log_path": {"type": "path", "required": True},
+    "timeout": {"type": "int", "default": 1800},
+    "facts_dir": {"type": "path"},
+    "pip_source": {"type": "str", "default": ""},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "base_python": {"type": "str", "default": "python3"},
-            "torch_version": {"type": "str", "required": True},
-            "torch_cuda": {"type": "str", "required": True},
-            "index_url": {"type": "str", "default": ""},
-            "packages": {
-                "type": "list",
-                "elements": "str",
-                "default": ["setuptools", "wheel", "ninja", "packaging"],
-            },
-            "toolkit_cuda": {"type": "str", "required": True},
-            "archs": {"type": "list", "elements": "str", "required": True},
-            "stamp_path": {"type": "path"},
-            "log_path": {"type": "path", "required": True},
-            "timeout": {"type": "int", "default": 1800},
-            "facts_dir": {"type": "path"},
-            "pip_source": {"type": "str", "default": ""},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -166,16 +166,19 @@ def parse_probe_output(stdout: str) -> dict | None:
     return None
 
 
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "name": {"type": "str", "required": True},
+    "distribution": {"type": "str"},
+    "allow_no_gpu": {"type": "bool", "default": True},
+    "environment": {"type": "dict", "default": {}},
+    "timeout": {"type": "int", "default": 300},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "name": {"type": "str", "required": True},
-            "distribution": {"type": "str"},
-            "allow_no_gpu": {"type": "bool", "default": True},
-            "environment": {"type": "dict", "default": {}},
-            "timeout": {"type": "int", "default": 300},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -195,21 +195,24 @@ def judge(path: str, account: dict, need: int) -> dict | None:
     return {"path": path, "mode": oct(stat.S_IMODE(st.st_mode)), "owner": owner, "needs": describe_need(need)}
 
 
+ARGUMENT_SPEC = {
+    "user": {"type": "str", "required": True},
+    "group": {"type": "str"},
+    "paths": {"type": "list", "elements": "path", "required": True},
+    "execute": {"type": "bool", "default": True},
+    "purpose": {"type": "str", "default": "run the server"},
+    "home": {"type": "path", "default": ""},
+    "home_hint": {
+        "type": "str",
+        "default": "stop what runs as the account first, with the settings it was started with, then "
+        "run again (or keep the previous home)",
+    },
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "user": {"type": "str", "required": True},
-            "group": {"type": "str"},
-            "paths": {"type": "list", "elements": "path", "required": True},
-            "execute": {"type": "bool", "default": True},
-            "purpose": {"type": "str", "default": "run the server"},
-            "home": {"type": "path", "default": ""},
-            "home_hint": {
-                "type": "str",
-                "default": "stop what runs as the account first, with the settings it was started with, then "
-                "run again (or keep the previous home)",
-            },
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -344,15 +344,18 @@ def warn_deepep_hidden(module: AnsibleModule, hidden_size: int) -> None:
     )
 
 
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "required": True},
+    "python": {"type": "path", "required": True},
+    **SETTING_TYPES,
+    "timeout": {"type": "int", "default": 600},
+    "facts_dir": {"type": "path"},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "python": {"type": "path", "required": True},
-            **SETTING_TYPES,
-            "timeout": {"type": "int", "default": 600},
-            "facts_dir": {"type": "path"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -683,24 +683,27 @@ def finish(module, seen: dict, **values) -> None:
     module.exit_json(**values)
 
 
+ARGUMENT_SPEC = {
+    "directory": {"type": "path", "required": True},
+    "stack": {"type": "dict", "required": True},
+    "choice": {"type": "dict", "default": {}},
+    "python_version": {"type": "str", "required": True},
+    "machine": {"type": "str", "required": True},
+    "glibc": {"type": "str", "required": True},
+    "installed": {"type": "dict", "default": {}},
+    "protect": {"type": "list", "elements": "str", "default": ["torch"]},
+    "download": {"type": "bool", "default": True},
+    "pip": {"type": "list", "elements": "str", "default": []},
+    "log_path": {"type": "path", "required": True},
+    "timeout": {"type": "int", "default": 3600},
+    "manifest_sha256": {"type": "raw"},
+    "hash_cache": {"type": "path", "default": ""},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "directory": {"type": "path", "required": True},
-            "stack": {"type": "dict", "required": True},
-            "choice": {"type": "dict", "default": {}},
-            "python_version": {"type": "str", "required": True},
-            "machine": {"type": "str", "required": True},
-            "glibc": {"type": "str", "required": True},
-            "installed": {"type": "dict", "default": {}},
-            "protect": {"type": "list", "elements": "str", "default": ["torch"]},
-            "download": {"type": "bool", "default": True},
-            "pip": {"type": "list", "elements": "str", "default": []},
-            "log_path": {"type": "path", "required": True},
-            "timeout": {"type": "int", "default": 3600},
-            "manifest_sha256": {"type": "raw"},
-            "hash_cache": {"type": "path", "default": ""},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -107,14 +107,17 @@ from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import file_
 PROBE_TIMEOUT_S = 120
 
 
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "base_python": {"type": "str", "default": "python3"},
+    "wheel_dir": {"type": "path"},
+    "baseline_path": {"type": "path"},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "base_python": {"type": "str", "default": "python3"},
-            "wheel_dir": {"type": "path"},
-            "baseline_path": {"type": "path"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     python = module.params["python"]

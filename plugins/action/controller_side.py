@@ -23,9 +23,9 @@ import traceback
 
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import module_loader
-from ansible.vars.clean import remove_internal_keys
 
 from ansible_collections.epforge.ep.plugins.module_utils.process import ending_with_controller
+from ansible_collections.epforge.ep.plugins.plugin_utils.module_result import parsed_result
 
 try:
     from ansible.module_utils.testing import patch_module_args
@@ -99,7 +99,5 @@ class ActionModule(ActionBase):
             )
         if not printed.strip():
             return dict(result, failed=True, msg=f"{name} ended without a result")
-        data = self._parse_returned_data({"stdout": printed, "stderr": "", "rc": 0}, "legacy")
-        remove_internal_keys(data)
-        result.update(data)
+        result.update(parsed_result(self, printed))
         return result

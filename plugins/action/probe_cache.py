@@ -44,10 +44,10 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import module_loader
 from ansible.release import __version__ as ansible_version
-from ansible.vars.clean import remove_internal_keys
 
 from ansible_collections.epforge.ep.plugins.module_utils import seal
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
+from ansible_collections.epforge.ep.plugins.plugin_utils.module_result import without_internal_keys
 
 # Both host scripts (run with no site packages) compare a path by this state: a rewrite, a touch, a rename
 # over it or its removal shows.
@@ -233,12 +233,9 @@ class ActionModule(ActionBase):
 
     def store(self, interpreter: str, record: str, key: str, name: str, answer: dict) -> list:
         """Write the record on the host; the paths of the module's old records that went."""
-        kept = copy.deepcopy(
-            answer
-        )  # remove_internal_keys edits nested dicts: the task's own result stays whole
-        remove_internal_keys(
-            kept
-        )  # also drops a discovered interpreter: a fact of this run, not of the answer
+        # a copy: without_internal_keys edits nested dicts, and the task's own result stays whole; it also
+        # drops a discovered interpreter, a fact of this run, not of the answer
+        kept = without_internal_keys(copy.deepcopy(answer))
         kept.pop("invocation", None)
         if not kept.get("ansible_facts", True):
             del kept["ansible_facts"]

@@ -44,23 +44,27 @@ def argv_of(workload: dict) -> list[str]:
     return bench_argv("/py", "http://127.0.0.1:1", normalize_workload(workload), "/tmp/out.jsonl")
 
 
-@pytest.mark.parametrize("release", RELEASES)
-def test_both_releases_take_the_options_and_pickle_by_tokenizer_class(release):
+def release_files(release: str, *names: str) -> list[str]:
+    """The text of each named file in the release's wheel (downloaded once into the wheel cache)."""
     wheel = flag_data().download_wheel(sys.executable, release, WHEELS)
     with zipfile.ZipFile(wheel) as archive:
-        serving = archive.read("sglang/benchmark/serving.py").decode()
-        gsp = archive.read("sglang/benchmark/datasets/generated_shared_prefix.py").decode()
+        return [archive.read(f"sglang/{name}").decode() for name in names]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_both_releases_take_the_options_and_pickle_by_tokenizer_class(release):
+    serving, gsp, datasets = release_files(
+        release,
+        "benchmark/serving.py",
+        "benchmark/datasets/generated_shared_prefix.py",
+        "benchmark/datasets/__init__.py",
+    )
     flags = [a for a in argv_of(GSP) if a.startswith("--gsp-")]
     assert flags and all(f'"{flag}"' in serving for flag in flags)
-    assert '"generated-shared-prefix"' in archive_datasets(wheel)
+    assert '"generated-shared-prefix"' in datasets
     # the reason for the run's own HOME (library/sglang_bench.py client_env)
     assert 'Path.home() / ".cache" / "sglang" / "benchmark"' in gsp
     assert 'f"{tokenizer.__class__.__name__}.pkl"' in gsp
-
-
-def archive_datasets(wheel: Path) -> str:
-    with zipfile.ZipFile(wheel) as archive:
-        return archive.read("sglang/benchmark/datasets/__init__.py").decode()
 
 
 def test_the_argv_splits_the_prompt_into_the_shared_prefix_and_a_question():
@@ -118,10 +122,9 @@ H200_WORKLOAD = {
 @pytest.mark.parametrize("release", RELEASES)
 def test_both_releases_make_the_text_from_decoded_random_ids(release):
     # why a shared-prefix window is not held to input_len from above: the text is decoded and encoded again
-    wheel = flag_data().download_wheel(sys.executable, release, WHEELS)
-    with zipfile.ZipFile(wheel) as archive:
-        common = archive.read("sglang/benchmark/datasets/common.py").decode()
-        gsp = archive.read("sglang/benchmark/datasets/generated_shared_prefix.py").decode()
+    common, gsp = release_files(
+        release, "benchmark/datasets/common.py", "benchmark/datasets/generated_shared_prefix.py"
+    )
     # 0.5.16 draws the ids in gen_prompt itself, 0.5.23 in gen_prompt_ids; both return the decoded text
     body = common.split("def gen_prompt(", 1)[1].split("\ndef ", 1)[0]
     assert "return tokenizer.decode(" in body and "random.choices(all_available_tokens" in common

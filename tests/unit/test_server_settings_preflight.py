@@ -67,7 +67,7 @@ def test_module_refuses_each_bad_input_and_passes_a_good_one():
         {"settings": {"model_path": "/m", "tp_size": "8", "ep_size": 8, "api_key": "sk-secret-value"}},
     )
     assert kind == "exit" and good["changed"] is False and good["problems"] == []
-    assert good["keys"] == ["api_key", "ep_size", "model_path", "tp_size"]
+    assert good["setting_names"] == ["api_key", "ep_size", "model_path", "tp_size"]
     assert run_main(epforge_server_settings, {"settings": {}})[0] == "exit"
 
 
