@@ -524,9 +524,12 @@ def disk_need_gib(min_free_gib: float, builds: bool) -> float:
 def disk_check(
     path: str, min_free_gib: float, free_bytes: int | None, measured_on: str, builds: bool = True
 ) -> dict:
-    """Check disk: free space on the filesystem of path (measured on its nearest existing parent).
+    """Check disk: free space on the filesystem of path (measured on its nearest existing parent); the
+    status is this run's (builds: site.yml's and provision.yml's need, else a run's).
 
-    A passing detail holds no free-byte count, so the result is stable across reruns.
+    A passing detail holds no free-byte count, so the result is stable across reruns, and says what the
+    space is enough for whatever the run: a run that builds and one that does not then write the same fact
+    (on the lent H200, 2026-12-04, provision.yml after serve.yml rewrote it each time: changed=1).
     """
     if not min_free_gib or min_free_gib <= 0:
         return _check("disk", "skipped", "skipped: preflight_min_free_gib is 0")
@@ -550,7 +553,16 @@ def disk_check(
             f"{free_bytes / GIB:.1f} GiB free on {where}, {need:g} GiB needed ({what}): free space there, "
             "point preflight_disk_path at a larger filesystem, or lower preflight_min_free_gib",
         )
-    return _check("disk", "passed", f"at least {need:g} GiB free on {path}")
+    build_need = disk_need_gib(min_free_gib, True)
+    if free_bytes >= build_need * GIB:
+        return _check("disk", "passed", f"at least {build_need:g} GiB free on {path}")
+    run_need = disk_need_gib(min_free_gib, False)
+    return _check(
+        "disk",
+        "passed",
+        f"at least {run_need:g} GiB free on {path}: enough for a run that builds nothing, not for one that "
+        f"builds ({build_need:g} GiB)",
+    )
 
 
 def gpu_runtime(gpu_facts: dict, steps: list[str]) -> dict:

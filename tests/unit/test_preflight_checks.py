@@ -202,7 +202,8 @@ def test_a_run_that_builds_nothing_needs_only_what_a_server_run_writes():
         "name": "disk",
         "ok": True,
         "status": "passed",
-        "detail": "at least 2 GiB free on /v",
+        "detail": "at least 2 GiB free on /v: enough for a run that builds nothing, not for one that builds "
+        "(20 GiB)",
     }
     assert disk_check("/v", 20, int(16.9 * GIB), "/", builds=True)["status"] == "failed"
     short = disk_check("/v", 20, int(1.5 * GIB), "/v", builds=False)
@@ -211,6 +212,17 @@ def test_a_run_that_builds_nothing_needs_only_what_a_server_run_writes():
     assert (
         disk_check("/v", 0.5, int(0.6 * GIB), "/v", builds=False)["detail"] == "at least 0.5 GiB free on /v"
     )
+
+
+def test_a_run_that_builds_and_one_that_does_not_record_the_same_passing_check():
+    """provision.yml and serve.yml one after the other leave the preflight fact as it was (on the lent H200,
+    2026-12-04, each rewrote the other's disk check: reprovision changed=1)."""
+    for free in (25, 16.9):
+        both = [disk_check("/v", 20, int(free * GIB), "/", builds=kind) for kind in (True, False)]
+        if free >= 20:
+            assert both[0] == both[1] and both[0]["detail"] == "at least 20 GiB free on /v"
+        else:
+            assert both[0]["status"] == "failed" and both[1]["status"] == "passed"
 
 
 def test_gpu_runtime():
