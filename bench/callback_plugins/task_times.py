@@ -1,7 +1,8 @@
 """bench/tune_cost.py's clock: every task's start and end (a benchmark task's client figures too), as JSON.
 
-Loaded only by bench/tune_cost.py (ANSIBLE_CALLBACK_PLUGINS=bench/callback_plugins, ANSIBLE_CALLBACKS_ENABLED
-task_times); writes to the file named by EPFORGE_TASK_TIMES. Not part of the collection.
+Loaded only by bench/tune_cost.py and bench/first_run.py (ANSIBLE_CALLBACK_PLUGINS=bench/callback_plugins,
+ANSIBLE_CALLBACKS_ENABLED task_times); writes to the file named by EPFORGE_TASK_TIMES. Not part of the
+collection.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ class CallbackModule(CallbackBase):
         task = result._task
         res = result._result if isinstance(result._result, dict) else {}
         figures = res.get("figures") if isinstance(res.get("figures"), dict) else {}
+        role = getattr(task, "_role", None)
         line = {
             "task": task.get_name(),
+            "role": role.get_name() if role else None,
             "start": self.started.get(task._uuid, time.time()),
             "end": time.time(),
             "status": status,
