@@ -47,12 +47,14 @@ for d in /root/.cache/pip /root/.cache/uv /root/.cache/epforge /root/.cache/flas
   if [ -n "$left" ]; then echo "EPFORGE_NOT_EMPTY $d"; exit 3; fi
 done
 echo "EPFORGE_CACHES_EMPTY"
-rx() { cat /sys/class/net/*/statistics/rx_bytes 2>/dev/null | awk '{s+=$1} END {print s+0}'; }
+rx() { cat /sys/class/net/*/statistics/rx_bytes 2>/dev/null | awk '{s+=$1} END {printf "%.0f", s}'; }
 python3 - <<'PY'
-import json, time, urllib.request
+import json, time, urllib.parse, urllib.request
 # PyPI's files host, one large wheel read for at most 8 s or 400 MB: the bandwidth a download here gets
-meta = json.load(urllib.request.urlopen("https://pypi.org/pypi/torch/json", timeout=60))
-url = max(meta["urls"], key=lambda u: u["size"])["url"]
+# (a mirror may answer with URLs relative to the JSON's own)
+index = "https://pypi.org/pypi/torch/json"
+meta = json.load(urllib.request.urlopen(index, timeout=60))
+url = urllib.parse.urljoin(index, max(meta["urls"], key=lambda u: u["size"])["url"])
 got, start = 0, time.monotonic()
 with urllib.request.urlopen(url, timeout=60) as body:
     while time.monotonic() - start < 8 and got < 400e6:
@@ -177,6 +179,12 @@ def floor_of(b: dict) -> float | None:
     return round(b["bootstrap_s"] + download + b["site_cpu_s"] / CORES, 1)
 
 
+def verdict_of(rc: int, wall: float, target: float) -> str:
+    if rc != 0:
+        return "no verdict: the run failed"
+    return "met" if wall <= target else "not met"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="bookworm", help="Debian suite of the image (default bookworm)")
@@ -209,7 +217,7 @@ def main() -> int:
         print(
             f"  floor {figures['floor_s']} s (bootstrap + bytes at that bandwidth + CPU on {CORES} cores); "
             f"the run is {wall / figures['floor_s']:.2f}x it; target {figures['target_s']} s "
-            f"({'met' if wall <= target else 'not met'})"
+            f"({verdict_of(rc, wall, target)})"
         )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

@@ -29,7 +29,10 @@ pick_python() {
   return 1
 }
 
-apt_packages=(libibverbs-dev rsync gnupg gcc g++ dpkg-dev git python3-venv)
+# python3-dev: the README's first command builds the canary extension and FlashInfer's JIT on this machine
+# against its Python's headers (a fresh Debian 12 has none: bench/first_run.py, 2026-12-04, "Python.h: No such
+# file or directory"); a remote host's roles do not install them yet (issue 41's note).
+apt_packages=(libibverbs-dev rsync gnupg gcc g++ dpkg-dev git python3-venv python3-dev)
 if [ "$profile" = test ]; then
   # pciutils: the fabric tests read this machine's own lspci -D -vvv (tests/unit/test_pci_fabric.py)
   # ninja-build: the SGLang stand-in runs ninja at start as FlashInfer's JIT does (tests/sglang_standin);
