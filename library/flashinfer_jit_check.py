@@ -137,6 +137,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import flashinfer_jit
 from ansible_collections.epforge.ep.plugins.module_utils.payloads.flashinfer_jit import MARK
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.server_env import server_path
 
 
 def find_libcuda(dirs: list[str]) -> str:
@@ -227,7 +228,9 @@ def main() -> None:
         {
             "CUDA_HOME": cuda,
             "CUDA_PATH": cuda,
-            "PATH": os.path.join(cuda, "bin") + os.pathsep + env.get("PATH", ""),
+            # FlashInfer's JIT runs ninja by name: the env's bin/ (pip's ninja) first, as for a server
+            # (a fresh Debian 12 has no other ninja: bench/first_run.py, 2026-12-04)
+            "PATH": server_path(p["python"], cuda, env.get("PATH", "")),
             "FLASHINFER_CUDA_ARCH_LIST": p["arch_list"],
             "FLASHINFER_WORKSPACE_BASE": p["workspace"],
             "LIBRARY_PATH": os.pathsep.join(

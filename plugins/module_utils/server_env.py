@@ -39,13 +39,13 @@ def toolkit_home(cuda_home: str, toolkit_fact: str) -> str:
     return home if isinstance(home, str) else ""
 
 
-def server_path(python: str, cuda_home: str) -> str:
+def server_path(python: str, cuda_home: str, rest: str = SERVICE_PATH) -> str:
     """The env's bin/ (as named, not resolved: a venv's python is a link out of it), the toolkit's bin/,
-    then the service PATH; each directory once."""
+    then rest (the service PATH; a JIT check run by Ansible keeps its own); each directory once."""
     dirs = [os.path.dirname(python)]
     if cuda_home:
         dirs.append(os.path.join(cuda_home, "bin"))
-    dirs.extend(SERVICE_PATH.split(":"))
+    dirs.extend(rest.split(":"))
     return ":".join(dict.fromkeys(d for d in dirs if d))
 
 

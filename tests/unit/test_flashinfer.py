@@ -354,3 +354,33 @@ def test_jit_check_mode_predicts_the_link_stub_and_writes_nothing(tmp_path):
     assert rc == 0 and predicted["changed"] is False and "known only by building" in predicted["msg"]
     rc, real = run_module("flashinfer_jit_check", other)
     assert rc == 0 and real["changed"] is True and real["built"] is True
+
+
+def test_the_jit_finds_the_envs_own_ninja_first(tmp_path):
+    """FlashInfer's JIT runs ninja by name; the env's bin/ (pip's ninja wheel) comes first on its PATH, as on
+    a server's (a fresh Debian 12 has no other ninja: bench/first_run.py, 2026-12-04). The stand-in python
+    (a TEST DOUBLE) builds only when the ninja it finds is the env's."""
+    env_bin = tmp_path / "env" / "bin"
+    env_bin.mkdir(parents=True)
+    (env_bin / "ninja").write_text("#!/bin/sh\nexit 0\n")
+    (env_bin / "ninja").chmod(0o755)
+    python = env_bin / "python"
+    python.write_text(
+        STANDIN_JIT.replace(
+            "#!/bin/sh\n", f'#!/bin/sh\n[ "$(command -v ninja)" = "{env_bin}/ninja" ] || exit 7\n'
+        )
+    )
+    python.chmod(0o755)
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    state = tmp_path / "state"
+    args = {
+        "python": str(python),
+        "cuda_home": str(cuda),
+        "arch_list": "12.0",
+        "workspace": str(state / "workspace"),
+        "stub_dir": str(state / "stubs"),
+        "log_path": str(state / "log" / "jit.log"),
+    }
+    rc, result = run_module("flashinfer_jit_check", args)
+    assert rc == 0 and result["built"] is True, result
