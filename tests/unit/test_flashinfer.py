@@ -304,6 +304,18 @@ def disk_state(root: Path) -> dict[str, bytes | None]:
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
 
 
+def jit_args(python: Path, cuda: Path, state: Path) -> dict:
+    """flashinfer_jit_check's arguments for a stand-in python, a toolkit folder and a state folder."""
+    return {
+        "python": str(python),
+        "cuda_home": str(cuda),
+        "arch_list": "12.0",
+        "workspace": str(state / "workspace"),
+        "stub_dir": str(state / "stubs"),
+        "log_path": str(state / "log" / "jit.log"),
+    }
+
+
 def test_jit_check_mode_predicts_the_link_stub_and_writes_nothing(tmp_path):
     """Check mode's changed is the real run's where it can be known without building: the link stub a real
     run makes (a change) or finds; the JIT's own rebuild decision is left to FlashInfer's build (documented
@@ -315,14 +327,7 @@ def test_jit_check_mode_predicts_the_link_stub_and_writes_nothing(tmp_path):
     (cuda / "bin").mkdir(parents=True)
     state = tmp_path / "state"
     state.mkdir()
-    args = {
-        "python": str(python),
-        "cuda_home": str(cuda),
-        "arch_list": "12.0",
-        "workspace": str(state / "workspace"),
-        "stub_dir": str(state / "stubs"),
-        "log_path": str(state / "log" / "jit.log"),
-    }
+    args = jit_args(python, cuda, state)
 
     def check_then_real(expected: bool, **over) -> tuple[dict, dict]:
         before = disk_state(state)
@@ -373,14 +378,5 @@ def test_the_jit_finds_the_envs_own_ninja_first(tmp_path):
     python.chmod(0o755)
     cuda = tmp_path / "cuda"
     (cuda / "bin").mkdir(parents=True)
-    state = tmp_path / "state"
-    args = {
-        "python": str(python),
-        "cuda_home": str(cuda),
-        "arch_list": "12.0",
-        "workspace": str(state / "workspace"),
-        "stub_dir": str(state / "stubs"),
-        "log_path": str(state / "log" / "jit.log"),
-    }
-    rc, result = run_module("flashinfer_jit_check", args)
+    rc, result = run_module("flashinfer_jit_check", jit_args(python, cuda, tmp_path / "state"))
     assert rc == 0 and result["built"] is True, result
