@@ -247,7 +247,6 @@ ansible_facts:
           elements: dict
 """
 
-import hashlib
 import json
 import os
 import tempfile
@@ -256,7 +255,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail_file
-from ansible_collections.epforge.ep.plugins.module_utils.digests import digest, digest_matches
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import file_sha256
+from ansible_collections.epforge.ep.plugins.module_utils.digests import (
+    digest,
+    digest_matches,
+    is_older_layout,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.pcie_ipc import ENV_ON, switched_on
@@ -543,8 +547,7 @@ def script_sha256(module: AnsibleModule) -> str:
     script = module.params["script"]
     if not os.path.isfile(script):
         module.fail_json(msg=f"probe script {script} is missing: the collective_probe role installs it")
-    with open(script, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
+    return file_sha256(script)
 
 
 def new_record(p: dict, inputs_sha256: str, model: dict, variants: list[dict]) -> dict:
@@ -660,8 +663,14 @@ def main() -> None:
     # A record written before the canonical digest (sorted JSON with spaces) still matches its inputs.
     recorded = digest_matches(previous.get("inputs_sha256"), inputs) and previous.get("status") == "ok"
     if recorded and not p["force"]:
+        # an older epforge's digest of the same inputs: the record stands, rewritten once in this layout
+        rewrite = is_older_layout(previous["inputs_sha256"], inputs)
+        if rewrite:
+            previous = {**previous, "inputs_sha256": digest(inputs)}
+            if p["facts_dir"] and not module.check_mode:
+                write_local_fact(p["facts_dir"], FACT_NAME, previous)
         module.exit_json(
-            changed=False,
+            changed=rewrite,
             skipped=False,
             measured=False,
             msg="measurement for these inputs already recorded (force=true measures again)",

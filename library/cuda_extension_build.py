@@ -154,7 +154,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import (
     MANIFEST,
-    TREE_EXCLUDE_DIRS,
     auto_max_jobs,
     build_env,
     cache_entry,
@@ -167,6 +166,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.build import (
     staging_dir,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail_file
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import tree_ignore
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
@@ -201,7 +201,7 @@ def stage_source(source: str, dest: str) -> str:
             source,
             dest,
             symlinks=True,
-            ignore=shutil.ignore_patterns(*TREE_EXCLUDE_DIRS, "*.egg-info", "*.so", "*.o", "*.pyc"),
+            ignore=tree_ignore,
         )
         return dest
     safe_extract(source, dest)

@@ -115,7 +115,6 @@ archive:
   type: str
 """
 
-import hashlib
 import os
 import shutil
 import tarfile
@@ -124,16 +123,21 @@ import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.epforge.ep.plugins.module_utils.build import (
+from ansible_collections.epforge.ep.plugins.module_utils.build import safe_extract, source_kind
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import (
+    bytes_sha256,
     file_sha256,
-    safe_extract,
-    source_kind,
     tree_files,
     tree_hash,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.files import atomic_output
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+
+
+def clone_dir(base: str, url: str) -> str:
+    """The bare clone of a git URL under base: named by its hash, so any URL makes a safe name."""
+    return os.path.join(base, "git-" + bytes_sha256(url.encode())[:12])
 
 
 def run_git(module, argv, timeout):
@@ -144,7 +148,7 @@ def run_git(module, argv, timeout):
 
 def git_resolve(module, p, base):
     url = p["source"]
-    clone = os.path.join(base, "git-" + hashlib.sha256(url.encode()).hexdigest()[:12])
+    clone = clone_dir(base, url)
     changed = False
     if not os.path.isdir(os.path.join(clone, "objects")):
         tmp = tempfile.mkdtemp(prefix=".tmp-clone-", dir=base)
@@ -240,7 +244,7 @@ def held_commit(module, p, base):
     """Check mode's git answer without the network or a write: (tree, commit) when the clone already holds
     the pinned O(commit) and O(ref) resolves to it there (the real run then neither fetches nor clones), else
     None (the real run would clone or fetch first)."""
-    clone = os.path.join(base, "git-" + hashlib.sha256(p["source"].encode()).hexdigest()[:12])
+    clone = clone_dir(base, p["source"])
     if not p["commit"] or not os.path.isdir(os.path.join(clone, "objects")):
         return None
 

@@ -160,9 +160,10 @@ from ansible_collections.epforge.ep.plugins.module_utils.cuda import (
     wheel_root,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.digests import (
-    held_stamp,
     read_stamp,
     stamp_holds,
+    stamp_of,
+    stamp_rewrite,
     write_stamp,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.files import replace_dir
@@ -440,11 +441,15 @@ def main() -> None:
         "layout": LAYOUT_VERSION,
     }
     old = read_stamp(os.path.join(prefix, STAMP_NAME))
-    stamp = held_stamp(old, inputs)
+    stamp = stamp_of(inputs)
     nvcc = os.path.join(prefix, "bin", "nvcc")
     cuobjdump = os.path.join(prefix, "bin", "cuobjdump")
     result = {"home": prefix, "nvcc": nvcc, "stamp": stamp, "changed": False}
     if stamp_holds(old, inputs) and os.access(nvcc, os.X_OK):
+        # a stamp an older epforge wrote for the same inputs: rewritten once in the current layout
+        result["changed"] = stamp_rewrite(old, inputs)
+        if result["changed"] and not module.check_mode:
+            write_stamp(os.path.join(prefix, STAMP_NAME), stamp)
         module.exit_json(cuobjdump=cuobjdump if os.access(cuobjdump, os.X_OK) else "", **result)
     problem = existing_prefix_problem(prefix, old, version)
     if problem:

@@ -143,7 +143,7 @@ import zipfile
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_key, check_required, parse_arch
-from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.cuobjdump import CuobjdumpError, read_wheel
 from ansible_collections.epforge.ep.plugins.module_utils.deepep import (
     PREBUILT_BINARY_PATTERNS,

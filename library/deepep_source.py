@@ -82,12 +82,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import tree_hash
 from ansible_collections.epforge.ep.plugins.module_utils.deepep import (
     SUPPORTED,
     UNSUPPORTED_V2,
     classify_source,
     setup_py_version,
-    tree_hash,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 

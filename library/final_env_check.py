@@ -224,7 +224,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.arch import parse_arch
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd
 from ansible_collections.epforge.ep.plugins.module_utils.cuobjdump import CuobjdumpError, read_binary
-from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest, is_older_layout
 from ansible_collections.epforge.ep.plugins.module_utils.files import (
     json_text,
     read_json,
@@ -501,7 +501,12 @@ class FinalEnv:
             if self.p["stamp_path"]
             else "no stamp_path"
         )
-        return (None, why) if why else (stamp["result"], "")
+        if why:
+            return None, why
+        if is_older_layout(stamp.get("key"), options) and not self.module.check_mode:
+            # an older epforge's key for the same options: the verdict stands, its stamp is rewritten once
+            self.store_stamp(options, files, stamp["result"])
+        return stamp["result"], ""
 
     def store_stamp(self, options: dict, files: list[str], result: dict) -> None:
         binaries = listed_binaries(result)

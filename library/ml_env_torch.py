@@ -193,10 +193,12 @@ from ansible_collections.epforge.ep.plugins.module_utils.build import (
     input_key,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest_matches, is_older_layout
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.ml_env_fact import FACT_NAME, record_ml_env_fact
 from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files import (
     integrity_paths,
+    path_states,
     record_problems,
     states_digest,
 )
@@ -375,12 +377,18 @@ def answer_from_stamp(
         result["reason"] = f"torch's files differ from its RECORD ({'; '.join(broken)}): it is reinstalled"
         module.warn(result["reason"])
         return True
-    if stamp.get("files_digest") != states_digest(files):
+    states = path_states(files)
+    if not digest_matches(stamp.get("files_digest"), states):
         toolkit_major, archs = checks
         what = {"stamp": stamp, "stamp_path": stamp_path, "toolkit_major": toolkit_major, "archs": archs}
         if reverify(module, p, **what, result=result):
             return True
         stamp = read_json(stamp_path) or stamp
+    elif is_older_layout(stamp["files_digest"], states) and not module.check_mode:
+        # an older epforge's digest of the same states: the stamp (a cache of the import's answer) is
+        # rewritten once in the current layout
+        stamp = {**stamp, "files_digest": states_digest(files)}
+        write_json_atomic(stamp_path, stamp)
     evidence = stamp.get("evidence", {})
     result.update(
         reason=result.get("reason", "stamp matches"),

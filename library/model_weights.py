@@ -350,7 +350,8 @@ class ModelWeights:
         manifest = model_files.read_json(os.path.join(self.path, model_files.MANIFEST))
         if not manifest or not model_files.stamped(self.path, manifest):
             return None
-        if shown(manifest) != manifest:  # written by an epforge that kept the mirror's credentials in it
+        # written by an epforge that kept the mirror's credentials in it, or stamped in an older digest layout
+        if shown(manifest) != manifest or model_files.stamp_in_older_layout(self.path, manifest):
             self.stamp(manifest)
             manifest = shown(manifest)
         p = self.p
@@ -640,7 +641,7 @@ class ModelWeights:
         old = model_files.read_json(os.path.join(self.path, model_files.MANIFEST)) or {}
         quick = self.p["verify"] == "quick"
         if quick and old.get("files") == files and model_files.stamped(self.path, old):
-            if old != manifest:
+            if old != manifest or model_files.stamp_in_older_layout(self.path, old):
                 self.stamp(manifest)
             return manifest
         missing = self.verify_against(manifest)

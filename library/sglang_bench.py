@@ -253,7 +253,6 @@ client:
   type: dict
 """
 
-import hashlib
 import inspect
 import json
 import os
@@ -264,6 +263,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.bench_figures import accept_distribution
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import bytes_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.prompt_file import (
     FILE_DATASETS,
@@ -418,7 +418,7 @@ def client_env(p: dict, workloads: list[dict]) -> dict:
         env["OPENAI_API_KEY"] = p["api_key"]
     if any(w["dataset"] == SHARED_PREFIX for w in workloads):
         env.setdefault("HF_HOME", os.path.join(os.path.expanduser("~"), ".cache", "huggingface"))
-        owner = hashlib.sha256((p["tokenizer"] or p["base_url"]).encode()).hexdigest()[:16]
+        owner = bytes_sha256((p["tokenizer"] or p["base_url"]).encode())[:16]
         env["HOME"] = os.path.join(p["work_dir"], "client-home", owner)
         os.makedirs(env["HOME"], mode=0o700, exist_ok=True)
     return env

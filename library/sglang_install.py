@@ -253,10 +253,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
 from ansible_collections.epforge.ep.plugins.module_utils.digests import (
-    held_stamp,
     read_stamp,
     stamp_digest,
     stamp_holds,
+    stamp_of,
+    stamp_rewrite,
     write_stamp,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories
@@ -603,7 +604,8 @@ def flags_argv(module) -> list[str] | None:
 
 def install(module, inputs: dict, stamp: dict) -> dict:
     """Install unless the stamp and the installed versions match: changed, version, installed, actions
-    (and diff, commands). stamp: the one in force for inputs (held_stamp)."""
+    (and diff, commands). stamp: the one in force for inputs (stamp_of); a stamp an older epforge wrote for
+    the same inputs is rewritten in this layout once (changed, no pip run)."""
     params = module.params
     wanted = pinned_checks(inputs)
     before_versions = installed_versions(module, params["python"], sorted(wanted))
@@ -611,11 +613,19 @@ def install(module, inputs: dict, stamp: dict) -> dict:
     versions_ok = all(version_matches(before_versions.get(name), version) for name, version in wanted.items())
     stamp_ok = stamp_holds(old_stamp, inputs)
     if versions_ok and stamp_ok:
+        rewrite = stamp_rewrite(old_stamp, inputs)
+        if rewrite and not module.check_mode:
+            write_stamp(params["stamp_path"], stamp)
         return {
-            "changed": False,
+            "changed": rewrite,
             "version": before_versions["sglang"],
             "installed": before_versions,
-            "actions": [],
+            "actions": ["stamp rewritten in the current digest layout (same inputs)"] if rewrite else [],
+            **(
+                {"diff": stamp_diff(params["stamp_path"], before_versions, old_stamp, wanted, stamp)}
+                if rewrite
+                else {}
+            ),
         }
 
     diff = stamp_diff(params["stamp_path"], before_versions, old_stamp, wanted, stamp)
@@ -703,9 +713,8 @@ def main() -> None:
         module.fail_json(msg=problem)
     argv = flags_argv(module)
     inputs = desired_inputs(params)
-    # The stamp on disk when it records these inputs (one written before the canonical digest included, so
-    # the flags' cache and the fact that derive from its digest stay as they are), else a new one.
-    stamp = held_stamp(read_stamp(params["stamp_path"]), inputs)
+    # The stamp these inputs get (install() rewrites one an older epforge wrote for them once).
+    stamp = stamp_of(inputs)
     # A missing python is refused (or, in check mode, answered) before the directories are made.
     fresh_host = require_python(module, inputs)
     directories = [os.path.dirname(params["log_path"]), os.path.dirname(params["stamp_path"])]

@@ -366,6 +366,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.server_env import (
     toolkit_home,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.server_http import get_json, request, wait_until
+from ansible_collections.epforge.ep.plugins.module_utils.server_object import judged
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
 from ansible_collections.epforge.ep.plugins.module_utils.service_managers import (
     KEY_VAR,
@@ -450,7 +451,7 @@ class Server:
         """The object must be whole, unedited, for the installed release and (with verdicts_path) judged."""
         found = object_problems(self.object, self.p["sglang_version"])
         verdicts = self.p["verdicts_path"]
-        unjudged = not found and verdicts and self.object["digest"] not in judged_digests(verdicts)
+        unjudged = not found and verdicts and not judged(self.object, judged_digests(verdicts))
         if unjudged and self.module.check_mode:
             # check mode records no verdict (the judge changes nothing): say so instead of refusing
             self.module.warn("check mode: SGLang's parser has not judged this argv yet")

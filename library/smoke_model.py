@@ -181,6 +181,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, replace_dir
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
@@ -317,7 +318,7 @@ def write_model(
 ) -> tuple[dict, float]:
     """Run the writer (plugins/module_utils/smoke_model/model.py fed on stdin) into staging: (manifest,
     seconds)."""
-    argv = [p["python"], "-", staging, json.dumps(settings, sort_keys=True)]
+    argv = [p["python"], "-", staging, json.dumps(settings, sort_keys=True), result["key"]]
     started = time.monotonic()
     proc = run_bounded(argv, input_text=inspect.getsource(sm), timeout=p["timeout"])
     if proc.timed_out:
@@ -374,7 +375,8 @@ def main() -> None:
         module.fail_json(
             msg="smoke model settings refused, nothing was written: " + "; ".join(problems), **result
         )
-    key = sm.input_key(settings)
+    # equal key = equal files (the digest of plugins/module_utils/digests.py, the same bytes as before)
+    key = digest({"settings": settings, "writer_version": sm.WRITER_VERSION})
     result.update(key=key, parameters=sm.parameter_count(settings))
     if not result["deepep_low_latency_hidden"]:
         warn_deepep_hidden(module, p["hidden_size"])

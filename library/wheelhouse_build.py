@@ -195,7 +195,6 @@ redownloaded:
   elements: str
 """
 
-import hashlib
 import json
 import os
 import re
@@ -204,8 +203,8 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import bytes_sha256, file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.files import json_text, read_json, write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv, pip_command
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
@@ -615,7 +614,7 @@ def trusted_manifest(module, mpath: str, digest: str, result: dict) -> dict | No
     the anchored one, for these inputs."""
     text = read_manifest(mpath)
     if text is not None:
-        result["manifest_sha256"] = hashlib.sha256(text).hexdigest()
+        result["manifest_sha256"] = bytes_sha256(text)
     download = module.params["download"]
     if not download:
         refuse_unanchored(module, mpath, text, result)
@@ -649,7 +648,7 @@ def exit_when_current(module, old: dict, known: dict, seen: dict, result: dict) 
         # once without them, so its digest stays the same from now on. Never offline (anchored bytes).
         if not module.check_mode:
             write_json_atomic(result["manifest"], canonical)
-        result["manifest_sha256"] = hashlib.sha256(json_text(canonical).encode()).hexdigest()
+        result["manifest_sha256"] = bytes_sha256(json_text(canonical).encode())
         result["changed"] = True
     finish(
         module,
@@ -668,9 +667,7 @@ def write_manifest(module, manifest: dict, complete: bool, result: dict) -> None
     """Write the manifest; the result's manifest_sha256 is the digest of the file's bytes (in check mode,
     the digest it would have; unknown while wheels are still to be fetched)."""
     if module.check_mode:
-        result["manifest_sha256"] = (
-            hashlib.sha256(json_text(manifest).encode()).hexdigest() if complete else ""
-        )
+        result["manifest_sha256"] = bytes_sha256(json_text(manifest).encode()) if complete else ""
         return
     mpath = result["manifest"]
     os.makedirs(os.path.dirname(mpath), exist_ok=True)

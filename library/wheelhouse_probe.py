@@ -99,9 +99,9 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import interpreter_facts
-from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import file_sha256
 
 # Listing an env's distributions takes a second or two; a hung interpreter must not hang the play.
 PROBE_TIMEOUT_S = 120

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import hashlib
 import hmac
 import json
 import shlex
@@ -46,6 +45,7 @@ from ansible.plugins.loader import module_loader
 from ansible.release import __version__ as ansible_version
 
 from ansible_collections.epforge.ep.plugins.module_utils import seal
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.plugin_utils.module_result import without_internal_keys
 
@@ -148,12 +148,11 @@ MODULE_UTILS = Path(__file__).resolve().parents[1] / "module_utils"
 
 
 def code_digest(module_path: str) -> str:
-    """sha256 over the module file and every .py of this collection's module_utils (sorted)."""
-    digest = hashlib.sha256(Path(module_path).read_bytes())
-    for path in sorted(MODULE_UTILS.rglob("*.py")):
-        digest.update(str(path.relative_to(MODULE_UTILS)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    """The digest of the module file's hash and every .py of this collection's module_utils by name."""
+    utils = {
+        str(path.relative_to(MODULE_UTILS)): file_sha256(str(path)) for path in MODULE_UTILS.rglob("*.py")
+    }
+    return digest({"module": file_sha256(module_path), "module_utils": utils})
 
 
 def probe_key(name: str, module_path: str, args: dict, environment: str) -> str:

@@ -1,4 +1,5 @@
-"""Build evidence for epforge: input keys, stamps, content hashes and an atomic wheel cache.
+"""Build evidence for epforge: input keys, stamps and an atomic wheel cache (content hashes:
+plugins/module_utils/content_hashes.py).
 
 Pure functions (plus small file helpers) shared by the ml_env and cuda_extension modules and unit-tested
 directly. The rule they implement: a build or install is skipped only when a stamp of *every* input
@@ -8,35 +9,20 @@ matches, and a build that dies half-way leaves neither a stamp nor a wheel behin
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import re
 import shutil
-import stat
 import tarfile
 import tempfile
 import zipfile
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_list
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, replace_dir
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import dist_info_name_version, normalize
 
 KEY_LENGTH = 20
-# Paths that never belong to a source's identity: build products, VCS metadata, caches.
-TREE_EXCLUDE_DIRS = {
-    ".git",
-    ".hg",
-    ".svn",
-    "build",
-    "dist",
-    "__pycache__",
-    ".eggs",
-    ".pytest_cache",
-    ".tox",
-    ".venv",
-}
-TREE_EXCLUDE_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".egg-info")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar", ".zip")
 GIT_URL_RE = re.compile(r"^(https?://|git://|ssh://|git@|file://).+|.+\.git/?$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -71,48 +57,6 @@ def source_kind(source: str) -> str:
     if GIT_URL_RE.match(text):
         return "git"
     return "dir"
-
-
-def file_sha256(path: str, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(chunk)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def tree_files(root: str) -> list[str]:
-    """Relative paths of the files that make up a source tree (sorted; build products excluded)."""
-    found = []
-    for current, dirs, files in os.walk(root):
-        dirs[:] = sorted(
-            d for d in dirs if d not in TREE_EXCLUDE_DIRS and not d.endswith(TREE_EXCLUDE_SUFFIXES)
-        )
-        for name in files:
-            if name.endswith(TREE_EXCLUDE_SUFFIXES):
-                continue
-            full = os.path.join(current, name)
-            if os.path.islink(full) or os.path.isfile(full):
-                found.append(os.path.relpath(full, root))
-    return sorted(found)
-
-
-def tree_hash(root: str) -> str:
-    """sha256 over (path, executable bit, content hash) of every source file: a directory's revision."""
-    digest = hashlib.sha256()
-    for rel in tree_files(root):
-        full = os.path.join(root, rel)
-        if os.path.islink(full):
-            content = "link:" + os.readlink(full)
-            mode = "l"
-        else:
-            content = file_sha256(full)
-            mode = "x" if os.stat(full).st_mode & stat.S_IXUSR else "-"
-        digest.update(f"{rel}\0{mode}\0{content}\n".encode())
-    return digest.hexdigest()
 
 
 def safe_extract(archive_path: str, dest: str) -> None:

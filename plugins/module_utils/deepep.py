@@ -6,7 +6,6 @@ Pure functions: no Ansible, no subprocess. Each rule names the DeepEP v1.x setup
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 
@@ -16,9 +15,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.nvidia import parse_top
 
 # Bumped when the role's build recipe changes in a way that changes the wheel: every cached wheel rebuilds.
 RECIPE_VERSION = 1
-
-# Files and folders left out of a source tree's content hash (build outputs and VCS data).
-_HASH_SKIP_DIRS = {".git", "build", "dist", "__pycache__", ".eggs"}
 
 SUPPORTED = "setup_v1"
 UNSUPPORTED_V2 = "jit_v2"
@@ -102,25 +98,6 @@ def build_flags(
         "DISABLE_SM90_FEATURES": "1" if disable_sm90_features else "0",
     }
     return env
-
-
-def tree_hash(root: str) -> str:
-    """sha256 over a source tree's relative paths and contents (build outputs and .git left out)."""
-    digest = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _HASH_SKIP_DIRS and not d.endswith(".egg-info"))
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, root)
-            digest.update(rel.encode() + b"\0")
-            if os.path.islink(path):
-                digest.update(b"L" + os.readlink(path).encode())
-            elif os.path.isfile(path):
-                with open(path, "rb") as handle:
-                    for block in iter(lambda h=handle: h.read(1 << 20), b""):
-                        digest.update(block)
-            digest.update(b"\0")
-    return digest.hexdigest()
 
 
 def build_key(inputs: dict) -> str:

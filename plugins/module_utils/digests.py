@@ -5,12 +5,17 @@ str()) with sha256. Equal inputs give equal digests whatever their key order, so
 done before was done for the same inputs. A stamp is the JSON object {"inputs": ..., "digest": ...} a module
 writes once its work is done and reads on the next run.
 
-What was written before this rule is still read:
-  - stamps and records written with sorted JSON *with* whitespace (json.dumps(..., sort_keys=True): SGLang's
-    install stamp, the collective probe's record, the final env check's stamp) match through
-    digest_matches(), which accepts that older layout's digest of the same inputs too;
+Every digest of JSON data in epforge is taken here (tests/unit/test_one_owner.py refuses json.dumps feeding
+a hash anywhere else). What was written before this rule is only read, never written again:
+  - digests written with sorted JSON *with* whitespace (json.dumps(..., sort_keys=True): SGLang's install
+    stamp, the collective probe's record, the final env check's stamp, the server settings object's digest
+    and the flag verdicts keyed by it, the model files' stamp, the process manager's launch fingerprint, the
+    torch files' state digest) match through digest_matches() / accepted_digests(), which accept that older
+    layout's digest of the same inputs too;
   - SGLang's install stamp kept its digest under "sha256"; stamp_digest() reads that key when "digest" is
     absent.
+A record that holds its inputs only in an older layout is rewritten once in this one by the module that
+reads it (stamp_rewrite() says when), so the older layout leaves the disk on the first run that finds it.
 
 Used by the ml_env, cuda_extension, cuda_toolkit, wheelhouse, sglang, collective_probe, final_env and deepep
 modules and the probe_cache action plugin; unit-tested in tests/unit/test_digests.py.
@@ -43,11 +48,22 @@ def _spaced_digest(data) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def accepted_digests(data) -> tuple[str, str]:
+    """The digests a record of data may hold: this recipe's first, then the older spaced layout's (read
+    only: a lookup by digest in a file an older epforge wrote)."""
+    return digest(data), _spaced_digest(data)
+
+
 def digest_matches(recorded, data) -> bool:
     """Whether a digest read from disk was taken of data (by this recipe or the older spaced layout)."""
     if not isinstance(recorded, str) or not recorded:
         return False
-    return recorded in (digest(data), _spaced_digest(data))
+    return recorded in accepted_digests(data)
+
+
+def is_older_layout(recorded, data) -> bool:
+    """Whether a digest read from disk records data, but in the older layout (to be rewritten once)."""
+    return digest_matches(recorded, data) and recorded != digest(data)
 
 
 def stamp_of(inputs) -> dict:
@@ -69,10 +85,10 @@ def stamp_holds(stamp: dict | None, inputs) -> bool:
     return digest_matches(stamp_digest(stamp), inputs)
 
 
-def held_stamp(stamp: dict | None, inputs) -> dict:
-    """The stamp in force for inputs: the one read from disk when it records them (kept as written, so what
-    is derived from its digest stays as it was), else a new one."""
-    return stamp if stamp_holds(stamp, inputs) else stamp_of(inputs)
+def stamp_rewrite(stamp: dict | None, inputs) -> bool:
+    """Whether a stamp read from disk records these inputs in an older layout (spaced JSON, or the key
+    "sha256"): the caller rewrites it once as stamp_of(inputs), which is then the stamp in force."""
+    return stamp_holds(stamp, inputs) and stamp != stamp_of(inputs)
 
 
 def read_stamp(path: str) -> dict | None:

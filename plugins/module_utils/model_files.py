@@ -18,6 +18,11 @@ import json
 import os
 import struct
 
+from ansible_collections.epforge.ep.plugins.module_utils.digests import (
+    digest,
+    digest_matches,
+    is_older_layout,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
 
 MANIFEST = ".epforge-model.json"
@@ -52,9 +57,9 @@ def hashes(path: str, kinds=("sha256", "blob_id")) -> dict:
         digests["blob_id"] = hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)
     with open(path, "rb") as handle:
         while chunk := handle.read(CHUNK):
-            for digest in digests.values():
-                digest.update(chunk)
-    return {kind: digest.hexdigest() for kind, digest in digests.items()}
+            for hasher in digests.values():
+                hasher.update(chunk)
+    return {kind: hasher.hexdigest() for kind, hasher in digests.items()}
 
 
 def file_problem(path: str, expected: dict) -> tuple[str, dict]:
@@ -88,7 +93,13 @@ def stats(directory: str, names) -> dict[str, list[int]] | None:
 
 
 def manifest_digest(manifest: dict) -> str:
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    """The digest (plugins/module_utils/digests.py) the stamp records of a manifest."""
+    return digest(manifest)
+
+
+def stamp_in_older_layout(directory: str, manifest: dict) -> bool:
+    """Whether the directory's stamp names this manifest by an older epforge's digest (rewrite it once)."""
+    return is_older_layout((read_json(os.path.join(directory, STAMP)) or {}).get("manifest"), manifest)
 
 
 def stamped(directory: str, manifest: dict | None = None) -> bool:
@@ -96,7 +107,7 @@ def stamped(directory: str, manifest: dict | None = None) -> bool:
     file still has the stats it had when its hash was checked. No file is read."""
     manifest = manifest if manifest is not None else read_json(os.path.join(directory, MANIFEST))
     stamp = read_json(os.path.join(directory, STAMP))
-    if not manifest or not stamp or stamp.get("manifest") != manifest_digest(manifest):
+    if not manifest or not stamp or not digest_matches(stamp.get("manifest"), manifest):
         return False
     return stamp.get("stats") == stats(directory, manifest.get("files", {}))
 

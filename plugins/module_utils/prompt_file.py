@@ -12,8 +12,9 @@ Pure functions; reads only the path it is given.
 
 from __future__ import annotations
 
-import hashlib
 import json
+
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import bytes_sha256
 
 # The kinds that read a local file, as each release's loader reads it (tests/unit/test_prompt_file.py checks
 # both pinned releases' own files and runs the release's loader over the files this module accepts):
@@ -126,8 +127,7 @@ def check_prompt_file(path: str, dataset: str, need: int = 1) -> dict:
             f"the {dataset} prompt file {path} holds {prompts} prompt(s), the workload sends {need} "
             "(the client would send fewer and the window would measure a smaller load)"
         )
-    digest = hashlib.sha256(raw).hexdigest()
-    return {"dataset": dataset, "sha256": digest, "bytes": len(raw), "prompts": prompts}
+    return {"dataset": dataset, "sha256": bytes_sha256(raw), "bytes": len(raw), "prompts": prompts}
 
 
 def staged_workload(workload: dict, staged: str, owner: str = "the workload") -> dict:

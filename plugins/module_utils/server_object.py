@@ -13,9 +13,11 @@ environment); none renders or adjusts the settings again.
 
 from __future__ import annotations
 
-import hashlib
-import json
-
+from ansible_collections.epforge.ep.plugins.module_utils.digests import (
+    accepted_digests,
+    digest,
+    digest_matches,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.model_paths import DEFAULT_MODEL_DIR, localized
 from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import without_secrets
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import (
@@ -28,10 +30,21 @@ SCHEMA = 1
 KEYS = ("schema", "sglang_version", "settings", "adjustments", "argv", "env", "digest")
 
 
+def _launch(sglang_version: str, argv: list[str], env: dict) -> dict:
+    """What a launch runs: the SGLang release, the flags and the environment (no key)."""
+    return {"sglang_version": sglang_version, "argv": argv, "env": env}
+
+
 def digest_of(sglang_version: str, argv: list[str], env: dict) -> str:
-    """sha256 of what a launch runs: the SGLang release, the flags and the environment (no key)."""
-    text = json.dumps({"sglang_version": sglang_version, "argv": argv, "env": env}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The digest (plugins/module_utils/digests.py) of what a launch runs."""
+    return digest(_launch(sglang_version, argv, env))
+
+
+def judged(obj: dict, judged_digests: set[str]) -> bool:
+    """Whether a verdict was recorded for obj's launch: under its digest, or under the digest an older
+    epforge took of the same launch (a verdicts file written before the canonical layout)."""
+    launch = _launch(obj["sglang_version"], obj["argv"], obj["env"])
+    return bool({obj["digest"], *accepted_digests(launch)} & judged_digests)
 
 
 def _adjustment(finding: dict) -> dict:
@@ -86,7 +99,7 @@ def problems(obj, sglang_version: str | None = None) -> list[str]:
     found = []
     if obj["schema"] != SCHEMA:
         found.append(f"the server settings object has schema {obj['schema']}, this epforge writes {SCHEMA}")
-    if digest_of(obj["sglang_version"], obj["argv"], obj["env"]) != obj["digest"]:
+    if not digest_matches(obj["digest"], _launch(obj["sglang_version"], obj["argv"], obj["env"])):
         found.append(
             "the server settings object's argv or env no longer matches its digest (edited after role "
             "preflight built it): build it again instead of editing it"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import grp
-import hashlib
 import json
 import os
 import pwd
@@ -22,6 +21,11 @@ import socket
 import time
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.digests import (
+    digest,
+    digest_matches,
+    is_older_layout,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.process import (
     Completed,
@@ -558,18 +562,17 @@ class ProcessManager(ServerManager):
 
     def fingerprint(self) -> str:
         """A hash of everything the launch depends on: a new one means a restart."""
-        blob = json.dumps(
-            {
-                "argv": self.argv,
-                "env": render_env_file(self.env, self.secrets),
-                "user": self.p["user"],
-                "group": self.p["group"],
-                "log": self.log_path,
-                "cwd": self.p["working_dir"],
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return digest(self.launch_inputs())
+
+    def launch_inputs(self) -> dict:
+        return {
+            "argv": self.argv,
+            "env": render_env_file(self.env, self.secrets),
+            "user": self.p["user"],
+            "group": self.p["group"],
+            "log": self.log_path,
+            "cwd": self.p["working_dir"],
+        }
 
     def ours_alive(self, pid: int) -> bool:
         if self.proc is not None:
@@ -731,7 +734,7 @@ class ProcessManager(ServerManager):
         self.refuse_bad_user()
         stamp = {"fingerprint": self.fingerprint(), "argv": self.argv}
         old_stamp = self.read_stamp()
-        changed_settings = old_stamp.get("fingerprint") != stamp["fingerprint"]
+        changed_settings = not digest_matches(old_stamp.get("fingerprint"), self.launch_inputs())
         running = self.is_running()
         # a launch whose launcher is gone but whose server still runs is stopped whole, then started again
         leftovers = {} if running else self.session_groups()
@@ -744,6 +747,10 @@ class ProcessManager(ServerManager):
         if self.module.check_mode:
             return
         if not need_start:
+            if is_older_layout(old_stamp.get("fingerprint"), self.launch_inputs()):
+                # an older epforge's fingerprint of the same launch: rewritten once (same length, in place);
+                # bookkeeping of the running server, not a change to it
+                self.rewrite_in_place(self.stamp_path, self.stamp_text({**old_stamp, **stamp}))
             self.follow_recent_log()
             return
         if running or leftovers:

@@ -14,8 +14,9 @@ Molecule scenario sglang-server):
 
 from __future__ import annotations
 
-import hashlib
 import re
+
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import bytes_sha256
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Characters an ExecStart word may hold without quoting.
@@ -145,7 +146,7 @@ def render_env_file(env: dict, secrets: dict | None = None, *, what: str = "sgla
 
 def fingerprint(secret: str) -> str:
     """A short, non-reversible fingerprint of a secret (for diffs: 'changed' without the value)."""
-    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:8]
+    return "sha256:" + bytes_sha256(secret.encode())[:8]
 
 
 def mask_secrets(text: str, secret_names: list[str] | tuple[str, ...]) -> str:

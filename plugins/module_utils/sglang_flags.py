@@ -8,87 +8,25 @@ call: install, then judge the settings' flags). Pure Python; the script itself r
 
 from __future__ import annotations
 
-import hashlib
+import inspect
 import json
 import os
 import re
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.digests import accepted_digests
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
 from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import (
     installed_versions as installed_versions_payload,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import sglang_flags_check
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
 
-RESULT_MARK = "EPFORGE_SGLANG_FLAGS_RESULT "
-
-# Runs in the ML env's python. Reads {"argv": [...], "construct": bool} as JSON from stdin; argparse
-# errors exit 2 with SGLang's message on stderr, a speculative algorithm SGLang does not know exits 3.
-# {"argvs": [[...], ...]} checks several argvs in one process (one import of SGLang and torch) and reports
-# each one's exit code and output instead of exiting.
-CHECK_SCRIPT = r"""
-import argparse, contextlib, importlib.metadata, io, json, sys
-request = json.load(sys.stdin)
-from sglang.srt.server_args import ServerArgs
-
-def check(argv, construct):
-    parser = argparse.ArgumentParser(prog="sglang serve")
-    ServerArgs.add_cli_args(parser)
-    args = parser.parse_args(argv)
-    by_flag = {}
-    for action in parser._actions:
-        for flag in action.option_strings:
-            by_flag[flag] = action.dest
-    parsed, notes = {}, []
-    for item in argv:
-        if not item.startswith("--"):
-            continue
-        name = item.split("=", 1)[0]
-        dest = by_flag.get(name)
-        if dest is None:
-            full = [flag for flag in by_flag if flag.startswith(name)]
-            notes.append("%s is an abbreviation of %s: write the flag in full, a later SGLang may refuse it"
-                         % (name, ", ".join(full)))
-            if len(full) != 1:
-                continue
-            dest = by_flag[full[0]]
-        if dest not in ("help", "api_key", "admin_api_key"):
-            parsed[dest] = getattr(args, dest, None)
-    constructed = False
-    if construct and hasattr(ServerArgs, "resolve_once"):
-        ServerArgs.from_cli_args(args)
-        constructed = True
-        algorithm = getattr(args, "speculative_algorithm", None)
-        if algorithm is not None:
-            from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-            try:
-                SpeculativeAlgorithm.from_string(algorithm)
-            except ValueError as err:
-                sys.stderr.write("sglang: error: argument --speculative-algorithm: %s\n" % err)
-                sys.exit(3)
-    return {"parsed": parsed, "notes": notes, "constructed": constructed}
-
-version = importlib.metadata.version("sglang")
-construct = bool(request.get("construct"))
-if "argvs" in request:
-    results = []
-    for argv in request["argvs"]:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                result, rc = check(argv, construct), 0
-            except SystemExit as exc:
-                result, rc = {}, (exc.code if isinstance(exc.code, int) else 1)
-        result.update(rc=rc, output=out.getvalue() + err.getvalue(), sglang_version=version)
-        results.append(result)
-    payload = {"results": results}
-else:
-    payload = check(request["argv"], construct)
-    payload["sglang_version"] = version
-sys.stdout.write("\n__MARK__" + json.dumps(payload, default=str) + "\n")
-""".replace("__MARK__", RESULT_MARK)
+RESULT_MARK = sglang_flags_check.RESULT_MARK
+# The check's source: what a verdict's argv key names besides the flags (a changed check judges again).
+CHECK_SCRIPT = inspect.getsource(sglang_flags_check)
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -187,13 +125,17 @@ def run_parser_batch(
     return results
 
 
+def cache_keys_of(argv: list[str], version: str | None, python: str, construct: bool, evidence: str) -> tuple:
+    """The keys of what a parser run's outcome depends on: the flags, SGLang's version, the python, the check
+    script (and the caller's evidence, e.g. the install stamp's digest). The environment is not in it:
+    SGLang's parser never sees it, so objects that differ only in env share one parser run. The current
+    key first, then the one an older epforge wrote for the same run (digests.accepted_digests: read only)."""
+    return accepted_digests([argv, version, python, construct, evidence, CHECK_SCRIPT])
+
+
 def cache_key_of(argv: list[str], version: str | None, python: str, construct: bool, evidence: str) -> str:
-    """What a parser run's outcome depends on: the flags, SGLang's version, the python, the check script
-    (and the caller's evidence, e.g. the install stamp's hash). The environment is not in it: SGLang's
-    parser never sees it, so objects that differ only in env share one parser run."""
-    return hashlib.sha256(
-        json.dumps([argv, version, python, construct, evidence, CHECK_SCRIPT]).encode()
-    ).hexdigest()
+    """The argv key a verdict of this parser run is written under."""
+    return cache_keys_of(argv, version, python, construct, evidence)[0]
 
 
 # The verdict file, schema 2: {"schema": 2, "verdicts": [{"digest", "argv_key", "plan", "outcome"}, ...]},
@@ -257,22 +199,6 @@ def write_cache(path: str, key: str, outcome: dict, digest: str = "", plan: str 
     verdicts.pop(slot, None)
     verdicts[slot] = {"digest": digest, "argv_key": key, "plan": plan, "outcome": outcome}
     _write(path, _kept(verdicts, plan))
-
-
-def read_cache(path: str, key: str) -> dict | None:
-    """The outcome of an earlier successful parser run on the same argv key (any digest), else None."""
-    for entry in _verdicts(path).values():
-        if entry.get("argv_key") == key:
-            return entry["outcome"]
-    return None
-
-
-def verdict_by_digest(path: str, digest: str, version: str | None) -> dict | None:
-    """The outcome an earlier check of the same settings object (digest) got from this SGLang release."""
-    entry = _verdicts(path).get(digest) if digest else None
-    if entry and entry.get("digest") == digest and entry["outcome"].get("sglang_version") == version:
-        return entry["outcome"]
-    return None
 
 
 def judged_digests(path: str) -> set[str]:
@@ -345,21 +271,24 @@ def check_flags(
     recorded for the same digest (role sglang judges with its install stamp as evidence). plan tags the
     verdict as one of a tuner's or sweep's plan, which eviction keeps (_kept).
     """
-    key = cache_key_of(argv, version, python, construct, evidence)
+    keys = cache_keys_of(argv, version, python, construct, evidence)
+    key = keys[0]
     verdicts = _verdicts(cache_path) if cache_path else {}
-    own = verdicts.get(digest or key)
+    own = verdicts.get(digest) if digest else next(filter(None, map(verdicts.get, keys)), None)
     same_release = own is not None and own["outcome"].get("sglang_version") == version
-    if own is not None and own["argv_key"] != key and not (reuse_digest and digest and same_release):
+    if own is not None and own["argv_key"] not in keys and not (reuse_digest and digest and same_release):
         own = None  # this digest was judged under other evidence (SGLang reinstalled since): judge again
     if own is not None:
-        outcome, judged_as = own["outcome"], own["argv_key"]
+        # an older epforge's key for the same run is rewritten in the current layout
+        outcome, judged_as = own["outcome"], key if own["argv_key"] in keys else own["argv_key"]
     else:
         # The same flags judged for another object: the parser does not see the environment.
-        same = next((entry for entry in verdicts.values() if entry["argv_key"] == key), None)
+        same = next((entry for entry in verdicts.values() if entry["argv_key"] in keys), None)
         outcome, judged_as = (same["outcome"], key) if same else (None, key)
     if outcome is not None:
         # Record what a launch will look for: this digest (and the plan that uses it), when not there yet.
-        if cache_path and not module.check_mode and (own is None or (plan and own.get("plan") != plan)):
+        stale = own is None or own["argv_key"] != judged_as or (plan and own.get("plan") != plan)
+        if cache_path and not module.check_mode and stale:
             write_cache(cache_path, judged_as, outcome, digest, plan)
         return {**outcome, "cached": True}
     result = run_parser(python, argv, construct=construct, timeout=timeout)

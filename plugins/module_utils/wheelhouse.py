@@ -12,7 +12,7 @@ import os
 import re
 import zipfile
 
-from ansible_collections.epforge.ep.plugins.module_utils.build import file_sha256
+from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import (
     normalize,

@@ -25,6 +25,7 @@ import pytest
 from moduletools import module_argv
 
 from ansible_collections.epforge.ep.plugins.module_utils import build as eb
+from ansible_collections.epforge.ep.plugins.module_utils import content_hashes
 from ansible_collections.epforge.ep.plugins.module_utils.arch import torch_arch_missing
 from ansible_collections.epforge.ep.plugins.module_utils.cuda import parse_nvcc_release
 from ansible_collections.epforge.ep.plugins.module_utils.files import write_json_atomic
@@ -120,18 +121,18 @@ def make_tree(root: Path) -> Path:
 
 def test_tree_hash_tracks_content_mode_and_ignores_build_products(tmp_path):
     tree = make_tree(tmp_path / "a")
-    first = eb.tree_hash(str(tree))
-    assert eb.tree_hash(str(make_tree(tmp_path / "b"))) == first  # location does not matter
+    first = content_hashes.tree_hash(str(tree))
+    assert content_hashes.tree_hash(str(make_tree(tmp_path / "b"))) == first  # location does not matter
     for junk in ("build/temp/k.o", "__pycache__/x.pyc", "fake_ext.egg-info/PKG-INFO", "_C.so", ".git/HEAD"):
         path = tree / junk
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("junk")
-    assert eb.tree_hash(str(tree)) == first
+    assert content_hashes.tree_hash(str(tree)) == first
     (tree / "csrc" / "k.cu").write_text("__global__ void k() { }\n")
-    edited = eb.tree_hash(str(tree))
+    edited = content_hashes.tree_hash(str(tree))
     assert edited != first
     os.chmod(tree / "setup.py", 0o755)  # noqa: S103  (the executable bit is what is tested)
-    assert eb.tree_hash(str(tree)) != edited
+    assert content_hashes.tree_hash(str(tree)) != edited
 
 
 # ------------------------------------------------------------------ stamps and the cache
@@ -163,7 +164,7 @@ def test_wheel_members_and_manifest(tmp_path):
     wheel = make_wheel(tmp_path)
     assert eb.wheel_so_members(str(wheel)) == ["fake_ext/_C.cpython-311-x86_64-linux-gnu.so"]
     manifest = eb.make_manifest(str(wheel), "k1", {"a": 1})
-    assert manifest["sha256"] == eb.file_sha256(str(wheel))
+    assert manifest["sha256"] == content_hashes.file_sha256(str(wheel))
     assert manifest["wheel"] == wheel.name
 
 
@@ -520,13 +521,15 @@ def test_source_dir_and_archive_revisions(tmp_path):
     base = {"name": "fake_ext", "work_dir": str(tmp_path / "work")}
     rc, res = run_module("cuda_extension_source", {**base, "source": str(tree)})
     assert rc == 0 and res["kind"] == "dir" and res["source_dir"] == str(tree)
-    assert res["revision"] == "sha256:" + eb.tree_hash(str(tree))
+    assert res["revision"] == "sha256:" + content_hashes.tree_hash(str(tree))
     tarball = tmp_path / "fake_ext-0.1.tar.gz"
     with tarfile.open(tarball, "w:gz") as archive:
         archive.add(tree, arcname="fake_ext-0.1")
     rc, res = run_module("cuda_extension_source", {**base, "source": str(tarball), "make_archive": True})
     assert rc == 0, res
-    assert res["kind"] == "archive" and res["revision"] == "sha256:" + eb.file_sha256(str(tarball))
+    assert res["kind"] == "archive" and res["revision"] == "sha256:" + content_hashes.file_sha256(
+        str(tarball)
+    )
     assert Path(res["source_dir"]).name == "fake_ext-0.1" and (Path(res["source_dir"]) / "setup.py").exists()
     with tarfile.open(res["archive"]) as archive:
         assert "src/setup.py" in archive.getnames()

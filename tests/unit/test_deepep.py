@@ -30,7 +30,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.deepep import (
     prebuilt_verdict,
     prebuilt_wheel_glob,
     setup_py_version,
-    tree_hash,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,17 +140,6 @@ def test_classify_real_deepep_v1_2_1():
     text = (ROOT / "third_party" / "DeepEP" / "setup.py").read_text()
     assert classify_source(text, set())[0] == SUPPORTED
     assert setup_py_version(text) == "1.2.1"
-
-
-def test_tree_hash_follows_content_not_build_outputs(tmp_path):
-    (tmp_path / "a.py").write_text("x = 1\n")
-    first = tree_hash(str(tmp_path))
-    (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "junk.o").write_text("obj")
-    (tmp_path / "x.egg-info").mkdir()
-    assert tree_hash(str(tmp_path)) == first
-    (tmp_path / "a.py").write_text("x = 2\n")
-    assert tree_hash(str(tmp_path)) != first
 
 
 def test_build_key_is_stable_and_input_sensitive():

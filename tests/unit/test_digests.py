@@ -9,14 +9,16 @@ import json
 from pathlib import PurePosixPath
 
 from ansible_collections.epforge.ep.plugins.module_utils.digests import (
+    accepted_digests,
     canonical_json,
     digest,
     digest_matches,
-    held_stamp,
+    is_older_layout,
     read_stamp,
     stamp_digest,
     stamp_holds,
     stamp_of,
+    stamp_rewrite,
     write_stamp,
 )
 
@@ -53,9 +55,14 @@ def test_digest_matches_the_canonical_and_the_older_spaced_layout_only():
     assert digest_matches(digest(INPUTS), INPUTS)
     assert digest_matches(spaced(INPUTS), INPUTS)
     assert spaced(INPUTS) != digest(INPUTS)
+    assert accepted_digests(INPUTS) == (digest(INPUTS), spaced(INPUTS))
     assert not digest_matches(digest({**INPUTS, "schema": 2}), INPUTS)
     for recorded in ("", None, 0, ["x"]):
         assert not digest_matches(recorded, INPUTS)
+    # only a digest of the same data in the older layout is to be rewritten
+    assert is_older_layout(spaced(INPUTS), INPUTS)
+    assert not is_older_layout(digest(INPUTS), INPUTS)
+    assert not is_older_layout(spaced({**INPUTS, "schema": 2}), INPUTS)
 
 
 def test_a_stamp_records_inputs_and_their_digest():
@@ -65,19 +72,19 @@ def test_a_stamp_records_inputs_and_their_digest():
     assert stamp_holds(stamp, INPUTS) and not stamp_holds(stamp, {**INPUTS, "keep": []})
 
 
-def test_a_stamp_an_older_epforge_wrote_still_holds_and_stays_in_force():
-    old = {"inputs": INPUTS, "sha256": spaced(INPUTS)}
-    assert stamp_digest(old) == spaced(INPUTS)
-    assert stamp_holds(old, INPUTS)
-    assert held_stamp(old, INPUTS) is old  # its digest (a fact, a cache's evidence) stays as it was
+def test_a_stamp_an_older_epforge_wrote_still_holds_and_is_rewritten_once():
+    for old in ({"inputs": INPUTS, "sha256": spaced(INPUTS)}, {"inputs": INPUTS, "digest": spaced(INPUTS)}):
+        assert stamp_digest(old) == spaced(INPUTS)
+        assert stamp_holds(old, INPUTS)
+        assert stamp_rewrite(old, INPUTS)  # the caller writes stamp_of(INPUTS) in its place
+        assert not stamp_rewrite(stamp_of(INPUTS), INPUTS)
     other = {"inputs": INPUTS, "sha256": spaced({**INPUTS, "version": "0.5.1"})}
-    assert not stamp_holds(other, INPUTS)
-    assert held_stamp(other, INPUTS) == stamp_of(INPUTS)
+    assert not stamp_holds(other, INPUTS) and not stamp_rewrite(other, INPUTS)
     # "digest" wins over the older key when both are there; no digest, no stamp.
     assert stamp_digest({"digest": "new", "sha256": "old"}) == "new"
     for broken in (None, {}, {"inputs": INPUTS}, {"digest": ""}, {"digest": 5}):
         assert stamp_digest(broken) == "" and not stamp_holds(broken, INPUTS)
-        assert held_stamp(broken, INPUTS) == stamp_of(INPUTS)
+        assert not stamp_rewrite(broken, INPUTS)
 
 
 def test_stamps_round_trip_through_files(tmp_path):

@@ -80,15 +80,20 @@ def test_server_profile_pins_server_deps_from_sglang_metadata_and_reruns_as_a_no
     assert rc == 0 and again["changed"] is False and again["actions"] == []
 
     # A stamp an older epforge wrote (digest of sorted JSON with spaces, under "sha256") still holds: no pip
-    # run, and the stamp in force (its digest: the fact's stamp_sha256, the flags' evidence) is that one.
+    # run; it is rewritten once in the current layout (changed, with its diff; check mode only says so), and
+    # the stamp in force is the current one.
     stamp_file = tmp_path / "state" / "sglang.json"
     inputs = json.loads(stamp_file.read_text())["inputs"]
     spaced = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     stamp_file.write_text(json.dumps({"inputs": inputs, "sha256": spaced}))
+    rc, dry = run_module("sglang_install", args, check=True, diff=True, timeout=300)
+    assert rc == 0 and dry["changed"] is True and json.loads(stamp_file.read_text())["sha256"] == spaced, dry
     rc, old = run_module("sglang_install", args, timeout=300)
-    assert rc == 0 and old["changed"] is False and old["actions"] == [], old
-    assert old["stamp"] == {"inputs": inputs, "sha256": spaced}
-    assert json.loads(stamp_file.read_text()) == {"inputs": inputs, "sha256": spaced}
+    assert rc == 0 and old["changed"] is True, old
+    assert old["actions"] == ["stamp rewritten in the current digest layout (same inputs)"]
+    assert old["stamp"] == again["stamp"] == json.loads(stamp_file.read_text())
+    rc, once = run_module("sglang_install", args, timeout=300)
+    assert rc == 0 and once["changed"] is False and once["actions"] == [], once
     # ... while one that records other inputs does not.
     stamp_file.write_text(json.dumps({"inputs": inputs, "sha256": "0" * 64}))
     rc, rerun = run_module("sglang_install", args, timeout=300)

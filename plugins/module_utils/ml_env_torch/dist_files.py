@@ -23,10 +23,9 @@ trusts its stamp; the same paths go into its probe-cache `watch` list.
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 import os
 
+from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import (
     dist_info_name_version,
     normalize,
@@ -150,8 +149,8 @@ def integrity_paths(site: str, name: str) -> list[str]:
     return sorted(paths)
 
 
-def states_digest(paths: list[str]) -> str:
-    """sha256 over the state of each path (missing paths included as such)."""
+def path_states(paths: list[str]) -> list[list]:
+    """The state of each path: [path, size, mtime_ns, ctime_ns, inode], or [path, None] when it is missing."""
     states = []
     for path in paths:
         try:
@@ -159,4 +158,9 @@ def states_digest(paths: list[str]) -> str:
             states.append([path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino])
         except OSError:
             states.append([path, None])
-    return hashlib.sha256(json.dumps(states).encode()).hexdigest()
+    return states
+
+
+def states_digest(paths: list[str]) -> str:
+    """The digest (plugins/module_utils/digests.py) of the state of each path."""
+    return digest(path_states(paths))

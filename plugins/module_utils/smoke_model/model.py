@@ -2,10 +2,10 @@
 
 Two halves:
 - pure planning (stdlib only, imported by library/smoke_model.py in Ansible's python): settings checks,
-  config.json, the tensor table, the inputs key;
+  config.json, the tensor table (the module takes the inputs key with plugins/module_utils/digests.py);
 - the writer (numpy + tokenizers, imported lazily), run as a script in the ML env's python: the module
-  sends this file's source on stdin (`python - STAGING_DIR SETTINGS_JSON`), so the target python needs no
-  Ansible. torch is not needed: bf16 is written as the top 16 bits of float32 (round to nearest even) and
+  sends this file's source on stdin (`python - STAGING_DIR SETTINGS_JSON KEY`), so the target python needs
+  no Ansible. torch is not needed: bf16 is written as the top 16 bits of float32 (round to nearest even) and
   the safetensors file is assembled by hand (8-byte header length, JSON header, raw data; format spec:
   https://github.com/huggingface/safetensors#format).
 
@@ -122,14 +122,6 @@ def settings_problems(s: dict) -> list[str]:
     if not 0 < s["initializer_range"] < 1:
         problems.append(f"initializer_range must be in (0, 1), not {s['initializer_range']}")
     return problems
-
-
-def input_key(s: dict) -> str:
-    """sha256 of the settings and the writer version: equal key = equal files."""
-    text = json.dumps(
-        {"settings": s, "writer_version": WRITER_VERSION}, sort_keys=True, separators=(",", ":")
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def model_config(s: dict) -> dict:
@@ -337,8 +329,9 @@ def _file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_model(directory: str, s: dict) -> dict:
-    """Write every file into DIRECTORY (an empty staging dir); the manifest last. Return the manifest."""
+def write_model(directory: str, s: dict, key: str) -> dict:
+    """Write every file into DIRECTORY (an empty staging dir); the manifest, naming the files by KEY (the
+    module's digest of the settings and WRITER_VERSION), last. Return the manifest."""
     import numpy as np  # noqa: PLC0415 (the writer's python has numpy; Ansible's need not)
     import tokenizers  # noqa: PLC0415
 
@@ -355,7 +348,7 @@ def write_model(directory: str, s: dict) -> dict:
         path = os.path.join(directory, name)
         files[name] = {"size": os.path.getsize(path), "sha256": _file_sha256(path)}
     manifest = {
-        "key": input_key(s),
+        "key": key,
         "settings": s,
         "writer_version": WRITER_VERSION,
         "parameters": parameter_count(s),
@@ -368,7 +361,7 @@ def write_model(directory: str, s: dict) -> dict:
 
 
 def _main(argv: list[str]) -> int:
-    """python - STAGING_DIR SETTINGS_JSON (source on stdin): write the model, print the manifest as JSON."""
+    """python - STAGING_DIR SETTINGS_JSON KEY (source on stdin): write the model, print its manifest."""
     missing = []
     for name in ("numpy", "tokenizers"):
         try:
@@ -379,7 +372,7 @@ def _main(argv: list[str]) -> int:
         print(json.dumps({"missing": missing}))
         return 3
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    manifest = write_model(argv[1], json.loads(argv[2]))
+    manifest = write_model(argv[1], json.loads(argv[2]), argv[3])
     print(json.dumps(manifest))
     return 0
 
