@@ -70,18 +70,16 @@ imported:
   elements: str
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import wheel_so_members
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import python_layout
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
-
-SITE_PROBE = "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['platlib']))"
-
 
 ARGUMENT_SPEC = {
     "wheel": {"type": "path", "required": True},
@@ -101,10 +99,12 @@ def main() -> None:
     p = module.params
     if not os.path.isfile(p["wheel"]):
         module.fail_json(msg=f"wheel {p['wheel']} does not exist on the host")
-    rc, out, err, _unused = run_bounded([p["python"], "-c", SITE_PROBE], timeout=120)
-    if rc != 0:
-        module.fail_json(msg=f"{p['python']} does not run", rc=rc, log_tail=tail(err or out))
-    site = json.loads(out.strip().splitlines()[-1])
+    run = run_payload(p["python"], python_layout, timeout=120)
+    if run.rc != 0 or not isinstance(run.answer, dict):
+        module.fail_json(
+            msg=f"{p['python']} does not run", cmd=run.argv, rc=run.rc, log_tail=tail(run.output)
+        )
+    site = run.answer["platlib"]
     so_files = [os.path.join(site, member) for member in wheel_so_members(p["wheel"])]
     if module.check_mode:
         module.exit_json(changed=True, so_files=so_files, imported=[])

@@ -177,7 +177,6 @@ watch:
            /usr/bin/python3.11, /var/lib/epforge/cuda_extension/canary.stamp.json]
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -194,6 +193,8 @@ from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.cuda import parse_nvcc_release
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import python_layout
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, watch_list
 
@@ -202,13 +203,6 @@ FACT_NAME = "epforge_cuda_extensions"
 # Variables that move the probe's sysconfig purelib/platlib (sys.prefix, sys.platlibdir, Debian's install
 # scheme) without any file changing. PYTHONPATH and the user site do not: torch is read from those two dirs.
 SYSCONFIG_VARIABLES = ("PYTHONHOME", "PYTHONPLATLIBDIR", "DEB_PYTHON_INSTALL_LAYOUT")
-
-PROBE = (
-    "import json, platform, sys, sysconfig; print(json.dumps({'major': sys.version_info[0], "
-    "'minor': sys.version_info[1], 'impl': sys.implementation.name, 'machine': platform.machine(), "
-    "'platlib': sysconfig.get_paths()['platlib'], 'purelib': sysconfig.get_paths()['purelib'], "
-    "'prefix': sys.prefix}))"
-)
 
 
 def record_installed(module: AnsibleModule, name: str, stamp: dict, fact: dict) -> dict:
@@ -279,11 +273,12 @@ def main() -> None:
             msg=f"{p['python']} does not exist: run role ml_env first (or set "
             "cuda_extension_python to a venv interpreter with torch)"
         )
-    argv = [p["python"], "-c", PROBE]
-    rc, out, err, _unused = run_bounded(argv, timeout=300)
-    if rc != 0:
-        module.fail_json(msg=f"{p['python']} does not run", cmd=argv, rc=rc, log_tail=tail(err or out))
-    probe = json.loads(out.strip().splitlines()[-1])
+    run = run_payload(p["python"], python_layout, timeout=300)
+    if run.rc != 0 or not isinstance(run.answer, dict):
+        module.fail_json(
+            msg=f"{p['python']} does not run", cmd=run.argv, rc=run.rc, log_tail=tail(run.output)
+        )
+    probe = run.answer
     torch_version = dist_info_version(probe["purelib"], "torch") or dist_info_version(
         probe["platlib"], "torch"
     )

@@ -233,7 +233,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.files import (
 from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_env import (
     COMPONENTS,
     FEATURES,
-    INSPECT_SCRIPT,
     component_binaries,
     coverage,
     requested_features,
@@ -241,8 +240,10 @@ from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_e
     wheel_distribution,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import env_owners, python_layout
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import NO_VERSION_CHECK, pip_argv
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.watch import (
     binary_paths,
@@ -266,10 +267,6 @@ STAMPED_OPTIONS = (
 )
 # What a stored verdict does not keep: per-run outcomes.
 STAMP_EXCLUDED = ("changed", "diff", "check", "stamp_reason", "ok", "warnings_lacking", "fact_changed")
-SITE_SCRIPT = (
-    "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))"
-)
-MARK = "EPFORGE_FINAL_ENV "
 
 
 def listed_binaries(result: dict) -> list[str]:
@@ -286,23 +283,34 @@ class FinalEnv:
         self.cache_dirty = False
 
     # ------------------------------------------------------------------ reading the env
+    def site(self) -> list[str]:
+        """The env's site directories (real paths; none when its python does not answer)."""
+        run = run_payload(self.p["python"], python_layout, timeout=self.p["timeout"])
+        answer = run.answer if isinstance(run.answer, dict) else {}
+        return [os.path.realpath(answer[k]) for k in ("purelib", "platlib") if answer.get(k)]
+
     def inspect(self) -> dict:
         chosen = [COMPONENTS[name] for name in self.p["components"]] + [COMPONENTS["deep_ep"]]
         names = sorted({c["module"] for c in chosen} | {m for c in chosen for m in c.get("also", [])})
         # every file of DeepEP's distributions is checked against its RECORD (the repair depends on it)
         deep = [COMPONENTS["deep_ep"]["module"], *COMPONENTS["deep_ep"]["also"]]
-        argv = [self.p["python"], "-c", INSPECT_SCRIPT, json.dumps(names), json.dumps(deep)]
-        rc, out, err, _unused = run_bounded(
-            argv, timeout=self.p["timeout"], env_update={"PYTHONNOUSERSITE": "1"}
+        run = run_payload(
+            self.p["python"],
+            env_owners,
+            [json.dumps(names), json.dumps(deep)],
+            timeout=self.p["timeout"],
+            env_update={"PYTHONNOUSERSITE": "1"},
         )
-        marked = [line for line in out.splitlines() if line.startswith(MARK)]
-        if rc != 0 or not marked:
+        if run.rc != 0 or not isinstance(run.answer, dict):
             fail_cmd(
-                self.module, f"cannot inspect the env of {self.p['python']}", argv, rc or 1, output=out + err
+                self.module,
+                f"cannot inspect the env of {self.p['python']}",
+                run.argv,
+                run.rc or 1,
+                output=run.output,
             )
-        data = json.loads(marked[-1][len(MARK) :])
-        rc, out, err, _unused = run_bounded([self.p["python"], "-c", SITE_SCRIPT], timeout=self.p["timeout"])
-        data["site"] = [os.path.realpath(p) for p in json.loads(out)] if rc == 0 else []
+        data = run.answer
+        data["site"] = self.site()
         return data
 
     def listing(self, path: str) -> dict:
@@ -485,8 +493,7 @@ class FinalEnv:
         p = self.p
         options = {k: p[k] for k in STAMPED_OPTIONS}
         options["serving"] = self.serving()
-        rc, out, _err, _unused = run_bounded([p["python"], "-c", SITE_SCRIPT], timeout=p["timeout"])
-        site = [os.path.realpath(d) for d in json.loads(out)] if rc == 0 else []
+        site = self.site()
         fixed = [os.path.realpath(p["python"]), p["cuobjdump"]] + (
             [p["deepep_wheel"]] if p["deepep_wheel"] else []
         )

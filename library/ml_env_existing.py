@@ -136,12 +136,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.ml_env_fact import reco
 from ansible_collections.epforge.ep.plugins.module_utils.torch_env import torch_evidence, torch_inputs
 from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 
-PROBE = (
-    "import json, os, sys, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
-    "'archs': torch.cuda.get_arch_list(), 'location': os.path.dirname(torch.__file__), "
-    "'prefix': sys.prefix}))"
-)
-
 
 def mismatches(evidence: dict, p: dict, archs: list[str]) -> list[str]:
     """Why this torch cannot be the stack's (empty when it can)."""
@@ -207,10 +201,9 @@ def main() -> None:
             **result,
         )
 
-    argv = [python, "-c", PROBE]
     evidence = torch_evidence(
         module,
-        argv,
+        python,
         timeout=p["timeout"],
         failed=(
             f"ml_env method existing: importing torch with {python} failed, so it cannot "

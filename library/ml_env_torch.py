@@ -203,16 +203,16 @@ from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files
     states_digest,
 )
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_name
-from ansible_collections.epforge.ep.plugins.module_utils.torch_env import torch_evidence, torch_inputs
+from ansible_collections.epforge.ep.plugins.module_utils.torch_env import (
+    read_facts,
+    torch_evidence,
+    torch_inputs,
+    torch_probe,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, watch_list
-
-VERIFY_SCRIPT = (
-    "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
-    "'archs': torch.cuda.get_arch_list()}))"
-)
 
 
 def site_packages(venv: str) -> str | None:
@@ -315,9 +315,12 @@ def install(
 
 def verify_torch(module: AnsibleModule, venv: str, result: dict) -> dict:
     """Import torch in the venv; its version, CUDA and arch list (fail_json when it cannot)."""
-    argv = [os.path.join(venv, "bin", "python"), "-c", VERIFY_SCRIPT]
     return torch_evidence(
-        module, argv, timeout=600, failed=f"importing torch in {venv} failed", result=result
+        module,
+        os.path.join(venv, "bin", "python"),
+        timeout=600,
+        failed=f"importing torch in {venv} failed",
+        result=result,
     )
 
 
@@ -341,14 +344,8 @@ def reverify(
     evidence, the stamp learns the new file states (nothing was changed: changed stays false); when it does
     not, returns True: torch is reinstalled (the caller plans it, check mode only reports it)."""
     venv = p["path"]
-    argv = [os.path.join(venv, "bin", "python"), "-c", VERIFY_SCRIPT]
-    proc = run_bounded(argv, timeout=600)
-    evidence = None
-    if proc.rc == 0:
-        try:
-            evidence = json.loads(proc.out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            evidence = None
+    proc, _shown = torch_probe(os.path.join(venv, "bin", "python"), timeout=600)
+    evidence = read_facts(proc) if proc.rc == 0 else None
     result["verified"] = True
     if evidence is not None and not torch_problems(evidence, p, toolkit_major, archs):
         result["reason"] = "torch's files changed since the stamp; the import proves it again"

@@ -263,10 +263,10 @@ from ansible_collections.epforge.ep.plugins.module_utils.digests import (
 from ansible_collections.epforge.ep.plugins.module_utils.files import ensure_directories
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv, run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import dist_requires, sglang_import
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import (
     installed_versions as installed_versions_payload,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.payloads import sglang_import
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_key, requirement_name
@@ -359,9 +359,6 @@ def pip_commands(python: str, inputs: dict, server_deps: list[str] | None = None
     if inputs["parser_deps"] or inputs["keep"]:
         commands.append([*base, *inputs["parser_deps"], *inputs["keep"]])
     return commands + tail_runs
-
-
-SGLANG_REQUIRES_SCRIPT = "import importlib.metadata as m, json; print(json.dumps(m.requires('sglang') or []))"
 
 
 def installed_versions(module, python: str, names: list[str]) -> dict:
@@ -488,17 +485,17 @@ def pinned_server_commands(module, inputs: dict) -> list[list[str]]:
     """Once SGLang is in (--no-deps): the pip commands with the server deps pinned to what this release
     declares (the same runs as planned: pinning changes no name)."""
     python = module.params["python"]
-    requires_argv = [python, "-c", SGLANG_REQUIRES_SCRIPT]
-    proc = run_bounded(requires_argv, timeout=300)
-    if proc.rc != 0:
+    run = run_payload(python, dist_requires, ["sglang"], timeout=300)
+    declared = run.answer.get("sglang") if isinstance(run.answer, dict) else None
+    if run.rc != 0 or declared is None:
         fail_cmd(
             module,
             "cannot read the installed SGLang's Requires-Dist",
-            requires_argv,
-            proc.rc,
-            output=proc.output,
+            run.argv,
+            run.rc or 1,
+            output=run.output,
         )
-    pinned = pin_from_metadata(json.loads(proc.out.strip().splitlines()[-1]), inputs["server_deps"])
+    pinned = pin_from_metadata(declared, inputs["server_deps"])
     return pip_commands(python, inputs, pinned)
 
 

@@ -33,10 +33,19 @@ def payload_argv(python: str, payload, args=()) -> tuple[list[str], list[str]]:
     ]
 
 
-def run_payload(python: str, payload, args=(), timeout: float = 120, env: dict | None = None) -> PayloadRun:
-    """Run payload (a module of plugins/module_utils/payloads) in python with args."""
+def run_payload(
+    python: str,
+    payload,
+    args=(),
+    timeout: float = 120,
+    *,
+    env: dict | None = None,
+    env_update: dict | None = None,
+) -> PayloadRun:
+    """Run payload (a module of plugins/module_utils/payloads) in python with args (env: its whole
+    environment; env_update: changes to this one's)."""
     argv, shown = payload_argv(python, payload, args)
-    proc = run_bounded(argv, timeout=timeout, env=env)
+    proc = run_bounded(argv, timeout=timeout, env=env, env_update=env_update)
     answer = None
     if proc.rc == 0:
         lines = proc.out.strip().splitlines()

@@ -2,7 +2,7 @@
 
 - torch_inputs(): refuse, before anything changes, a torch/toolkit pair of different CUDA majors (torch
   will not build extensions with an nvcc of another major) and an arch list that does not parse.
-- torch_evidence(): run a probe script in the env and read its last stdout line as JSON, or fail.
+- torch_evidence(): import torch in the env (payload torch_facts) and read its facts, or fail.
 A torch version without its local part (2.14.1+cu130 -> 2.14.1): version.base_version().
 """
 
@@ -14,6 +14,8 @@ from collections.abc import Callable
 from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_list
 from ansible_collections.epforge.ep.plugins.module_utils.build import cuda_major
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import torch_facts
 from ansible_collections.epforge.ep.plugins.module_utils.process import TIMED_OUT, run_bounded
 
 
@@ -38,21 +40,35 @@ def torch_inputs(module, p: dict, result: dict, mismatch_msg: Callable[[int, int
     return toolkit_major, archs
 
 
+def torch_probe(python: str, timeout: float):
+    """Run payload torch_facts in python: (the finished process, the argv a failure shows)."""
+    argv, shown = payload_argv(python, torch_facts)
+    return run_bounded(argv, timeout=timeout), shown
+
+
+def read_facts(proc) -> dict | None:
+    """The JSON on the probe's last stdout line (None when it printed none)."""
+    try:
+        return json.loads(proc.out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
 def torch_evidence(
-    module, argv: list[str], *, timeout: float, failed: str, result: dict, timed_out: str = ""
+    module, python: str, *, timeout: float, failed: str, result: dict, timed_out: str = ""
 ) -> dict:
-    """Run a torch probe in the env and return the JSON on its last stdout line, or fail_json.
+    """Import torch in python (payload torch_facts) and return its facts, or fail_json.
 
     failed words a probe that exited non-zero; timed_out (when given) one that ran past timeout.
     """
-    proc = run_bounded(argv, timeout=timeout)
+    proc, argv = torch_probe(python, timeout)
     if timed_out and proc.timed_out:
         module.fail_json(msg=timed_out, cmd=argv, rc=TIMED_OUT, **result)
     if proc.rc != 0:
         module.fail_json(msg=failed, cmd=argv, rc=proc.rc, log_tail=tail(proc.err or proc.out), **result)
-    try:
-        return json.loads(proc.out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    facts = read_facts(proc)
+    if facts is None:
         module.fail_json(
             msg="could not read torch's versions", cmd=argv, rc=proc.rc, log_tail=tail(proc.out), **result
         )
+    return facts

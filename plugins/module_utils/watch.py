@@ -16,10 +16,10 @@ tests/unit/test_watch.py.
 
 from __future__ import annotations
 
-import json
 import os
 
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
+from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import python_layout
 
 # Variables that move where a python finds its distributions. The probe cache's key holds the task's
 # environment but not the login environment a module inherits, and a module cannot tell the two apart: when
@@ -34,7 +34,6 @@ IMPORT_PATH_VARIABLES = (
 )
 
 # Run by the env's python, as the probes' own scripts run it (no -I: the same sys.path they see).
-IMPORT_PATH_SCRIPT = "import json, sys; print(json.dumps({'prefix': sys.prefix, 'path': sys.path}))"
 
 
 def watch_list(*groups) -> list[str]:
@@ -70,12 +69,8 @@ def import_paths(python: str, timeout: float = 60) -> list[str] | None:
     import-path variable is set, or the python does not answer)."""
     if any(os.environ.get(name) for name in IMPORT_PATH_VARIABLES):
         return None
-    proc = run_bounded([python, "-c", IMPORT_PATH_SCRIPT], timeout=timeout)
-    if proc.rc != 0:
-        return None
-    try:
-        seen = json.loads(proc.out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    seen = run_payload(python, python_layout, timeout=timeout).answer
+    if not isinstance(seen, dict):
         return None
     # '' is the module's working directory (python -c), not a place the env's distributions live
     entries = [os.path.realpath(p) for p in seen["path"] if p]

@@ -31,6 +31,10 @@ HASHLIB_ALLOWED = {
     ("plugins/module_utils/smoke_model/model.py", "_file_sha256"): (
         "the writer half's file hash, in the ML env's python (it cannot import the collection)"
     ),
+    ("plugins/module_utils/payloads/env_owners.py", "record_hash"): (
+        "a RECORD's own hash format (urlsafe base64 of the sha256 digest), in the env's python, which cannot "
+        "import the collection"
+    ),
     ("plugins/filter/prompt_file.py", "prompt_file"): (
         "sha1 is the checksum ansible.builtin.copy compares on the host: the staged file's identity in "
         "copy's own terms"

@@ -4,10 +4,13 @@ payload now, run here in real interpreters: this test's own and a fresh venv wit
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import subprocess
 import sys
 import venv
+from pathlib import Path
 
 from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import installed_versions
@@ -143,3 +146,70 @@ def test_the_flashinfer_jit_payload_builds_once_then_finds_it(tmp_path):
         {"library": library, "built": True, "exists": True},
         {"library": library, "built": False, "exists": True},
     ]
+
+
+def test_the_python_layout_payload_describes_a_venv_by_its_own_paths(tmp_path):
+    """payloads/python_layout.py (the probes of final_env_check, cuda_extension_install, cuda_extension_plan
+    and the watch list: four strings before)."""
+    from ansible_collections.epforge.ep.plugins.module_utils.payloads import python_layout  # noqa: PLC0415
+
+    env = tmp_path / "bare"
+    venv.create(env, with_pip=False)
+    run = run_payload(env / "bin" / "python", python_layout)
+    assert run.rc == 0, run.output
+    assert run.answer["prefix"] == str(env) and [run.answer["major"], run.answer["minor"]] == list(
+        sys.version_info[:2]
+    )
+    assert run.answer["impl"] == sys.implementation.name and run.answer["machine"]
+    assert all(
+        run.answer[k].startswith(str(env)) and run.answer[k].endswith("site-packages")
+        for k in ("purelib", "platlib")
+    )
+    assert run.answer["platlib"] in run.answer["path"]
+
+
+def record_line(site, rel: str) -> str:
+    data = (site / rel).read_bytes()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{rel},sha256={digest},{len(data)}"
+
+
+def test_the_env_owners_payload_finds_the_distribution_a_module_loads_from_and_a_changed_file(tmp_path):
+    """payloads/env_owners.py (final_env_check's inspection, a string before), run in a venv holding one
+    distribution laid out as pip installs a wheel (package, dist-info, RECORD of sha256 hashes): its owner,
+    RECORD-verified without importing it; then one of its files edited on disk."""
+    from ansible_collections.epforge.ep.plugins.module_utils.payloads import env_owners, python_layout  # noqa: PLC0415
+
+    env = tmp_path / "env"
+    venv.create(env, with_pip=False)
+    python = env / "bin" / "python"
+    site = Path(run_payload(python, python_layout).answer["purelib"])
+    pkg = site / "epforge_probe_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise SystemExit('imported: the payload must not import it')\n")
+    (pkg / "extra.py").write_text("X = 1\n")
+    info = site / "epforge_probe_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: epforge-probe-pkg\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text("epforge_probe_pkg\n")
+    rels = [
+        "epforge_probe_pkg/__init__.py",
+        "epforge_probe_pkg/extra.py",
+        "epforge_probe_pkg-1.0.dist-info/METADATA",
+    ]
+    record = [record_line(site, rel) for rel in rels] + ["epforge_probe_pkg-1.0.dist-info/RECORD,,"]
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+    args = [json.dumps(["epforge_probe_pkg", "not_installed_mod"]), json.dumps(["epforge_probe_pkg"])]
+    run = run_payload(python, env_owners, args, env_update={"PYTHONNOUSERSITE": "1"})
+    assert run.rc == 0, run.output
+    module = run.answer["modules"]["epforge_probe_pkg"]
+    assert module["origin"] == str((pkg / "__init__.py").resolve())
+    (claim,) = module["claims"]
+    assert claim["distribution"] == "epforge-probe-pkg" and claim["version"] == "1.0"
+    assert claim["provides_origin"] and claim["files_changed"] == 0 and claim["files_matched"] == 2
+    assert run.answer["modules"]["not_installed_mod"] == {"origin": "", "claims": []}
+
+    (pkg / "extra.py").write_text("X = 2\n")
+    (claim,) = run_payload(python, env_owners, args).answer["modules"]["epforge_probe_pkg"]["claims"]
+    assert claim["files_changed"] == 1 and claim["files_matched"] == 1 and claim["provides_origin"]

@@ -2,7 +2,7 @@
 belong to each component, which SGLang feature needs which component, and whether a component's binaries
 carry code for the hosts' GPU archs.
 
-Pure functions plus the stdlib-only script that inspects an env without importing its GPU packages. The
+Pure functions (the env itself is read by payload env_owners, without importing its GPU packages). The
 arch rule is plugins/module_utils/arch.py's (check_required), the cuobjdump parser epforge_cuda.py's; this
 file only says what to check and what a missing arch means for the server. Used by library/final_env_check.py;
 unit-tested in tests/unit/test_final_env.py.
@@ -16,65 +16,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_k
 from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_values
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest_matches
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, wheel_name_version
-
-# Runs inside the env's python: for each import name, where it would load from (importlib's spec, which does
-# not execute a top-level package), every distribution whose RECORD claims it (importlib.metadata's
-# packages_distributions), and for each claimant whether the files on disk are the ones its RECORD lists
-# (sha256). The claimant whose RECORD matches the module's origin file is the one the server imports. Every
-# file is hashed only for the modules in argv[2] (DeepEP's, a few MB); for the others (torch, sgl_kernel: GBs)
-# only the origin file.
-INSPECT_SCRIPT = r"""
-import base64, hashlib, importlib.metadata as md, importlib.util, json, os, sys
-
-def file_hash(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
-
-wanted = set(json.loads(sys.argv[1]))
-verify_all = set(json.loads(sys.argv[2]))
-owners = {name: set(dists) for name, dists in md.packages_distributions().items() if name in wanted}
-# packages_distributions infers top-level names from .py files only (Python 3.11) when a wheel has no
-# top_level.txt: a top-level extension module (deep_ep_cpp.cpython-311-x86_64-linux-gnu.so) is found here.
-for dist in md.distributions():
-    for entry in dist.files or []:
-        top = entry.parts[0] if len(entry.parts) > 1 else entry.parts[0].split(".", 1)[0]
-        if top in wanted:
-            owners.setdefault(top, set()).add(dist.metadata["Name"])
-out = {"python": sys.version.split()[0], "modules": {}}
-for name in sorted(wanted):
-    spec = importlib.util.find_spec(name)
-    origin = os.path.realpath(spec.origin) if spec is not None and spec.origin else ""
-    claims = []
-    for dist_name in sorted(set(owners.get(name, []))):
-        dist = md.distribution(dist_name)
-        files, binaries, matched, changed, missing, origin_ok = [], [], 0, 0, 0, False
-        for entry in dist.files or []:
-            first = entry.parts[0]
-            if first != name and not first.startswith(name + "."):
-                continue
-            path = os.path.realpath(str(entry.locate()))
-            if not os.path.exists(path):
-                missing += 1
-                continue
-            ok = True
-            hashed = entry.hash is not None and entry.hash.mode == "sha256"
-            if hashed and (name in verify_all or path == origin):
-                ok = file_hash(path) == "sha256=" + entry.hash.value
-                matched += ok
-                changed += not ok
-            if path == origin:
-                origin_ok = ok
-            if path.endswith(".so") or ".so." in os.path.basename(path):
-                binaries.append(path)
-        claims.append({"distribution": dist.metadata["Name"], "version": dist.version,
-                       "files_matched": matched, "files_changed": changed, "files_missing": missing,
-                       "provides_origin": origin_ok, "binaries": sorted(binaries)})
-    out["modules"][name] = {"origin": origin, "claims": claims}
-print("EPFORGE_FINAL_ENV " + json.dumps(out))
-"""
 
 # What the server imports, per component: the import name, further import names of the same package (DeepEP
 # v1.x ships its extension as the top-level module deep_ep_cpp), and which of the owner's binaries hold the
