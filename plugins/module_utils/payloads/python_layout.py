@@ -1,10 +1,11 @@
 """Payload: how an interpreter is laid out - its version, implementation and machine, its prefix, its site
-directories (where pip installs pure and platform packages) and its import path.
+directories (where pip installs pure and platform packages), its C headers' directory and its import path.
 
 Runs as `python -c SOURCE` in the python asked about (modules final_env_check, cuda_extension_install,
-cuda_extension_plan and the watch list of plugins/module_utils/watch.py, through payload.py). Prints one
-JSON line: {major, minor, impl, machine, prefix, purelib, platlib, path}. Standard library only (the
-collection cannot be imported there).
+cuda_extension_plan, python_headers and the watch list of plugins/module_utils/watch.py, through payload.py).
+Prints one JSON line: {major, minor, impl, machine, prefix, base_prefix, purelib, platlib, include, path}
+(include: where the interpreter's C headers, Python.h, are - its base installation's for a venv). Standard
+library only (the collection cannot be imported there).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ def layout() -> dict:
         "impl": sys.implementation.name,
         "machine": platform.machine(),
         "prefix": sys.prefix,
+        "base_prefix": sys.base_prefix,
         "purelib": paths["purelib"],
         "platlib": paths["platlib"],
+        "include": paths["include"],
         "path": sys.path,
     }
 
