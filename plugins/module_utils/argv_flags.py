@@ -8,6 +8,11 @@ starts with `--` is the next flag, not a value; items before the first flag are 
 from __future__ import annotations
 
 
+def dest_flag(dest: str) -> str:
+    """The flag argparse spells for a dest (x_y -> --x-y): a setting's flag unless a release renamed it."""
+    return "--" + dest.replace("_", "-")
+
+
 def flag_pairs(extra_args) -> list[tuple[str, object]]:
     """(flag, value) pairs in argv order: '--x 1' and '--x=1' give ('--x', '1'), '--x' alone ('--x', True)."""
     pairs: list[tuple[str, object]] = []

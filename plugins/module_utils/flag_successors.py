@@ -10,6 +10,7 @@ mean". A successor that the release lacks too is followed to its own successor (
 
 from __future__ import annotations
 
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import dest_flag
 from ansible_collections.epforge.ep.plugins.module_utils.version import version_tuple
 
 MAX_HOPS = 4
@@ -28,7 +29,7 @@ def release_options(flags: dict) -> dict[str, str]:
 def entry_of(name: str, successors: dict | None) -> tuple[str, dict] | None:
     """(option, entry) for a flag (--x-y) or a setting named like its dest (x_y)."""
     table = (successors or {}).get("flags") or {}
-    option = name if name.startswith("-") else "--" + name.replace("_", "-")
+    option = name if name.startswith("-") else dest_flag(name)
     if option in table:
         return option, table[option]
     for other, entry in sorted(table.items()):

@@ -25,7 +25,7 @@ import difflib
 import json
 import re
 
-from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_names, flag_pairs
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import dest_flag, flag_names, flag_pairs
 from ansible_collections.epforge.ep.plugins.module_utils.flag_successors import retired_flag
 from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import is_secret_name
 from ansible_collections.epforge.ep.plugins.module_utils.server_address import DEFAULT_HOST, DEFAULT_PORT
@@ -158,7 +158,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def flag_name(key: str, sglang_version: str | None = None) -> str:
     """The launch_server flag for a setting, for the given SGLang version (None: the newest naming known)."""
-    default = "--" + key.replace("_", "-")
+    default = dest_flag(key)
     rename = FLAG_RENAMES.get(key)
     if rename is None:
         return default
@@ -363,7 +363,7 @@ def _flag_of(key: str, flags: dict, version: str) -> str:
     """The flag a setting renders for this release (its table's flag, or epforge's name for it)."""
     if key in SETTINGS_SCHEMA:
         return flag_name(key, version or None)
-    return (table_spec(key, flags) or {}).get("flag") or "--" + key.replace("_", "-")
+    return (table_spec(key, flags) or {}).get("flag") or dest_flag(key)
 
 
 def _shown(value) -> str:
@@ -376,7 +376,7 @@ def _extra_graph_settings(extra: list, flags: dict) -> list[tuple[str, object, s
     by_flag: dict[str, str] = {}
     for key in GRAPH_KEYS:
         spec = table_spec(key, flags) or {}
-        names = [spec.get("flag"), *(spec.get("aliases") or []), "--" + key.replace("_", "-")]
+        names = [spec.get("flag"), *(spec.get("aliases") or []), dest_flag(key)]
         names += [flag_name(key)] if key in SETTINGS_SCHEMA else []
         for name in names:
             if name:
@@ -474,7 +474,7 @@ def _table_problem(key: str, spec: dict, value) -> str | None:
     if value is None:
         return None
     kind = spec.get("kind")
-    flag = spec.get("flag") or "--" + key.replace("_", "-")
+    flag = spec.get("flag") or dest_flag(key)
     problem = _table_kind_problem(key, flag, kind, value)
     choices = [str(c) for c in spec.get("choices") or []]
     if problem or not choices or kind == "bool":
@@ -606,7 +606,7 @@ def validate_settings(
 
     extra = settings.get("extra_args")
     if isinstance(extra, list):
-        owned = {flag_name(key) for key in FLAG_ORDER} | {"--" + k.replace("_", "-") for k in FLAG_ORDER}
+        owned = {flag_name(key) for key in FLAG_ORDER} | {dest_flag(k) for k in FLAG_ORDER}
         owned |= {(table_spec(key, flags) or {}).get("flag") for key in settings} - {None}
         for name in flag_names(item for item in extra if isinstance(item, str)):
             if name in owned:

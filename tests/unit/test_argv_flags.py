@@ -8,7 +8,12 @@ import re
 import pytest
 from conftest import ROOT
 
-from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_names, flag_pairs, flag_values
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import (
+    dest_flag,
+    flag_names,
+    flag_pairs,
+    flag_values,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_env import setting_values
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import validate_settings
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_bench.workload import expected_output
@@ -59,7 +64,7 @@ ALLOWED = {
     # rewrites argv in place to hide secrets: needs each element's position, not the flags
     "plugins/module_utils/secret_scrub.py",
     # code that runs in SGLang's own python, which cannot import the collection
-    "plugins/module_utils/sglang_flags.py",
+    "plugins/module_utils/payloads/sglang_flags_check.py",
     "plugins/module_utils/argv_flags.py",
 }
 
@@ -74,3 +79,19 @@ def test_no_second_reader_of_flags():
             if SECOND_READER.search(line):
                 found.append(f"{rel}:{number}: {line.strip()}")
     assert not found, "read flags with module_utils/argv_flags.py:\n" + "\n".join(found)
+
+
+# `"--" + key.replace("_", "-")`: a setting's flag spelled a second time (argv_flags.dest_flag is the one).
+SECOND_SPELLER = re.compile(r"""["']--["']\s*\+\s*\w+\.replace\(\s*["']_["']\s*,\s*["']-["']\s*\)""")
+
+
+def test_a_setting_s_flag_is_spelled_in_one_place():
+    assert dest_flag("cuda_graph_max_bs") == "--cuda-graph-max-bs"
+    found = []
+    for path in sorted([*ROOT.glob("plugins/**/*.py"), *ROOT.glob("library/*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if SECOND_SPELLER.search(line) and rel != "plugins/module_utils/argv_flags.py":
+                found.append(f"{rel}:{number}: {line.strip()}")
+    assert not found, "spell a setting's flag with argv_flags.dest_flag:\n" + "\n".join(found)
+    assert SECOND_SPELLER.search('flag = "--" + key.replace("_", "-")')

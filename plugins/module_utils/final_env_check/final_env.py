@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 
 from ansible_collections.epforge.ep.plugins.module_utils.arch import arch_sort_key, check_required
-from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import flag_values
+from ansible_collections.epforge.ep.plugins.module_utils.argv_flags import dest_flag, flag_values
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest_matches
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize, wheel_name_version
 
@@ -69,7 +69,7 @@ def setting_values(settings: dict, key: str) -> list[str]:
     decode variants count too."""
     keys = ATTENTION_KEYS if key == "attention_backend" else (key,)
     values = [str(settings[k]) for k in keys if settings.get(k) not in (None, "")]
-    return values + flag_values(settings.get("extra_args"), {"--" + k.replace("_", "-") for k in keys})
+    return values + flag_values(settings.get("extra_args"), {dest_flag(k) for k in keys})
 
 
 def requested_features(settings: dict, serving: bool) -> list[dict]:
