@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import copy
 import hmac
+import inspect
 import json
 import shlex
 from pathlib import Path
@@ -47,99 +48,16 @@ from ansible.release import __version__ as ansible_version
 from ansible_collections.epforge.ep.plugins.module_utils import seal
 from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import probe_record
 from ansible_collections.epforge.ep.plugins.plugin_utils.module_result import without_internal_keys
 
-# Both host scripts (run with no site packages) compare a path by this state: a rewrite, a touch, a rename
-# over it or its removal shows.
-STATE_FUNCTION = r"""
-import base64, json, os, sys
-def state(path):
-    try:
-        s = os.stat(path)
-    except OSError:
-        return None
-    return [s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino]
-"""
-
-# Prints whether the record stands, with its result when it does.
-READ_SCRIPT = (
-    STATE_FUNCTION
-    + r"""
-record_path, key = sys.argv[1], sys.argv[2]
-try:
-    with open(record_path) as f:
-        record = json.load(f)
-except (OSError, ValueError):
-    record = None
-if not isinstance(record, dict) or "result" not in record:
-    answer = {"hit": False, "reason": "no record"}
-elif record.get("key") != key:
-    answer = {"hit": False, "reason": "inputs changed"}
-else:
-    moved = sorted(p for p, was in record.get("watch", {}).items() if state(p) != was)
-    answer = {"hit": not moved, "reason": ("changed: " + ", ".join(moved[:3])) if moved else "",
-              "result": None if moved else record["result"], "seal": record.get("seal", ""),
-              "watch": sorted(record.get("watch", {}))}
-print(json.dumps(answer))
-"""
-)
+# The host's side (payload probe_record: read a record, write one), sent as `python -I -S -c SOURCE ...`.
+RECORD_SCRIPT = inspect.getsource(probe_record)
+RECORDS_KEPT_PER_MODULE = probe_record.RECORDS_KEPT_PER_MODULE
 
 # The longest record passed as an argument (the shell command holding it is one argument of sh -c, and the
 # kernel's limit for one argument is 128 KiB); a longer one goes on stdin or in a file.
 ARG_LIMIT = 96 * 1024
-
-# Records kept per module: more than the argument sets one provision asks any probe with.
-RECORDS_KEPT_PER_MODULE = 8
-
-# Runs on the host: states of the watched paths as they are now, then the record, atomically (0600); then
-# the module's oldest records beyond RECORDS_KEPT_PER_MODULE go.
-
-WRITE_SCRIPT = (
-    STATE_FUNCTION
-    + f"KEEP = {RECORDS_KEPT_PER_MODULE}\n"
-    + r"""
-record_path = sys.argv[1]
-# The record comes as the argument, or (past the kernel's limit for one argument, 128 KiB: a watch list of
-# thousands of paths) on stdin ("-") or in a file the controller put on the host ("@PATH", removed here).
-source = sys.argv[2]
-if source == "-":
-    source = sys.stdin.read()
-elif source.startswith("@"):
-    with open(source[1:]) as f:
-        text = f.read()
-    os.unlink(source[1:])
-    source = text
-data = json.loads(base64.b64decode(source))
-os.makedirs(os.path.dirname(record_path), mode=0o700, exist_ok=True)
-data["watch"] = {p: state(p) for p in data["watch"]}
-tmp = "%s.%d.tmp" % (record_path, os.getpid())
-fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-with os.fdopen(fd, "w") as f:
-    json.dump(data, f, sort_keys=True)
-    f.flush()
-    os.fsync(f.fileno())
-os.replace(tmp, record_path)
-# Records of keys no longer asked for (other arguments, an older module) would pile up: keep the newest
-# KEEP of this module's records (a module asked with several argument sets keeps one each).
-folder, name = os.path.split(record_path)
-prefix = name.rsplit("-", 1)[0] + "-"
-def newest_first(entry):
-    try:
-        return (entry.path != record_path, -entry.stat().st_mtime_ns)
-    except OSError:  # removed meanwhile by another run
-        return (True, 0)
-mine = [e for e in os.scandir(folder) if e.name.startswith(prefix) and e.name.endswith(".json")]
-mine.sort(key=newest_first)
-pruned = []
-for entry in mine[KEEP:]:
-    try:
-        os.unlink(entry.path)
-        pruned.append(entry.path)
-    except FileNotFoundError:
-        pass
-print(json.dumps({"written": record_path, "pruned": pruned}))
-"""
-)
 
 
 # The module_utils every probe module imports from: this collection's (plugins/action ->
@@ -206,7 +124,7 @@ class ActionModule(ActionBase):
         record, key = plan
         interpreter = self.host_python(task_vars)
         found = (
-            self.host_json(interpreter, READ_SCRIPT, [record, key])
+            self.host_json(interpreter, RECORD_SCRIPT, ["read", record, key])
             if interpreter
             else {"hit": False, "reason": "host Python not known yet"}
         )
@@ -243,16 +161,16 @@ class ActionModule(ActionBase):
         payload["seal"] = seal_of(key, payload["result"], payload["watch"])
         encoded = base64.b64encode(json.dumps(payload, default=str).encode()).decode()
         if len(encoded) <= ARG_LIMIT:
-            return self.host_json(interpreter, WRITE_SCRIPT, [record, encoded]).get("pruned", [])
+            return self.host_json(interpreter, RECORD_SCRIPT, ["write", record, encoded]).get("pruned", [])
         if getattr(self._connection, "has_pipelining", False):  # its stdin reaches the host's command
-            answer = self.host_json(interpreter, WRITE_SCRIPT, [record, "-"], encoded.encode())
+            answer = self.host_json(interpreter, RECORD_SCRIPT, ["write", record, "-"], encoded.encode())
             return answer.get("pruned", [])
         # no stdin through this connection (podman exec has no -i): a file in the task's temp dir on the host
         tmp = self._make_tmp_path()
         try:
             path = self._connection._shell.join_path(tmp, "probe-cache-record")
             self._transfer_data(path, encoded)
-            return self.host_json(interpreter, WRITE_SCRIPT, [record, "@" + path]).get("pruned", [])
+            return self.host_json(interpreter, RECORD_SCRIPT, ["write", record, "@" + path]).get("pruned", [])
         finally:
             self._remove_tmp_path(tmp)
 

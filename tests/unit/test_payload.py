@@ -213,3 +213,27 @@ def test_the_env_owners_payload_finds_the_distribution_a_module_loads_from_and_a
     (pkg / "extra.py").write_text("X = 2\n")
     (claim,) = run_payload(python, env_owners, args).answer["modules"]["epforge_probe_pkg"]["claims"]
     assert claim["files_changed"] == 1 and claim["files_matched"] == 1 and claim["provides_origin"]
+
+
+def test_the_probe_record_payload_writes_reads_and_prunes_as_code(tmp_path):
+    """payloads/probe_record.py (probe_cache's two host scripts, strings before), called as code: a record
+    stands until a watched path moves; a module keeps its newest records only."""
+    from ansible_collections.epforge.ep.plugins.module_utils.payloads import probe_record  # noqa: PLC0415
+
+    watched = tmp_path / "watched"
+    watched.write_text("a")
+    folder = tmp_path / "probe-cache"
+    record = str(folder / "mod-0001.json")
+    data = {"key": "k1", "watch": [str(watched)], "result": {"x": 1}, "seal": "s"}
+    encoded = base64.b64encode(json.dumps(data).encode()).decode()
+    assert probe_record.write_record(record, encoded) == {"written": record, "pruned": []}
+    assert oct((folder / "mod-0001.json").stat().st_mode & 0o777) == "0o600"
+    hit = probe_record.read_record(record, "k1")
+    assert hit["hit"] is True and hit["result"] == {"x": 1} and hit["watch"] == [str(watched)]
+    assert probe_record.read_record(record, "k2") == {"hit": False, "reason": "inputs changed"}
+    watched.write_text("bb")
+    assert probe_record.read_record(record, "k1")["reason"] == f"changed: {watched}"
+    for index in range(2, 5):
+        other = str(folder / f"mod-000{index}.json")
+        pruned = probe_record.write_record(other, encoded, keep=2)["pruned"]
+    assert sorted(p.name for p in folder.iterdir()) == ["mod-0003.json", "mod-0004.json"] and pruned
