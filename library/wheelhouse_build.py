@@ -698,76 +698,97 @@ ARGUMENT_SPEC = {
 }
 
 
+class WheelhouseBuild:
+    """The module's one job, split by phase: plan the host's pip runs, trust or refuse what the wheelhouse
+    holds, then resolve, download and describe it in a manifest."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        """Plan the inputs first: bad input fails before the wheelhouse is looked at."""
+        self.module = module
+        p = self.p = module.params
+        self.directory = p["directory"]
+        self.pip = p["pip"] or pip_command(sys.executable)
+        try:
+            self.target = target_args(p["python_version"], p["machine"], p["glibc"])
+            self.groups = requirement_groups(p["stack"], p["choice"])
+        except (ValueError, KeyError, TypeError) as err:
+            module.fail_json(msg=f"cannot compute the host's requirements: {err}")
+        self.installed = {normalize(k): str(v) for k, v in p["installed"].items()}
+        self.inputs = {
+            "schema": MANIFEST_SCHEMA,
+            "groups": self.groups,
+            "target": self.target,
+            "installed": self.installed,
+            "protect": sorted(normalize(n) for n in p["protect"]),
+        }
+        self.digest = inputs_digest(self.inputs)
+        self.mpath = manifest_path(self.directory, self.digest)
+        self.result = {
+            "changed": False,
+            "manifest": self.mpath,
+            "inputs_digest": self.digest,
+            "manifest_sha256": "",
+            "downloaded": [],
+        }
+
+    def run(self) -> None:
+        """Refuse what cannot be trusted, answer from a current manifest (no pip run), else build."""
+        module, directory, result = self.module, self.directory, self.result
+        if not os.path.isdir(directory) and not self.p["download"]:
+            module.fail_json(
+                msg=f"the wheelhouse {directory} does not exist and downloads are off: carry in a "
+                "wheelhouse built on a connected controller, or allow downloads",
+                **result,
+            )
+
+        old = trusted_manifest(module, self.mpath, self.digest, result)
+        known = read_hash_cache(self.p["hash_cache"], directory)
+        seen = refuse_untrusted(module, directory, old, known, result)
+        known = {**known, **seen}
+        if old and old.get("inputs_digest") == self.digest:
+            exit_when_current(module, old, known, seen, result)
+        self.build(old, known, seen)
+
+    def build(self, old: dict | None, known: dict, seen: dict) -> None:
+        """The wheelhouse falls short of (or has no) manifest: resolve every pip run, download what is
+        missing (online only), write the manifest and exit."""
+        module, directory, result = self.module, self.directory, self.result
+        pip_supports_target_dry_run(module, self.pip)
+        if not self.p["download"]:
+            fail_offline_incomplete(module, self.pip, self.groups, target=self.target, result=result)
+        if not module.check_mode:
+            os.makedirs(directory, exist_ok=True)
+        details, files = resolve_all(
+            module, self.pip, self.groups, target=self.target, installed=self.installed, result=result
+        )
+        result["changed"] = bool(result["downloaded"]) or not old or bool(result.get("stale"))
+        present = {f: {"sha256": ""} for f in files if os.path.exists(os.path.join(directory, f))}
+        _unused, current = stale_files(directory, {"files": present}, known=known)
+        seen.update(current)
+        manifest = {
+            "schema": MANIFEST_SCHEMA,
+            "inputs_digest": self.digest,
+            "inputs": self.inputs,
+            "groups_detail": details,
+            "files": manifest_files(current),
+        }
+        write_manifest(module, manifest, len(current) == len(files), result)
+        finish(
+            module,
+            seen,
+            files=sorted(files),
+            groups=details,
+            hashes={f: v["sha256"] for f, v in current.items()},
+            **result,
+        )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    directory = p["directory"]
-    pip = p["pip"] or pip_command(sys.executable)
-    try:
-        target = target_args(p["python_version"], p["machine"], p["glibc"])
-        groups = requirement_groups(p["stack"], p["choice"])
-    except (ValueError, KeyError, TypeError) as err:
-        module.fail_json(msg=f"cannot compute the host's requirements: {err}")
-    installed = {normalize(k): str(v) for k, v in p["installed"].items()}
-    inputs = {
-        "schema": MANIFEST_SCHEMA,
-        "groups": groups,
-        "target": target,
-        "installed": installed,
-        "protect": sorted(normalize(n) for n in p["protect"]),
-    }
-    digest = inputs_digest(inputs)
-    mpath = manifest_path(directory, digest)
-    result = {
-        "changed": False,
-        "manifest": mpath,
-        "inputs_digest": digest,
-        "manifest_sha256": "",
-        "downloaded": [],
-    }
-    if not os.path.isdir(directory) and not p["download"]:
-        module.fail_json(
-            msg=f"the wheelhouse {directory} does not exist and downloads are off: carry in a "
-            "wheelhouse built on a connected controller, or allow downloads",
-            **result,
-        )
-
-    old = trusted_manifest(module, mpath, digest, result)
-    known = read_hash_cache(p["hash_cache"], directory)
-    seen = refuse_untrusted(module, directory, old, known, result)
-    known = {**known, **seen}
-    if old and old.get("inputs_digest") == digest:
-        exit_when_current(module, old, known, seen, result)
-
-    pip_supports_target_dry_run(module, pip)
-    if not p["download"]:
-        fail_offline_incomplete(module, pip, groups, target=target, result=result)
-    if not module.check_mode:
-        os.makedirs(directory, exist_ok=True)
-    details, files = resolve_all(module, pip, groups, target=target, installed=installed, result=result)
-    result["changed"] = bool(result["downloaded"]) or not old or bool(result.get("stale"))
-    present = {f: {"sha256": ""} for f in files if os.path.exists(os.path.join(directory, f))}
-    _unused, current = stale_files(directory, {"files": present}, known=known)
-    seen.update(current)
-    manifest = {
-        "schema": MANIFEST_SCHEMA,
-        "inputs_digest": digest,
-        "inputs": inputs,
-        "groups_detail": details,
-        "files": manifest_files(current),
-    }
-    write_manifest(module, manifest, len(current) == len(files), result)
-    finish(
-        module,
-        seen,
-        files=sorted(files),
-        groups=details,
-        hashes={f: v["sha256"] for f, v in current.items()},
-        **result,
-    )
+    WheelhouseBuild(module).run()
 
 
 if __name__ == "__main__":
