@@ -452,76 +452,120 @@ ARGUMENT_SPEC = {
 }
 
 
+class MlEnvTorch:
+    """The module's one job: the venv with the stack's torch, answered from the stamp when it still holds,
+    else planned (check mode stops there), installed, verified by an import and stamped."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.venv = self.p["path"]
+        self.python = os.path.join(self.venv, "bin", "python")
+        self.stamp_path = self.p["stamp_path"] or os.path.join(self.venv, ".epforge-ml-env.json")
+        self.result = {"changed": False, "python": self.python, "actions": [], "verified": False, "watch": []}
+
+    def run(self) -> None:
+        """Check the inputs, plan the work, then do it (or, in check mode, report it)."""
+        module, p, result = self.module, self.p, self.result
+        # Bad input first, before anything changes.
+        toolkit_major, archs = torch_inputs(module, p, result, mismatch_msg(p))
+        inputs = run_inputs(p, archs)
+        key = input_key(inputs)
+        result["key"] = key
+
+        stamp = read_json(self.stamp_path)
+        missing, reinstall = self.missing(stamp, key, inputs, (toolkit_major, archs))
+        created, torch_missing, other_missing = self.plan(stamp, key, missing, reinstall=reinstall)
+        if module.check_mode:
+            result["changed"] = True
+            result["diff"] = {"before": {"stamp_key": (stamp or {}).get("key")}, "after": {"stamp_key": key}}
+            record_ml_env_fact(module, "venv", self.venv, result)
+            module.exit_json(**result)
+
+        install(
+            module,
+            p,
+            created=created,
+            torch_missing=torch_missing,
+            other_missing=other_missing,
+            force=reinstall,
+        )
+        if created or missing:
+            result["changed"] = True
+        evidence = self.verify(toolkit_major, archs)
+        self.write_stamp(stamp, key, inputs, evidence)
+        record_ml_env_fact(module, "venv", self.venv, result)
+        module.exit_json(**result)
+
+    def missing(self, stamp: dict | None, key: str, inputs: dict, checks: tuple) -> tuple[list[str], bool]:
+        """(what the venv lacks, whether torch is force-reinstalled). A matching stamp with nothing missing
+        exits here with its answer, unless torch's files no longer hold."""
+        missing = missing_packages(self.venv, self.p["torch_version"], inputs["packages"])
+        reinstall = False
+        if stamp and stamp.get("key") == key and not missing:
+            reinstall = answer_from_stamp(
+                self.module,
+                self.p,
+                stamp=stamp,
+                stamp_path=self.stamp_path,
+                checks=checks,
+                result=self.result,
+            )
+            missing = [f"torch=={self.p['torch_version']}"]
+        return missing, reinstall
+
+    def plan(
+        self, stamp: dict | None, key: str, missing: list[str], *, reinstall: bool
+    ) -> tuple[bool, list[str], list[str]]:
+        """The reason and the actions in the result; returns (venv created, torch missing, others missing)."""
+        result = self.result
+        result.setdefault("reason", why_work(stamp, key, missing))
+        created = not os.path.exists(self.python)
+        torch_missing = [m for m in missing if m.startswith("torch==")]
+        other_missing = [m for m in missing if not m.startswith("torch==")]
+        result["actions"] = planned_actions(created, torch_missing, other_missing)
+        if reinstall:
+            result["actions"][0] = f"pip install --force-reinstall {torch_missing[0]}"
+        return created, torch_missing, other_missing
+
+    def verify(self, toolkit_major: int, archs: list[str]) -> dict:
+        """Import the installed torch; fail naming why it is not the stack's. Returns its evidence."""
+        result = self.result
+        evidence = verify_torch(self.module, self.venv, result)
+        result["verified"] = True
+        result.update(
+            torch_version=evidence["torch"], torch_cuda=evidence["cuda"], torch_arch_list=evidence["archs"]
+        )
+        problems = torch_problems(evidence, self.p, toolkit_major, archs)
+        if problems:
+            self.module.fail_json(msg="; ".join(problems), **result)
+        return evidence
+
+    def write_stamp(self, stamp: dict | None, key: str, inputs: dict, evidence: dict) -> None:
+        """Record the verified answer (and torch's file states) so the next run needs no import."""
+        result, stamp_path = self.result, self.stamp_path
+        new_stamp = {
+            "key": key,
+            "inputs": inputs,
+            "evidence": evidence,
+            "files_digest": states_digest(torch_files(self.venv)),
+        }
+        if write_json_atomic(stamp_path, new_stamp):
+            result["changed"] = True
+            result["diff"] = {
+                "before_header": stamp_path,
+                "after_header": stamp_path,
+                "before": json.dumps(stamp or {}, indent=2, sort_keys=True) + "\n",
+                "after": json.dumps(new_stamp, indent=2, sort_keys=True) + "\n",
+            }
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    venv = p["path"]
-    python = os.path.join(venv, "bin", "python")
-    stamp_path = p["stamp_path"] or os.path.join(venv, ".epforge-ml-env.json")
-    result = {"changed": False, "python": python, "actions": [], "verified": False, "watch": []}
-
-    # Bad input first, before anything changes.
-    toolkit_major, archs = torch_inputs(module, p, result, mismatch_msg(p))
-    inputs = run_inputs(p, archs)
-    key = input_key(inputs)
-    result["key"] = key
-
-    stamp = read_json(stamp_path)
-    missing = missing_packages(venv, p["torch_version"], inputs["packages"])
-    reinstall = False
-    if stamp and stamp.get("key") == key and not missing:
-        reinstall = answer_from_stamp(
-            module, p, stamp=stamp, stamp_path=stamp_path, checks=(toolkit_major, archs), result=result
-        )
-        missing = [f"torch=={p['torch_version']}"]
-
-    result.setdefault("reason", why_work(stamp, key, missing))
-    created = not os.path.exists(python)
-    torch_missing = [m for m in missing if m.startswith("torch==")]
-    other_missing = [m for m in missing if not m.startswith("torch==")]
-    result["actions"] = planned_actions(created, torch_missing, other_missing)
-    if reinstall:
-        result["actions"][0] = f"pip install --force-reinstall {torch_missing[0]}"
-
-    if module.check_mode:
-        result["changed"] = True
-        result["diff"] = {"before": {"stamp_key": (stamp or {}).get("key")}, "after": {"stamp_key": key}}
-        record_ml_env_fact(module, "venv", venv, result)
-        module.exit_json(**result)
-
-    install(
-        module, p, created=created, torch_missing=torch_missing, other_missing=other_missing, force=reinstall
-    )
-    if created or missing:
-        result["changed"] = True
-    evidence = verify_torch(module, venv, result)
-    result["verified"] = True
-    result.update(
-        torch_version=evidence["torch"], torch_cuda=evidence["cuda"], torch_arch_list=evidence["archs"]
-    )
-    problems = torch_problems(evidence, p, toolkit_major, archs)
-    if problems:
-        module.fail_json(msg="; ".join(problems), **result)
-
-    new_stamp = {
-        "key": key,
-        "inputs": inputs,
-        "evidence": evidence,
-        "files_digest": states_digest(torch_files(venv)),
-    }
-    if write_json_atomic(stamp_path, new_stamp):
-        result["changed"] = True
-        result["diff"] = {
-            "before_header": stamp_path,
-            "after_header": stamp_path,
-            "before": json.dumps(stamp or {}, indent=2, sort_keys=True) + "\n",
-            "after": json.dumps(new_stamp, indent=2, sort_keys=True) + "\n",
-        }
-    record_ml_env_fact(module, "venv", venv, result)
-    module.exit_json(**result)
+    MlEnvTorch(module).run()
 
 
 if __name__ == "__main__":
