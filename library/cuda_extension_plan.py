@@ -255,97 +255,136 @@ ARGUMENT_SPEC = {
 }
 
 
+class CudaExtensionPlan:
+    """One extension's plan on this host: its build key from what the host has, and whether its stamp
+    proves that key installed. The checks run in the order a user fixes them (args, venv, toolkit)."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+
+    def checked_archs(self) -> list[str]:
+        """The name (it becomes a stamp file name) and archs refused before anything runs; the archs
+        normalised, so their order and duplicates do not change the key."""
+        p = self.p
+        if not NAME_RE.match(p["name"]):
+            self.module.fail_json(
+                msg=f"extension name '{p['name']}' may hold only letters, digits, '_', '.', '-'"
+            )
+        try:
+            return arch_list(p["archs"])
+        except ValueError as err:
+            self.module.fail_json(msg=f"archs: {err}")
+            raise  # fail_json exits; this keeps the type checker and readers sure nothing follows
+
+    def probe_venv(self) -> tuple[dict, str]:
+        """The venv's layout (payload python_layout) and its torch version, read from the dist-info so that
+        the key costs no torch import."""
+        p = self.p
+        if not os.path.exists(p["python"]):
+            self.module.fail_json(
+                msg=f"{p['python']} does not exist: run role ml_env first (or set "
+                "cuda_extension_python to a venv interpreter with torch)"
+            )
+        run = run_payload(p["python"], python_layout, timeout=300)
+        if run.rc != 0 or not isinstance(run.answer, dict):
+            self.module.fail_json(
+                msg=f"{p['python']} does not run", cmd=run.argv, rc=run.rc, log_tail=tail(run.output)
+            )
+        probe = run.answer
+        torch_version = dist_info_version(probe["purelib"], "torch") or dist_info_version(
+            probe["platlib"], "torch"
+        )
+        if not torch_version:
+            self.module.fail_json(
+                msg=f"torch is not installed in the venv of {p['python']}: run role ml_env first"
+            )
+        return probe, torch_version
+
+    def cuda_release(self) -> tuple[str, str]:
+        """The CUDA release of cuda_home's nvcc, e.g. ('13.0', '13.0.88'): the wheel depends on it."""
+        nvcc = os.path.join(self.p["cuda_home"], "bin", "nvcc")
+        argv = [nvcc, "--version"]
+        if not os.path.exists(nvcc):
+            self.module.fail_json(
+                msg=f"{nvcc} does not exist: cuda_home must be a CUDA toolkit with nvcc "
+                "(role cuda_toolkit sets cuda_toolkit_home)",
+                cmd=argv,
+                rc=127,
+            )
+        rc, out, err, _unused = run_bounded(argv, timeout=60)
+        nvcc_version = parse_nvcc_release(out)  # ('13.0', '13.0.88')
+        if rc != 0 or not nvcc_version:
+            self.module.fail_json(
+                msg=f"cannot read the CUDA release from {nvcc} --version",
+                cmd=argv,
+                rc=rc,
+                log_tail=tail(err or out),
+            )
+        return nvcc_version
+
+    def key_inputs(self, archs: list[str], probe: dict, *, torch_version: str, cuda: str) -> dict:
+        """Every input of the build, as hashed into the key: a git URL counts, a dir or archive only by its
+        content revision."""
+        p = self.p
+        source = {"kind": p["source_kind"], "revision": p["revision"], "subdir": p["subdir"]}
+        if p["source_kind"] == "git":
+            source["url"] = p["source"]
+        return {
+            "name": p["name"],
+            "source": source,
+            "archs": archs,
+            "cuda": cuda,
+            "torch": torch_version,
+            "python": python_tag(probe["major"], probe["minor"], probe["impl"]),
+            "machine": probe["machine"],
+            "build_env": {str(k): str(v) for k, v in sorted(p["build_env"].items())},
+            "include_dirs": [str(d) for d in p["include_dirs"]],
+            "key_extra": p["key_extra"],
+        }
+
+    def run(self) -> None:
+        """Compute the key, compare it with the stamp, record the fact when asked, and answer."""
+        p = self.p
+        archs = self.checked_archs()
+        probe, torch_version = self.probe_venv()
+        nvcc_version = self.cuda_release()
+        inputs = self.key_inputs(archs, probe, torch_version=torch_version, cuda=nvcc_version[1])
+        key = input_key(inputs)
+        stamp_path = os.path.join(p["state_dir"], f"{p['name']}.stamp.json")
+        stamp = read_json(stamp_path) or {}
+        installed, reason = stamp_matches(stamp, key, stamp.get("so_files", []) if stamp else [])
+        if installed and not stamp.get("so_files"):
+            installed, reason = False, "stamp lists no .so files"
+        fact_path = os.path.join(p["facts_dir"], f"{FACT_NAME}.fact")
+        fact = read_json(fact_path) or {}
+        recorded = {"changed": False, "fact_changed": False}
+        if installed and p["record"]:
+            recorded.update(record_installed(self.module, p["name"], stamp, fact))
+        no_op = installed and not recorded["changed"]
+        recorded["watch"] = watched(p, probe, stamp_path, stamp, fact_path) if no_op else []
+        self.module.exit_json(
+            **recorded,
+            key=key,
+            inputs=inputs,
+            installed=installed,
+            reason=reason,
+            stamp=stamp,
+            fact=fact,
+            site_dir=probe["platlib"],
+            torch_version=torch_version,
+            cuda_version=nvcc_version[1],
+            python=p["python"],
+            cuda_home=p["cuda_home"],
+        )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    if not NAME_RE.match(p["name"]):
-        module.fail_json(msg=f"extension name '{p['name']}' may hold only letters, digits, '_', '.', '-'")
-    try:
-        archs = arch_list(p["archs"])
-    except ValueError as err:
-        module.fail_json(msg=f"archs: {err}")
-
-    if not os.path.exists(p["python"]):
-        module.fail_json(
-            msg=f"{p['python']} does not exist: run role ml_env first (or set "
-            "cuda_extension_python to a venv interpreter with torch)"
-        )
-    run = run_payload(p["python"], python_layout, timeout=300)
-    if run.rc != 0 or not isinstance(run.answer, dict):
-        module.fail_json(
-            msg=f"{p['python']} does not run", cmd=run.argv, rc=run.rc, log_tail=tail(run.output)
-        )
-    probe = run.answer
-    torch_version = dist_info_version(probe["purelib"], "torch") or dist_info_version(
-        probe["platlib"], "torch"
-    )
-    if not torch_version:
-        module.fail_json(msg=f"torch is not installed in the venv of {p['python']}: run role ml_env first")
-
-    nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
-    argv = [nvcc, "--version"]
-    if not os.path.exists(nvcc):
-        module.fail_json(
-            msg=f"{nvcc} does not exist: cuda_home must be a CUDA toolkit with nvcc "
-            "(role cuda_toolkit sets cuda_toolkit_home)",
-            cmd=argv,
-            rc=127,
-        )
-    rc, out, err, _unused = run_bounded(argv, timeout=60)
-    nvcc_version = parse_nvcc_release(out)  # ('13.0', '13.0.88')
-    if rc != 0 or not nvcc_version:
-        module.fail_json(
-            msg=f"cannot read the CUDA release from {nvcc} --version",
-            cmd=argv,
-            rc=rc,
-            log_tail=tail(err or out),
-        )
-
-    source = {"kind": p["source_kind"], "revision": p["revision"], "subdir": p["subdir"]}
-    if p["source_kind"] == "git":
-        source["url"] = p["source"]
-    inputs = {
-        "name": p["name"],
-        "source": source,
-        "archs": archs,
-        "cuda": nvcc_version[1],
-        "torch": torch_version,
-        "python": python_tag(probe["major"], probe["minor"], probe["impl"]),
-        "machine": probe["machine"],
-        "build_env": {str(k): str(v) for k, v in sorted(p["build_env"].items())},
-        "include_dirs": [str(d) for d in p["include_dirs"]],
-        "key_extra": p["key_extra"],
-    }
-    key = input_key(inputs)
-    stamp_path = os.path.join(p["state_dir"], f"{p['name']}.stamp.json")
-    stamp = read_json(stamp_path) or {}
-    installed, reason = stamp_matches(stamp, key, stamp.get("so_files", []) if stamp else [])
-    if installed and not stamp.get("so_files"):
-        installed, reason = False, "stamp lists no .so files"
-    fact_path = os.path.join(p["facts_dir"], f"{FACT_NAME}.fact")
-    fact = read_json(fact_path) or {}
-    recorded = {"changed": False, "fact_changed": False}
-    if installed and p["record"]:
-        recorded.update(record_installed(module, p["name"], stamp, fact))
-    no_op = installed and not recorded["changed"]
-    recorded["watch"] = watched(p, probe, stamp_path, stamp, fact_path) if no_op else []
-    module.exit_json(
-        **recorded,
-        key=key,
-        inputs=inputs,
-        installed=installed,
-        reason=reason,
-        stamp=stamp,
-        fact=fact,
-        site_dir=probe["platlib"],
-        torch_version=torch_version,
-        cuda_version=nvcc_version[1],
-        python=p["python"],
-        cuda_home=p["cuda_home"],
-    )
+    CudaExtensionPlan(module).run()
 
 
 if __name__ == "__main__":
