@@ -11,8 +11,7 @@ process that is (this worker's parent) and whether the run named by a lock file 
 - on a podman host (which cannot see the controller's processes, and `podman exec` forwards no signal), a
   watchdog process on the controller follows ansible-playbook: when it ends, however it ends (SIGKILL
   included), the watchdog runs the reaper on the host through `podman exec`: every command group a module
-  registered is ended, then the run lock's holder (plugins/module_utils/epforge_preflight_checks/run_lock.py
-  REAP_SCRIPT).
+  registered is ended, then the run lock's holder (payload run_lock_host, job reap).
 """
 
 from __future__ import annotations
@@ -34,21 +33,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.sglang_args import load
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 PODMAN_TRANSPORTS = ("containers.podman.podman", "podman")
-
-# The controller's watchdog for one run on one podman host: wait until ansible-playbook (pid, start time) is
-# gone or the lease ends, then run the reaper command once (bounded). argv: pid, start, lease, reaper argv...
-WATCHDOG_SCRIPT = (
-    run_lock.STARTED_FUNCTION
-    + r"""
-import subprocess, sys, time
-pid, start, lease = sys.argv[1:4]
-end = time.monotonic() + float(lease)
-while time.monotonic() < end and started(pid) == start:
-    time.sleep(0.5)
-subprocess.run(sys.argv[4:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-               timeout=120, check=False)
-"""
-)
 
 
 def playbook_process() -> int:
@@ -140,16 +124,20 @@ class ActionModule(ActionBase):
             "-I",
             "-S",
             "-c",
-            run_lock.REAP_SCRIPT,
+            run_lock.HOST_SCRIPT,
+            "reap",
             "/run/epforge/groups",
             lock["path"],
             run_lock.HOLDER_MARK,
         ]
         controller = lock["controller"]
+        # the watchdog (payload run_lock_host, job watch): wait until ansible-playbook (pid, start time) is
+        # gone or the lease ends, then run the reaper command once (bounded)
         argv = [
             sys.executable,
             "-c",
-            WATCHDOG_SCRIPT,
+            run_lock.HOST_SCRIPT,
+            "watch",
             str(controller["pid"]),
             controller["start"],
             str(lock.get("lease_s") or 21600),

@@ -135,7 +135,7 @@ fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
 fcntl.flock(fd, fcntl.LOCK_EX)
 os.write(int(sys.argv[2]), b"locked")
 time.sleep(0.5)
-holder = [run_lock.HOLDER_SCRIPT, run_lock.HOLDER_MARK, str(fd), "600", "0", ""]
+holder = [run_lock.HOST_SCRIPT, "hold", run_lock.HOLDER_MARK, str(fd), "600", "0", ""]
 os.execv(sys.executable, [sys.executable, "-c", *holder])
 """
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import inspect
 import json
 import os
 import signal
@@ -24,92 +25,12 @@ import stat
 import subprocess
 import time
 
-# The holder's own program (run by the host's python): wait for the lock, name the holder, watch, exit.
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import run_lock_host
+
+# The holder's, the reaper's and the controller watchdog's program (payload run_lock_host: hold, reap, watch).
+HOST_SCRIPT = inspect.getsource(run_lock_host)
+# In the holder's command line: tells it apart from any other process.
 HOLDER_MARK = "epforge-run-lock-holder"
-# The start time (clock ticks since boot, /proc/PID/stat field 22) of a process, None when it is gone: with
-# the pid it names one process, not a later one reusing the pid. Host-side scripts (stdlib only) use it.
-STARTED_FUNCTION = r"""
-def started(pid):
-    try:
-        with open("/proc/%s/stat" % pid) as handle:
-            return handle.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
-"""
-HOLDER_SCRIPT = (
-    STARTED_FUNCTION
-    + r"""
-import os, signal, sys, time
-mark, fd, lease_s, watch_pid, watch_start = sys.argv[1:6]
-# fd: the lock file, already locked by the module that started this process; the lock lives while it is open
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-signal.signal(signal.SIGHUP, signal.SIG_IGN)
-end = time.monotonic() + float(lease_s)
-while time.monotonic() < end:
-    if watch_pid != "0" and started(watch_pid) != watch_start:
-        break
-    time.sleep(0.5)
-"""
-)
-
-
-# Run on the host (python -I -S -c) when the controller's run is gone and the host cannot see that itself (a
-# podman host: plugins/action/epforge_preflight_checks.py's watchdog runs it through `podman exec`): end every
-# registered command group (plugins/module_utils/process.py REGISTRY) that is still the process it was, then
-# the lock's holder. argv: registry, lock path, holder mark.
-REAP_SCRIPT = (
-    STARTED_FUNCTION
-    + r"""
-import json, os, signal, sys, time
-registry, lock_path, mark = sys.argv[1:4]
-def group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except OSError:
-        return False
-groups = []
-for name in sorted(os.listdir(registry)) if os.path.isdir(registry) else []:
-    path = os.path.join(registry, name)
-    try:
-        with open(path) as handle:
-            pid, start = handle.read().split()
-    except (OSError, ValueError):
-        continue
-    if started(pid) == start:
-        try:
-            os.killpg(int(pid), signal.SIGTERM)
-            groups.append(int(pid))
-        except OSError:
-            pass
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-deadline = time.monotonic() + 3
-while time.monotonic() < deadline and any(group_alive(g) for g in groups):
-    time.sleep(0.1)
-for pgid in groups:
-    if group_alive(pgid):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
-holder = 0
-try:
-    # never through a link (run_lock.open_lock_file): a run.lock that is a symlink names no holder
-    with os.fdopen(os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)) as handle:
-        holder = int(json.loads(handle.read() or "{}").get("holder_pid") or 0)
-    with open("/proc/%d/cmdline" % holder, "rb") as handle:
-        if mark.encode() in handle.read():
-            os.kill(holder, signal.SIGTERM)
-        else:
-            holder = 0
-except (OSError, ValueError):
-    holder = 0
-print(json.dumps({"groups": groups, "holder": holder}))
-"""
-)
 
 
 class LockBusy(Exception):
@@ -310,7 +231,8 @@ def take_lock(
             [
                 python,
                 "-c",
-                HOLDER_SCRIPT,
+                HOST_SCRIPT,
+                "hold",
                 HOLDER_MARK,
                 str(fd),
                 str(lease_s),
