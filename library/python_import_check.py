@@ -176,75 +176,100 @@ ARGUMENT_SPEC = {
 }
 
 
+class ImportCheck:
+    """The module's one job: import one name in the env's interpreter (a payload run apart, so a crash in
+    an extension's init cannot take the module down), then classify and report what happened."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.argv, self.shown = payload_argv(
+            self.p["python"], import_check, [self.p["name"], self.p["distribution"] or ""]
+        )
+
+    def run(self) -> None:
+        """Probe, then exit for an import that works (or only lacks a GPU, when allowed), else fail."""
+        proc, result = self.probe()
+        status = classify(result, self.p["name"])
+        ret = {
+            "changed": False,
+            "status": status,
+            "name": self.p["name"],
+            "python": f"{self.p['python']} ({result['python_version']})",
+            "file": result.get("file", ""),
+            "version": result.get("version", ""),
+            "error": result.get("error", ""),
+            "gpu": result.get("gpu", {}),
+        }
+        if status == "ok" or (status == "no_gpu" and self.p["allow_no_gpu"]):
+            if status == "no_gpu":
+                ret["traceback_tail"] = result.get("traceback_tail", "")
+            self.module.exit_json(**ret)
+        self.fail_import(proc, result, ret)
+
+    def probe(self):
+        """(the finished process, the probe's answer); fails as broken when no answer came back."""
+        module, p, shown = self.module, self.p, self.shown
+        if not os.access(p["python"], os.X_OK):
+            module.fail_json(
+                msg=f"interpreter {p['python']} does not exist or is not executable: point the "
+                "role's python variable at the env's bin/python",
+                status="broken",
+                name=p["name"],
+                cmd=shown,
+            )
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in p["environment"].items()})
+        proc = run_bounded(self.argv, env=env, timeout=p["timeout"])
+        if proc.timed_out:
+            module.fail_json(
+                msg=f"importing {p['name']} in {p['python']} did not finish within {p['timeout']} s",
+                cmd=shown,
+                rc=124,
+                status="broken",
+                name=p["name"],
+            )
+        result = parse_probe_output(proc.out)
+        if result is None:
+            # The interpreter itself died (segfault in an extension's init, say): that is a broken install.
+            module.fail_json(
+                msg=f"importing {p['name']} killed the interpreter {p['python']} (rc {proc.rc})",
+                cmd=shown,
+                rc=proc.rc,
+                status="broken",
+                name=p["name"],
+                log_tail=tail(proc.output),
+            )
+        return proc, result
+
+    def fail_import(self, proc, result: dict, ret: dict) -> None:
+        """Fail with the status's remedy, so the message says what to do about it."""
+        p, status = self.p, ret["status"]
+        remedy = {
+            "missing": "it is not installed in this env: install it there (or check that the role's python "
+            "is the env's)",
+            "no_gpu": "this import needs a usable CUDA device and this host has none (the install itself may "
+            "be fine)",
+            "broken": "it is installed but does not load: read the error (undefined symbol / ABI mismatch / "
+            "missing "
+            "library) and rebuild against this env's torch and CUDA",
+        }[status]
+        ret.pop("changed")
+        self.module.fail_json(
+            msg=f"import {p['name']} failed in {p['python']} [{status}]: {ret['error']} -- {remedy}",
+            cmd=self.shown,
+            rc=proc.rc,
+            traceback_tail=result.get("traceback_tail", ""),
+            **ret,
+        )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    argv, shown = payload_argv(p["python"], import_check, [p["name"], p["distribution"] or ""])
-    if not os.access(p["python"], os.X_OK):
-        module.fail_json(
-            msg=f"interpreter {p['python']} does not exist or is not executable: point the "
-            "role's python variable at the env's bin/python",
-            status="broken",
-            name=p["name"],
-            cmd=shown,
-        )
-    env = dict(os.environ)
-    env.update({k: str(v) for k, v in p["environment"].items()})
-    proc = run_bounded(argv, env=env, timeout=p["timeout"])
-    if proc.timed_out:
-        module.fail_json(
-            msg=f"importing {p['name']} in {p['python']} did not finish within {p['timeout']} s",
-            cmd=shown,
-            rc=124,
-            status="broken",
-            name=p["name"],
-        )
-    result = parse_probe_output(proc.out)
-    if result is None:
-        # The interpreter itself died (segfault in an extension's init, say): that is a broken install.
-        module.fail_json(
-            msg=f"importing {p['name']} killed the interpreter {p['python']} (rc {proc.rc})",
-            cmd=shown,
-            rc=proc.rc,
-            status="broken",
-            name=p["name"],
-            log_tail=tail(proc.output),
-        )
-    status = classify(result, p["name"])
-    ret = {
-        "changed": False,
-        "status": status,
-        "name": p["name"],
-        "python": f"{p['python']} ({result['python_version']})",
-        "file": result.get("file", ""),
-        "version": result.get("version", ""),
-        "error": result.get("error", ""),
-        "gpu": result.get("gpu", {}),
-    }
-    if status == "ok" or (status == "no_gpu" and p["allow_no_gpu"]):
-        if status == "no_gpu":
-            ret["traceback_tail"] = result.get("traceback_tail", "")
-        module.exit_json(**ret)
-    remedy = {
-        "missing": "it is not installed in this env: install it there (or check that the role's python is "
-        "the env's)",
-        "no_gpu": "this import needs a usable CUDA device and this host has none (the install itself may "
-        "be fine)",
-        "broken": "it is installed but does not load: read the error (undefined symbol / ABI mismatch / "
-        "missing "
-        "library) and rebuild against this env's torch and CUDA",
-    }[status]
-    ret.pop("changed")
-    module.fail_json(
-        msg=f"import {p['name']} failed in {p['python']} [{status}]: {ret['error']} -- {remedy}",
-        cmd=shown,
-        rc=proc.rc,
-        traceback_tail=result.get("traceback_tail", ""),
-        **ret,
-    )
+    ImportCheck(module).run()
 
 
 if __name__ == "__main__":
