@@ -206,73 +206,70 @@ ARGUMENT_SPEC = {
 }
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
-    params = module.params
-    bad = [arch for arch in params["required_archs"] if parse_arch(arch) is None]
-    if bad:
-        module.fail_json(
-            msg=f"required_archs has entries that are no GPU arch: {', '.join(bad)}; "
-            "spell them 12.0, 12.0a, 12.0f or sm_120"
-        )
+class CudaBinaryArchs:
+    """The archs of the given binaries against the required ones. Every input is checked before the first
+    cuobjdump run, so a typo fails in a second instead of after a long scan."""
 
-    files, unmatched = expand_paths(params["paths"], params["patterns"])
-    if unmatched:
-        module.fail_json(
-            msg=f"no file matched {', '.join(unmatched)}: check the path (globs need quotes in "
-            "YAML) or the build that should have produced it",
-            unmatched=unmatched,
-        )
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.params = module.params
 
-    cuobjdump = find_cuobjdump(module)
-    if not cuobjdump:
-        module.fail_json(
-            msg="cuobjdump not found (option cuobjdump, CUDA_HOME/bin, PATH): run role "
-            "cuda_toolkit (its fact cuda_toolkit_cuobjdump) or `pip install "
-            "nvidia-cuda-cuobjdump` and pass nvidia/cu13/bin/cuobjdump"
-        )
+    def inputs(self) -> tuple[list[str], str]:
+        """The files to read and the cuobjdump to read them with; fails on a bad arch, a path that matches
+        nothing or no cuobjdump."""
+        module, params = self.module, self.params
+        bad = [arch for arch in params["required_archs"] if parse_arch(arch) is None]
+        if bad:
+            module.fail_json(
+                msg=f"required_archs has entries that are no GPU arch: {', '.join(bad)}; "
+                "spell them 12.0, 12.0a, 12.0f or sm_120"
+            )
 
-    results = []
-    host_only: list[str] = []
-    for path in files:
-        parsed = list_archs(module, cuobjdump, path)
-        if parsed["host_only"] and params["ignore_host_only"]:
-            host_only.append(path)
-            continue
-        check = check_required(parsed["sass"], parsed["ptx"], params["required_archs"], params["accept_ptx"])
-        results.append(
-            {
-                "path": path,
-                "sass": parsed["sass"],
-                "ptx": parsed["ptx"],
-                "host_only": parsed["host_only"],
-                "missing": check["missing"],
-                "covered": check["covered"],
-            }
-        )
+        files, unmatched = expand_paths(params["paths"], params["patterns"])
+        if unmatched:
+            module.fail_json(
+                msg=f"no file matched {', '.join(unmatched)}: check the path (globs need quotes in "
+                "YAML) or the build that should have produced it",
+                unmatched=unmatched,
+            )
 
-    sass_all = sorted({a for r in results for a in r["sass"]}, key=arch_sort_key)
-    ptx_all = sorted({a for r in results for a in r["ptx"]}, key=arch_sort_key)
-    missing = {r["path"]: r["missing"] for r in results if r["missing"]}
-    out = {
-        "changed": False,
-        "files": results,
-        "sass_archs": sass_all,
-        "ptx_archs": ptx_all,
-        "host_only": host_only,
-        "missing": missing,
-        "cuobjdump": cuobjdump,
-    }
+        cuobjdump = find_cuobjdump(module)
+        if not cuobjdump:
+            module.fail_json(
+                msg="cuobjdump not found (option cuobjdump, CUDA_HOME/bin, PATH): run role "
+                "cuda_toolkit (its fact cuda_toolkit_cuobjdump) or `pip install "
+                "nvidia-cuda-cuobjdump` and pass nvidia/cu13/bin/cuobjdump"
+            )
+        return files, cuobjdump
 
-    if not results:
-        module.fail_json(
-            msg=f"none of the {len(files)} files has device code (all host-only): {', '.join(host_only)}",
-            **out,
-        )
-    if missing:
+    def read_files(self, files: list[str], cuobjdump: str) -> tuple[list[dict], list[str]]:
+        """Each file's SASS/PTX and what it lacks; host-only files set aside when ignore_host_only says so."""
+        params = self.params
+        results = []
+        host_only: list[str] = []
+        for path in files:
+            parsed = list_archs(self.module, cuobjdump, path)
+            if parsed["host_only"] and params["ignore_host_only"]:
+                host_only.append(path)
+                continue
+            check = check_required(
+                parsed["sass"], parsed["ptx"], params["required_archs"], params["accept_ptx"]
+            )
+            results.append(
+                {
+                    "path": path,
+                    "sass": parsed["sass"],
+                    "ptx": parsed["ptx"],
+                    "host_only": parsed["host_only"],
+                    "missing": check["missing"],
+                    "covered": check["covered"],
+                }
+            )
+        return results, host_only
+
+    def refuse_missing(self, results: list[dict], missing: dict, out: dict) -> None:
+        """Fail naming, per file that lacks a required arch, what it has instead, so the rebuild can aim."""
+        params = self.params
         lines = []
         for r in results:
             if not r["missing"]:
@@ -282,14 +279,48 @@ def main() -> None:
             what = "no device code" if r["host_only"] else f"SASS found: {found}; PTX found: {ptx}"
             lines.append(f"{r['path']} lacks {', '.join(r['missing'])} ({what})")
         rule = "" if params["accept_ptx"] else " (PTX does not count: accept_ptx is false)"
-        module.fail_json(
+        self.module.fail_json(
             msg=f"{len(missing)} of {len(results)} files lack required archs "
             f"{', '.join(params['required_archs'])}{rule}: "
             + "; ".join(lines)
             + ". Rebuild with TORCH_CUDA_ARCH_LIST / -gencode for the missing archs.",
             **out,
         )
-    module.exit_json(**out)
+
+    def run(self) -> None:
+        """Read every file, then answer with the per-file and overall archs, or fail with the same fields."""
+        files, cuobjdump = self.inputs()
+        results, host_only = self.read_files(files, cuobjdump)
+
+        sass_all = sorted({a for r in results for a in r["sass"]}, key=arch_sort_key)
+        ptx_all = sorted({a for r in results for a in r["ptx"]}, key=arch_sort_key)
+        missing = {r["path"]: r["missing"] for r in results if r["missing"]}
+        out = {
+            "changed": False,
+            "files": results,
+            "sass_archs": sass_all,
+            "ptx_archs": ptx_all,
+            "host_only": host_only,
+            "missing": missing,
+            "cuobjdump": cuobjdump,
+        }
+
+        if not results:
+            self.module.fail_json(
+                msg=f"none of the {len(files)} files has device code (all host-only): {', '.join(host_only)}",
+                **out,
+            )
+        if missing:
+            self.refuse_missing(results, missing, out)
+        self.module.exit_json(**out)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+    )
+    CudaBinaryArchs(module).run()
 
 
 if __name__ == "__main__":
