@@ -172,75 +172,103 @@ ARGUMENT_SPEC = {
 }
 
 
+class MlEnvExisting:
+    """The module's one job: adopt an env that already holds torch, after its import proves the torch is
+    the stack's; it changes nothing on the host."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.python = self.p["python"]
+        self.result = {"changed": False, "python": self.python, "actions": [], "verified": False}
+
+    def run(self) -> None:
+        """Refuse bad input, import torch, refuse a torch that is not the stack's, else adopt the env."""
+        p, python, result = self.p, self.python, self.result
+        archs = self.checked_archs()
+        evidence = self.evidence()
+        self.refuse_mismatch(evidence, archs)
+        inputs = {
+            "python": python,
+            "torch_version": p["torch_version"],
+            "torch_cuda": p["torch_cuda"],
+            "toolkit_cuda": p["toolkit_cuda"],
+            "archs": archs,
+        }
+        result.update(reason="adopted", key=input_key({"inputs": inputs, "evidence": evidence}))
+        record_ml_env_fact(self.module, "existing", evidence.get("prefix"), result)
+        self.module.exit_json(**result)
+
+    def checked_archs(self) -> list[str]:
+        """The arch list, after the stack's own inputs and the interpreter's presence are checked (bad input
+        fails before torch is imported)."""
+        module, p, python, result = self.module, self.p, self.python, self.result
+        _toolkit_major, archs = torch_inputs(
+            module,
+            p,
+            result,
+            lambda _toolkit, _torch: (
+                f"the stack's torch {p['torch_version']} is built for CUDA {p['torch_cuda']} "
+                f"but the toolkit is CUDA {p['toolkit_cuda']}: torch refuses to build "
+                "extensions with an nvcc of another major version. Nothing was changed."
+            ),
+        )
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            module.fail_json(
+                msg=(
+                    f"ml_env method existing: {python} does not exist or is not executable; set "
+                    "ml_env_existing_python to the interpreter of the env that holds torch. "
+                    "Nothing was changed."
+                ),
+                **result,
+            )
+        return archs
+
+    def evidence(self) -> dict:
+        """Import torch with the env's interpreter; its answer goes into the result."""
+        p, python, result = self.p, self.python, self.result
+        evidence = torch_evidence(
+            self.module,
+            python,
+            timeout=p["timeout"],
+            failed=(
+                f"ml_env method existing: importing torch with {python} failed, so it cannot "
+                "be adopted (no torch there?). Nothing was changed."
+            ),
+            timed_out=f"importing torch in {python} took more than {p['timeout']} s",
+            result=result,
+        )
+        result.update(
+            verified=True,
+            torch_version=evidence["torch"],
+            torch_cuda=evidence.get("cuda"),
+            torch_arch_list=evidence.get("archs") or [],
+            torch_location=evidence.get("location"),
+            prefix=evidence.get("prefix"),
+        )
+        return evidence
+
+    def refuse_mismatch(self, evidence: dict, archs: list[str]) -> None:
+        """Fail naming every way this torch differs from the stack's, and the remedies."""
+        problems = mismatches(evidence, self.p, archs)
+        if problems:
+            self.module.fail_json(
+                msg=(
+                    f"ml_env method existing refuses {self.python}: "
+                    + "; ".join(problems)
+                    + ". Choose the stack that matches this env's torch (stacks/*.yml), or "
+                    "ml_env_method: venv for a venv of its own. Nothing was changed."
+                ),
+                **self.result,
+            )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    python = p["python"]
-    result = {"changed": False, "python": python, "actions": [], "verified": False}
-
-    _toolkit_major, archs = torch_inputs(
-        module,
-        p,
-        result,
-        lambda _toolkit, _torch: (
-            f"the stack's torch {p['torch_version']} is built for CUDA {p['torch_cuda']} "
-            f"but the toolkit is CUDA {p['toolkit_cuda']}: torch refuses to build "
-            "extensions with an nvcc of another major version. Nothing was changed."
-        ),
-    )
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        module.fail_json(
-            msg=(
-                f"ml_env method existing: {python} does not exist or is not executable; set "
-                "ml_env_existing_python to the interpreter of the env that holds torch. "
-                "Nothing was changed."
-            ),
-            **result,
-        )
-
-    evidence = torch_evidence(
-        module,
-        python,
-        timeout=p["timeout"],
-        failed=(
-            f"ml_env method existing: importing torch with {python} failed, so it cannot "
-            "be adopted (no torch there?). Nothing was changed."
-        ),
-        timed_out=f"importing torch in {python} took more than {p['timeout']} s",
-        result=result,
-    )
-    result.update(
-        verified=True,
-        torch_version=evidence["torch"],
-        torch_cuda=evidence.get("cuda"),
-        torch_arch_list=evidence.get("archs") or [],
-        torch_location=evidence.get("location"),
-        prefix=evidence.get("prefix"),
-    )
-    problems = mismatches(evidence, p, archs)
-    if problems:
-        module.fail_json(
-            msg=(
-                f"ml_env method existing refuses {python}: "
-                + "; ".join(problems)
-                + ". Choose the stack that matches this env's torch (stacks/*.yml), or "
-                "ml_env_method: venv for a venv of its own. Nothing was changed."
-            ),
-            **result,
-        )
-    inputs = {
-        "python": python,
-        "torch_version": p["torch_version"],
-        "torch_cuda": p["torch_cuda"],
-        "toolkit_cuda": p["toolkit_cuda"],
-        "archs": archs,
-    }
-    result.update(reason="adopted", key=input_key({"inputs": inputs, "evidence": evidence}))
-    record_ml_env_fact(module, "existing", evidence.get("prefix"), result)
-    module.exit_json(**result)
+    MlEnvExisting(module).run()
 
 
 if __name__ == "__main__":
