@@ -188,86 +188,119 @@ ARGUMENT_SPEC = {
 }
 
 
+class FlashInferJitCheck:
+    """One FlashInfer JIT build in the env, the way a server's first request would run it, with a
+    libcuda.so to link against (the toolkit's stub, else one made here)."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+
+    def existing_libcuda(self) -> str:
+        """A libcuda.so to link with ("" when a stub must be made); fails when none is found and making
+        one is not allowed, as the JIT's -lcuda would fail later with a less clear error."""
+        p = self.p
+        cuda = p["cuda_home"]
+        search = [
+            *p["library_dirs"],
+            os.path.join(cuda, "lib64", "stubs"),
+            os.path.join(cuda, "lib", "stubs"),
+            p["stub_dir"],
+        ]
+        libcuda = find_libcuda(search)
+        if not libcuda and not p["make_libcuda_stub"]:
+            self.module.fail_json(
+                msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with "
+                "-lcuda. "
+                "Set flashinfer_make_libcuda_stub: true or install a toolkit with "
+                "lib64/stubs"
+            )
+        return libcuda
+
+    def jit_env(self, libcuda: str) -> dict:
+        """The build's environment: the toolkit, the archs, the workspace and libcuda's dir to link from."""
+        p = self.p
+        cuda = p["cuda_home"]
+        env = dict(os.environ)
+        env.update(
+            {
+                "CUDA_HOME": cuda,
+                "CUDA_PATH": cuda,
+                # FlashInfer's JIT runs ninja by name: the env's bin/ (pip's ninja) first, as for a server
+                # (a fresh Debian 12 has no other ninja: bench/first_run.py, 2026-12-04)
+                "PATH": server_path(p["python"], cuda, env.get("PATH", "")),
+                "FLASHINFER_CUDA_ARCH_LIST": p["arch_list"],
+                "FLASHINFER_WORKSPACE_BASE": p["workspace"],
+                "LIBRARY_PATH": os.pathsep.join(
+                    x for x in (os.path.dirname(libcuda), env.get("LIBRARY_PATH")) if x
+                ),
+                "MAX_JOBS": str(p["max_jobs"]),
+            }
+        )
+        return env
+
+    def build(self, argv: list[str], shown: list[str], libcuda: str) -> tuple[dict, float]:
+        """Run the payload and read its result line from the log; fails with the JIT's error classified."""
+        p = self.p
+        env = self.jit_env(libcuda)
+        os.makedirs(p["workspace"], exist_ok=True)
+        rc, seconds = run_logged(
+            argv,
+            p["log_path"],
+            env=env,
+            timeout=p["timeout"],
+            header=f"flashinfer jit {p['activation']}_and_mul for {p['arch_list']}",
+            shown=shown,
+        )
+        text = tail_file(p["log_path"], lines=400)
+        result = None
+        for line in reversed(text.splitlines()):
+            if line.startswith(MARK):
+                result = json.loads(line[len(MARK) :])
+                break
+        if rc != 0 or result is None or not result.get("exists"):
+            why = classify_jit_error(text)
+            msg = "FlashInfer JIT build failed" + (f": {why}" if why else "")
+            msg += " (timed out)" if rc == 124 else ""
+            fail_cmd(self.module, msg, shown, rc, log_path=p["log_path"], diagnosis=why or "")
+        return result, seconds
+
+    def run(self) -> None:
+        """Check mode only tells whether a stub would be made: the JIT itself is known only by building."""
+        module, p = self.module, self.p
+        argv, shown = payload_argv(p["python"], flashinfer_jit, [p["activation"]])
+        libcuda = self.existing_libcuda()
+        if module.check_mode:
+            module.exit_json(
+                changed=not libcuda,
+                would_make_stub=not libcuda,
+                libcuda=libcuda or os.path.join(p["stub_dir"], "libcuda.so"),
+                msg="check mode: nothing compiled"
+                + ("" if libcuda else "; a real run makes the libcuda.so link stub")
+                + "; whether FlashInfer's JIT would build the kernel is known only by building it",
+                cmd=shown,
+            )
+        made_stub = not libcuda
+        if made_stub:
+            libcuda = make_stub(module, p["stub_dir"])
+        result, seconds = self.build(argv, shown, libcuda)
+        module.exit_json(
+            changed=bool(result["built"]) or made_stub,
+            library=result["library"],
+            built=bool(result["built"]),
+            made_stub=made_stub,
+            seconds=round(seconds, 1),
+            libcuda=libcuda,
+            cmd=shown,
+        )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    argv, shown = payload_argv(p["python"], flashinfer_jit, [p["activation"]])
-    cuda = p["cuda_home"]
-    search = [
-        *p["library_dirs"],
-        os.path.join(cuda, "lib64", "stubs"),
-        os.path.join(cuda, "lib", "stubs"),
-        p["stub_dir"],
-    ]
-    libcuda = find_libcuda(search)
-    if not libcuda and not p["make_libcuda_stub"]:
-        module.fail_json(
-            msg="no libcuda.so in " + ", ".join(search) + ": FlashInfer's JIT links with "
-            "-lcuda. "
-            "Set flashinfer_make_libcuda_stub: true or install a toolkit with "
-            "lib64/stubs"
-        )
-    if module.check_mode:
-        module.exit_json(
-            changed=not libcuda,
-            would_make_stub=not libcuda,
-            libcuda=libcuda or os.path.join(p["stub_dir"], "libcuda.so"),
-            msg="check mode: nothing compiled"
-            + ("" if libcuda else "; a real run makes the libcuda.so link stub")
-            + "; whether FlashInfer's JIT would build the kernel is known only by building it",
-            cmd=shown,
-        )
-    made_stub = not libcuda
-    if made_stub:
-        libcuda = make_stub(module, p["stub_dir"])
-    env = dict(os.environ)
-    env.update(
-        {
-            "CUDA_HOME": cuda,
-            "CUDA_PATH": cuda,
-            # FlashInfer's JIT runs ninja by name: the env's bin/ (pip's ninja) first, as for a server
-            # (a fresh Debian 12 has no other ninja: bench/first_run.py, 2026-12-04)
-            "PATH": server_path(p["python"], cuda, env.get("PATH", "")),
-            "FLASHINFER_CUDA_ARCH_LIST": p["arch_list"],
-            "FLASHINFER_WORKSPACE_BASE": p["workspace"],
-            "LIBRARY_PATH": os.pathsep.join(
-                x for x in (os.path.dirname(libcuda), env.get("LIBRARY_PATH")) if x
-            ),
-            "MAX_JOBS": str(p["max_jobs"]),
-        }
-    )
-    os.makedirs(p["workspace"], exist_ok=True)
-    rc, seconds = run_logged(
-        argv,
-        p["log_path"],
-        env=env,
-        timeout=p["timeout"],
-        header=f"flashinfer jit {p['activation']}_and_mul for {p['arch_list']}",
-        shown=shown,
-    )
-    text = tail_file(p["log_path"], lines=400)
-    result = None
-    for line in reversed(text.splitlines()):
-        if line.startswith(MARK):
-            result = json.loads(line[len(MARK) :])
-            break
-    if rc != 0 or result is None or not result.get("exists"):
-        why = classify_jit_error(text)
-        msg = "FlashInfer JIT build failed" + (f": {why}" if why else "")
-        msg += " (timed out)" if rc == 124 else ""
-        fail_cmd(module, msg, shown, rc, log_path=p["log_path"], diagnosis=why or "")
-    module.exit_json(
-        changed=bool(result["built"]) or made_stub,
-        library=result["library"],
-        built=bool(result["built"]),
-        made_stub=made_stub,
-        seconds=round(seconds, 1),
-        libcuda=libcuda,
-        cmd=shown,
-    )
+    FlashInferJitCheck(module).run()
 
 
 if __name__ == "__main__":
