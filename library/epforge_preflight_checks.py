@@ -811,7 +811,7 @@ def load_tables(module: AnsibleModule) -> tuple[dict, dict | None]:
 
 def judged(tables: tuple[dict, dict | None], gpu_facts: dict, stack: dict, params: dict) -> tuple:
     """(verdict, its error, server object, its error): the pure part of the module, done while the host's
-    interpreter answers; the errors are reported in main's order (after the host checks)."""
+    interpreter answers; the errors are reported in PreflightChecks.run's order (after the host checks)."""
     flag_table, table = tables
     if table is None:
         return None, "", {}, ""
@@ -828,72 +828,106 @@ def judged(tables: tuple[dict, dict | None], gpu_facts: dict, stack: dict, param
         return verdict, "", {}, f"the server settings cannot be rendered for SGLang {version}: {exc}"
 
 
+class PreflightChecks:
+    """The module's one job in its fixed order: tables read, the run lock taken, the host checked, then the
+    known-issues verdict and the server object reported, and the local fact written."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.params = module.params
+        self.stack = self.params["stack"]
+
+    def run(self) -> None:
+        """Check the host, then judge the server settings: the refusals come in this fixed order."""
+        module, params = self.module, self.params
+        tables = self.tables()
+        gpu_facts, judgement, result = self.check_host(tables)
+        if tables[1] is None:
+            module.exit_json(changed=False, **result)
+        verdict, table_error, server, server_error = judgement
+        self.report_known_issues(verdict, table_error, result)
+        if server_error:
+            module.fail_json(msg=server_error, **result)
+        result["preflight_result"] = preflight_result(self.stack, gpu_facts, result, verdict, server)
+        if not params["facts_dir"]:
+            module.exit_json(changed=False, **result)
+        try:
+            written = write_local_fact(
+                params["facts_dir"],
+                params["fact_name"],
+                result["preflight_result"],
+                check_mode=module.check_mode,
+            )
+        except ValueError as exc:
+            module.fail_json(msg=str(exc), **result)
+        module.exit_json(**written, **result)
+
+    def tables(self) -> tuple[dict, dict | None]:
+        """The flag and known-issues tables; a fact to write needs the known-issues one."""
+        tables = load_tables(self.module)
+        if self.params["facts_dir"] and tables[1] is None:
+            self.module.fail_json(
+                msg="facts_dir needs known_issues_table (or known_issues_path): the fact is its result"
+            )
+        return tables
+
+    def check_host(self, tables: tuple[dict, dict | None]) -> tuple[dict, tuple, dict]:
+        """(GPU facts, the judged tables, the host checks' result); fails when the host does not fit the
+        stack and fail_on_error is set."""
+        module, params, stack = self.module, self.params, self.stack
+        # Mask secrets of the settings everywhere in the output, the invocation record included.
+        module.no_log_values.update(secret_values(params["server"] or {}))
+        # One run at a time on this host, decided before anything is written.
+        lock = take_run_lock(module) if params["run_lock"] and not module.check_mode else None
+        # Every bounded command starts after the lock is held: its timeout counts its own run, never the lock
+        # wait (issue 35 item 5: a 30 s probe started before a 60 s wait failed as "cannot run python3").
+        # Reads only, so it starts first: the interpreter runs while the GPU facts are gathered.
+        python_version = start_python(params["python"] or "")
+        gpu_facts = start(module)
+        judgement = judged(tables, gpu_facts, stack, params)
+        result = host_checks(params, gpu_facts, python_version)
+        if lock:
+            result["run_lock"] = lock
+        if params["gather_gpu_facts"]:
+            result["ansible_facts"] = {
+                "epforge_gpu_facts": gpu_facts,
+                "epforge_systemd_running": os.path.isdir("/run/systemd/system"),
+            }
+        if result["failed"] and params["fail_on_error"]:
+            module.fail_json(
+                msg=f"preflight: host does not fit stack '{stack_summary(stack)['name']}': "
+                + " | ".join(c["detail"] for c in result["checks"] if c["status"] == "failed"),
+                **result,
+            )
+        return gpu_facts, judgement, result
+
+    def report_known_issues(self, verdict: dict | None, table_error: str, result: dict) -> None:
+        """The verdict into the result, its errors failing (fail_on_error) and its warnings warned; exits
+        without a server object when the host checks or the verdict found errors."""
+        module = self.module
+        if table_error:
+            module.fail_json(msg=table_error, **result)
+        result["known_issues"] = verdict
+        errors = verdict["findings"]["errors"]
+        if errors and self.params["fail_on_error"]:
+            module.fail_json(
+                msg=f"{len(errors)} known dead end(s) in the requested server settings: "
+                + " | ".join(format_finding(f) for f in errors),
+                **result,
+            )
+        for warning in verdict["findings"]["warnings"]:
+            module.warn(format_finding(warning))
+        if result["failed"] or errors:
+            module.exit_json(changed=False, **result)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=[("known_issues_table", "known_issues_path"), ("flag_table", "flag_table_path")],
         supports_check_mode=True,
     )
-    params = module.params
-    tables = load_tables(module)
-    table = tables[1]
-    if params["facts_dir"] and table is None:
-        module.fail_json(
-            msg="facts_dir needs known_issues_table (or known_issues_path): the fact is its result"
-        )
-    stack = params["stack"]
-    # Mask secrets of the settings everywhere in the output, the invocation record included.
-    module.no_log_values.update(secret_values(params["server"] or {}))
-    # One run at a time on this host, decided before anything is written.
-    lock = take_run_lock(module) if params["run_lock"] and not module.check_mode else None
-    # Every bounded command starts after the lock is held: its timeout counts its own run, never the lock
-    # wait (issue 35 item 5: a 30 s probe started before a 60 s wait failed as "cannot run python3").
-    # Reads only, so it starts first: the interpreter runs while the GPU facts are gathered.
-    python_version = start_python(params["python"] or "")
-    gpu_facts = start(module)
-    verdict, table_error, server, server_error = judged(tables, gpu_facts, stack, params)
-    result = host_checks(params, gpu_facts, python_version)
-    if lock:
-        result["run_lock"] = lock
-    if params["gather_gpu_facts"]:
-        result["ansible_facts"] = {
-            "epforge_gpu_facts": gpu_facts,
-            "epforge_systemd_running": os.path.isdir("/run/systemd/system"),
-        }
-    if result["failed"] and params["fail_on_error"]:
-        module.fail_json(
-            msg=f"preflight: host does not fit stack '{stack_summary(stack)['name']}': "
-            + " | ".join(c["detail"] for c in result["checks"] if c["status"] == "failed"),
-            **result,
-        )
-    if table is None:
-        module.exit_json(changed=False, **result)
-    if table_error:
-        module.fail_json(msg=table_error, **result)
-    result["known_issues"] = verdict
-    errors = verdict["findings"]["errors"]
-    if errors and params["fail_on_error"]:
-        module.fail_json(
-            msg=f"{len(errors)} known dead end(s) in the requested server settings: "
-            + " | ".join(format_finding(f) for f in errors),
-            **result,
-        )
-    for warning in verdict["findings"]["warnings"]:
-        module.warn(format_finding(warning))
-    if result["failed"] or errors:
-        module.exit_json(changed=False, **result)
-    if server_error:
-        module.fail_json(msg=server_error, **result)
-    result["preflight_result"] = preflight_result(stack, gpu_facts, result, verdict, server)
-    if not params["facts_dir"]:
-        module.exit_json(changed=False, **result)
-    try:
-        written = write_local_fact(
-            params["facts_dir"], params["fact_name"], result["preflight_result"], check_mode=module.check_mode
-        )
-    except ValueError as exc:
-        module.fail_json(msg=str(exc), **result)
-    module.exit_json(**written, **result)
+    PreflightChecks(module).run()
 
 
 if __name__ == "__main__":
