@@ -192,84 +192,124 @@ ARGUMENT_SPEC = {
 }
 
 
+class DeepEPPlan:
+    """DeepEP's build settings for this host: the env, its NVSHMEM, the flags for the archs and the
+    headers the NVSHMEM kernels need, each refused with its remedy before a long build would fail."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+
+    def check_paths(self) -> None:
+        """The env's Python and CUDA_HOME must exist: their roles come first, and saying so is the remedy."""
+        p = self.p
+        if not os.access(p["python"], os.X_OK):
+            self.module.fail_json(
+                msg=f"the env's Python {p['python']} is missing: run the ml_env role first or "
+                "set deepep_python"
+            )
+        if not os.path.isdir(p["cuda_home"]):
+            self.module.fail_json(
+                msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or "
+                "set deepep_cuda_home"
+            )
+
+    def nvshmem(self, env_info: dict) -> dict:
+        """NVSHMEM: an explicit dir wins, else the wheel DeepEP's setup.py would find by itself; none is
+        refused unless allowed, as DeepEP then silently lacks the kernels SGLang's PCIe path needs."""
+        p = self.p
+        nvshmem = {"dir": "", "version": "", "source": "none"}
+        if p["nvshmem_dir"]:
+            nvshmem = explicit_nvshmem(self.module, p["nvshmem_dir"])
+        elif env_info["nvshmem_dir"]:
+            nvshmem = {
+                "dir": env_info["nvshmem_dir"],
+                "version": env_info["nvshmem_version"],
+                "source": "wheel",
+            }
+        if nvshmem["source"] == "none" and p["require_nvshmem"]:
+            self.module.fail_json(
+                msg=f"NVSHMEM not found: no deepep_nvshmem_dir and no nvidia.nvshmem package in "
+                f"{p['python']}. Without it "
+                "DeepEP builds without internode and low-latency kernels (the ones SGLang's PCIe path "
+                "needs). "
+                f"Remedy: install the stack's {p['nvshmem_package']} wheel into the env "
+                "(deepep_install_nvshmem: true), "
+                "set deepep_nvshmem_dir, or deepep_require_nvshmem: false",
+                nvshmem=nvshmem,
+            )
+        return nvshmem
+
+    def flags(self, nvshmem: dict) -> tuple[dict, list[str]]:
+        """The build environment and the SASS archs; an explicit NVSHMEM dir is passed as NVSHMEM_DIR."""
+        p = self.p
+        try:
+            flags = build_flags(
+                p["arch_list"],
+                nvshmem=nvshmem["source"] != "none",
+                disable_sm90_features=p["disable_sm90_features"],
+                aggressive_ptx=p["aggressive_ptx"],
+            )
+            sass = [sass_name(a) for a in p["arch_list"]]
+        except DeepEPError as exc:
+            self.module.fail_json(msg=str(exc), nvshmem=nvshmem)
+        if nvshmem["source"] == "nvshmem_dir":
+            flags["NVSHMEM_DIR"] = nvshmem["dir"]
+        return flags, sass
+
+    def mlx5dv_header(self, nvshmem: dict) -> str:
+        """infiniband/mlx5dv.h, needed only with NVSHMEM ("" without); its absence is refused here rather
+        than as a compiler error deep in the build."""
+        p = self.p
+        mlx5 = ""
+        if nvshmem["source"] != "none":
+            mlx5 = (
+                find_header("infiniband/mlx5dv.h", p["extra_include_dirs"] + p["system_include_dirs"]) or ""
+            )
+            if not mlx5:
+                self.module.fail_json(
+                    msg="infiniband/mlx5dv.h not found (needed by DeepEP's NVSHMEM kernels): install "
+                    "libibverbs-dev "
+                    "(Debian/Ubuntu; the role does it with deepep_install_system_packages: true) or point "
+                    "deepep_extra_include_dirs at a folder holding infiniband/mlx5dv.h",
+                    searched=p["extra_include_dirs"] + p["system_include_dirs"],
+                )
+        return mlx5
+
+    def run(self) -> None:
+        """Plan the build and answer; the key material names the recipe and the NVSHMEM it links."""
+        p = self.p
+        self.check_paths()
+        env_info = probe_env(self.module, p["python"], p["nvshmem_package"])
+        nvshmem = self.nvshmem(env_info)
+        flags, sass = self.flags(nvshmem)
+        includes = include_path(p["cuda_home"], env_info["site"], p["extra_include_dirs"])
+        mlx5 = self.mlx5dv_header(nvshmem)
+        key_extra = {
+            "deepep_recipe": RECIPE_VERSION,
+            "nvshmem": {
+                "version": nvshmem["version"],
+                "source": nvshmem["source"],
+                "dir": nvshmem["dir"] if nvshmem["source"] == "nvshmem_dir" else "",
+            },
+        }
+        self.module.exit_json(
+            changed=False,
+            build_env=flags,
+            include_dirs=includes,
+            nvshmem=nvshmem,
+            mlx5dv_h=mlx5,
+            sass_archs=sass,
+            key_extra=key_extra,
+        )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    if not os.access(p["python"], os.X_OK):
-        module.fail_json(
-            msg=f"the env's Python {p['python']} is missing: run the ml_env role first or set deepep_python"
-        )
-    if not os.path.isdir(p["cuda_home"]):
-        module.fail_json(
-            msg=f"CUDA_HOME {p['cuda_home']} does not exist: run the cuda_toolkit role or "
-            "set deepep_cuda_home"
-        )
-    env_info = probe_env(module, p["python"], p["nvshmem_package"])
-
-    # NVSHMEM: an explicit dir wins, else the wheel DeepEP's setup.py would find by itself.
-    nvshmem = {"dir": "", "version": "", "source": "none"}
-    if p["nvshmem_dir"]:
-        nvshmem = explicit_nvshmem(module, p["nvshmem_dir"])
-    elif env_info["nvshmem_dir"]:
-        nvshmem = {"dir": env_info["nvshmem_dir"], "version": env_info["nvshmem_version"], "source": "wheel"}
-    if nvshmem["source"] == "none" and p["require_nvshmem"]:
-        module.fail_json(
-            msg=f"NVSHMEM not found: no deepep_nvshmem_dir and no nvidia.nvshmem package in "
-            f"{p['python']}. Without it "
-            "DeepEP builds without internode and low-latency kernels (the ones SGLang's PCIe path "
-            "needs). "
-            f"Remedy: install the stack's {p['nvshmem_package']} wheel into the env "
-            "(deepep_install_nvshmem: true), "
-            "set deepep_nvshmem_dir, or deepep_require_nvshmem: false",
-            nvshmem=nvshmem,
-        )
-
-    try:
-        flags = build_flags(
-            p["arch_list"],
-            nvshmem=nvshmem["source"] != "none",
-            disable_sm90_features=p["disable_sm90_features"],
-            aggressive_ptx=p["aggressive_ptx"],
-        )
-        sass = [sass_name(a) for a in p["arch_list"]]
-    except DeepEPError as exc:
-        module.fail_json(msg=str(exc), nvshmem=nvshmem)
-    if nvshmem["source"] == "nvshmem_dir":
-        flags["NVSHMEM_DIR"] = nvshmem["dir"]
-
-    includes = include_path(p["cuda_home"], env_info["site"], p["extra_include_dirs"])
-    mlx5 = ""
-    if nvshmem["source"] != "none":
-        mlx5 = find_header("infiniband/mlx5dv.h", p["extra_include_dirs"] + p["system_include_dirs"]) or ""
-        if not mlx5:
-            module.fail_json(
-                msg="infiniband/mlx5dv.h not found (needed by DeepEP's NVSHMEM kernels): install "
-                "libibverbs-dev "
-                "(Debian/Ubuntu; the role does it with deepep_install_system_packages: true) or point "
-                "deepep_extra_include_dirs at a folder holding infiniband/mlx5dv.h",
-                searched=p["extra_include_dirs"] + p["system_include_dirs"],
-            )
-
-    key_extra = {
-        "deepep_recipe": RECIPE_VERSION,
-        "nvshmem": {
-            "version": nvshmem["version"],
-            "source": nvshmem["source"],
-            "dir": nvshmem["dir"] if nvshmem["source"] == "nvshmem_dir" else "",
-        },
-    }
-    module.exit_json(
-        changed=False,
-        build_env=flags,
-        include_dirs=includes,
-        nvshmem=nvshmem,
-        mlx5dv_h=mlx5,
-        sass_archs=sass,
-        key_extra=key_extra,
-    )
+    DeepEPPlan(module).run()
 
 
 if __name__ == "__main__":
