@@ -106,63 +106,92 @@ ARGUMENT_SPEC = {
 }
 
 
+class DeepEPSource:
+    """The module's one job: read a DeepEP source tree (nothing is changed), refuse one this role cannot
+    build or one at another commit than the stack pins, else describe it."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.path = module.params["path"]
+
+    def run(self) -> None:
+        """Classify the tree, check its commit, then exit with what the build step needs to know."""
+        setup_py, files = self.read_tree()
+        kind, reason = classify_source(setup_py, files)
+        self.refuse_unsupported(kind, reason)
+        commit = self.checked_commit(kind, reason)
+        self.module.exit_json(
+            changed=False,
+            build_system=kind,
+            reason=reason,
+            version=setup_py_version(setup_py) or "",
+            commit=commit,
+            tree_sha256=tree_hash(self.path),
+        )
+
+    def read_tree(self) -> tuple[str | None, set[str]]:
+        """(setup.py's text or None, which of the files that tell the build systems apart exist)."""
+        path = self.path
+        if not os.path.isdir(path):
+            self.module.fail_json(
+                msg=f"DeepEP source {path} does not exist: the source step did not produce a tree",
+                build_system="unknown",
+                reason="no tree",
+            )
+        setup_file = os.path.join(path, "setup.py")
+        setup_py = None
+        if os.path.isfile(setup_file):
+            with open(setup_file, encoding="utf-8", errors="replace") as handle:
+                setup_py = handle.read()
+        files = set()
+        for rel in ("deep_ep/utils/find_pkgs.py", "CMakeLists.txt"):
+            if os.path.exists(os.path.join(path, rel)):
+                files.add(rel)
+        return setup_py, files
+
+    def refuse_unsupported(self, kind: str, reason: str) -> None:
+        """Fail for anything but a v1.x tree, naming the V2 line's needs when it is that."""
+        path = self.path
+        if kind == UNSUPPORTED_V2:
+            self.module.fail_json(
+                msg=f"DeepEP source at {path} uses a build system this role does not support: {reason}. The "
+                "V2 line "
+                "(main) is driven by SGLang's `deepep_v2` backend and needs torch >= 2.10 and NCCL >= "
+                "2.30.4; "
+                "use a v1.x ref such as v1.2.1 (what SGLang's --moe-a2a-backend deepep pins)",
+                build_system=kind,
+                reason=reason,
+            )
+        if kind != SUPPORTED:
+            self.module.fail_json(
+                msg=f"{path} is not a DeepEP v1.x source tree: {reason}. Check the source URL/ref/archive",
+                build_system=kind,
+                reason=reason,
+            )
+
+    def checked_commit(self, kind: str, reason: str) -> str:
+        """The tree's commit (git's, else the one given); fails when it is not the expected one."""
+        params = self.module.params
+        commit = git_commit(self.path) or params["commit"].strip()
+        expect = params["expect_commit"].strip().lower()
+        if expect and commit and not commit.lower().startswith(expect):
+            self.module.fail_json(
+                msg=f"DeepEP checkout is at {commit}, not the expected {expect}: the ref moved "
+                "or is "
+                "not the one the stack pins (set deepep_commit: '' to accept it)",
+                build_system=kind,
+                reason=reason,
+                commit=commit,
+            )
+        return commit
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    path = module.params["path"]
-    if not os.path.isdir(path):
-        module.fail_json(
-            msg=f"DeepEP source {path} does not exist: the source step did not produce a tree",
-            build_system="unknown",
-            reason="no tree",
-        )
-    setup_file = os.path.join(path, "setup.py")
-    setup_py = None
-    if os.path.isfile(setup_file):
-        with open(setup_file, encoding="utf-8", errors="replace") as handle:
-            setup_py = handle.read()
-    files = set()
-    for rel in ("deep_ep/utils/find_pkgs.py", "CMakeLists.txt"):
-        if os.path.exists(os.path.join(path, rel)):
-            files.add(rel)
-    kind, reason = classify_source(setup_py, files)
-    if kind == UNSUPPORTED_V2:
-        module.fail_json(
-            msg=f"DeepEP source at {path} uses a build system this role does not support: {reason}. The "
-            "V2 line "
-            "(main) is driven by SGLang's `deepep_v2` backend and needs torch >= 2.10 and NCCL >= "
-            "2.30.4; "
-            "use a v1.x ref such as v1.2.1 (what SGLang's --moe-a2a-backend deepep pins)",
-            build_system=kind,
-            reason=reason,
-        )
-    if kind != SUPPORTED:
-        module.fail_json(
-            msg=f"{path} is not a DeepEP v1.x source tree: {reason}. Check the source URL/ref/archive",
-            build_system=kind,
-            reason=reason,
-        )
-    commit = git_commit(path) or module.params["commit"].strip()
-    expect = module.params["expect_commit"].strip().lower()
-    if expect and commit and not commit.lower().startswith(expect):
-        module.fail_json(
-            msg=f"DeepEP checkout is at {commit}, not the expected {expect}: the ref moved "
-            "or is "
-            "not the one the stack pins (set deepep_commit: '' to accept it)",
-            build_system=kind,
-            reason=reason,
-            commit=commit,
-        )
-    module.exit_json(
-        changed=False,
-        build_system=kind,
-        reason=reason,
-        version=setup_py_version(setup_py) or "",
-        commit=commit,
-        tree_sha256=tree_hash(path),
-    )
+    DeepEPSource(module).run()
 
 
 if __name__ == "__main__":
