@@ -126,84 +126,120 @@ ARGUMENT_SPEC = {
 }
 
 
+class DeepEPGpuVerify:
+    """DeepEP's GPU round trip in the env: the modes this host can run, the script under a deadline, and
+    its result file read back."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+
+    def modes(self) -> tuple[list[str], dict[str, str]]:
+        """The modes to verify and the ones skipped with why: normal mode needs NVLink between all GPUs, so
+        on a PCIe host it is skipped rather than reported as a hang (not probed in check mode)."""
+        module, p = self.module, self.p
+        modes = list(p["modes"])
+        skipped: dict[str, str] = {}
+        if "normal" in modes and p["normal_needs_nvlink"] and not module.check_mode:
+            topo = run_bounded([p["nvidia_smi"], "topo", "-m"], timeout=60)
+            # no topology to read: nothing is concluded, the round trip itself will tell
+            bad = non_nvlink_pairs(topo.out, p["num_processes"]) if topo.rc == 0 else None
+            if bad:
+                pairs = ", ".join(f"{a}-{b} is {link}" for a, b, link in bad)
+                skipped["normal"] = (
+                    f"{pairs}, not NVLink: DeepEP normal mode needs NVLink between all GPUs; "
+                    "SGLang must use --deepep-mode low_latency on this host"
+                )
+                modes.remove("normal")
+        if not modes:
+            reasons = "; ".join(f"{m}: {r}" for m, r in skipped.items())
+            module.fail_json(msg=f"no DeepEP mode left to verify: {reasons}", skipped_modes=skipped)
+        return modes, skipped
+
+    def round_trip(self, argv: list[str]) -> tuple[int, float, dict | None]:
+        """Run the script (a stale result file removed first, so only this run's counts) and read its
+        result: (rc, seconds, result or None when it wrote none)."""
+        p = self.p
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in p["environment"].items()})
+        env.setdefault("DEEPEP_VERIFY_TIMEOUT", str(max(60, p["timeout"] - 60)))
+        if os.path.exists(p["result_path"]):
+            os.unlink(p["result_path"])
+        rc, seconds = run_logged(
+            argv, p["log_path"], env=env, timeout=p["timeout"], header="deepep gpu verify"
+        )
+        result = None
+        if os.path.isfile(p["result_path"]):
+            with open(p["result_path"], encoding="utf-8") as handle:
+                result = json.load(handle)
+        return rc, seconds, result
+
+    def refuse_failure(self, argv: list[str], rc: int, result: dict | None) -> None:
+        """Fail on a timeout, a missing result or a failed mode, each with the log; returns when it passed."""
+        module, p = self.module, self.p
+        if rc == 124:
+            fail_cmd(
+                module,
+                f"DeepEP round trip did not finish within {p['timeout']} s (hung collective?)",
+                argv,
+                rc,
+                log_path=p["log_path"],
+            )
+        if result is None:
+            fail_cmd(
+                module,
+                "DeepEP round trip wrote no result (the script crashed before the end)",
+                argv,
+                rc,
+                log_path=p["log_path"],
+            )
+        if not result.get("ok"):
+            bad = {
+                m: r.get("error", f"rel_diff {r.get('max_rel_diff')}")
+                for m, r in result.get("modes", {}).items()
+                if not r.get("ok")
+            }
+            module.fail_json(
+                msg="DeepEP round trip failed: "
+                + (result.get("error") or "; ".join(f"{m}: {e}" for m, e in bad.items())),
+                cmd=argv,
+                rc=rc,
+                result=result,
+                log_tail=tail_file(p["log_path"]),
+                log_path=p["log_path"],
+            )
+
+    def run(self) -> None:
+        """Verify the modes left, or in check mode say that the GPU round trip is not run."""
+        module, p = self.module, self.p
+        modes, skipped = self.modes()
+        argv = [
+            p["python"],
+            p["script"],
+            "--num-processes",
+            str(p["num_processes"]),
+            "--modes",
+            ",".join(modes),
+            "--out",
+            p["result_path"],
+        ]
+        if module.check_mode:
+            module.exit_json(
+                changed=False, skipped=True, msg="check mode: the GPU round trip is not run", cmd=argv
+            )
+        rc, seconds, result = self.round_trip(argv)
+        self.refuse_failure(argv, rc, result)
+        module.exit_json(
+            changed=False, result=result, seconds=round(seconds, 1), cmd=argv, skipped_modes=skipped
+        )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    modes = list(p["modes"])
-    skipped: dict[str, str] = {}
-    if "normal" in modes and p["normal_needs_nvlink"] and not module.check_mode:
-        topo = run_bounded([p["nvidia_smi"], "topo", "-m"], timeout=60)
-        # no topology to read: nothing is concluded, the round trip itself will tell
-        bad = non_nvlink_pairs(topo.out, p["num_processes"]) if topo.rc == 0 else None
-        if bad:
-            pairs = ", ".join(f"{a}-{b} is {link}" for a, b, link in bad)
-            skipped["normal"] = (
-                f"{pairs}, not NVLink: DeepEP normal mode needs NVLink between all GPUs; "
-                "SGLang must use --deepep-mode low_latency on this host"
-            )
-            modes.remove("normal")
-    if not modes:
-        reasons = "; ".join(f"{m}: {r}" for m, r in skipped.items())
-        module.fail_json(msg=f"no DeepEP mode left to verify: {reasons}", skipped_modes=skipped)
-    argv = [
-        p["python"],
-        p["script"],
-        "--num-processes",
-        str(p["num_processes"]),
-        "--modes",
-        ",".join(modes),
-        "--out",
-        p["result_path"],
-    ]
-    if module.check_mode:
-        module.exit_json(
-            changed=False, skipped=True, msg="check mode: the GPU round trip is not run", cmd=argv
-        )
-    env = dict(os.environ)
-    env.update({k: str(v) for k, v in p["environment"].items()})
-    env.setdefault("DEEPEP_VERIFY_TIMEOUT", str(max(60, p["timeout"] - 60)))
-    if os.path.exists(p["result_path"]):
-        os.unlink(p["result_path"])
-    rc, seconds = run_logged(argv, p["log_path"], env=env, timeout=p["timeout"], header="deepep gpu verify")
-    result = None
-    if os.path.isfile(p["result_path"]):
-        with open(p["result_path"], encoding="utf-8") as handle:
-            result = json.load(handle)
-    if rc == 124:
-        fail_cmd(
-            module,
-            f"DeepEP round trip did not finish within {p['timeout']} s (hung collective?)",
-            argv,
-            rc,
-            log_path=p["log_path"],
-        )
-    if result is None:
-        fail_cmd(
-            module,
-            "DeepEP round trip wrote no result (the script crashed before the end)",
-            argv,
-            rc,
-            log_path=p["log_path"],
-        )
-    if not result.get("ok"):
-        bad = {
-            m: r.get("error", f"rel_diff {r.get('max_rel_diff')}")
-            for m, r in result.get("modes", {}).items()
-            if not r.get("ok")
-        }
-        module.fail_json(
-            msg="DeepEP round trip failed: "
-            + (result.get("error") or "; ".join(f"{m}: {e}" for m, e in bad.items())),
-            cmd=argv,
-            rc=rc,
-            result=result,
-            log_tail=tail_file(p["log_path"]),
-            log_path=p["log_path"],
-        )
-    module.exit_json(changed=False, result=result, seconds=round(seconds, 1), cmd=argv, skipped_modes=skipped)
+    DeepEPGpuVerify(module).run()
 
 
 if __name__ == "__main__":
