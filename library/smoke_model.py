@@ -354,57 +354,79 @@ ARGUMENT_SPEC = {
 }
 
 
+class SmokeModel:
+    """The module's one job: the smoke model's files at path for these settings, kept when the manifest
+    there already matches their key, else written by the env's python into a staging dir and swapped in."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.path = self.p["path"].rstrip("/")
+        self.settings = {key: self.p[key] for key in sm.DEFAULTS}
+        self.result = {
+            "changed": False,
+            "path": self.path,
+            "key": "",
+            "reason": "",
+            "deepep_low_latency_hidden": self.p["hidden_size"] in sm.DEEPEP_LL_HIDDEN_SIZES,
+        }
+
+    def run(self) -> None:
+        """Keep a matching model, report the write in check mode, else write it."""
+        module, path, result = self.module, self.path, self.result
+        key = self.key()
+        matches, reason = sm.manifest_matches(path, key)
+        result["reason"] = reason
+        if matches:
+            keep_current_model(module, path, result)
+            finish(module, result)
+
+        before = read_manifest(path).get("key")
+        result["diff"] = {"before": {"path": path, "key": before}, "after": {"path": path, "key": key}}
+        if module.check_mode:
+            result["changed"] = True
+            finish(module, result)
+        self.write()
+
+    def key(self) -> str:
+        """The settings' key, after refusing bad settings and a path that is not a smoke model's (nothing
+        is written before)."""
+        module, p, result = self.module, self.p, self.result
+        problems = sm.settings_problems(self.settings)
+        if problems:
+            module.fail_json(
+                msg="smoke model settings refused, nothing was written: " + "; ".join(problems), **result
+            )
+        # equal key = equal files (the digest of plugins/module_utils/digests.py, the same bytes as before)
+        key = digest({"settings": self.settings, "writer_version": sm.WRITER_VERSION})
+        result.update(key=key, parameters=sm.parameter_count(self.settings))
+        if not result["deepep_low_latency_hidden"]:
+            warn_deepep_hidden(module, p["hidden_size"])
+        refuse_foreign_path(module, self.path, result)
+        return key
+
+    def write(self) -> None:
+        """Write the model into a staging dir with the env's python, then swap it in at path and exit."""
+        module, p, result = self.module, self.p, self.result
+        require_python(module, p["python"], result)
+        staging = new_staging_dir(self.path)
+        manifest, seconds = write_model(module, p, staging, self.settings, result)
+        replace_dir(staging, self.path)  # an older smoke model there is moved aside, then removed
+        result.update(
+            changed=True,
+            seconds=seconds,
+            files=manifest["files"],
+            bytes=sum(f["size"] for f in manifest["files"].values()),
+        )
+        finish(module, result)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    path = p["path"].rstrip("/")
-    settings = {key: p[key] for key in sm.DEFAULTS}
-    result = {
-        "changed": False,
-        "path": path,
-        "key": "",
-        "reason": "",
-        "deepep_low_latency_hidden": p["hidden_size"] in sm.DEEPEP_LL_HIDDEN_SIZES,
-    }
-
-    problems = sm.settings_problems(settings)
-    if problems:
-        module.fail_json(
-            msg="smoke model settings refused, nothing was written: " + "; ".join(problems), **result
-        )
-    # equal key = equal files (the digest of plugins/module_utils/digests.py, the same bytes as before)
-    key = digest({"settings": settings, "writer_version": sm.WRITER_VERSION})
-    result.update(key=key, parameters=sm.parameter_count(settings))
-    if not result["deepep_low_latency_hidden"]:
-        warn_deepep_hidden(module, p["hidden_size"])
-    refuse_foreign_path(module, path, result)
-
-    matches, reason = sm.manifest_matches(path, key)
-    result["reason"] = reason
-    if matches:
-        keep_current_model(module, path, result)
-        finish(module, result)
-
-    before = read_manifest(path).get("key")
-    result["diff"] = {"before": {"path": path, "key": before}, "after": {"path": path, "key": key}}
-    if module.check_mode:
-        result["changed"] = True
-        finish(module, result)
-
-    require_python(module, p["python"], result)
-    staging = new_staging_dir(path)
-    manifest, seconds = write_model(module, p, staging, settings, result)
-    replace_dir(staging, path)  # an older smoke model there is moved aside, then removed
-    result.update(
-        changed=True,
-        seconds=seconds,
-        files=manifest["files"],
-        bytes=sum(f["size"] for f in manifest["files"].values()),
-    )
-    finish(module, result)
+    SmokeModel(module).run()
 
 
 if __name__ == "__main__":
