@@ -419,80 +419,120 @@ ARGUMENT_SPEC = {
 }
 
 
+class CudaToolkitPypi:
+    """A CUDA toolkit prefix assembled from pinned PyPI wheels: kept when its stamp holds the same inputs,
+    else built beside it and swapped in whole, so a failed install never leaves a half prefix."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.prefix = os.path.abspath(self.p["prefix"]).rstrip("/")
+        self.version = str(self.p["cuda_version"])
+        self.stamp_path = os.path.join(self.prefix, STAMP_NAME)
+        self.nvcc = os.path.join(self.prefix, "bin", "nvcc")
+        self.cuobjdump = os.path.join(self.prefix, "bin", "cuobjdump")
+
+    def inputs(self, pins: list) -> dict:
+        """What the prefix is built from (the stamp's inputs); fails on a request that cannot be installed,
+        before anything changes."""
+        p, prefix, version = self.p, self.prefix, self.version
+        problem = request_problem(p, prefix, version, pins)
+        if problem:
+            self.module.fail_json(msg=problem)
+        return {
+            "method": "pypi",
+            "cuda_version": version,
+            "packages": sorted(p["packages"]),
+            "prefix": prefix,
+            "link_stub": p["link_stub"],
+            "layout": LAYOUT_VERSION,
+        }
+
+    def keep_current(self, old: dict | None, inputs: dict, *, stamp: dict, result: dict) -> None:
+        """Answer when the prefix already holds these inputs; returns when it does not."""
+        module, cuobjdump = self.module, self.cuobjdump
+        if stamp_holds(old, inputs) and os.access(self.nvcc, os.X_OK):
+            # a stamp an older epforge wrote for the same inputs: rewritten once in the current layout
+            result["changed"] = stamp_rewrite(old, inputs)
+            if result["changed"] and not module.check_mode:
+                write_stamp(self.stamp_path, stamp)
+            module.exit_json(cuobjdump=cuobjdump if os.access(cuobjdump, os.X_OK) else "", **result)
+
+    def stamp_diff(self, old: dict | None, stamp: dict) -> dict:
+        """The change a (re)build makes, shown as the stamp before and after."""
+        return {
+            "before": json.dumps(old, indent=2, sort_keys=True) + "\n" if old else "",
+            "after": json.dumps(stamp, indent=2, sort_keys=True) + "\n",
+            "before_header": self.stamp_path,
+            "after_header": self.stamp_path,
+        }
+
+    def install(self, pins: list, *, stamp: dict, result: dict, diff: dict) -> None:
+        """Download, assemble in a staging dir and swap it in; on failure the staging dir is removed and
+        the old prefix stays."""
+        module, p, prefix, version = self.module, self.p, self.prefix, self.version
+        cuobjdump = self.cuobjdump
+        started = time.monotonic()
+        log_path = p["log_path"]
+        staging = prefix + ".epforge-new"
+        try:
+            wheels = download_wheels(p, pins, version)
+            found, symbols = assemble(p, staging, wheels, version=version, prefix=prefix, stamp=stamp)
+            # The old prefix (same version, other inputs) is retired only once the new one is complete.
+            replace_dir(staging, prefix, retired=prefix + ".epforge-old")
+        except InstallError as exc:
+            if os.path.lexists(staging):
+                shutil.rmtree(staging, ignore_errors=True)
+            if exc.argv:
+                fail_cmd(
+                    module,
+                    exc.msg,
+                    exc.argv,
+                    exc.rc if exc.rc is not None else 1,
+                    log_path=log_path,
+                    **result,
+                )
+            module.fail_json(msg=exc.msg, log_path=log_path, **result)
+
+        module.exit_json(
+            changed=True,
+            diff=diff,
+            nvcc_release=found[1],
+            wheels=[os.path.basename(w) for w in wheels],
+            stub_symbols=symbols,
+            seconds=round(time.monotonic() - started, 1),
+            cuobjdump=cuobjdump if os.access(cuobjdump, os.X_OK) else "",
+            **{k: v for k, v in result.items() if k != "changed"},
+        )
+
+    def run(self) -> None:
+        """Keep a current prefix, refuse one that must not be replaced, else (re)build it (check mode: the
+        diff only)."""
+        module, p, prefix, version = self.module, self.p, self.prefix, self.version
+        pins = [(req, pinned(req)) for req in p["packages"]]
+        inputs = self.inputs(pins)
+        old = read_stamp(self.stamp_path)
+        stamp = stamp_of(inputs)
+        result = {"home": prefix, "nvcc": self.nvcc, "stamp": stamp, "changed": False}
+        self.keep_current(old, inputs, stamp=stamp, result=result)
+        problem = existing_prefix_problem(prefix, old, version)
+        if problem:
+            module.fail_json(msg=problem, **result)
+
+        diff = self.stamp_diff(old, stamp)
+        if module.check_mode:
+            module.exit_json(
+                changed=True, diff=diff, cuobjdump="", **{k: v for k, v in result.items() if k != "changed"}
+            )
+        self.install(pins, stamp=stamp, result=result, diff=diff)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
-    p = module.params
-    prefix = os.path.abspath(p["prefix"]).rstrip("/")
-    version = str(p["cuda_version"])
-    pins = [(req, pinned(req)) for req in p["packages"]]
-    problem = request_problem(p, prefix, version, pins)
-    if problem:
-        module.fail_json(msg=problem)
-
-    inputs = {
-        "method": "pypi",
-        "cuda_version": version,
-        "packages": sorted(p["packages"]),
-        "prefix": prefix,
-        "link_stub": p["link_stub"],
-        "layout": LAYOUT_VERSION,
-    }
-    old = read_stamp(os.path.join(prefix, STAMP_NAME))
-    stamp = stamp_of(inputs)
-    nvcc = os.path.join(prefix, "bin", "nvcc")
-    cuobjdump = os.path.join(prefix, "bin", "cuobjdump")
-    result = {"home": prefix, "nvcc": nvcc, "stamp": stamp, "changed": False}
-    if stamp_holds(old, inputs) and os.access(nvcc, os.X_OK):
-        # a stamp an older epforge wrote for the same inputs: rewritten once in the current layout
-        result["changed"] = stamp_rewrite(old, inputs)
-        if result["changed"] and not module.check_mode:
-            write_stamp(os.path.join(prefix, STAMP_NAME), stamp)
-        module.exit_json(cuobjdump=cuobjdump if os.access(cuobjdump, os.X_OK) else "", **result)
-    problem = existing_prefix_problem(prefix, old, version)
-    if problem:
-        module.fail_json(msg=problem, **result)
-
-    diff = {
-        "before": json.dumps(old, indent=2, sort_keys=True) + "\n" if old else "",
-        "after": json.dumps(stamp, indent=2, sort_keys=True) + "\n",
-        "before_header": os.path.join(prefix, STAMP_NAME),
-        "after_header": os.path.join(prefix, STAMP_NAME),
-    }
-    if module.check_mode:
-        module.exit_json(
-            changed=True, diff=diff, cuobjdump="", **{k: v for k, v in result.items() if k != "changed"}
-        )
-
-    started = time.monotonic()
-    log_path = p["log_path"]
-    staging = prefix + ".epforge-new"
-    try:
-        wheels = download_wheels(p, pins, version)
-        found, symbols = assemble(p, staging, wheels, version=version, prefix=prefix, stamp=stamp)
-        # The old prefix (same version, other inputs) is retired only once the new one is complete.
-        replace_dir(staging, prefix, retired=prefix + ".epforge-old")
-    except InstallError as exc:
-        if os.path.lexists(staging):
-            shutil.rmtree(staging, ignore_errors=True)
-        if exc.argv:
-            fail_cmd(
-                module, exc.msg, exc.argv, exc.rc if exc.rc is not None else 1, log_path=log_path, **result
-            )
-        module.fail_json(msg=exc.msg, log_path=log_path, **result)
-
-    module.exit_json(
-        changed=True,
-        diff=diff,
-        nvcc_release=found[1],
-        wheels=[os.path.basename(w) for w in wheels],
-        stub_symbols=symbols,
-        seconds=round(time.monotonic() - started, 1),
-        cuobjdump=cuobjdump if os.access(cuobjdump, os.X_OK) else "",
-        **{k: v for k, v in result.items() if k != "changed"},
-    )
+    CudaToolkitPypi(module).run()
 
 
 if __name__ == "__main__":
