@@ -188,38 +188,55 @@ ARGUMENT_SPEC = {
 }
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
-    p = module.params
-    bad = [arch for arch in p["required_archs"] if parse_arch(arch) is None]
-    if bad or not p["required_archs"]:
-        module.fail_json(msg=f"required_archs must list GPU archs such as 12.0, not {p['required_archs']}")
-    pattern = prebuilt_wheel_glob(p["requirement"])
-    wheels = find_wheels(p["folder"], pattern)
-    out = {"changed": False, "wheels": wheels, "pattern": pattern, "wheel": "", "ok": False, "verdict": ""}
-    out.update({"sass_archs": [], "missing_archs": [], "files": [], "error": "", "stamp": "none"})
-    out["watch"] = []
-    if len(wheels) > 1 or (p["require_wheel"] and not wheels):
-        module.fail_json(
-            msg=f"expected one wheel for {p['requirement']} in {p['folder']}, found {wheels}: "
-            "remove the stale ones",
-            **out,
-        )
-    if not wheels:
-        module.exit_json(**out)
+class DeepEPPrebuilt:
+    """The verdict on a prebuilt DeepEP wheel in the folder: its device code against the required archs,
+    read once per wheel and archs and kept in a stamp beside it."""
 
-    wheel = wheels[0]
-    sha256 = file_sha256(wheel)
-    key = prebuilt_stamp_key(sha256, p["required_archs"])
-    stamp_path = wheel + ".archs.json"
-    stamp = read_json(stamp_path) or {}
-    error = ""
-    if stamp.get("key") == key and "reading" in stamp:
-        reading, state = stamp["reading"], "hit"
-    else:
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+
+    def the_wheel(self) -> tuple[str, dict]:
+        """The one wheel for the requirement and the answer's base fields; answers (no wheel) or fails
+        (bad archs, several wheels, or none when one is required) here."""
+        module, p = self.module, self.p
+        bad = [arch for arch in p["required_archs"] if parse_arch(arch) is None]
+        if bad or not p["required_archs"]:
+            module.fail_json(
+                msg=f"required_archs must list GPU archs such as 12.0, not {p['required_archs']}"
+            )
+        pattern = prebuilt_wheel_glob(p["requirement"])
+        wheels = find_wheels(p["folder"], pattern)
+        out = {
+            "changed": False,
+            "wheels": wheels,
+            "pattern": pattern,
+            "wheel": "",
+            "ok": False,
+            "verdict": "",
+        }
+        out.update({"sass_archs": [], "missing_archs": [], "files": [], "error": "", "stamp": "none"})
+        out["watch"] = []
+        if len(wheels) > 1 or (p["require_wheel"] and not wheels):
+            module.fail_json(
+                msg=f"expected one wheel for {p['requirement']} in {p['folder']}, found {wheels}: "
+                "remove the stale ones",
+                **out,
+            )
+        if not wheels:
+            module.exit_json(**out)
+        return wheels[0], out
+
+    def reading(self, wheel: str, *, sha256: str, stamp_path: str) -> tuple[dict, str, str]:
+        """(the archs reading, the stamp's state, an error): the stamp's reading when its key matches, else
+        cuobjdump's, written to the stamp (check mode: would_write); an unreadable wheel is an error, not a
+        failure, so the verdict can say why."""
+        p = self.p
+        key = prebuilt_stamp_key(sha256, p["required_archs"])
+        stamp = read_json(stamp_path) or {}
+        error = ""
+        if stamp.get("key") == key and "reading" in stamp:
+            return stamp["reading"], "hit", error
         reading, state = {}, "not_written"
         if not os.access(p["cuobjdump"], os.X_OK):
             error = f"cuobjdump not found at {p['cuobjdump']} (set deepep_cuobjdump)"
@@ -230,7 +247,7 @@ def main() -> None:
                 error = f"{exc.msg}: {exc.log_tail.strip()}"
             except zipfile.BadZipFile as exc:
                 error = f"{wheel} is not a readable wheel ({exc})"
-        if not error and module.check_mode:
+        if not error and self.module.check_mode:
             state = "would_write"  # what a real run does below, written nowhere
         elif not error:
             write_json_atomic(
@@ -244,22 +261,39 @@ def main() -> None:
                 },
             )
             state = "written"
-    ok, verdict = prebuilt_verdict(p["requirement"], p["required_archs"], reading, error)
-    out.update(reading)
-    out.update(
-        {
-            "changed": state in ("written", "would_write"),
-            "wheel": wheel,
-            "sha256": sha256,
-            "ok": ok,
-            "verdict": verdict,
-            "error": error,
-            "stamp": state,
-            # a hit is the no-op answer: the same wheel bytes (sha256) and stamp give it again
-            "watch": watch_list([p["folder"], wheel, stamp_path]) if state == "hit" else [],
-        }
+        return reading, state, error
+
+    def run(self) -> None:
+        """Read (or recall) the wheel's archs and answer with the verdict."""
+        p = self.p
+        wheel, out = self.the_wheel()
+        sha256 = file_sha256(wheel)
+        stamp_path = wheel + ".archs.json"
+        reading, state, error = self.reading(wheel, sha256=sha256, stamp_path=stamp_path)
+        ok, verdict = prebuilt_verdict(p["requirement"], p["required_archs"], reading, error)
+        out.update(reading)
+        out.update(
+            {
+                "changed": state in ("written", "would_write"),
+                "wheel": wheel,
+                "sha256": sha256,
+                "ok": ok,
+                "verdict": verdict,
+                "error": error,
+                "stamp": state,
+                # a hit is the no-op answer: the same wheel bytes (sha256) and stamp give it again
+                "watch": watch_list([p["folder"], wheel, stamp_path]) if state == "hit" else [],
+            }
+        )
+        self.module.exit_json(**out)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
     )
-    module.exit_json(**out)
+    DeepEPPrebuilt(module).run()
 
 
 if __name__ == "__main__":
