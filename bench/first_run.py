@@ -13,7 +13,9 @@ then runs `scripts/bootstrap.sh` and `.venv/bin/ansible-playbook site.yml` and r
 - the floor: bootstrap + bytes at that bandwidth + site.yml's CPU seconds on 2 cores (the work that cannot
   go faster here), and the run's ratio to it (target: 3 minutes or 1.3x the floor, whichever is larger).
 
-    .venv/bin/python bench/first_run.py [--suite bookworm] [--json out.json]
+    .venv/bin/python bench/first_run.py [--suite bookworm] [--json out.json] [--ref REF --facts facts.json]
+
+--ref runs another commit; --facts keeps the local facts site.yml recorded, for bench/facts_diff.py.
 
 Needs podman and the network (PyPI, Debian's mirror). Minutes: it downloads the toolkit and torch again.
 """
@@ -21,6 +23,7 @@ Needs podman and the network (PyPI, Debian's mirror). Minutes: it downloads the 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -41,6 +44,11 @@ SCRIPT = r"""
 set -uo pipefail
 mkdir -p /root/epforge && tar -x -C /root/epforge && cd /root/epforge
 export DEBIAN_FRONTEND=noninteractive
+if [ -n "${EPFORGE_PREINSTALL:-}" ]; then
+  # the same system packages under two commits compared (--preinstall): installed, then apt's cache emptied
+  apt-get update -qq && apt-get install -y -qq $EPFORGE_PREINSTALL >/dev/null && apt-get clean || exit 4
+  echo "EPFORGE_PREINSTALLED $EPFORGE_PREINSTALL"
+fi
 for d in /root/.cache/pip /root/.cache/uv /root/.cache/epforge /root/.cache/flashinfer \
          /var/cache/apt/archives; do
   left=$(ls -A "$d" 2>/dev/null | grep -vx -e partial -e lock)
@@ -81,6 +89,10 @@ echo "EPFORGE_RX $(rx) site"
 times > /root/times-after
 sed 's/^/EPFORGE_TIMES before /' /root/times-before; sed 's/^/EPFORGE_TIMES after /' /root/times-after
 sed 's/^/EPFORGE_TASK /' /root/task-times.jsonl
+# what the run recorded (bench/facts_diff.py compares two runs' facts)
+for f in /etc/ansible/facts.d/*.fact; do
+  [ -f "$f" ] && echo "EPFORGE_FACT $(basename "$f") $(base64 -w0 "$f")"
+done
 exit "$rc"
 """
 
@@ -91,10 +103,10 @@ BOOTSTRAP_PHASES = (
 )
 
 
-def checkout_tar() -> bytes:
-    """HEAD as a clean clone holds it."""
+def checkout_tar(ref: str = "HEAD") -> bytes:
+    """The commit as a clean clone holds it."""
     return subprocess.run(
-        ["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True
+        ["git", "archive", "--format=tar", ref], cwd=ROOT, capture_output=True, check=True
     ).stdout
 
 
@@ -104,9 +116,11 @@ def build_image(suite: str) -> str:
     return f"localhost/epforge-molecule-{suite}:latest"
 
 
-def run_container(image: str, timeout: int) -> tuple[int, str, float]:
+def run_container(
+    image: str, timeout: int, ref: str = "HEAD", preinstall: str = ""
+) -> tuple[int, str, float]:
     name = f"epforge-first-run-{os.getpid()}"
-    argv = ["podman", "run", "--rm", "-i", "--name", name]
+    argv = ["podman", "run", "--rm", "-i", "--name", name, f"-eEPFORGE_PREINSTALL={preinstall}"]
     if CA_BUNDLE.exists():
         # this machine's CA bundle (it may sit behind a TLS-inspecting proxy) for apt, pip and Ansible
         argv += ["-v", f"{CA_BUNDLE}:/etc/epforge-ca.crt:ro"]
@@ -116,13 +130,25 @@ def run_container(image: str, timeout: int) -> tuple[int, str, float]:
     started = time.monotonic()
     try:
         proc = subprocess.run(
-            argv, input=checkout_tar(), capture_output=True, timeout=timeout, env=env, check=False
+            argv, input=checkout_tar(ref), capture_output=True, timeout=timeout, env=env, check=False
         )
     except subprocess.TimeoutExpired as exc:
         subprocess.run(["podman", "rm", "-f", name], env=env, capture_output=True, check=False, timeout=120)
         out = (exc.stdout or b"").decode(errors="replace")
         return 124, out, time.monotonic() - started
     return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace"), time.monotonic() - started
+
+
+def recorded_facts(out: str) -> dict:
+    """{fact file name: its JSON (or text)} from the run's EPFORGE_FACT lines."""
+    facts = {}
+    for name, encoded in re.findall(r"^EPFORGE_FACT (\S+) (\S*)$", out, re.M):
+        text = base64.b64decode(encoded).decode(errors="replace")
+        try:
+            facts[name] = json.loads(text)
+        except ValueError:
+            facts[name] = text
+    return facts
 
 
 def children_cpu(lines: list[str]) -> float:
@@ -190,9 +216,14 @@ def main() -> int:
     parser.add_argument("--suite", default="bookworm", help="Debian suite of the image (default bookworm)")
     parser.add_argument("--timeout", type=int, default=3600)
     parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument("--ref", default="HEAD", help="the commit to run (git archive REF; default HEAD)")
+    parser.add_argument("--facts", type=Path, help="write the local facts site.yml recorded here (JSON)")
+    parser.add_argument(
+        "--preinstall", default="", help="apt packages installed first (the same for two commits compared)"
+    )
     args = parser.parse_args()
     image = build_image(args.suite)
-    rc, out, wall = run_container(image, args.timeout)
+    rc, out, wall = run_container(image, args.timeout, args.ref, args.preinstall)
     log = ROOT / ".cache" / "first-run.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(out)
@@ -221,6 +252,8 @@ def main() -> int:
         )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
+    if args.facts:
+        args.facts.write_text(json.dumps(recorded_facts(out), indent=1, sort_keys=True) + "\n")
     if not figures["caches_empty"]:
         print("a cache was not empty: not a first run", file=sys.stderr)
         return 3

@@ -1,0 +1,103 @@
+"""Do two runs record the same facts? The local facts of two clean-state runs (bench/first_run.py --facts),
+the fields that differ on every run masked by a declared list, each with its reason (issue 40: behaviour does
+not change across the refactor, except where a change is declared).
+
+    .venv/bin/python bench/facts_diff.py before.json after.json
+
+Prints every difference left after the masks, grouped by fact file, and exits 1 when there is one: a fact
+added or gone, a field added, gone or of another value. A field is named by its path (fact/key/0/key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+from pathlib import Path
+
+# Field names (the last part of a path, fnmatch) whose values differ on every run, and why.
+MASKED = {
+    "*_s": "a duration in seconds",
+    "*seconds*": "a duration",
+    "*_at": "a time stamp",
+    "since": "a time stamp",
+    "started*": "a time stamp",
+    "finished*": "a time stamp",
+    "time": "a time stamp",
+    "timestamp": "a time stamp",
+    "date": "a time stamp",
+    "recorded": "a time stamp",
+    "mtime*": "a file time",
+    "pid": "a process id",
+    "*_pid": "a process id",
+    "boot_id": "the container's boot",
+    "run_id": "an id of the run",
+    "hostname": "the container's name",
+    "inode": "a file's inode",
+}
+
+
+def flatten(value, path: str = "") -> dict[str, object]:
+    """{path: leaf value} of nested dicts and lists."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            out.update(flatten(item, f"{path}/{key}" if path else str(key)))
+        return out or {path: {}}
+    if isinstance(value, list):
+        out = {}
+        for index, item in enumerate(value):
+            out.update(flatten(item, f"{path}/{index}"))
+        return out or {path: []}
+    return {path: value}
+
+
+def mask_of(path: str) -> str:
+    """The reason a path's value is masked ('' when it is compared)."""
+    for part in reversed(path.split("/")):
+        if part.isdigit():
+            continue
+        for pattern, reason in MASKED.items():
+            if fnmatch.fnmatch(part, pattern):
+                return reason
+        return ""
+    return ""
+
+
+def differences(before: dict, after: dict) -> tuple[list[str], int]:
+    """(the differences left, how many differing fields the masks covered)."""
+    found, masked = [], 0
+    for fact in sorted(set(before) | set(after)):
+        if fact not in after or fact not in before:
+            found.append(f"{fact}: {'gone' if fact not in after else 'added'}")
+            continue
+        a, b = flatten(before[fact]), flatten(after[fact])
+        for path in sorted(set(a) | set(b)):
+            if a.get(path, "<absent>") == b.get(path, "<absent>"):
+                continue
+            if mask_of(path):
+                masked += 1
+                continue
+            found.append(f"{fact}: {path}: {a.get(path, '<absent>')!r} -> {b.get(path, '<absent>')!r}")
+    return found, masked
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    args = parser.parse_args()
+    before, after = (json.loads(p.read_text()) for p in (args.before, args.after))
+    found, masked = differences(before, after)
+    print(f"{len(before)} fact files before, {len(after)} after; {masked} differing fields masked:")
+    for pattern, reason in MASKED.items():
+        print(f"  {pattern:<12} {reason}")
+    print(f"{len(found)} difference(s) left" + (":" if found else ""))
+    for line in found:
+        print(f"  {line}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
