@@ -76,15 +76,24 @@ version:
   returned: always
   type: str
   sample: "3.11"
+watch:
+  description:
+    - For the probe cache (plugins/module_utils/watch.py) - the interpreter (every link it resolves through),
+      its include directory and C(Python.h) in it; the answer stands while none of them changed.
+  returned: success
+  type: list
+  elements: str
 """
 
 import os
+import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import python_layout
+from ansible_collections.epforge.ep.plugins.module_utils.watch import binary_paths, watch_list
 
 ARGUMENT_SPEC = {
     "python": {"type": "path", "required": True},
@@ -114,13 +123,17 @@ def main() -> None:
             rc=run.rc,
             log_tail=tail(run.output),
         )
-    present = os.path.isfile(os.path.join(layout["include"], "Python.h"))
+    header = os.path.join(layout["include"], "Python.h")
+    present = os.path.isfile(header)
     result = {
         "changed": False,
         "present": present,
         "include": layout["include"],
         "version": f"{layout['major']}.{layout['minor']}",
         "package": "" if present else headers_package(layout),
+        "watch": watch_list(
+            binary_paths(shutil.which(p["python"]) or p["python"]), [layout["include"], header]
+        ),
     }
     if not present and not (p["install"] and result["package"]):
         remedy = (
