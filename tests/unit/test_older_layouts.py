@@ -68,6 +68,13 @@ class Judge:
         pytest.fail(f"refused: {result}")
 
 
+def judge(cache, digest: str) -> dict:
+    """check_flags as role sglang calls it, for ARGV under evidence stamp-1."""
+    return sglang_flags.check_flags(
+        Judge(), "/env/bin/python", ARGV, "0.5.16", cache_path=str(cache), evidence="stamp-1", digest=digest
+    )
+
+
 def test_a_verdict_under_an_older_argv_key_answers_without_the_parser_and_is_rewritten_once(
     tmp_path, monkeypatch
 ):
@@ -92,28 +99,12 @@ def test_a_verdict_under_an_older_argv_key_answers_without_the_parser_and_is_rew
     keys = sglang_flags.cache_keys_of(ARGV, "0.5.16", "/env/bin/python", True, "stamp-1")
     assert keys[1] == old_key and keys[0] != old_key
 
-    got = sglang_flags.check_flags(
-        Judge(),
-        "/env/bin/python",
-        ARGV,
-        "0.5.16",
-        cache_path=str(cache),
-        evidence="stamp-1",
-        digest=new_digest,
-    )
+    got = judge(cache, new_digest)
     assert got["cached"] is True and got["parsed"] == {"tp_size": 1}
     entries = json.loads(cache.read_text())["verdicts"]
     assert {(e["digest"], e["argv_key"]) for e in entries} >= {(new_digest, keys[0])}
     written = cache.stat().st_mtime_ns
-    again = sglang_flags.check_flags(
-        Judge(),
-        "/env/bin/python",
-        ARGV,
-        "0.5.16",
-        cache_path=str(cache),
-        evidence="stamp-1",
-        digest=new_digest,
-    )
+    again = judge(cache, new_digest)
     assert again["cached"] is True and cache.stat().st_mtime_ns == written  # once
 
 
