@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files
     path_states,
     states_digest,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.service_managers import ProcessManager
 
 
 def OLD(data) -> str:
@@ -137,3 +139,51 @@ def test_the_torch_files_state_digest_an_older_epforge_wrote_still_names_the_sam
     assert digest_matches(recorded, states) and is_older_layout(recorded, states)
     os.utime(tmp_path / "a", ns=(1, 1))
     assert not digest_matches(recorded, path_states(paths))
+
+
+class FakeModule:
+    check_mode = False
+
+    def __init__(self, tmp_path):
+        self.params = {
+            "name": "old-layout",
+            "api_key": "sk-test",
+            "log_path": str(tmp_path / "server.log"),
+            "state_dir": str(tmp_path),
+            "user": None,
+            "group": None,
+            "working_dir": None,
+        }
+
+    def fail_json(self, **result):
+        pytest.fail(f"failed: {result}")
+
+
+class RunningServer(ProcessManager):
+    """The process manager of a server that runs (a launch recorded by an older epforge): nothing to start."""
+
+    def refuse_bad_user(self):
+        pass
+
+    def is_running(self):
+        return True
+
+    def follow_recent_log(self):
+        pass
+
+
+def test_a_launch_stamp_an_older_epforge_wrote_keeps_its_server_and_is_rewritten_in_place(tmp_path):
+    manager = RunningServer(FakeModule(tmp_path), {}, [])
+    manager.request(["/env/bin/python", "-m", "sglang.launch_server"], {"A": "1"}, host="127.0.0.1", port=1,
+                    uid=-1, gid=-1)  # fmt: skip
+    inputs = manager.launch_inputs()
+    stamp = {"fingerprint": OLD(inputs), "argv": manager.argv, "session": {"sid": 123}}
+    path = Path(manager.stamp_path)
+    path.write_text(manager.stamp_text(stamp, 600))
+    manager.ensure_started(force_restart=False)
+    assert manager.result == {"pidfile": manager.pidfile, "changed": False, "restarted": False}
+    rewritten = json.loads(path.read_text())
+    assert rewritten == {**stamp, "fingerprint": digest(inputs)} and path.stat().st_size == 600
+    before = path.read_bytes()
+    manager.ensure_started(force_restart=False)
+    assert path.read_bytes() == before and manager.result["changed"] is False  # once
