@@ -9,6 +9,7 @@ link with it, and run the role twice: the second run must be changed=0 with one 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -550,6 +551,21 @@ def test_pypi_module_assembles_a_working_cuda_home(tmp_path):
     rc, again = run_module("cuda_toolkit_pypi", pypi_args(tmp_path))
     assert rc == 0 and again["changed"] is False
     print(f"pypi install {install_s:.1f} s, no-op rerun {time.monotonic() - started:.2f} s")
+
+    # a stamp an older epforge wrote (sorted JSON with spaces) for the same inputs: no reinstall; rewritten
+    # once in the current layout (check mode only says so)
+    stamp_file = home / ".epforge-cuda-toolkit.json"
+    current = json.loads(stamp_file.read_text())
+    spaced = hashlib.sha256(json.dumps(current["inputs"], sort_keys=True).encode()).hexdigest()
+    stamp_file.write_text(json.dumps({**current, "digest": spaced}))
+    installed_at = (home / "bin" / "nvcc").stat().st_mtime_ns
+    rc, dry = run_module("cuda_toolkit_pypi", pypi_args(tmp_path), check=True)
+    assert rc == 0 and dry["changed"] is True and json.loads(stamp_file.read_text())["digest"] == spaced
+    rc, rewritten = run_module("cuda_toolkit_pypi", pypi_args(tmp_path))
+    assert rc == 0 and rewritten["changed"] is True and json.loads(stamp_file.read_text()) == current
+    assert (home / "bin" / "nvcc").stat().st_mtime_ns == installed_at  # nothing installed again
+    rc, again = run_module("cuda_toolkit_pypi", pypi_args(tmp_path))
+    assert rc == 0 and again["changed"] is False
 
     # the prefix works as CUDA_HOME: compile for sm_120 and link an executable against the libcuda stub
     src = tmp_path / "drv.cu"
