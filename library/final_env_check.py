@@ -230,6 +230,10 @@ from ansible_collections.epforge.ep.plugins.module_utils.files import (
     read_json,
     write_json_atomic,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.deep_ep_owner import (
+    DeepEPRepair,
+    deep_ep_ownership,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_env import (
     COMPONENTS,
     FEATURES,
@@ -242,9 +246,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.final_env_check.final_e
 from ansible_collections.epforge.ep.plugins.module_utils.local_facts import fact_path, write_local_fact
 from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import env_owners, python_layout
-from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import NO_VERSION_CHECK, pip_argv
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
-from ansible_collections.epforge.ep.plugins.module_utils.pynames import normalize
 from ansible_collections.epforge.ep.plugins.module_utils.watch import (
     binary_paths,
     file_states,
@@ -331,83 +332,10 @@ class FinalEnv:
 
     # ------------------------------------------------------------------ DeepEP ownership
     def deep_ep_state(self, env: dict) -> dict:
-        modules = env["modules"]
-        claims: dict[str, dict] = {}
-        for module_name in ("deep_ep", "deep_ep_cpp"):
-            for claim in (modules.get(module_name) or {}).get("claims", []):
-                agg = claims.setdefault(
-                    normalize(claim["distribution"]),
-                    {"version": claim["version"], "files_changed": 0, "files_missing": 0},
-                )
-                agg["files_changed"] += claim["files_changed"]
-                agg["files_missing"] += claim["files_missing"]
-        owners = [c for c in (modules.get("deep_ep") or {}).get("claims", []) if c["provides_origin"]]
-        owner = normalize(owners[0]["distribution"]) if len(owners) == 1 else ""
-        state = {
-            "claimants": sorted(claims),
-            "owner": owner,
-            "owner_version": claims[owner]["version"] if owner else "",
-            "expected": "",
-            "state": "",
-        }
-        if not self.p["deepep_wheel"]:
-            state["state"] = "absent" if not claims else "not_verified_by_epforge"
-            return state
-        name, version = wheel_distribution(self.p["deepep_wheel"])
-        state["expected"] = f"{name}=={version}"
-        mine = claims.get(name) or {}
-        intact = (
-            mine.get("version") == version
-            and mine.get("files_changed") == 0
-            and mine.get("files_missing") == 0
-        )
-        state["intruders"] = [c for c in sorted(claims) if c != name]
-        state["state"] = "verified" if intact and owner == name and not state["intruders"] else "wrong_owner"
-        return state
+        return deep_ep_ownership(env["modules"], self.p["deepep_wheel"])
 
     def repair(self, state: dict) -> list[str]:
-        wheel = self.p["deepep_wheel"]
-        what = (
-            f"deep_ep is owned by {state['owner'] or 'no distribution'} ({state['owner_version'] or '-'}), "
-            f"claimed by {', '.join(state['claimants']) or 'none'}; the verified one is {state['expected']}"
-        )
-        if not self.p["repair"]:
-            self.module.fail_json(
-                msg=f"{what}. The server would import a DeepEP that role deepep did not "
-                "verify. Set final_env_repair: true to reinstall the verified wheel.",
-                deep_ep=state,
-            )
-        if not os.path.isfile(wheel):
-            self.module.fail_json(
-                msg=f"{what}, and the verified wheel {wheel} is gone: rerun role deepep", deep_ep=state
-            )
-        # Uninstall first: a claimant's uninstall deletes every file its RECORD lists, including files the
-        # verified wheel shares with it (deep_ep/__init__.py), so the verified wheel goes in last.
-        steps = []
-        if state["intruders"]:
-            steps.append(pip_argv(self.p["python"], "uninstall", "-y", *state["intruders"]))
-        steps.append(pip_argv(self.p["python"], "install", "--no-deps", "--force-reinstall", wheel))
-        # what it runs, as a reader would type it (the interpreter and pip's version-check flag left out)
-        actions = [
-            f"{what}: "
-            + " then ".join(" ".join(a for a in argv[2:] if a != NO_VERSION_CHECK) for argv in steps)
-        ]
-        if self.module.check_mode:
-            return actions
-        env = dict(os.environ, PIP_NO_INPUT="1")
-        for argv in steps:
-            rc, _seconds = run_logged(
-                argv, self.p["log_path"], env=env, timeout=self.p["timeout"], header="final_env_check repair"
-            )
-            if rc != 0:
-                fail_cmd(
-                    self.module,
-                    f"repair of deep_ep failed; see {self.p['log_path']}",
-                    argv,
-                    rc,
-                    log_path=self.p["log_path"],
-                )
-        return actions
+        return DeepEPRepair(self.module).run(state)
 
     # ------------------------------------------------------------------ components and features
     def components(self, env: dict, archs: list[str]) -> dict:
