@@ -270,9 +270,7 @@ from ansible_collections.epforge.ep.plugins.module_utils.payloads import (
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_key, requirement_name
-from ansible_collections.epforge.ep.plugins.module_utils.secret_scrub import redact
-from ansible_collections.epforge.ep.plugins.module_utils.server_object import problems as object_problems
-from ansible_collections.epforge.ep.plugins.module_utils.sglang_flags import check_flags
+from ansible_collections.epforge.ep.plugins.module_utils.sglang_install.flags import flags_argv, judge_flags
 from ansible_collections.epforge.ep.plugins.module_utils.sglang_install.pip_guard import refuse_replacing
 from ansible_collections.epforge.ep.plugins.module_utils.version import base_version
 from ansible_collections.epforge.ep.plugins.module_utils.watch import import_paths, watch_list
@@ -584,21 +582,6 @@ def require_installed(module, wanted: dict) -> dict:
     return after_versions
 
 
-def flags_argv(module) -> list[str] | None:
-    """The argv of the server settings object to judge (refused before anything changes when the object is
-    malformed, edited or rendered for another release), or None."""
-    params = module.params
-    server = params["server_object"]
-    if not (params["validate_flags"] and server):
-        return None
-    problems = object_problems(server, params["version"])
-    if problems:
-        module.fail_json(msg="server settings object refused before SGLang was asked: " + "; ".join(problems))
-    if not server["settings"].get("model_path"):
-        module.fail_json(msg="server settings object has no model_path: set epforge_server.model_path")
-    return list(server["argv"])
-
-
 def install(module, inputs: dict, stamp: dict) -> dict:
     """Install unless the stamp and the installed versions match: changed, version, installed, actions
     (and diff, commands). stamp: the one in force for inputs (stamp_of); a stamp an older epforge wrote for
@@ -640,24 +623,6 @@ def install(module, inputs: dict, stamp: dict) -> dict:
     actions.append(f"verified: import sglang {imported} and sglang.srt.server_args")
     write_stamp(params["stamp_path"], stamp)
     return {**done, "version": imported, "installed": after_versions}
-
-
-def judge_flags(module, argv: list[str] | None, installed: dict, stamp: dict) -> dict:
-    """SGLang's parser on the flags (or its remembered outcome); skipped in check mode before an install."""
-    params = module.params
-    if argv is None or (module.check_mode and installed["changed"]):
-        return {"validated": False, "argv": []}
-    outcome = check_flags(
-        module,
-        params["python"],
-        argv,
-        params["version"],
-        timeout=params["flags_timeout"],
-        cache_path=params["flags_cache_path"],
-        evidence=stamp_digest(stamp),
-        digest=params["server_object"]["digest"],
-    )
-    return {"validated": True, "argv": redact(argv), "digest": params["server_object"]["digest"], **outcome}
 
 
 def fact_of(params: dict, inputs: dict, installed: dict, stamp: dict, flags: dict) -> dict:
