@@ -16,7 +16,12 @@ from unittest import mock
 import epforge_preflight_checks as checks_module
 import pytest
 import yaml
-from epforge_preflight_checks import (
+from gpu_fact_samples import NO_GPU, gpu_facts
+from moduletools import run_main
+from moduletools import run_module as run_module_file
+
+from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks import host_checks
+from ansible_collections.epforge.ep.plugins.module_utils.epforge_preflight_checks.host_checks import (
     GIB,
     disk_check,
     existing_parent,
@@ -25,10 +30,6 @@ from epforge_preflight_checks import (
     python_check,
     run_python,
 )
-from gpu_fact_samples import NO_GPU, gpu_facts
-from moduletools import run_main
-from moduletools import run_module as run_module_file
-
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import digest_of
 from playbooks import JSON_CALLBACK, json_report, run_playbook, write_vars
 
@@ -145,7 +146,7 @@ def test_run_python_runs_the_real_interpreter(tmp_path):
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     assert run_python(str(wrapper)) == (version, "")
-    with mock.patch.object(checks_module, "start_bounded", side_effect=AssertionError("started")):
+    with mock.patch.object(host_checks, "start_bounded", side_effect=AssertionError("started")):
         # The module's own binary (through a symlink too) is not started again.
         link = tmp_path / "python-link"
         link.symlink_to(sys.executable)
@@ -165,7 +166,7 @@ def test_the_interpreter_runs_while_the_module_goes_on(tmp_path):
         f'{sys.executable} "$@"\nstatus=$?\ntouch {done}\nexit $status\n'
     )
     wrapper.chmod(0o755)
-    answer = checks_module.start_python(str(wrapper))
+    answer = host_checks.start_python(str(wrapper))
     assert not done.exists()  # still waiting for the gate: start_python did not wait for it
     gate.touch()
     assert answer() == (version, "") and done.exists()
