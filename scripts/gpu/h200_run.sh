@@ -21,8 +21,11 @@ export PIP_NO_INDEX=1 PIP_FIND_LINKS=/root/wheelhouse
 INV=(-i scripts/gpu/h200-inventory.yml -e @/root/stack-h200.json)
 T0=$(date +%s)
 stamp() { echo "=== $(date -u +%H:%M:%S) +$(( $(date +%s) - T0 )) s: $*"; }
-play() {  # name, ansible-playbook args...
+play() {  # name, ansible-playbook args... (a name used before in this folder gets -2, -3, ...: a stage run
+  # twice, e.g. reprovision to show changed=0, keeps both outputs)
   local name=$1; shift
+  local base=$name n=2
+  while [ -e $O/play-$name.txt ]; do name=$base-$n; n=$((n + 1)); done
   stamp "playbook $name: $*"
   local t=$(date +%s)
   $PY -m ansible.cli.playbook "${INV[@]}" "$@" > $O/play-$name.txt 2>&1
@@ -49,6 +52,22 @@ for stage in "$@"; do
   serve-nograph) play serve-nograph playbooks/serve.yml playbooks/benchmark.yml playbooks/summary.yml ;;
   serve-graph) play serve-graph -e @scripts/gpu/h200-server-graph.yml playbooks/serve.yml playbooks/benchmark.yml \
                  playbooks/summary.yml ;;
+  old-provision|old-serve)  # the same stage from an older commit's tree (gpu-old/, git archive of OLD_REF, sent
+    # untracked with the call), so that this tree's code meets the state an older release left on a real host
+    test -d gpu-old || { echo "no gpu-old/ tree"; exit 3; }
+    stamp "$stage from gpu-old ($(cat gpu-old/.ref 2>/dev/null))"
+    old_stage=provision; [ $stage = old-serve ] && old_stage=serve-nograph
+    (cd gpu-old && bash scripts/gpu/h200_run.sh $old_stage | sed 's/^/  old: /')
+    ;;
+  serve-again) play serve-again playbooks/serve.yml playbooks/benchmark.yml playbooks/summary.yml
+    grep -cE "TASK \[(Launch and verify|Stop the server that ran before)" $O/play-serve-again.txt | sed 's/^/launch or stop tasks: /'
+    grep -E "restarted|started in|already running|kept" $O/play-serve-again.txt | head -5 ;;
+  tune-two)  # two candidates in a journal folder of their own (the noise-aware tie rule on a real tune)
+    play tune-two -e @scripts/gpu/h200-tune.yml -e @scripts/gpu/h200-tune-stray.yml \
+      -e tuner_journal_dir=/var/lib/epforge/tuning-two playbooks/tune.yml ;;
+  tune-two-rerun)  # the same tune on the same journal: launches nothing, changed=0 is the aim
+    play tune-two-rerun -e @scripts/gpu/h200-tune.yml -e @scripts/gpu/h200-tune-stray.yml \
+      -e tuner_journal_dir=/var/lib/epforge/tuning-two playbooks/tune.yml ;;
   rerun-graph) play rerun-graph -e @scripts/gpu/h200-server-graph.yml playbooks/serve.yml ;;
   stop) play stop -e sglang_server_state=stopped playbooks/serve.yml ;;
   sweep) play sweep -e @scripts/gpu/h200-sweep.yml playbooks/sweep.yml ;;
@@ -123,7 +142,7 @@ for stage in "$@"; do
     cp /root/sbs/*.log $O/logs/ 2>/dev/null
     cp ~/.cache/epforge/wheelhouse.log $O/logs/ 2>/dev/null
     cp /var/lib/epforge/server-jit-*.json $O/ 2>/dev/null
-    cp -r /var/lib/epforge/tuning /var/lib/epforge/tuning-again /var/lib/epforge/tuning-stray $O/ 2>/dev/null
+    cp -r /var/lib/epforge/tuning /var/lib/epforge/tuning-again /var/lib/epforge/tuning-stray /var/lib/epforge/tuning-two $O/ 2>/dev/null
     tar czf $OUT/h200-$(date +%H%M%S).tgz -C /root epforge-out
     ls -la $OUT
     ;;
