@@ -64,6 +64,9 @@ for stage in "$@"; do
   serve-again) play serve-again playbooks/serve.yml playbooks/benchmark.yml playbooks/summary.yml
     grep -cE "TASK \[(Launch and verify|Stop the server that ran before)" $O/play-serve-again.txt | sed 's/^/launch or stop tasks: /'
     grep -E "restarted|started in|already running|kept" $O/play-serve-again.txt | head -5 ;;
+  sweep-gsp)  # sweep-new's shared-prefix configuration alone (a lease too short for the whole sweep)
+    $PY -c "import json,yaml; s=yaml.safe_load(open('scripts/gpu/h200-sweep-new.yml'))['sglang_benchmark_sweep']; json.dump({'sglang_benchmark_sweep': [c for c in s if c['name'] == 'graphs-32-shared-prefix']}, open('/root/sweep-gsp.json', 'w'))"
+    play sweep-gsp -e @/root/sweep-gsp.json playbooks/sweep.yml ;;
   tune-two)  # two candidates in a journal folder of their own (the noise-aware tie rule on a real tune)
     play tune-two -e @scripts/gpu/h200-tune.yml -e @scripts/gpu/h200-tune-stray.yml \
       -e tuner_journal_dir=/var/lib/epforge/tuning-two playbooks/tune.yml ;;
