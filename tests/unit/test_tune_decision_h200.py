@@ -283,3 +283,28 @@ def test_the_fourth_run_s_rerun_had_nothing_left_to_spend():
     """The same tune again on the same host and journal ran 20 s and launched nothing (h200_run.sh stage
     tune-rerun: 0 launch or stop tasks): the journal's seconds, relaunches included, exceed the budget."""
     assert spent_s(JOURNAL_4["results"]) == 774.2 > BUDGET_S
+
+
+# 2026-12-05 (docs/gpu-runs.md): the two-candidate tune on a host whose first run was cut by its call's limit
+# during graph-bs64's launch; the same tune again read the journal, ran graph-bs64 alone and was cut in the
+# relaunch round it had begun.
+JOURNAL_5_CUT = json.loads((FIXTURE / "journal-20261205-two-cut.json").read_text())
+
+
+def test_the_resumed_tune_s_journal_holds_each_candidate_once():
+    """The run after the cut did not measure graph-bs16 again: the journal keeps one result per candidate,
+    each with its three steady windows, and no relaunch yet."""
+    results = JOURNAL_5_CUT["results"]
+    assert [r["name"] for r in results] == ["graph-bs16", "graph-bs64"]
+    assert all(r["status"] == "ok" and len(r["repeats"]["16"]) == 3 for r in results)
+    assert not any(r.get("relaunches") for r in results)
+
+
+def test_the_cut_run_was_right_to_relaunch_and_picks_as_the_others_did():
+    """Over these first launches (medians 6018 and 7944 tok/s, one launch each) the rule asks for a relaunch
+    round - what the host had begun when the cut came; judged final there, it is the same tie with the same
+    pick, graph-bs16 by the plan's order, as every earlier run of this space."""
+    results = JOURNAL_5_CUT["results"]
+    assert decide(results, CANDIDATES, OBJECTIVE, final=False)["verdict"] == "remeasure"
+    final = decide(results, CANDIDATES, OBJECTIVE, final=True)
+    assert (final["verdict"], final["winner"], final["tie"]["picked_by"]) == ("tie", "graph-bs16", "the plan's order")
