@@ -307,4 +307,5 @@ def test_the_cut_run_was_right_to_relaunch_and_picks_as_the_others_did():
     results = JOURNAL_5_CUT["results"]
     assert decide(results, CANDIDATES, OBJECTIVE, final=False)["verdict"] == "remeasure"
     final = decide(results, CANDIDATES, OBJECTIVE, final=True)
-    assert (final["verdict"], final["winner"], final["tie"]["picked_by"]) == ("tie", "graph-bs16", "the plan's order")
+    picked = (final["verdict"], final["winner"], final["tie"]["picked_by"])
+    assert picked == ("tie", "graph-bs16", "the plan's order")
