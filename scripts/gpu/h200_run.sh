@@ -7,6 +7,9 @@
 # Output: $OUT/h200-*.tgz (stage collect). Stage tune-start leaves the tune running in its own session (it
 # outlives the call) and tune-wait follows it from a later call of the same warm machine; stage background does
 # the same for any stages (BG="stop sbs tune"), followed by stage wait.
+# A later call finds the same machine only if it starts within the idle release (30 s); on 2026-12-05 a
+# call's answer came back 2 min 51 s after it ended and the background went with the machine: plan each call
+# to stand alone (setup, provision, a stage) unless a call is known to come back at once.
 set -u
 REPO=$PWD
 PY=/opt/torch/.venv/bin/python3
