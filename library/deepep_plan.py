@@ -62,14 +62,7 @@ options:
 extends_documentation_fragment:
   - epforge.ep.python
   - epforge.ep.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; the same run in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - epforge.ep.attributes.read_only
 author: epforge developers (@epforge)
 """
 

@@ -37,14 +37,7 @@ options:
 extends_documentation_fragment:
   - epforge.ep.pci_fabric
   - epforge.ep.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; the same run in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - epforge.ep.attributes.read_only
 author: epforge developers (@epforge)
 """
 

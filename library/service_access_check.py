@@ -60,14 +60,7 @@ options:
       the previous home)
 extends_documentation_fragment:
   - epforge.ep.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; the same run in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - epforge.ep.attributes.read_only
 author: epforge developers (@epforge)
 """
 

@@ -174,6 +174,32 @@ def imported_utils(tree: ast.Module) -> list[Path]:
     return found
 
 
+def fragment_documentation(name: str) -> dict:
+    """The YAML of doc fragment epforge.ep.FILE or epforge.ep.FILE.VARIABLE (plugins/doc_fragments/FILE.py,
+    class ModuleDocFragment, DOCUMENTATION or the upper-cased VARIABLE)."""
+    import yaml  # noqa: PLC0415
+
+    file_name, _dot, variable = name.removeprefix("epforge.ep.").partition(".")
+    tree = ast.parse((ROOT / "plugins" / "doc_fragments" / f"{file_name}.py").read_text())
+    (fragment,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModuleDocFragment"]
+    wanted = (variable or "documentation").upper()
+    for node in fragment.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == wanted for t in node.targets):
+            return yaml.safe_load(ast.literal_eval(node.value))
+    raise KeyError(f"doc fragment {name}: no {wanted} in plugins/doc_fragments/{file_name}.py")
+
+
+def merged_attributes(doc: dict) -> dict:
+    """The module's attributes with its epforge.ep fragments' merged in as Ansible merges them
+    (ansible.utils.plugin_docs.add_fragments: per attribute, a key already there wins)."""
+    attributes = {key: dict(value) for key, value in (doc.get("attributes") or {}).items()}
+    for name in doc.get("extends_documentation_fragment") or []:
+        if name.startswith("epforge.ep."):
+            for key, value in (fragment_documentation(name).get("attributes") or {}).items():
+                attributes[key] = {**value, **attributes.get(key, {})}
+    return attributes
+
+
 def attribute_problems(source: str) -> list[str]:
     """What a module's declared attributes get wrong about its code ([] when they are true)."""
     tree = ast.parse(source)
@@ -181,7 +207,7 @@ def attribute_problems(source: str) -> list[str]:
     problems = []
     if ATTRIBUTES_FRAGMENT not in (doc.get("extends_documentation_fragment") or []):
         problems.append(f"extends_documentation_fragment lacks {ATTRIBUTES_FRAGMENT}")
-    attributes = doc.get("attributes") or {}
+    attributes = merged_attributes(doc)
     for name in ("check_mode", "diff_mode", "platform"):
         if not isinstance(attributes.get(name), dict):
             problems.append(f"attributes declare no {name}")
@@ -278,3 +304,26 @@ def test_attribute_check_refuses_claims_the_code_does_not_back():
     assert "support 'most'" in complaints("most", "none")
     unfragmented = fake_module("full", "none", True).replace("epforge.ep.attributes", "x.y.z")
     assert attribute_problems(unfragmented) == ["extends_documentation_fragment lacks epforge.ep.attributes"]
+
+
+def test_the_read_only_fragment_declares_the_levels_a_module_may_override():
+    """A module that only reads names epforge.ep.attributes.read_only and declares nothing itself: the
+    fragment's levels are its own and judged against its code (a diff returned is caught); a level the
+    module declares wins over the fragment's, as in Ansible's merge."""
+    plain = fake_module("full", "none", True)
+    start, end = plain.index("attributes:\n  check_mode"), plain.index('"""\nfrom')
+    read_only = (
+        plain[:start].replace(
+            "[epforge.ep.attributes]", "[epforge.ep.attributes, epforge.ep.attributes.read_only]"
+        )
+        + plain[end:]
+    )
+    assert "attributes:\n" not in read_only.split("extends_documentation_fragment")[1].split('"""')[0]
+    assert attribute_problems(read_only) == []
+    assert "diff_mode support 'none'" in " | ".join(
+        attribute_problems(read_only.replace('changed=written["changed"]', "**written"))
+    )
+    merged = merged_attributes(documentation(ast.parse(read_only)))
+    assert merged["check_mode"]["support"] == "full" and merged["check_mode"]["description"]
+    overridden = read_only.replace('"""\nfrom', 'attributes:\n  diff_mode: {support: full}\n"""\nfrom', 1)
+    assert merged_attributes(documentation(ast.parse(overridden)))["diff_mode"]["support"] == "full"
