@@ -13,7 +13,8 @@ description:
   - Runs C(pip install --no-deps --force-reinstall WHEEL) with the venv's interpreter (the stamp of role
     C(cuda_extension) decides whether this runs at all, so it always installs when called).
   - Returns the installed C(.so) files (the wheel's shared objects under the venv's site-packages) so their
-    SASS can be checked, and imports each module of O(imports) in a fresh interpreter (no GPU needed).
+    SASS can be checked, and imports each module of O(imports) in a fresh interpreter (payload
+    C(import_check); no GPU needed).
   - In check mode nothing is installed and the C(.so) paths are predicted from the wheel.
 options:
   wheel:
@@ -76,8 +77,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import wheel_so_members
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
-from ansible_collections.epforge.ep.plugins.module_utils.payload import run_payload
-from ansible_collections.epforge.ep.plugins.module_utils.payloads import python_layout
+from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv, run_payload
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import import_check, python_layout
+from ansible_collections.epforge.ep.plugins.module_utils.payloads.import_check import answer_of
 from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
 
@@ -126,14 +128,16 @@ def main() -> None:
     imported = []
     env = {str(k): str(v) for k, v in p["env"].items()}
     for name in p["imports"]:
-        argv = [p["python"], "-c", f"import {name}"]
+        argv, shown = payload_argv(p["python"], import_check, [name])
         rc, out, err, _unused = run_bounded(argv, env_update=env, timeout=p["timeout"])
-        if rc != 0:
+        answer = answer_of(out) if rc == 0 else None
+        if not answer or not answer["ok"]:
             module.fail_json(
-                msg=f"the installed extension does not import: 'import {name}' failed in {p['python']}",
-                cmd=argv,
-                rc=rc,
-                log_tail=tail(err or out),
+                msg=f"the installed extension does not import: 'import {name}' failed in {p['python']}"
+                + (f": {answer['error_type']}: {answer['error']}" if answer else ""),
+                cmd=shown,
+                rc=rc if rc != 0 else 1,
+                log_tail=(answer or {}).get("traceback_tail") or tail(err or out),
                 so_files=so_files,
             )
         imported.append(name)

@@ -106,7 +106,6 @@ gpu:
   type: dict
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -114,7 +113,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.epforge.ep.plugins.module_utils.common import tail
 from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import import_check
-from ansible_collections.epforge.ep.plugins.module_utils.payloads.import_check import MARK
+from ansible_collections.epforge.ep.plugins.module_utils.payloads.import_check import answer_of
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 
 # Error texts that mean "this import needs a usable GPU / driver", seen in real packages:
@@ -149,14 +148,6 @@ def classify(result: dict, name: str) -> str:
     if any(sig in text for sig in NO_GPU_SIGNATURES) and not host_has_gpu:
         return "no_gpu"
     return "broken"
-
-
-def parse_probe_output(stdout: str) -> dict | None:
-    """The probe's JSON line, or None when the interpreter died before writing it."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK) :])
-    return None
 
 
 ARGUMENT_SPEC = {
@@ -222,7 +213,7 @@ class ImportCheck:
                 status="broken",
                 name=p["name"],
             )
-        result = parse_probe_output(proc.out)
+        result = answer_of(proc.out)
         if result is None:
             # The interpreter itself died (segfault in an extension's init, say): that is a broken install.
             module.fail_json(

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 from pathlib import Path
@@ -153,3 +154,57 @@ def test_roles_carry_no_plugins():
     """A role inside a collection cannot bring plugins: they live in the collection's plugins/."""
     assert sorted(str(p.relative_to(ROOT)) for p in (ROOT / "roles").glob("*/*_plugins")) == []
     assert sorted(str(p.relative_to(ROOT)) for p in (ROOT / "roles").glob("*/library")) == []
+
+
+# Issue 40: code that runs in another Python lives in real files (payloads, roles/*/files), never in a task.
+PY_SOURCE_IN_TASK = re.compile(r"\bpython[\d.]*\S*\s+-c\s")
+
+
+def python_source_tasks(node, where: str) -> list[str]:
+    """Where a task runs `PYTHON -c CODE`: an argv whose item after an interpreter is -c, or a command
+    line that says so."""
+    found = []
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            found += python_source_tasks(item, f"{where}[{index}]")
+    elif isinstance(node, dict):
+        argv = node.get("argv")
+        if isinstance(argv, list):
+            items = [str(a) for a in argv]
+            if any(a == "-c" and "python" in b for b, a in itertools.pairwise(items)):
+                found.append(f"{where}: argv {items[:3]}")
+        for key in ("cmd", "_raw_params"):
+            if isinstance(node.get(key), str) and PY_SOURCE_IN_TASK.search(node[key]):
+                found.append(f"{where}: {key} {node[key][:60]!r}")
+        for key, value in node.items():
+            if (
+                isinstance(value, str)
+                and key.endswith(("command", "shell"))
+                and PY_SOURCE_IN_TASK.search(value)
+            ):
+                found.append(f"{where}: {key} {value[:60]!r}")
+            found += python_source_tasks(value, f"{where}.{key}")
+    return found
+
+
+def test_no_task_runs_python_source():
+    import yaml  # noqa: PLC0415
+
+    files = sorted((ROOT / "roles").glob("*/tasks/*.yml")) + sorted((ROOT / "playbooks").rglob("*.yml"))
+    assert len(files) > 50
+    found = []
+    for path in files:
+        found += python_source_tasks(yaml.safe_load(path.read_text()), str(path.relative_to(ROOT)))
+    assert found == []
+
+
+def test_the_task_check_finds_each_shape():
+    """What roles deepep and gateway had before module python_locate, and the one-line forms."""
+    argv = [{"ansible.builtin.command": {"argv": ["{{ deepep_python }}", "-c", "import x"]}}]
+    assert python_source_tasks(argv, "t") == [
+        "t[0].ansible.builtin.command: argv ['{{ deepep_python }}', '-c', 'import x']"
+    ]
+    in_block = [{"block": [{"ansible.builtin.command": {"cmd": "/venv/bin/python3 -c 'import x'"}}]}]
+    assert len(python_source_tasks(in_block, "t")) == 1
+    assert len(python_source_tasks([{"ansible.builtin.shell": "python3.11 -c 'print(1)'"}], "t")) == 1
+    assert python_source_tasks([{"ansible.builtin.command": {"argv": ["bash", "-c", "true"]}}], "t") == []

@@ -5,6 +5,7 @@ answers later: start_python). Unit-tested in tests/unit/test_preflight_checks.py
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -14,13 +15,14 @@ from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     stack_summary,
     version_tuple,
 )
+from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv
+from ansible_collections.epforge.ep.plugins.module_utils.payloads import python_layout
 from ansible_collections.epforge.ep.plugins.module_utils.process import start_bounded
 
 GIB = 1024**3
 # What a run that builds nothing writes under the state dir at most: server and client logs, results, the
 # FlashInfer and DeepGEMM JIT caches of one model (GiB).
 RUN_NEED_GIB = 2
-PY_VERSION_ARGV = ["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"]
 
 
 def _check(name: str, status: str, detail: str) -> dict:
@@ -278,13 +280,17 @@ def start_python(python: str):
         # The binary running this module (usual: python3 on PATH is the host's interpreter): its version
         # without a second interpreter start.
         return lambda: own
-    pending = start_bounded([path, *PY_VERSION_ARGV], timeout=30)
+    pending = start_bounded(payload_argv(path, python_layout)[0], timeout=30)
 
     def answer() -> tuple[str, str]:
         proc = pending.result()
         if proc.rc != 0:
             return "", f"rc {proc.rc}: {proc.err.strip()[-300:]}"
-        return proc.out.strip(), ""
+        try:
+            layout = json.loads(proc.out.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            return "", f"no version in its answer: {proc.out.strip()[-300:]}"
+        return "{major}.{minor}.{micro}".format(**layout), ""
 
     return answer
 

@@ -61,6 +61,15 @@ def check(name: str, dist: str) -> dict:
     return out
 
 
+def answer_of(stdout: str) -> dict | None:
+    """The check's JSON line in an interpreter's output (the caller's side), or None when the interpreter
+    died before writing it."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK) :])
+    return None
+
+
 def main(argv: list[str]) -> int:
     name, dist = argv[0], (argv[1] if len(argv) > 1 else "")
     sys.stdout.write("\n" + MARK + json.dumps(check(name, dist)) + "\n")
