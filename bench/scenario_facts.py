@@ -164,6 +164,7 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work_root = Path(tempfile.mkdtemp(prefix="epforge-scenario-facts-"))
+    work_root.chmod(0o755)  # the stand-in server runs as an unprivileged account from the tree's tests/
     tree = work_root / "tree"
     checkout(args.ref, tree)
     failed = []
