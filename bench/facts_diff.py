@@ -14,6 +14,7 @@ import argparse
 import fnmatch
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -41,6 +42,10 @@ MASKED = {
 
 # Changes declared on purpose (path pattern, fnmatch over the whole path), and why.
 DECLARED = {
+    "checks/5/detail": (
+        "preflight's disk check (the sixth, checks are in a fixed order) says what the space is enough for "
+        "whatever the run (98e08e6: provision and serve wrote two texts, so each rewrote the other's fact)"
+    ),
     "known_issues/warnings/*/consequence": (
         "the known-issues table's text (data/known_issues.yml: the DeepGEMM-on-SM120 consequence names the "
         "release since SGLang 0.5.23 changed it)"
@@ -84,6 +89,66 @@ def relaid_out(old, new, pairs: dict[str, str]) -> bool:
     for spaced in sorted(pairs, key=len, reverse=True):
         old = old.replace(spaced, pairs[spaced])
     return old == new
+
+
+# What differs between two runs of one test by construction, not by behaviour (bench/scenario_facts.py: each
+# run gets its own temporary folders and a free port), written the same way in both before they are compared.
+RUN_PATHS = (
+    (re.compile(r"/tmp/(epforge-[a-z-]+?-)[a-z0-9_]{8}(?![a-z0-9_])"), r"/tmp/\1<tmp>"),
+    (re.compile(r"/tmp/pytest-of-\w+/pytest-\d+"), "<pytest-tmp>"),
+    (re.compile(r"(/tuning(?:-[\w-]+)?/)[0-9a-f]{16}\.json"), r"\1<plan digest>.json"),
+)
+
+
+def layouts(launch: dict) -> dict[str, str]:
+    """{digest: layout} of a launch (sglang_version, argv, env): the spaced (older) and canonical layouts."""
+    data = {k: launch[k] for k in ("sglang_version", "argv", "env")}
+    return {
+        hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest(): "spaced",
+        hashlib.sha256(
+            json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest(): "canonical",
+    }
+
+
+def normalized(facts: dict) -> tuple[dict, dict[str, int]]:
+    """(facts with each run's own paths, ports and launch digests written alike, {layout: digests seen}). A
+    launch's digest becomes <launch NAME>, NAME naming the launch once paths and ports are alike, so two runs
+    of one launch compare equal whatever their port; the layouts are counted (stop 50's relayout)."""
+    ports = {str(o["settings"]["port"]) for o in server_objects(facts) if "port" in (o.get("settings") or {})}
+    digests, counted = {}, {"spaced": 0, "canonical": 0}
+    for launch in server_objects(facts):
+        layout = layouts(launch).get(launch["digest"])
+        if not layout:
+            continue
+        counted[layout] += 1
+        alike = json.dumps({k: launch[k] for k in ("sglang_version", "argv", "env")}, sort_keys=True)
+        for pattern, replacement in RUN_PATHS:
+            alike = pattern.sub(replacement, alike)
+        for port in ports:
+            alike = re.sub(rf"\b{port}\b", "<port>", alike)
+        name = hashlib.sha256(alike.encode()).hexdigest()[:8]
+        digests[launch["digest"]] = f"<launch {name}>"
+        digests[launch["digest"][:12]] = f"<launch {name}>"
+
+    def alike(value):
+        if isinstance(value, dict):
+            return {key: alike(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [alike(item) for item in value]
+        if isinstance(value, int) and not isinstance(value, bool) and str(value) in ports:
+            return "<port>"
+        if not isinstance(value, str):
+            return value
+        for digest in sorted(digests, key=len, reverse=True):
+            value = value.replace(digest, digests[digest])
+        for pattern, replacement in RUN_PATHS:
+            value = pattern.sub(replacement, value)
+        for port in ports:
+            value = re.sub(rf"(?<![\w.]){port}(?![\w.])", "<port>", value)
+        return value
+
+    return alike(facts), counted
 
 
 def flatten(value, path: str = "") -> dict[str, object]:
@@ -145,7 +210,12 @@ def main() -> int:
     parser.add_argument("after", type=Path)
     args = parser.parse_args()
     before, after = (json.loads(p.read_text()) for p in (args.before, args.after))
+    (before, counted_before), (after, counted_after) = normalized(before), normalized(after)
     found, masked, declared = differences(before, after)
+    print(
+        "each run's own temporary folders, port and plan digest written alike; server launch digests: "
+        f"before {counted_before}, after {counted_after} (by layout; stop 50 made the canonical one)"
+    )
     print(f"{len(before)} fact files before, {len(after)} after; {masked} differing fields masked:")
     for pattern, reason in MASKED.items():
         print(f"  {pattern:<12} {reason}")
