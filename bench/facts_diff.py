@@ -37,11 +37,26 @@ MASKED = {
     "run_id": "an id of the run",
     "hostname": "the container's name",
     "inode": "a file's inode",
+    "history_id": "an id of the run (its time and a random part)",
+}
+# Paths (fnmatch over the path within a fact) whose values differ on every run, and why.
+MASKED_PATHS = {
+    "*figures/*": "a measured figure (the stand-in's own timing varies from run to run)",
+    "history/*/id": "an id of the run (its time and a random part)",
+    "last*/id": "an id of the run (its time and a random part)",
 }
 
 
 # Changes declared on purpose (path pattern, fnmatch over the whole path), and why.
 DECLARED = {
+    "configurations/*/settings_digest": (
+        "a sweep configuration's launch digest: stop 50's canonical layout, over a launch whose port "
+        "differs on every run and which the facts do not hold whole (only the last server's), not recomputed"
+    ),
+    "history/*/server/env": (
+        "a sweep configuration without env records no empty env in its benchmark's server (filter "
+        "tune_settings, the tuner's one rule, leaves it out; the launch and its digest are the same)"
+    ),
     "checks/5/detail": (
         "preflight's disk check (the sixth, checks are in a fixed order) says what the space is enough for "
         "whatever the run (98e08e6: provision and serve wrote two texts, so each rewrote the other's fact)"
@@ -97,6 +112,9 @@ RUN_PATHS = (
     (re.compile(r"/tmp/(epforge-[a-z-]+?-)[a-z0-9_]{8}(?![a-z0-9_])"), r"/tmp/\1<tmp>"),
     (re.compile(r"/tmp/pytest-of-\w+/pytest-\d+"), "<pytest-tmp>"),
     (re.compile(r"(/tuning(?:-[\w-]+)?/)[0-9a-f]{16}\.json"), r"\1<plan digest>.json"),
+    # in messages: the pid of a server that exited, a measured figure
+    (re.compile(r"\bprocess \d+\b"), "process <pid>"),
+    (re.compile(r"\b\d+(?:\.\d+)? tok/s\b"), "<figure> tok/s"),
 )
 
 
@@ -168,6 +186,9 @@ def flatten(value, path: str = "") -> dict[str, object]:
 
 def mask_of(path: str) -> str:
     """The reason a path's value is masked ('' when it is compared)."""
+    for pattern, reason in MASKED_PATHS.items():
+        if fnmatch.fnmatch(path, pattern):
+            return reason
     for part in reversed(path.split("/")):
         if part.isdigit():
             continue
@@ -217,7 +238,7 @@ def main() -> int:
         f"before {counted_before}, after {counted_after} (by layout; stop 50 made the canonical one)"
     )
     print(f"{len(before)} fact files before, {len(after)} after; {masked} differing fields masked:")
-    for pattern, reason in MASKED.items():
+    for pattern, reason in {**MASKED, **MASKED_PATHS}.items():
         print(f"  {pattern:<12} {reason}")
     print(f"{len(declared)} declared change(s):")
     for pattern, reason in DECLARED.items():
