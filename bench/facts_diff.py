@@ -38,6 +38,7 @@ MASKED = {
     "hostname": "the container's name",
     "inode": "a file's inode",
     "history_id": "an id of the run (its time and a random part)",
+    "seed": "the workload's seed, drawn for each run",
 }
 # Paths (fnmatch over the path within a fact) whose values differ on every run, and why.
 MASKED_PATHS = {
@@ -115,6 +116,7 @@ RUN_PATHS = (
     # in messages: the pid of a server that exited, a measured figure
     (re.compile(r"\bprocess \d+\b"), "process <pid>"),
     (re.compile(r"\b\d+(?:\.\d+)? tok/s\b"), "<figure> tok/s"),
+    (re.compile(r"\bgenerated \d+ output tokens\b"), "generated <count> output tokens"),
 )
 
 
