@@ -24,7 +24,9 @@ def test_the_python_probe_starts_after_the_run_lock_is_held(tmp_path):
     lock_path = str(tmp_path / "state" / "run.lock")
     started_at = tmp_path / "python-started"
     python = tmp_path / "python3"
-    python.write_text(f"#!/bin/sh\ndate +%s.%N > {started_at}\necho 3.12.4\n")
+    # answers payload python_layout (the preflight's version query) as a python 3.12.4 would, in part
+    layout = '{"major": 3, "minor": 12, "micro": 4}'
+    python.write_text(f"#!/bin/sh\ndate +%s.%N > {started_at}\necho '{layout}'\n")
     python.chmod(0o755)
     other, mine = subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sleep", "600"])
     released = []
