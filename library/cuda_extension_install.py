@@ -31,12 +31,13 @@ options:
     type: dict
     default: {}
   timeout:
-    description: Seconds the pip run may take.
+    description: Seconds the install may take.
     type: int
     default: 600
 extends_documentation_fragment:
   - epforge.ep.log_path
   - epforge.ep.python
+  - epforge.ep.installer
   - epforge.ep.attributes
 attributes:
   check_mode:
@@ -69,6 +70,10 @@ imported:
   returned: success
   type: list
   elements: str
+installer:
+  description: The installer of the wheel (C(uv) or C(pip)) and why it was chosen.
+  returned: when the wheel was installed
+  type: dict
 """
 
 import os
@@ -76,12 +81,15 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.epforge.ep.plugins.module_utils.build import wheel_so_members
-from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
+from ansible_collections.epforge.ep.plugins.module_utils.common import tail
+from ansible_collections.epforge.ep.plugins.module_utils.installer import (
+    INSTALLER_ARGUMENT_SPEC,
+    Installer,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.payload import payload_argv, run_payload
 from ansible_collections.epforge.ep.plugins.module_utils.payloads import import_check, python_layout
 from ansible_collections.epforge.ep.plugins.module_utils.payloads.import_check import answer_of
-from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
-from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded, run_logged
+from ansible_collections.epforge.ep.plugins.module_utils.process import run_bounded
 
 ARGUMENT_SPEC = {
     "wheel": {"type": "path", "required": True},
@@ -90,6 +98,7 @@ ARGUMENT_SPEC = {
     "env": {"type": "dict", "default": {}},
     "log_path": {"type": "path", "required": True},
     "timeout": {"type": "int", "default": 600},
+    **INSTALLER_ARGUMENT_SPEC,
 }
 
 
@@ -111,16 +120,16 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=True, so_files=so_files, imported=[])
 
-    argv = pip_argv(p["python"], "install", "--no-deps", "--force-reinstall", "--no-input", p["wheel"])
-    rc, secs = run_logged(argv, p["log_path"], timeout=p["timeout"], header="cuda_extension: install")
-    if rc != 0:
-        fail_cmd(
-            module,
-            f"installing {os.path.basename(p['wheel'])} failed after {secs:.0f} s",
-            argv,
-            rc,
-            log_path=p["log_path"],
-        )
+    installer = Installer.for_python(p, p["python"], p["log_path"])
+    installer.install_or_fail(
+        module,
+        [p["wheel"]],
+        what=os.path.basename(p["wheel"]),
+        header="cuda_extension: install",
+        timeout=p["timeout"],
+        reinstall=True,
+        no_deps=True,
+    )
     absent = [f for f in so_files if not os.path.exists(f)]
     if absent:
         module.fail_json(msg=f"pip reported success but these files are missing: {absent}", so_files=so_files)
@@ -141,7 +150,7 @@ def main() -> None:
                 so_files=so_files,
             )
         imported.append(name)
-    module.exit_json(changed=True, so_files=so_files, imported=imported)
+    module.exit_json(changed=True, so_files=so_files, imported=imported, installer=installer.report())
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ description:
   - Supports check mode and diff mode.
   - On the no-op answer (the stamp matches, nothing is missing, the fact is current) it returns RV(watch), the
     paths that answer depends on, so the probe cache can reuse it while none of them changes.
-  - pip output goes to O(log_path) (users can C(tail -f) it); each pip run is bounded by O(timeout).
+  - The installs go through O(installer) (uv or pip, RV(installer) says which and why); their output goes to
+    O(log_path) (users can C(tail -f) it); each run is bounded by O(timeout).
 options:
   path:
     description: Directory of the venv.
@@ -93,6 +94,7 @@ options:
 extends_documentation_fragment:
   - epforge.ep.log_path
   - epforge.ep.timeout.pip
+  - epforge.ep.installer
   - epforge.ep.attributes
 attributes:
   check_mode:
@@ -150,6 +152,15 @@ actions:
   type: list
   elements: str
   sample: [create venv, pip install torch==2.14.1, verify torch]
+installer:
+  description:
+    - The installer of this run's installs (C(uv) or C(pip)) and why it was chosen; the pip settings uv was
+      given are named, never their values.
+  returned: when something was installed
+  type: dict
+  sample:
+    name: uv
+    why: "uv==0.13.9 at /opt/epforge/uv/bin/uv; pip settings translated: find-links, no-index"
 verified:
   description: Whether torch was imported in this run (false when the stamp proved the state).
   returned: always
@@ -195,6 +206,10 @@ from ansible_collections.epforge.ep.plugins.module_utils.build import (
 from ansible_collections.epforge.ep.plugins.module_utils.common import fail_cmd, tail
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest_matches, is_older_layout
 from ansible_collections.epforge.ep.plugins.module_utils.files import read_json, write_json_atomic
+from ansible_collections.epforge.ep.plugins.module_utils.installer import (
+    INSTALLER_ARGUMENT_SPEC,
+    Installer,
+)
 from ansible_collections.epforge.ep.plugins.module_utils.ml_env_fact import FACT_NAME, record_ml_env_fact
 from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files import (
     integrity_paths,
@@ -202,7 +217,6 @@ from ansible_collections.epforge.ep.plugins.module_utils.ml_env_torch.dist_files
     record_problems,
     states_digest,
 )
-from ansible_collections.epforge.ep.plugins.module_utils.pip_argv import pip_argv
 from ansible_collections.epforge.ep.plugins.module_utils.process import run_logged
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import requirement_name
 from ansible_collections.epforge.ep.plugins.module_utils.torch_env import (
@@ -281,36 +295,36 @@ def planned_actions(created: bool, torch_missing: list[str], other_missing: list
 
 def install(
     module: AnsibleModule, p: dict, *, created: bool, torch_missing: list, other_missing: list, force: bool
-) -> None:
-    """Create the venv and pip install what is missing, each step logged to log_path."""
+) -> dict:
+    """Create the venv and install what is missing, each step logged to log_path; the installer's report."""
     venv, log = p["path"], p["log_path"]
-    python = os.path.join(venv, "bin", "python")
     if created:
         argv = [p["base_python"], "-m", "venv", venv]
         rc, _unused = run_logged(argv, log, timeout=300, header="ml_env: create venv")
         if rc != 0:
             fail_cmd(module, f"creating the venv at {venv} failed", argv, rc, log_path=log)
-    pip = pip_argv(python, "install", "--no-input")
+    installer = Installer.for_python(p, os.path.join(venv, "bin", "python"), log)
     if torch_missing:
         # force: torch's files are broken under an intact dist-info; pip would call it satisfied
-        argv = [*pip, *(["--force-reinstall", "--no-deps"] if force else []), torch_missing[0]]
-        if p["index_url"]:
-            argv += ["--index-url", p["index_url"]]
-        rc, secs = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install torch")
-        if rc != 0:
-            fail_cmd(
-                module,
-                f"installing {torch_missing[0]} failed (rc {rc}"
-                f"{', timed out' if rc == 124 else ''}) after {secs:.0f} s; see {log}",
-                argv,
-                rc,
-                log_path=log,
-            )
+        installer.install_or_fail(
+            module,
+            torch_missing[:1],
+            what=torch_missing[0],
+            header="ml_env: install torch",
+            timeout=p["timeout"],
+            index_url=p["index_url"],
+            reinstall=force,
+            no_deps=force,
+        )
     if other_missing:
-        argv = [*pip, *other_missing]
-        rc, _unused = run_logged(argv, log, timeout=p["timeout"], header="ml_env: install build tools")
-        if rc != 0:
-            fail_cmd(module, "installing the build tools failed", argv, rc, log_path=log)
+        installer.install_or_fail(
+            module,
+            other_missing,
+            what="the build tools",
+            header="ml_env: install build tools",
+            timeout=p["timeout"],
+        )
+    return installer.report()
 
 
 def verify_torch(module: AnsibleModule, venv: str, result: dict) -> dict:
@@ -449,6 +463,7 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "int", "default": 1800},
     "facts_dir": {"type": "path"},
     "pip_source": {"type": "str", "default": ""},
+    **INSTALLER_ARGUMENT_SPEC,
 }
 
 
@@ -482,7 +497,7 @@ class MlEnvTorch:
             record_ml_env_fact(module, "venv", self.venv, result)
             module.exit_json(**result)
 
-        install(
+        result["installer"] = install(
             module,
             p,
             created=created,

@@ -76,6 +76,23 @@ for stage in "$@"; do
   tune-two-rerun)  # the same tune on the same journal: launches nothing, changed=0 is the aim
     play tune-two-rerun -e @scripts/gpu/h200-tune.yml -e @scripts/gpu/h200-tune-stray.yml \
       -e tuner_journal_dir=/var/lib/epforge/tuning-two playbooks/tune.yml ;;
+  bench-only) play bench-only playbooks/benchmark.yml ;;
+  bench-cold)  # the first benchmark after a launch against the next ones (2026-12-05: 3478.8 then 5753.4
+    # output tok/s on one process; again on an H100 the same day, 3455.3 then 5329.8): GPU clocks, power and
+    # throttle reasons every 2 s and the host's top every 5 s beside a launch and three benchmarks
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,temperature.gpu \
+      --format=csv -l 2 > $O/gpu-samples.csv 2>&1 &
+    smi=$!
+    # a field of its own: older drivers name it clocks_throttle_reasons, and one unknown field stops the query
+    nvidia-smi --query-gpu=timestamp,clocks_event_reasons.active --format=csv -l 2 > $O/gpu-reasons.csv 2>&1 &
+    smi="$smi $!"
+    (top -b -d 5 -n 120 -w 200 | grep -A14 "^top -") > $O/top.txt 2>&1 &
+    tops=$!
+    play serve-cold playbooks/serve.yml playbooks/benchmark.yml
+    play bench-only playbooks/benchmark.yml
+    play bench-only playbooks/benchmark.yml
+    kill $smi $tops 2>/dev/null; pkill -x top 2>/dev/null
+    grep -h "DONE  sglang_benchmark" $O/play-serve-cold.txt $O/play-bench-only*.txt ;;
   rerun-graph) play rerun-graph -e @scripts/gpu/h200-server-graph.yml playbooks/serve.yml ;;
   stop) play stop -e sglang_server_state=stopped playbooks/serve.yml ;;
   sweep) play sweep -e @scripts/gpu/h200-sweep.yml playbooks/sweep.yml ;;
