@@ -228,6 +228,7 @@ def extension_build_env(p: dict, max_jobs: int) -> dict:
         max_jobs=max_jobs,
         extra_env=p["build_env"],
         include_dirs=p["include_dirs"],
+        tool_dirs=[os.path.dirname(p["python"])],
     )
     extra_cpath = venv_cuda_includes(p["python"])
     if extra_cpath:

@@ -232,13 +232,25 @@ def auto_max_jobs(cpus: int | None, mem_bytes: int | None, cap: int = 16, gib_pe
 
 
 def build_env(
-    base: dict, *, cuda_home: str, archs, max_jobs: int, extra_env: dict | None = None, include_dirs=()
+    base: dict,
+    *,
+    cuda_home: str,
+    archs,
+    max_jobs: int,
+    extra_env: dict | None = None,
+    include_dirs=(),
+    tool_dirs=(),
 ) -> dict:
-    """The environment of an extension build: toolchain, arch list, job bound, then the caller's extras."""
+    """The environment of an extension build: toolchain, arch list, job bound, then the caller's extras.
+    tool_dirs follow the toolkit's bin on PATH: the env's own bin, whose ninja (role ml_env installs it)
+    torch's build needs - without one on PATH it falls back to its slow serial backend (2026-12-05: a fresh
+    Debian 12 has no ninja of its own)."""
     env = dict(base)
     env["CUDA_HOME"] = cuda_home
     env["CUDA_PATH"] = cuda_home
-    env["PATH"] = os.pathsep.join([os.path.join(cuda_home, "bin"), env.get("PATH", "/usr/bin:/bin")])
+    env["PATH"] = os.pathsep.join(
+        [os.path.join(cuda_home, "bin"), *[str(d) for d in tool_dirs], env.get("PATH", "/usr/bin:/bin")]
+    )
     env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(archs)
     env["MAX_JOBS"] = str(max_jobs)
     if include_dirs:

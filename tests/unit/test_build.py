@@ -219,6 +219,24 @@ def test_build_env_layers_caller_env_last():
     assert env["NVSHMEM_DIR"] == "/n"
 
 
+def test_the_envs_own_ninja_is_found_after_the_toolkits_tools(tmp_path):
+    """A host without a ninja of its own (a fresh Debian 12) builds with the env's, not torch's serial
+    fallback: the env's bin follows the toolkit's on PATH."""
+    venv_bin = tmp_path / "env" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "ninja").write_text("#!/bin/sh\necho 1.13.0\n")
+    (venv_bin / "ninja").chmod(0o755)
+    empty = tmp_path / "system-bin"
+    empty.mkdir()
+    env = eb.build_env(
+        {"PATH": str(empty)}, cuda_home="/opt/cuda", archs=["12.0"], max_jobs=2, tool_dirs=[venv_bin]
+    )
+    assert env["PATH"].split(":") == ["/opt/cuda/bin", str(venv_bin), str(empty)]
+    assert shutil.which("ninja", path=env["PATH"]) == str(venv_bin / "ninja")
+    answer = subprocess.run(["ninja", "--version"], env=env, capture_output=True, text=True, check=True)
+    assert answer.stdout == "1.13.0\n"
+
+
 def test_dist_info_version(tmp_path):
     (tmp_path / "torch-2.14.1+cu130.dist-info").mkdir()
     (tmp_path / "nvidia_cuda_runtime-13.0.96.dist-info").mkdir()
