@@ -48,6 +48,7 @@ class Installer:
         choice: str = "auto",
         uv_home: str = "",
         uv_requirement: str = UV_REQUIREMENT,
+        pip_args: tuple[str, ...] = (),
     ) -> None:
         if choice not in CHOICES:
             raise ValueError(f"installer must be one of {', '.join(CHOICES)}, got {choice!r}")
@@ -56,6 +57,8 @@ class Installer:
         self.choice = choice
         self.uv_home = uv_home
         self.uv_requirement = uv_requirement
+        # a caller's own pip arguments (a role's extra args): passed to pip as given, never guessed for uv
+        self.pip_args = list(pip_args)
         self.name = ""
         self.why = ""
         self.uv = ""
@@ -68,6 +71,8 @@ class Installer:
             return self.name
         if self.choice == "pip":
             return self.use("pip", "installer: pip was asked for")
+        if self.pip_args:
+            return self.refuse(f"pip arguments given ({' '.join(self.pip_args)}) have no uv translation")
         problem = self.uv_problem()
         if problem:
             return self.refuse(problem)
@@ -147,7 +152,7 @@ class Installer:
             argv += self.translation.flags_for(index_url)
             argv += ["--reinstall"] if reinstall else []
         else:
-            argv = pip_argv(self.python, "install", "--no-input")
+            argv = pip_argv(self.python, "install", "--no-input", *self.pip_args)
             argv += ["--force-reinstall"] if reinstall else []
         argv += ["--no-deps"] if no_deps else []
         # a flag of the install itself wins over the settings, for pip and (placed last) for uv
@@ -196,12 +201,13 @@ class Installer:
         return seconds
 
     @classmethod
-    def for_python(cls, params: dict, python: str, log_path: str) -> Installer:
+    def for_python(cls, params: dict, python: str, log_path: str, pip_args=()) -> Installer:
         """The installer a module's INSTALLER_ARGUMENT_SPEC options ask for, for the env of python (an env's
         bin/python: uv_home defaults to `uv` beside the env's folder, /opt/epforge/uv for the stack's env)."""
         prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
         uv_home = params.get("uv_home") or os.path.join(os.path.dirname(prefix), "uv")
-        return cls(python, log_path, choice=params.get("installer") or "auto", uv_home=uv_home)
+        choice = params.get("installer") or "auto"
+        return cls(python, log_path, choice=choice, uv_home=uv_home, pip_args=tuple(pip_args))
 
     def report(self) -> dict:
         """What the module's result says of the installer."""

@@ -1,53 +1,28 @@
 """The installer owner (plugins/module_utils/installer.py) with a real pip and a real uv, offline: a
 wheelhouse given as role wheelhouse gives it (PIP_NO_INDEX + PIP_FIND_LINKS, no pip config file) is
 translated for uv, uv installs the same set pip does, a wheelhouse without uv's wheel falls back to pip
-with the reason, and `installer: uv` fails there instead. uv's wheel comes from PyPI once into the test
-cache."""
+with the reason, and `installer: uv` fails there instead. Module env_install (role flashinfer's install)
+over the same: check mode installs nothing, a caller's pip arguments mean pip, a failure names the command
+and the log. uv's wheel comes from PyPI once into the test cache."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import CACHE, cache_lock
+from moduletools import run_module
+from tiny_wheels import tiny_wheel
 
 from ansible_collections.epforge.ep.plugins.module_utils.installer import (
     UV_REQUIREMENT,
     Installer,
     InstallerUnavailable,
 )
-
-WHEEL = b"Wheel-Version: 1.0\nGenerator: epforge-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-
-
-def tiny_wheel(directory: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-    """A pure-Python wheel with a correct RECORD: a package `name` whose module says its version."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f"VERSION = {version!r}\n".encode(),
-        f"{dist}/METADATA": "".join(
-            [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
-            + [f"Requires-Dist: {r}\n" for r in requires]
-        ).encode(),
-        f"{dist}/WHEEL": WHEEL,
-    }
-    record = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    files[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
-    return wheel
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +133,55 @@ def test_a_pip_setting_with_no_uv_translation_means_pip_named_with_it(tmp_path, 
     assert installer.decide() == "pip"
     assert "upgrade-strategy='eager' has no uv translation" in installer.report()["why"]
     assert not (tmp_path / "uv").exists()
+
+
+# -- module env_install ------------------------------------------------------------------------------
+def args(tmp_path, python: str, **more) -> dict:
+    return {
+        "python": python,
+        "requirements": ["epf_app"],
+        "log_path": str(tmp_path / "log" / "install.log"),
+        "uv_home": str(tmp_path / "uv"),
+        **more,
+    }
+
+
+def test_installs_with_uv_offline_and_check_mode_installs_nothing(
+    tmp_path, monkeypatch, wheelhouse, uv_wheel
+):
+    shutil.copy(uv_wheel, wheelhouse)
+    offline(monkeypatch, wheelhouse)
+    python = new_env(tmp_path / "env")
+    rc, res = run_module("env_install", args(tmp_path, python), check=True)
+    assert rc == 0 and res["changed"] is True and res["requirements"] == ["epf_app"]
+    assert installed(python) == [] and not (tmp_path / "log").exists()
+    rc, res = run_module("env_install", args(tmp_path, python), timeout=300)
+    assert rc == 0 and res["changed"] is True, res
+    assert res["installer"]["name"] == "uv" and "find-links, no-index" in res["installer"]["why"]
+    assert installed(python) == ["epf_app==1.0", "epf_lib==2.1"]
+
+
+def test_pip_arguments_mean_pip_and_installer_uv_refuses_them(tmp_path, monkeypatch, wheelhouse):
+    offline(monkeypatch, wheelhouse)
+    python = new_env(tmp_path / "env")
+    pinned = ["--constraint", str(tmp_path / "pins.txt")]
+    (tmp_path / "pins.txt").write_text("epf_lib==2.0\n")
+    rc, res = run_module("env_install", args(tmp_path, python, pip_args=pinned, installer="uv"), timeout=300)
+    assert rc != 0 and "have no uv translation" in res["msg"] and "Nothing was installed" in res["msg"]
+    assert installed(python) == []
+    rc, res = run_module("env_install", args(tmp_path, python, pip_args=pinned), timeout=300)
+    assert rc == 0 and res["installer"]["name"] == "pip", res
+    assert "pip arguments given (--constraint" in res["installer"]["why"]
+    # the caller's argument reached pip: the constraint chose the older epf_lib
+    assert installed(python) == ["epf_app==1.0", "epf_lib==2.0"]
+
+
+def test_a_failed_install_names_the_command_and_the_log(tmp_path, monkeypatch, wheelhouse):
+    offline(monkeypatch, wheelhouse)
+    python = new_env(tmp_path / "env")
+    rc, res = run_module(
+        "env_install", args(tmp_path, python, requirements=["epf_absent"], installer="pip"), timeout=300
+    )
+    assert rc != 0 and "installing epf_absent with pip failed" in res["msg"]
+    assert res["cmd"][:3] == [python, "-m", "pip"] and res["rc"] != 0
+    assert "epf_absent" in res["log_tail"]
