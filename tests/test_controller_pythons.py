@@ -7,8 +7,8 @@ the README's first command: apt + the venv from PyPI, so the container needs the
 failed=0 and print the per-host summary. On Debian 13 (ansible-core 2.21, the newest controller users run)
 site.yml runs for real instead - the toolkit, torch, the canary build, FlashInfer's JIT, SGLang's parser and
 the checks, as on a user's first run - and then again, which must report changed=0 (issue 41). The container
-then runs ansible-test sanity on the collection built from that copy (scripts/collection_sanity.py --all: the whole default set) with Python 3.13
-and ansible-core 2.21.
+then runs ansible-test sanity on the collection built from that copy (scripts/collection_sanity.py --all:
+the whole default set) with Python 3.13 and ansible-core 2.21.
 
 CI cost (measured 2026-12-01 on the 2-core machine, the suites one after the other, images already built:
 trixie's image build takes about 5 min once per recipe; bookworm's is the Molecule image): both suites in

@@ -148,7 +148,10 @@ class Installer:
     ) -> list[str]:
         """The install's argv for the decided installer."""
         if self.decide() == "uv":
-            argv = [self.uv, "pip", "install", "--no-progress", "--python", self.python]
+            # --compile-bytecode: pip writes every module's .pyc at install time and uv does not by default;
+            # the server runs as an unprivileged user who cannot write them into the env, so without them
+            # every launch would compile torch's sources again
+            argv = [self.uv, "pip", "install", "--no-progress", "--compile-bytecode", "--python", self.python]
             argv += self.translation.flags_for(index_url)
             argv += ["--reinstall"] if reinstall else []
         else:

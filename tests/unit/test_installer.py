@@ -100,6 +100,9 @@ def test_uv_installs_from_the_wheelhouse_alone_the_same_set_pip_installs(
             assert "--no-index" in argv and argv[argv.index("--find-links") + 1] == str(wheelhouse)
             assert "find-links, no-index" in installer.report()["why"]
     assert results["uv"] == results["pip"] == ["epf_app==1.0", "epf_lib==2.1"]
+    # the same state too: each module's bytecode written at install time, as pip writes it
+    for choice in ("uv", "pip"):
+        assert list((tmp_path / f"env-{choice}").glob("lib/python3*/site-packages/epf_app/__pycache__/*.pyc"))
     # the env got nothing of the installer's; a second installer reuses the uv it finds
     assert not list((tmp_path / "env-uv").glob("lib/python3*/site-packages/uv*"))
     again = Installer(
