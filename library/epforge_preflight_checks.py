@@ -245,8 +245,10 @@ checks:
   sample:
     - {name: python, ok: true, status: passed, detail: "python3 3.11.7 >= 3.10 (stack cu130)"}
     - {name: gpu_arch, ok: true, status: skipped, detail: "skipped: no usable GPU (nvidia-smi not found)"}
-failed:
-  description: Names of the failed checks.
+failed_checks:
+  description:
+    - Names of the failed checks. (Called C(failed) before 2026-12-05, which ansible-core 2.21 warns of in a
+      real run - "Values for result key 'failed' must be of type bool".)
   returned: always
   type: list
   elements: str
@@ -593,7 +595,7 @@ class PreflightChecks:
                 "epforge_gpu_facts": gpu_facts,
                 "epforge_systemd_running": os.path.isdir("/run/systemd/system"),
             }
-        if result["failed"] and params["fail_on_error"]:
+        if result["failed_checks"] and params["fail_on_error"]:
             module.fail_json(
                 msg=f"preflight: host does not fit stack '{stack_summary(stack)['name']}': "
                 + " | ".join(c["detail"] for c in result["checks"] if c["status"] == "failed"),
@@ -617,7 +619,7 @@ class PreflightChecks:
             )
         for warning in verdict["findings"]["warnings"]:
             module.warn(format_finding(warning))
-        if result["failed"] or errors:
+        if result["failed_checks"] or errors:
             module.exit_json(changed=False, **result)
 
 

@@ -266,7 +266,7 @@ def test_module_on_this_machine(tmp_path):
         "python",
         "disk",
     ]
-    assert result["failed"] == [] and result["gpu_runtime"]["available"] is False
+    assert result["failed_checks"] == [] and "failed" not in result and result["gpu_runtime"]["available"] is False
     assert result["gpu_runtime"]["skipped_steps"] == list(checks_module.DEFAULT_GPU_STEPS)
     assert not (tmp_path / "state").exists()  # reads only
 
@@ -282,7 +282,7 @@ def test_module_fails_on_too_little_disk_with_the_remedy(tmp_path):
             "min_free_gib": free * 2 + 1,
         }
     )
-    assert how == "fail" and result["failed"] == ["disk"]
+    assert how == "fail" and result["failed_checks"] == ["disk"]
     assert result["msg"].startswith("preflight: host does not fit stack 'cu130': ")
     assert "lower preflight_min_free_gib" in result["msg"]
 
@@ -299,7 +299,7 @@ def test_module_collects_every_failure(tmp_path):
         }
     )
     assert how == "fail"
-    assert result["failed"] == ["driver", "driver_cuda", "gpu_arch", "python"]
+    assert result["failed_checks"] == ["driver", "driver_cuda", "gpu_arch", "python"]
     assert result["msg"].count(" | ") == 3
 
 

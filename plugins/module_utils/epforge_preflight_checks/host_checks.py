@@ -318,7 +318,7 @@ def host_checks(params: dict, gpu_facts: dict, python_version=None) -> dict:
     )
     return {
         "checks": checks,
-        "failed": [c["name"] for c in checks if c["status"] == "failed"],
+        "failed_checks": [c["name"] for c in checks if c["status"] == "failed"],
         "python_version": version,
         "gpu_runtime": gpu_runtime(gpu_facts, params["gpu_steps"]),
     }
