@@ -266,7 +266,11 @@ def test_module_on_this_machine(tmp_path):
         "python",
         "disk",
     ]
-    assert result["failed_checks"] == [] and "failed" not in result and result["gpu_runtime"]["available"] is False
+    assert (
+        result["failed_checks"] == []
+        and "failed" not in result
+        and result["gpu_runtime"]["available"] is False
+    )
     assert result["gpu_runtime"]["skipped_steps"] == list(checks_module.DEFAULT_GPU_STEPS)
     assert not (tmp_path / "state").exists()  # reads only
 
