@@ -1,5 +1,5 @@
-"""Pure-Python wheels made in a test (a wheelhouse of a few kilobytes for the installer tests): correct
-METADATA, WHEEL and RECORD, nothing built."""
+"""Pure-Python wheels made in a test (a wheelhouse of a few kilobytes for the wheelhouse and installer
+tests): correct METADATA, WHEEL and RECORD with hashes, nothing built."""
 
 from __future__ import annotations
 
@@ -8,27 +8,27 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-WHEEL = b"Wheel-Version: 1.0\nGenerator: epforge-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
 
-
-def tiny_wheel(directory: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-    """A pure-Python wheel with a correct RECORD: a package `name` whose module says its version."""
-    dist = f"{name}-{version}.dist-info"
+def build_wheel(
+    directory: Path, name: str, version: str, requires: tuple[str, ...] = (), payload: str = ""
+) -> Path:
+    """A valid pure-python wheel (METADATA, WHEEL, RECORD with hashes) holding one module."""
+    dist = f"{name.replace('-', '_')}-{version}"
     files = {
-        f"{name}/__init__.py": f"VERSION = {version!r}\n".encode(),
-        f"{dist}/METADATA": "".join(
-            [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
-            + [f"Requires-Dist: {r}\n" for r in requires]
-        ).encode(),
-        f"{dist}/WHEEL": WHEEL,
+        f"{name.replace('-', '_')}.py": f"VALUE = {payload!r}\n",
+        f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\n"
+        f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: epforge-test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
     }
     record = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    files[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
-    return wheel
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{dist}.dist-info/RECORD,,")
+    files[f"{dist}.dist-info/RECORD"] = "\n".join(record) + "\n"
+    path = directory / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import CACHE, cache_lock
 from moduletools import run_module
-from tiny_wheels import tiny_wheel
+from tiny_wheels import build_wheel
 
 from ansible_collections.epforge.ep.plugins.module_utils.installer import (
     UV_REQUIREMENT,
@@ -74,9 +74,9 @@ def installed(python: str) -> list[str]:
 def wheelhouse(tmp_path) -> Path:
     house = tmp_path / "wheelhouse"
     house.mkdir()
-    tiny_wheel(house, "epf_app", "1.0", ("epf_lib>=2",))
-    tiny_wheel(house, "epf_lib", "2.0")
-    tiny_wheel(house, "epf_lib", "2.1")
+    build_wheel(house, "epf_app", "1.0", ("epf_lib>=2",))
+    build_wheel(house, "epf_lib", "2.0")
+    build_wheel(house, "epf_lib", "2.1")
     return house
 
 
@@ -102,7 +102,7 @@ def test_uv_installs_from_the_wheelhouse_alone_the_same_set_pip_installs(
     assert results["uv"] == results["pip"] == ["epf_app==1.0", "epf_lib==2.1"]
     # the same state too: each module's bytecode written at install time, as pip writes it
     for choice in ("uv", "pip"):
-        assert list((tmp_path / f"env-{choice}").glob("lib/python3*/site-packages/epf_app/__pycache__/*.pyc"))
+        assert list((tmp_path / f"env-{choice}").glob("lib/python3*/site-packages/__pycache__/epf_app.*.pyc"))
     # the env got nothing of the installer's; a second installer reuses the uv it finds
     assert not list((tmp_path / "env-uv").glob("lib/python3*/site-packages/uv*"))
     again = Installer(
