@@ -14,6 +14,7 @@ import zipfile
 
 from ansible_collections.epforge.ep.plugins.module_utils.content_hashes import file_sha256
 from ansible_collections.epforge.ep.plugins.module_utils.digests import digest
+from ansible_collections.epforge.ep.plugins.module_utils.installer import UV_REQUIREMENT
 from ansible_collections.epforge.ep.plugins.module_utils.pynames import (
     normalize,
     requirement_key,
@@ -87,6 +88,14 @@ def _ml_env_groups(stack: dict, choice: dict) -> list[dict]:
         _group("ml_env torch", [f"torch=={torch.get('version')}"], index_url=torch.get("index_url") or ""),
         _group("ml_env build tools", list(choice.get("ml_env_build_packages") or [])),
     ]
+
+
+def _installer_groups(choice: dict) -> list[dict]:
+    # uv's own wheel (installer.py installs it into a tools venv with the roles' pip settings): without it an
+    # offline host's installs fall back to pip. Absent from the choice (an older caller): pip, no uv wheel.
+    if choice.get("installer", "pip") == "pip":
+        return []
+    return [_group("installer", [UV_REQUIREMENT], no_deps=True, env="download")]
 
 
 def _flashinfer_groups(stack: dict, choice: dict) -> list[dict]:
@@ -213,7 +222,8 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     choice holds the roles' settings that change what they install: ml (bool, default true: the ML env's
     runs at all; false on a host that only runs the gateway), cuda_toolkit_method, ml_env_method,
     ml_env_build_packages, flashinfer (bool), flashinfer_no_deps (bool: role flashinfer's run is --no-deps),
-    deepep (bool), sglang (bool), sglang_profile (full | parser | server), sglang_deps (the profile's list),
+    installer (auto | uv | pip: epforge_installer; not pip adds uv's wheel), deepep (bool), sglang (bool),
+    sglang_profile (full | parser | server), sglang_deps (the profile's list),
     sglang_no_deps (profile server: those of sglang_deps installed --no-deps, server_profile_runs),
     sglang_keep, sglang_overrides, gateway (bool, default false), extra (list of groups).
     env 'ml' groups install into the ML env (resolved against what it already holds, in this order);
@@ -227,6 +237,7 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     ml = [
         *_cuda_toolkit_groups(stack, choice),
         *_ml_env_groups(stack, choice),
+        *_installer_groups(choice),
         *_flashinfer_groups(stack, choice),
         *_deepep_groups(stack, choice),
         *_sglang_groups(stack, choice, keep),

@@ -21,6 +21,7 @@ import yaml
 from moduletools import run_module_in
 from tiny_wheels import build_wheel
 
+from ansible_collections.epforge.ep.plugins.module_utils.installer import UV_REQUIREMENT
 from ansible_collections.epforge.ep.plugins.module_utils.wheelhouse import (
     pin_from_metadata,
     requirement_groups,
@@ -126,6 +127,30 @@ def test_groups_cu130_default_roles():
         "sglang-kernel==0.4.10",
         "torch==2.14.1",
     ]
+
+
+def test_uvs_wheel_is_in_the_wheelhouse_unless_the_installer_is_pip():
+    """An offline host gets uv's wheel (installer.py installs it from the wheelhouse into its tools venv),
+    fetched alone; installer pip (and a caller that names no installer) adds nothing."""
+    stack = {"torch": {"version": "2.14.1"}, "cuda": {"default_method": "apt"}}
+    groups = requirement_groups(
+        stack, {"installer": "auto", "sglang": False, "flashinfer": False, "deepep": False}
+    )
+    uv = [g for g in groups if g["name"] == "installer"]
+    assert uv == [
+        {
+            "name": "installer",
+            "requirements": [UV_REQUIREMENT],
+            "no_deps": True,
+            "index_url": "",
+            "env": "download",
+            "pin_from": "",
+        }
+    ]
+    for choice in ({"installer": "pip"}, {}):
+        assert not [
+            g for g in requirement_groups(stack, {**choice, "sglang": False}) if g["name"] == "installer"
+        ]
 
 
 def test_groups_adopted_env_server_profile_overrides_deepep():
