@@ -24,6 +24,12 @@ from ansible_collections.epforge.ep.plugins.module_utils.process import TIMED_OU
 
 UV_REQUIREMENT = "uv==0.13.9"
 CHOICES = ("auto", "uv", "pip")
+# uv's flags of every install: pip writes every module's .pyc at install time and uv does not by default (the
+# server runs as an unprivileged user who cannot write them into the env: every launch would compile torch's
+# sources again); no uv.toml of the user's adds sources pip does not use; no progress bars in the logs.
+UV_OWN_FLAGS = ("--no-progress", "--compile-bytecode", "--no-config")
+# UV_ variables that change where uv keeps its files, never what it installs
+UV_KEPT_VARIABLES = frozenset({"UV_CACHE_DIR", "UV_LINK_MODE"})
 # The options of a module that installs through this owner (doc fragment epforge.ep.installer documents them).
 INSTALLER_ARGUMENT_SPEC = {
     "installer": {"type": "str", "choices": list(CHOICES), "default": "auto"},
@@ -148,10 +154,7 @@ class Installer:
     ) -> list[str]:
         """The install's argv for the decided installer."""
         if self.decide() == "uv":
-            # --compile-bytecode: pip writes every module's .pyc at install time and uv does not by default;
-            # the server runs as an unprivileged user who cannot write them into the env, so without them
-            # every launch would compile torch's sources again
-            argv = [self.uv, "pip", "install", "--no-progress", "--compile-bytecode", "--python", self.python]
+            argv = [self.uv, "pip", "install", *UV_OWN_FLAGS, "--python", self.python]
             argv += self.translation.flags_for(index_url)
             argv += ["--reinstall"] if reinstall else []
         else:
@@ -163,10 +166,13 @@ class Installer:
         return [*argv, *requirements]
 
     def environment(self) -> dict[str, str] | None:
-        """The run's environment: uv's translated variables over this process's (None: pip's own)."""
-        if self.decide() != "uv" or not self.translation.variables:
+        """The run's environment (None: this process's, for pip). For uv: this process's without the UV_
+        variables that choose sources or versions (UV_INDEX_URL, UV_TORCH_BACKEND, UV_CONSTRAINT, ...: pip
+        would not see them), then the translated ones."""
+        if self.decide() != "uv":
             return None
-        return {**os.environ, **self.translation.variables}
+        kept = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_KEPT_VARIABLES}
+        return {**kept, **self.translation.variables}
 
     def install(
         self, requirements: list[str], *, header: str, timeout: float, **options

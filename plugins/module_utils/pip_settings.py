@@ -19,8 +19,8 @@ import re
 UV_LIST_FLAGS = {
     "extra-index-url": "--extra-index-url",
     "find-links": "--find-links",
-    "constraint": "--constraint",
-    "requirement": "--requirement",
+    "constraint": "--constraints",
+    "requirement": "--requirements",
     "trusted-host": "--allow-insecure-host",
     "only-binary": "--only-binary",
     "no-binary": "--no-binary",

@@ -19,9 +19,15 @@ from moduletools import run_module
 from tiny_wheels import build_wheel
 
 from ansible_collections.epforge.ep.plugins.module_utils.installer import (
+    UV_OWN_FLAGS,
     UV_REQUIREMENT,
     Installer,
     InstallerUnavailable,
+)
+from ansible_collections.epforge.ep.plugins.module_utils.pip_settings import (
+    UV_LIST_FLAGS,
+    UV_SWITCHES,
+    UV_VALUE_FLAGS,
 )
 
 
@@ -103,6 +109,23 @@ def test_uv_installs_from_the_wheelhouse_alone_the_same_set_pip_installs(
     # the same state too: each module's bytecode written at install time, as pip writes it
     for choice in ("uv", "pip"):
         assert list((tmp_path / f"env-{choice}").glob("lib/python3*/site-packages/__pycache__/epf_app.*.pyc"))
+    # every flag the translation or the owner can give is one this uv release takes
+    uv_help = subprocess.run(
+        [str(tmp_path / "uv" / "bin" / "uv"), "pip", "install", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    flags = {
+        *UV_LIST_FLAGS.values(),
+        *UV_VALUE_FLAGS.values(),
+        *UV_OWN_FLAGS,
+        "--index-strategy",
+        "--reinstall",
+    }
+    flags |= {switch[0] for switch in UV_SWITCHES.values()} | {"--no-deps", "--python"}
+    assert sorted(f for f in flags if f not in uv_help.split()) == []
     # the env got nothing of the installer's; a second installer reuses the uv it finds
     assert not list((tmp_path / "env-uv").glob("lib/python3*/site-packages/uv*"))
     again = Installer(
@@ -110,6 +133,21 @@ def test_uv_installs_from_the_wheelhouse_alone_the_same_set_pip_installs(
     )
     assert again.decide() == "uv"
     assert (tmp_path / "install.log").read_text().count(f"installer: {UV_REQUIREMENT}") == 1
+
+
+def test_uv_variables_that_choose_sources_are_not_passed_on(tmp_path, monkeypatch, wheelhouse, uv_wheel):
+    """pip would not see UV_CONSTRAINT (or UV_INDEX_URL, UV_TORCH_BACKEND): uv must not either."""
+    shutil.copy(uv_wheel, wheelhouse)
+    offline(monkeypatch, wheelhouse)
+    (tmp_path / "pins.txt").write_text("epf_lib==2.0\n")
+    monkeypatch.setenv("UV_CONSTRAINT", str(tmp_path / "pins.txt"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    python = new_env(tmp_path / "env")
+    installer = Installer(python, str(tmp_path / "install.log"), uv_home=str(tmp_path / "uv"))
+    rc, _seconds, _argv = installer.install(["epf_app"], header="test uv variables", timeout=300)
+    assert rc == 0 and installer.name == "uv"
+    assert installed(python) == ["epf_app==1.0", "epf_lib==2.1"]
+    assert "UV_CONSTRAINT" not in installer.environment() and (tmp_path / "uv-cache").is_dir()
 
 
 def test_a_wheelhouse_without_uv_falls_back_to_pip_and_installer_uv_refuses(

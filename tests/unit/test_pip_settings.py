@@ -39,7 +39,7 @@ def test_the_wheelhouse_and_the_machines_mirrors_become_uv_flags_and_variables()
     assert flags.count("--find-links") == 2 and "/srv/wheelhouse" in flags and "/srv/more" in flags
     assert flags.count("--extra-index-url") == 2 and "file:///opt/pypi-more/simple" in flags
     assert "--no-index" in flags
-    assert flags[flags.index("--constraint") + 1] == "/etc/xdg/pip/constraints.txt"
+    assert flags[flags.index("--constraints") + 1] == "/etc/xdg/pip/constraints.txt"
     # pip's rule for several sources, not uv's first-index default
     assert flags[-2:] == ["--index-strategy", "unsafe-best-match"]
     assert t.variables == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "UV_HTTP_TIMEOUT": "180"}
