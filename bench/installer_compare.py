@@ -18,6 +18,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.epforge.ep.plugins.module_utils.installer import (  # noqa: E402 - after the path
+    UV_OWN_FLAGS,
+    UV_REQUIREMENT,
+)
+
 HARNESS = ROOT / "molecule" / "_podman"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -26,7 +32,7 @@ SCRIPT = r"""
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 apt-get update -qq >/dev/null && apt-get install -y -qq python3-venv >/dev/null
-python3 -m venv /tmp/tools && /tmp/tools/bin/pip install -q --no-cache-dir uv
+python3 -m venv /tmp/tools && /tmp/tools/bin/pip install -q --no-cache-dir "$UV_PIN"
 echo "EPFORGE_UV $(/tmp/tools/bin/uv --version)"
 clock() { python3 -c 'import time; print(time.monotonic())'; }
 rm -rf /root/.cache/pip /root/.cache/uv
@@ -35,7 +41,9 @@ s=$(clock); /tmp/pip-env/bin/python -m pip install -q --no-input "torch==$TORCH"
 echo "EPFORGE_SECONDS pip $s $e"
 rm -rf /root/.cache/pip /root/.cache/uv
 python3 -m venv /tmp/uv-env
-s=$(clock); /tmp/tools/bin/uv pip install -q --python /tmp/uv-env/bin/python "torch==$TORCH"; e=$(clock)
+# the installer owner's own flags (installer.py UV_OWN_FLAGS: bytecode written as pip writes it)
+s=$(clock); /tmp/tools/bin/uv pip install -q $OWN_FLAGS --python /tmp/uv-env/bin/python "torch==$TORCH"
+e=$(clock)
 echo "EPFORGE_SECONDS uv $s $e"
 # one lister for both envs (each venv's own pip, --all: pip and setuptools count too)
 /tmp/pip-env/bin/python -m pip freeze --all | sort > /tmp/pip.txt
@@ -61,7 +69,8 @@ def main() -> int:
     if CA_BUNDLE.exists():
         argv += ["-v", f"{CA_BUNDLE}:/etc/epforge-ca.crt:ro"]
         argv += [f"-e{k}=/etc/epforge-ca.crt" for k in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")]
-    argv += [f"-eTORCH={args.torch}", f"localhost/epforge-molecule-{args.suite}:latest", "bash"]
+    argv += [f"-eTORCH={args.torch}", f"-eUV_PIN={UV_REQUIREMENT}", f"-eOWN_FLAGS={' '.join(UV_OWN_FLAGS)}"]
+    argv += [f"localhost/epforge-molecule-{args.suite}:latest", "bash"]
     proc = subprocess.run(
         argv, input=SCRIPT, text=True, capture_output=True, env=env, timeout=args.timeout, check=False
     )
