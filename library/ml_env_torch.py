@@ -147,11 +147,13 @@ key:
   returned: always
   type: str
 actions:
-  description: What this run did (empty when nothing was needed).
+  description:
+    - What this run did (empty when nothing was needed); each install named by the installer that ran it
+      (C(uv install ...) or C(pip install ...)), or C(install ...) in check mode, where none runs.
   returned: always
   type: list
   elements: str
-  sample: [create venv, pip install torch==2.14.1, verify torch]
+  sample: [create venv, uv install torch==2.14.1, uv install ninja, verify torch]
 installer:
   description:
     - The installer of this run's installs (C(uv) or C(pip)) and why it was chosen; the pip settings uv was
@@ -285,12 +287,18 @@ def why_work(stamp: dict | None, key: str, missing: list[str]) -> str:
 
 
 def planned_actions(created: bool, torch_missing: list[str], other_missing: list[str]) -> list[str]:
+    """What the run will do; an install is named by its installer once one ran (named_by)."""
     actions = ["create venv"] if created else []
     if torch_missing:
-        actions.append(f"pip install {torch_missing[0]}")
+        actions.append(f"install {torch_missing[0]}")
     if other_missing:
-        actions.append("pip install " + " ".join(other_missing))
+        actions.append("install " + " ".join(other_missing))
     return [*actions, "verify torch"]
+
+
+def named_by(actions: list[str], installer: str) -> list[str]:
+    """The actions with each install named by the installer that ran it (`uv install torch==2.14.1`)."""
+    return [f"{installer} {a}" if a.startswith("install ") else a for a in actions]
 
 
 def install(
@@ -497,7 +505,7 @@ class MlEnvTorch:
             record_ml_env_fact(module, "venv", self.venv, result)
             module.exit_json(**result)
 
-        result["installer"] = install(
+        result["installer"] = installed_by = install(
             module,
             p,
             created=created,
@@ -505,6 +513,8 @@ class MlEnvTorch:
             other_missing=other_missing,
             force=reinstall,
         )
+        if installed_by["name"]:
+            result["actions"] = named_by(result["actions"], installed_by["name"])
         if created or missing:
             result["changed"] = True
         evidence = self.verify(toolkit_major, archs)
@@ -540,7 +550,7 @@ class MlEnvTorch:
         other_missing = [m for m in missing if not m.startswith("torch==")]
         result["actions"] = planned_actions(created, torch_missing, other_missing)
         if reinstall:
-            result["actions"][0] = f"pip install --force-reinstall {torch_missing[0]}"
+            result["actions"][0] = f"install --force-reinstall {torch_missing[0]}"
         return created, torch_missing, other_missing
 
     def verify(self, toolkit_major: int, archs: list[str]) -> dict:

@@ -113,11 +113,11 @@ def test_matching_stamp_means_no_work_and_no_torch_import(tmp_path, fake_venv):
     # A package that went missing is reinstalled (and only that one).
     (site / "ninja-1.13.0.dist-info").rmdir()
     rc, res = run_module("ml_env_torch", args, check=True)
-    assert res["changed"] is True and res["actions"] == ["pip install ninja", "verify torch"]
+    assert res["changed"] is True and res["actions"] == ["install ninja", "verify torch"]
     # Another torch version means reinstalling torch.
     (site / "torch-2.14.1.dist-info").rename(site / "torch-2.13.0.dist-info")
     rc, res = run_module("ml_env_torch", args, check=True)
-    assert "pip install torch==2.14.1" in res["actions"]
+    assert "install torch==2.14.1" in res["actions"]
 
 
 def test_real_torch_is_verified_once_then_stamped(torch_venv, tmp_path):
@@ -223,7 +223,7 @@ def test_the_no_op_answer_watches_what_it_depends_on_and_a_change_there_changes_
     (site / "ninja-1.13.0.dist-info").rmdir()
     assert changed_paths(before) == [str(site)]
     rc, res = run_module("ml_env_torch", args, check=True)
-    assert rc == 0 and res["changed"] is True and res["actions"] == ["pip install ninja", "verify torch"]
+    assert rc == 0 and res["changed"] is True and res["actions"] == ["install ninja", "verify torch"]
     assert res["watch"] == []
     (site / "ninja-1.13.0.dist-info").mkdir()
 
@@ -270,7 +270,7 @@ def test_torch_broken_under_a_matching_stamp_is_seen_and_reinstalled(torch_venv,
         kept.rename(linear)
     assert rc == 0 and res["changed"] is True, res
     assert "torch/nn/modules/linear.py is missing" in res["reason"], res["reason"]
-    assert res["actions"][0] == "pip install --force-reinstall torch==2.14.1", res["actions"]
+    assert res["actions"][0] == "install --force-reinstall torch==2.14.1", res["actions"]
 
     init, kept = torch_dir / "__init__.py", tmp_path / "init.py.kept"
     init.rename(kept)
@@ -279,7 +279,7 @@ def test_torch_broken_under_a_matching_stamp_is_seen_and_reinstalled(torch_venv,
     finally:
         kept.rename(init)
     assert rc == 0 and res["changed"] is True, res
-    assert res["actions"][0] == "pip install --force-reinstall torch==2.14.1", res["actions"]
+    assert res["actions"][0] == "install --force-reinstall torch==2.14.1", res["actions"]
     assert "torch/__init__.py is missing" in res["reason"], res["reason"]  # its RECORD tells, no import
 
     saved = extension.read_bytes()
@@ -352,7 +352,7 @@ def test_a_torch_file_deleted_or_resized_deep_in_the_tree_is_seen_without_an_imp
     rc, res = run_module("ml_env_torch", args, check=True)
     assert rc == 0 and res["changed"] is True, res
     assert "torch/nn/modules/linear.py is missing" in res["reason"], res["reason"]
-    assert res["actions"][0] == "pip install --force-reinstall torch==2.14.1", res["actions"]
+    assert res["actions"][0] == "install --force-reinstall torch==2.14.1", res["actions"]
 
     # Rewritten in place with another size: no directory changes; the RECORD's size still tells.
     linear.write_text(text + "# edited\n")
@@ -364,3 +364,18 @@ def test_a_torch_file_deleted_or_resized_deep_in_the_tree_is_seen_without_an_imp
     assert rc == 0 and res["changed"] is False, res
     rc, res = run_module("ml_env_torch", args)
     assert res["changed"] is False and res["verified"] is False and res["reason"] == "stamp matches", res
+
+
+def test_the_summary_names_the_installer_that_ran_each_install():
+    """The run summary said "pip install torch" when uv had installed it: an install is named by its
+    installer once one ran; check mode, where none runs, says "install"."""
+    import ml_env_torch  # noqa: PLC0415 - the module file, as the other tests run it
+
+    planned = ml_env_torch.planned_actions(True, ["torch==2.14.1"], ["ninja"])
+    assert planned == ["create venv", "install torch==2.14.1", "install ninja", "verify torch"]
+    assert ml_env_torch.named_by(planned, "uv") == [
+        "create venv",
+        "uv install torch==2.14.1",
+        "uv install ninja",
+        "verify torch",
+    ]
