@@ -91,9 +91,10 @@ def _ml_env_groups(stack: dict, choice: dict) -> list[dict]:
 
 
 def _installer_groups(choice: dict) -> list[dict]:
-    # uv's own wheel (installer.py installs it into a tools venv with the roles' pip settings): without it an
-    # offline host's installs fall back to pip. Absent from the choice (an older caller): pip, no uv wheel.
-    if choice.get("installer", "pip") == "pip":
+    # uv's own wheel (installer.py installs it into a tools venv with the roles' pip settings), only where the
+    # installer must be uv: with auto, a registry or mirror without uv's wheel must not fail the wheelhouse
+    # (the host's installs fall back to pip, saying so); with uv, a missing wheel fails here, by name.
+    if choice.get("installer", "pip") != "uv":
         return []
     return [_group("installer", [UV_REQUIREMENT], no_deps=True, env="download")]
 
@@ -222,7 +223,7 @@ def requirement_groups(stack: dict, choice: dict) -> list[dict]:
     choice holds the roles' settings that change what they install: ml (bool, default true: the ML env's
     runs at all; false on a host that only runs the gateway), cuda_toolkit_method, ml_env_method,
     ml_env_build_packages, flashinfer (bool), flashinfer_no_deps (bool: role flashinfer's run is --no-deps),
-    installer (auto | uv | pip: epforge_installer; not pip adds uv's wheel), deepep (bool), sglang (bool),
+    installer (auto | uv | pip: epforge_installer; uv adds uv's wheel), deepep (bool), sglang (bool),
     sglang_profile (full | parser | server), sglang_deps (the profile's list),
     sglang_no_deps (profile server: those of sglang_deps installed --no-deps, server_profile_runs),
     sglang_keep, sglang_overrides, gateway (bool, default false), extra (list of groups).
