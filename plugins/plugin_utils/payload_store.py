@@ -55,7 +55,8 @@ def code_key(collection_root: str, ansible_version: str) -> str:
 
 
 def _store_dir(store: str, key: str) -> str | None:
-    """The key's folder, made 0700; None when the store is not this user's alone (then nothing is kept)."""
+    """The key's folder, made 0700; None when the store is not this user's alone (then nothing is kept).
+    Called after seal.controller_key, which makes ~/.cache/epforge 0700 first."""
     folder = os.path.join(store, key[:16])
     os.makedirs(store, mode=0o700, exist_ok=True)
     os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -86,10 +87,10 @@ def _write_whole(path: str, data: bytes) -> None:
 def restore(run_cache: str, key: str, store: str = STORE) -> list[str]:
     """Write the stored payloads of this key into the run's cache dir; the names restored. A file whose
     seal does not match is removed."""
+    secret = seal.controller_key()
     folder = _store_dir(store, key)
     if folder is None:
         return []
-    secret = seal.controller_key()
     os.makedirs(run_cache, exist_ok=True)
     restored = []
     for name in sorted(os.listdir(folder)):
@@ -114,10 +115,10 @@ def keep(run_cache: str, key: str, store: str = STORE) -> list[str]:
     The oldest keys beyond KEYS_KEPT are removed."""
     if not os.path.isdir(run_cache):
         return []
+    secret = seal.controller_key()
     folder = _store_dir(store, key)
     if folder is None:
         return []
-    secret = seal.controller_key()
     kept = []
     for name in sorted(os.listdir(run_cache)):
         target = os.path.join(folder, name)

@@ -57,7 +57,10 @@ def test_a_second_run_finds_the_module_packed(tmp_path):
     out, store = run_once(tmp_path)
     assert "ANSIBALLZ: Creating module" in out
     [kept] = stored(store)
-    assert kept.stat().st_mode & 0o777 == 0o600 and kept.parent.stat().st_mode & 0o777 == 0o700
+    assert kept.stat().st_mode & 0o777 == 0o600
+    # the key's folder, the store and epforge's cache folder (the sealing key's) are the user's alone
+    for folder in (kept.parent, store, store.parent):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
     out, _store = run_once(tmp_path)
     assert "ANSIBALLZ: Creating module" not in out and "ANSIBALLZ: using cached module" in out
     assert stored(store) == [kept]
