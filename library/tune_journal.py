@@ -117,8 +117,10 @@ results:
   returned: always
   type: list
   elements: dict
-finished:
-  description: The names of the finished candidates (a resumed run skips them).
+finished_candidates:
+  description:
+    - The names of the finished candidates (a resumed run skips them).
+    - Not C(finished), a key ansible-core 2.21 reads as a bool of its own (an async job's).
   returned: always
   type: list
   elements: str
@@ -237,7 +239,7 @@ class Journal:
         return {
             "path": self.path,
             "results": self.results,
-            "finished": [r["name"] for r in self.results],
+            "finished_candidates": [r["name"] for r in self.results],
             **ranked,
             **extra,
         }

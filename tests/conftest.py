@@ -66,13 +66,34 @@ THIS_MACHINE_FILES = frozenset(
 )
 
 
+# Fixtures that build or need what only this machine's test setup holds: a CUDA 13 toolkit, torch envs, the
+# bench client, SGLang's parser envs, the Molecule image. A test that uses one, itself or through another
+# fixture, is marked `machine_setup`: the unit tests under the newest controller run in a container without
+# them (tests/test_controller_pythons.py, `-m "not machine_setup"`); here every test runs.
+MACHINE_SETUP_FIXTURES = frozenset(
+    {
+        "cuda13_nvcc",
+        "cuda13_home",
+        "torch_venv",
+        "torch_cpu_python",
+        "bench_client_python",
+        "bench_client",
+        "sglang_env",
+        "molecule_image",
+    }
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Put the tests of THIS_MACHINE_FILES in the one group (before xdist reads the groups)."""
+    """Put the tests of THIS_MACHINE_FILES in the one group (before xdist reads the groups); mark the tests
+    that use a fixture of MACHINE_SETUP_FIXTURES."""
     del config
     for item in items:
         if item.path.name in THIS_MACHINE_FILES:
             item.add_marker(pytest.mark.xdist_group(THIS_MACHINE_GROUP))
+        if MACHINE_SETUP_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.machine_setup)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -16,10 +16,20 @@ from unittest import mock
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from ansible.release import __version__ as ansible_version
 
 from ansible_collections.epforge.ep.plugins.module_utils.server_object import build as build_server_object
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A module's invocation record (its arguments, no_log values masked): ansible-core 2.19 and 2.20 always add
+# it and refuse this flag as an unknown argument; 2.21 adds it only when the controller asks (its
+# INJECT_INVOCATION setting). Tests that read the record pass ASK_INVOCATION with the module's arguments.
+ASK_INVOCATION = (
+    {"_ansible_inject_invocation": True}
+    if tuple(int(part) for part in ansible_version.split(".")[:2]) >= (2, 21)
+    else {}
+)
 # The child Python finds the collection's module_utils through collections/, as with ansible.cfg's
 # collections_path.
 RUNNER = (

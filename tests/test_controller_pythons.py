@@ -214,25 +214,14 @@ def test_readme_first_command_on_a_clean_controller(suite_image, record_property
 
 
 # The unit tests under the newest ansible-core users run (issue 41), in a Debian 13 container of their own
-# (beside the leg above, on another worker): every file of tests/unit except those that need what only this
-# machine's test setup holds - podman hosts and images, Chromium, the SGLang stand-in server, a CUDA 13
-# toolkit, SGLang's parser env, the bench client, the Hub mirror, torch envs: their fixtures and helpers are
-# NEEDS - and the files that provision this machine itself (THIS_MACHINE_FILES, playbooks against localhost:
-# on 2.21 the leg above runs site.yml for real). What those left out test of ansible-core (module arguments
-# and results, action plugins, role argument specs) the files kept test too; they run here under 2.19 whole.
-UNIT_NEEDS = (
-    "podman",
-    "chromium",
-    "standin",
-    "cuda13_nvcc",
-    "cuda13_home",
-    "sglang_env",
-    "bench_client",
-    "hub_mirror",
-    "torch_venv",
-    "torch_cpu_python",
-    "molecule_image",
-)
+# (beside the leg above, on another worker): every test of tests/unit except those that need what only this
+# machine's test setup holds - the tests that use a fixture of MACHINE_SETUP_FIXTURES (tests/conftest.py:
+# CUDA 13, torch envs, the bench client, SGLang's parser envs, the Molecule image; marked machine_setup), the
+# files that start podman hosts, Chromium, the SGLang stand-in server or the Hub mirror (UNIT_NEEDS) - and the
+# files that provision this machine itself (THIS_MACHINE_FILES, playbooks against localhost: on 2.21 the leg
+# above runs site.yml for real). What those left out test of ansible-core (module arguments and results,
+# action plugins, role argument specs) the tests kept test too; all of them run here under 2.19.
+UNIT_NEEDS = ("podman", "chromium", "standin", "hub_mirror")
 UNIT_SUITE = "trixie"
 
 UNIT_SCRIPT = r"""
@@ -249,7 +238,8 @@ echo "EPFORGE_BOOTSTRAP_SECONDS $(( $(date +%s) - start ))"
 .venv/bin/python -c 'import sys; from ansible.release import __version__ as v
 print("EPFORGE_VERSIONS", sys.version.split()[0], v)'
 start=$(date +%s)
-.venv/bin/python -m pytest -p no:cacheprovider -n 0 -q -ra "$@"
+git init -q && git add -A  # test_layout reads the tracked files, as in a clone
+.venv/bin/python -m pytest -p no:cacheprovider -n 0 -q -ra -m "not machine_setup" "$@"
 echo "EPFORGE_UNIT_SECONDS $(( $(date +%s) - start ))"
 """
 
@@ -286,7 +276,8 @@ def test_unit_tests_under_the_newest_controller(record_property):
     image = suite_image_built(UNIT_SUITE)
     files = unit_files_for_the_newest_controller()
     argv = ["podman", "run", "--rm", "-i", "--name", f"epforge-unit-{UNIT_SUITE}-{os.getpid()}"]
-    argv += ca_bundle_args()
+    # test_files mounts a tiny tmpfs to fill a disk; the container is this test's alone
+    argv += ["--privileged", *ca_bundle_args()]
     argv += [image, "bash", "-c", UNIT_SCRIPT, "unit", *files]
     rc, out, seconds = run_container(argv, LOG_DIR / f"unit-{UNIT_SUITE}.log")
     record_property("duration_s", round(seconds, 1))

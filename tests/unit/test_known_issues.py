@@ -16,7 +16,7 @@ import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 from gpu_fact_samples import GPU_NAMES, NO_GPU, gpu_facts, sm120_box
-from moduletools import run_main
+from moduletools import ASK_INVOCATION, run_main
 
 from ansible_collections.epforge.ep.plugins.module_utils.known_issues import (
     TableError,
@@ -743,8 +743,10 @@ def test_module_refuses_a_malformed_table():
 def test_module_output_masks_secrets_even_in_its_invocation(capsys):
     """The real exit path (JSON on stdout, as Ansible reads it): secrets are masked, with -vvv too."""
     server = {"tp_size": 8, "api_key": "sk-live-123", "env": {"HF_TOKEN": "hf_abcdef", "NCCL_PROTO": "LL"}}
+    # the invocation record, asked for where ansible-core adds it only when asked (2.21)
+    args = {"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130, "server": server}
     with (
-        patch_module_args({"table": TABLE, "gpu_facts": SM120_PCIE, "stack": CU130, "server": server}),
+        patch_module_args({**args, **ASK_INVOCATION}),
         pytest.raises(SystemExit) as done,
     ):
         module_under_test.main()

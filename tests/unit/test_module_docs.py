@@ -327,3 +327,44 @@ def test_the_read_only_fragment_declares_the_levels_a_module_may_override():
     assert merged["check_mode"]["support"] == "full" and merged["check_mode"]["description"]
     overridden = read_only.replace('"""\nfrom', 'attributes:\n  diff_mode: {support: full}\n"""\nfrom', 1)
     assert merged_attributes(documentation(ast.parse(overridden)))["diff_mode"]["support"] == "full"
+
+
+# Result keys ansible-core gives a meaning of its own: 2.21 turns their values into bools (a module's
+# `failed` list of checks became true, the tune journal's `finished` list of candidates false, and the tuner's
+# resume broke). A module returns them as bools or not at all.
+BOOL_RESULT_KEYS = ("changed", "failed", "skipped", "unreachable", "finished")
+
+
+def returned(name: str) -> dict:
+    import yaml  # noqa: PLC0415
+
+    tree = ast.parse((ROOT / "library" / f"{name}.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "RETURN" for t in node.targets):
+            return yaml.safe_load(ast.literal_eval(node.value)) or {}
+    return {}
+
+
+def test_no_module_returns_a_key_ansible_reads_as_a_bool_with_another_type():
+    wrong = [
+        f"{name}: {key} is {spec.get('type')}"
+        for name in MODULES
+        for key, spec in returned(name).items()
+        if key in BOOL_RESULT_KEYS and spec.get("type") != "bool"
+    ]
+    assert wrong == []
+
+
+def test_the_bool_result_keys_are_the_controllers():
+    """Where ansible-core declares its task result's fields (2.21 on; the Debian 13 leg of
+    tests/test_controller_pythons.py runs this there), its bool keys are BOOL_RESULT_KEYS: a key a new release
+    adds shows here."""
+    from ansible._internal import _task  # noqa: PLC0415
+    from ansible.release import __version__  # noqa: PLC0415
+
+    if tuple(int(part) for part in __version__.split(".")[:2]) < (2, 21):
+        assert not hasattr(_task, "UnifiedTaskResult")  # 2.19 and 2.20 read the keys by name only
+        return
+    fields = _task.UnifiedTaskResult.get_result_key_to_resolved_field_mapping(source_is_module=True)
+    bools = {key for key, field in fields.items() if field.type is bool and not key.startswith("_")}
+    assert bools == set(BOOL_RESULT_KEYS)

@@ -75,17 +75,17 @@ def test_the_fastest_candidate_that_breaks_the_ttft_constraint_loses_to_the_seco
     # the file holds every result, 0600, written whole
     path = answer["path"]
     assert os.stat(path).st_mode & 0o777 == 0o600
-    assert [r["name"] for r in json.loads(open(path).read())["results"]] == answer["finished"]
+    assert [r["name"] for r in json.loads(open(path).read())["results"]] == answer["finished_candidates"]
 
 
 def test_a_rerun_of_the_same_plan_resumes_and_another_plan_starts_fresh(tmp_path):
     journal(tmp_path, "record", ok("second", 1100.0, 300.0))
     rc, again = journal(tmp_path)
-    assert rc == 0 and again["finished"] == ["second"] and again["changed"] is False
+    assert rc == 0 and again["finished_candidates"] == ["second"] and again["changed"] is False
     rc, same = journal(tmp_path, "record", ok("second", 1100.0, 300.0))
     assert same["changed"] is False  # recording the same result again changes nothing
     rc, other = journal(tmp_path, plan={"candidates": [["another", "d9"]]})
-    assert other["finished"] == [] and other["path"] != again["path"]
+    assert other["finished_candidates"] == [] and other["path"] != again["path"]
 
 
 def test_check_mode_reports_a_record_and_writes_nothing(tmp_path):
@@ -212,19 +212,19 @@ def test_a_journal_edited_by_hand_or_cut_off_is_not_believed_and_the_file_is_nam
     path = answers["Record the honest candidate"]["path"]
 
     forged = answers["Read the forged journal"]
-    assert forged["ranking"]["winner"] is None and forged["finished"] == [], forged["ranking"]
+    assert forged["ranking"]["winner"] is None and forged["finished_candidates"] == [], forged["ranking"]
     warning = " ".join(forged.get("warnings", []))
     assert f"tuning journal {path} is not sealed by this controller" in warning, forged
     assert "its 2 results are not believed" in warning and "candidates run again" in warning
 
     cut = answers["Read the cut-off journal"]
-    assert cut["finished"] == [] and f"tuning journal {path} is not a whole journal" in " ".join(
+    assert cut["finished_candidates"] == [] and f"tuning journal {path} is not a whole journal" in " ".join(
         cut.get("warnings", [])
     ), cut
     assert os.path.getsize(f"{path}.rejected") > 0  # the cut-off file, kept aside by the next record
 
     resumed = answers["Read the journal written by this controller"]
-    assert resumed["finished"] == ["honest"] and not resumed.get("warnings"), resumed
+    assert resumed["finished_candidates"] == ["honest"] and not resumed.get("warnings"), resumed
     assert resumed["ranking"]["winner"] == "honest"
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert (home / ".cache" / "epforge" / "probe-cache.key").stat().st_mode & 0o777 == 0o600
