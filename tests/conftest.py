@@ -34,7 +34,7 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return str(longrepr)
 
 
-# Tests that use this machine's own state run in ONE pytest-xdist group (scripts/test.sh runs two workers with
+# Tests that use this machine's own state run in ONE pytest-xdist group (scripts/test.sh runs four workers with
 # --dist loadgroup): one worker runs them in collection order, as a serial run would. That state is what
 # playbooks against localhost hold or write (the run lock, /var/lib/epforge, /etc/ansible/facts.d, service
 # accounts, /opt/epforge), the localhost Molecule scenarios (tests/test_molecule.py marks those) and the
