@@ -34,8 +34,8 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return str(longrepr)
 
 
-# Tests that use this machine's own state run in ONE pytest-xdist group (scripts/test.sh runs four workers with
-# --dist loadgroup): one worker runs them in collection order, as a serial run would. That state is what
+# Tests that use this machine's own state run in ONE pytest-xdist group (scripts/test.sh runs four workers
+# with --dist loadgroup): one worker runs them in collection order, as a serial run would. That state is what
 # playbooks against localhost hold or write (the run lock, /var/lib/epforge, /etc/ansible/facts.d, service
 # accounts, /opt/epforge), the localhost Molecule scenarios (tests/test_molecule.py marks those) and the
 # toolchain scenario's env that torch_venv reuses. Every other test (tmp dirs, podman containers, locked test
