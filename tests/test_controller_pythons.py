@@ -18,7 +18,8 @@ bootstrap, before the controller profile existed, each suite took about 20 min u
 is in the JUnit property `duration_s`. On 2026-12-04 with ansible-core 2.21.5 on Debian 13 (the sanity
 set now whole, 24 tests): bootstrap 31 s, check run 5 s, sanity 61 s, 100 s in all. On 2026-12-05 with the
 real run on Debian 13: bootstrap 23 s, site.yml 149 s (changed=17), its rerun 7 s (changed=0), sanity 55 s,
-245 s in all. `-m "not controller"`
+245 s in all. A third container (Debian 13 again) runs the unit tests under 2.21 (see UNIT_NEEDS below):
+240 s on 2026-12-05 (bootstrap 70 s, 1579 tests 161 s). `-m "not controller"`
 leaves them out of a quick local run, never out of the test command.
 Logs: .cache/controller-logs/<suite>.log.
 """
